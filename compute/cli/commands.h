@@ -1,0 +1,21 @@
+// compute/cli/commands.h: each sluice subcommand lives in its own file and
+// registers itself on the application here; main.cpp only wires them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace sluice::cli {
+
+// Thrown by a command that has already told the user what happened and only
+// needs the process to end with this status (e.g. verify found damage).
+struct ExitStatus {
+  int code;
+};
+
+void add_convert_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize
+void add_bench_command(CLI::App& app);
+
+}  // namespace sluice::cli

@@ -1,0 +1,85 @@
+// proto/record_format.h: the byte layout of one expert record (FORMAT.md,
+// "Expert records"): its geometry, its 64-byte header, and the O(1) check
+// every reader applies to a header it read from disk. No I/O here.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace sluice {
+
+inline constexpr uint32_t kRecordMagic = 0x52584C53;  // "SLXR"
+inline constexpr uint16_t kFormatVersion = 1;
+inline constexpr size_t kRecordHeaderBytes = 64;
+inline constexpr size_t kRecordAlign = 4096;
+inline constexpr size_t kSectionAlign = 64;
+inline constexpr int kRvqStages = 3;
+inline constexpr int kRvqEntries = 256;
+inline constexpr int kRvqVecDim = 8;
+inline constexpr int kRowBlock = 16;
+inline constexpr size_t kCodebookBytes = size_t{kRvqEntries} * kRvqVecDim * sizeof(float);
+
+enum class MatrixKind : int { kGate = 0, kUp = 1, kDown = 2 };
+inline constexpr std::array<MatrixKind, 3> kMatrixKinds = {MatrixKind::kGate, MatrixKind::kUp,
+                                                          MatrixKind::kDown};
+const char* matrix_kind_name(MatrixKind kind);
+
+// One RVQ matrix as stored: `rows` outputs of `cols` inputs.
+struct RvqMatrixShape {
+  uint32_t rows = 0;
+  uint32_t cols = 0;
+  uint32_t rows_padded() const { return (rows + kRowBlock - 1) / kRowBlock * kRowBlock; }
+  uint32_t vectors_per_row() const { return cols / kRvqVecDim; }
+  size_t index_bytes() const { return size_t{rows_padded()} * vectors_per_row() * kRvqStages; }
+  // Position of the index byte for (row, vector, stage) in this matrix's indices.
+  size_t index_position(uint32_t row, uint32_t vector, int stage) const {
+    return ((size_t{row / kRowBlock} * vectors_per_row() * kRvqStages + size_t{vector} * kRvqStages +
+             static_cast<size_t>(stage)) *
+            kRowBlock) +
+           row % kRowBlock;
+  }
+};
+
+// Where everything sits in a record of a layer with this hidden size and
+// expert width. Both the writer and every reader derive it from the manifest.
+struct RecordLayout {
+  std::array<RvqMatrixShape, 3> matrices;  // gate, up, down
+  uint32_t gate_off = 0, up_off = 0, down_off = 0, scales_off = 0, payload_end = 0;
+  uint32_t stride = 0;
+
+  // Throws Error when the shape cannot be stored (widths not multiples of 8).
+  static RecordLayout compute(uint32_t hidden, uint32_t expert_width);
+  uint32_t matrix_offset(MatrixKind kind) const;
+  // Offset of the first f16 scale of `kind` (scales are contiguous, gate first).
+  uint32_t scales_offset(MatrixKind kind) const;
+};
+
+struct RecordHeader {
+  uint32_t magic = kRecordMagic;
+  uint16_t version = kFormatVersion;
+  uint16_t layer = 0;
+  uint32_t expert = 0;
+  uint32_t codebook_id = 0;
+  uint32_t stride = 0;
+  uint32_t gate_off = 0, up_off = 0, down_off = 0, scales_off = 0, payload_end = 0;
+  uint32_t crc32 = 0;
+
+  void encode(uint8_t* out) const;  // writes kRecordHeaderBytes bytes
+  static RecordHeader decode(const uint8_t* in);
+};
+
+// What a header must say for (layer, expert) of a layer with `layout`.
+RecordHeader expected_header(const RecordLayout& layout, uint32_t layer, uint32_t expert,
+                             uint32_t codebook_base);
+
+// Checks a header read from disk against what it must be. Returns the first
+// problem as "layer L expert E: <what>", or nothing when it is sound.
+std::optional<std::string> check_header(const RecordHeader& found, const RecordHeader& expected);
+
+// crc32 (zlib polynomial) of the payload a header covers: [64, payload_end).
+uint32_t payload_crc32(const uint8_t* record, uint32_t payload_end);
+
+}  // namespace sluice
