@@ -1,0 +1,40 @@
+// compute/model/sampler.h: turns one row of logits into the next token.
+// Deterministic for a given seed; never looks at anything but the logits and
+// the tokens generated so far.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace sluice {
+
+struct SamplingParams {
+  float temperature = 0.0f;       // <= 0: greedy (argmax, lowest id on ties)
+  int top_k = 0;                  // 0: off
+  float top_p = 1.0f;             // 1: off
+  float min_p = 0.0f;             // 0: off; keeps tokens with p >= min_p * p_max
+  float repetition_penalty = 1.0f;  // 1: off; applied to every token already in the context
+  uint64_t seed = 0;
+};
+
+// Checks ranges and throws Error naming the flag that is out of range.
+void validate(const SamplingParams& params);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // Order: repetition penalty, then greedy if temperature <= 0; otherwise
+  // temperature, top-k, softmax, top-p, min-p, and a draw from what is left.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> context);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> scratch_;
+  std::vector<int32_t> order_;
+};
+
+}  // namespace sluice
