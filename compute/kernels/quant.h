@@ -1,0 +1,57 @@
+// compute/kernels/quant.h: matvec and prefill matmul over the resident trunk
+// formats q8g128 and q4g128 (FORMAT.md, "Trunk tensor formats"), and a plain f32
+// matvec (routers). Weights stay quantized; activations and sums are f32.
+// Never reads x past `cols` nor weights past the stored padded row.
+#pragma once
+
+#include <cstdint>
+
+#include "compute/kernels/dispatch.h"
+
+namespace sluice::kernels {
+
+enum class QuantFormat { kQ8G128, kQ4G128 };
+inline constexpr uint32_t kQuantGroup = 128;
+
+// One trunk tensor as stored. data: rows × padded_cols int8 (q8g128) or
+// rows × padded_cols/2 nibble bytes (q4g128); scales: f16 [rows][padded_cols/128].
+struct QuantMatrixView {
+  QuantFormat format = QuantFormat::kQ8G128;
+  uint32_t rows = 0;
+  uint32_t cols = 0;
+  const uint8_t* data = nullptr;
+  const uint16_t* scales = nullptr;
+
+  uint32_t padded_cols() const { return (cols + kQuantGroup - 1) / kQuantGroup * kQuantGroup; }
+  uint32_t groups() const { return padded_cols() / kQuantGroup; }
+  size_t row_bytes() const { return format == QuantFormat::kQ8G128 ? padded_cols() : padded_cols() / 2; }
+};
+
+// Summation order. w = the stored integer q converted to f32 (exact); group g
+// covers columns [128g, 128g + 128) ∩ [0, cols).
+//
+//   scalar  for g: s_g = 0; for k in group g ascending: s_g += w[k] * x[k]  (mul then add)
+//                  y += f16_to_f32(scale_g) * s_g  (mul then add), y starting at 0.
+//   avx2    eight lanes l = 0..7. For each group g: a_g[l] = 0; for i ascending:
+//             a_g[l] = fma(w[128g + 8i + l], x[128g + 8i + l], a_g[l])  (x beyond cols reads
+//             as 0; chunks of 8 wholly beyond cols are skipped). Then
+//             acc[l] = fma(f16_to_f32(scale_g), a_g[l], acc[l]) for g ascending, acc from 0.
+//             y = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+//
+// The batched forms compute each output with exactly the matvec's operations,
+// so quant_matmul equals `tokens` quant_matvec calls bit for bit, and no result
+// depends on the thread count.
+void quant_matvec(const QuantMatrixView& m, const float* x, float* y, const Exec& exec);
+
+// x: tokens × cols (row stride cols); y: tokens × rows (row stride rows).
+void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, float* y,
+                  const Exec& exec);
+
+// y[r] = Σ_k w[r][k] x[k], w row-major rows × cols f32.
+//   scalar  y = 0; for k ascending: y += w[k] * x[k] (mul then add).
+//   avx2    a[l] = fma(w[8i + l], x[8i + l], a[l]) for i ascending (x and w beyond
+//           cols read as 0), then the same eight-lane reduction as above.
+void f32_matvec(const float* w, uint32_t rows, uint32_t cols, const float* x, float* y,
+                const Exec& exec);
+
+}  // namespace sluice::kernels

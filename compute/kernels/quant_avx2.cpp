@@ -1,0 +1,138 @@
+// compute/kernels/quant_avx2.cpp: AVX2+FMA bodies for q8g128, q4g128 and f32
+// matvec/matmul. Each output is summed in the order quant.h documents whatever
+// the tile shape, so tiles only change speed. Called only after dispatch.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "compute/kernels/quant_kernels.h"
+#include "proto/f16.h"
+
+namespace sluice::kernels::detail {
+
+namespace {
+
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
+float reduce8(__m256 v) {
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  const __m128 one = _mm_add_ss(two, _mm_shuffle_ps(two, two, 1));
+  return _mm_cvtss_f32(one);
+}
+
+// Lanes l < n are all-ones.
+__m256i lane_mask(uint32_t n) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
+}
+
+// Eight x values starting at column k; columns at or beyond cols read as 0.
+__m256 load_x(const float* x, uint32_t k, uint32_t cols) {
+  if (k + 8 <= cols) return _mm256_loadu_ps(x + k);
+  return _mm256_maskload_ps(x + k, lane_mask(cols - k));
+}
+
+template <QuantFormat F>
+__m256 load_w(const uint8_t* row, uint32_t k) {
+  if constexpr (F == QuantFormat::kQ8G128) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k))));
+  } else {
+    int32_t packed;
+    std::memcpy(&packed, row + k / 2, sizeof(packed));
+    const __m128i bytes = _mm_cvtsi32_si128(packed);
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(bytes, nibble);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+    const __m128i q = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  }
+}
+
+// R rows × T tokens of outputs at once; every output keeps its own lanes.
+template <QuantFormat F, int R, int T>
+void quant_tile(const QuantMatrixView& m, const float* x, uint32_t r0, uint32_t t0, float* y) {
+  const uint32_t groups = m.groups();
+  const size_t row_bytes = m.row_bytes();
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (uint32_t g = 0; g < groups; ++g) {
+    __m256 part[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) part[r][t] = _mm256_setzero_ps();
+    const uint32_t k_end = std::min(m.cols, (g + 1) * kQuantGroup);
+    for (uint32_t k = g * kQuantGroup; k < k_end; k += 8) {
+      __m256 xs[T];
+      for (int t = 0; t < T; ++t) xs[t] = load_x(x + size_t{t0 + t} * m.cols, k, m.cols);
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = load_w<F>(m.data + size_t{r0 + r} * row_bytes, k);
+        for (int t = 0; t < T; ++t) part[r][t] = _mm256_fmadd_ps(w, xs[t], part[r][t]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 scale = _mm256_set1_ps(f16_to_f32(m.scales[size_t{r0 + r} * groups + g]));
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(scale, part[r][t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[size_t{t0 + t} * m.rows + r0 + r] = reduce8(acc[r][t]);
+}
+
+template <QuantFormat F>
+void quant_rows(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,
+                uint32_t row_end, float* y) {
+  if (tokens == 1) {
+    uint32_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) quant_tile<F, 4, 1>(m, x, r, 0, y);
+    for (; r < row_end; ++r) quant_tile<F, 1, 1>(m, x, r, 0, y);
+    return;
+  }
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    uint32_t t = 0;
+    for (; t + 4 <= tokens; t += 4) quant_tile<F, 1, 4>(m, x, r, t, y);
+    for (; t < tokens; ++t) quant_tile<F, 1, 1>(m, x, r, t, y);
+  }
+}
+
+}  // namespace
+
+void quant_rows_avx2(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,
+                     uint32_t row_end, float* y) {
+  if (m.format == QuantFormat::kQ8G128)
+    quant_rows<QuantFormat::kQ8G128>(m, x, tokens, row_begin, row_end, y);
+  else
+    quant_rows<QuantFormat::kQ4G128>(m, x, tokens, row_begin, row_end, y);
+}
+
+namespace {
+
+template <int R>
+void f32_tile(const float* w, uint32_t cols, const float* x, uint32_t r0, float* y) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  uint32_t k = 0;
+  for (; k + 8 <= cols; k += 8) {
+    const __m256 xs = _mm256_loadu_ps(x + k);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + size_t{r0 + r} * cols + k), xs, acc[r]);
+  }
+  if (k < cols) {
+    const __m256i mask = lane_mask(cols - k);
+    const __m256 xs = _mm256_maskload_ps(x + k, mask);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(w + size_t{r0 + r} * cols + k, mask), xs, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) y[r0 + r] = reduce8(acc[r]);
+}
+
+}  // namespace
+
+void f32_rows_avx2(const float* w, uint32_t cols, const float* x, uint32_t row_begin, uint32_t row_end,
+                   float* y) {
+  uint32_t r = row_begin;
+  for (; r + 4 <= row_end; r += 4) f32_tile<4>(w, cols, x, r, y);
+  for (; r < row_end; ++r) f32_tile<1>(w, cols, x, r, y);
+}
+
+}  // namespace sluice::kernels::detail
