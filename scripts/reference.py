@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+# scripts/reference.py: the PyTorch f32 reference run of a Hugging Face
+# checkpoint or a sluice container (decoded by sluicepy.container, so it uses the
+# engine's quantized weights). Prints and dumps; never asserts anything itself.
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluicepy import SluiceError, container, safetensors  # noqa: E402
+from sluicepy.models import MoeModel  # noqa: E402
+
+_DESCRIPTION = """\
+Run OLMoE / Qwen3-MoE in f32 from the published equations and dump logits.
+
+Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
+  row 0      logits at the prompt's last position;
+  row i>=1   logits after feeding the i-th generated token.
+Generated token i is chosen from row i-1: greedy (--temp 0) takes the lowest
+id among equal maxima; --temp T>0 samples softmax(row/T) with a torch generator
+seeded by --seed (not the engine's sampler; compare logits at --temp 0 only).
+Routing takes the top-k softmax probabilities; ties go to the lower expert id.
+"""
+
+
+def is_container(path):
+    return os.path.isdir(path) and (path.rstrip("/").endswith(".sluice")
+                                    or os.path.exists(os.path.join(path, "manifest.json")))
+
+
+def load_weights(path):
+    """(config, HF-named f32 numpy weights) of a checkpoint dir or a container."""
+    if is_container(path):
+        c = container.Container(path)
+        return c.config, c.state_dict()
+    config_path = os.path.join(path, "config.json")
+    if not os.path.exists(config_path):
+        raise SluiceError(f"{path}: neither a sluice container nor a checkpoint with config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    return config, safetensors.load_checkpoint(path)
+
+
+def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True):
+    """Returns (logits [1 + steps, vocab], generated token ids)."""
+    generator = torch.Generator().manual_seed(seed)
+    cache = model.new_cache()
+    with torch.no_grad():
+        rows = [model.forward(prompt, cache)[-1]]
+        tokens = []
+        for _ in range(steps):
+            last = rows[-1]
+            if temp > 0:
+                token = int(torch.multinomial(torch.softmax(last / temp, dim=-1), 1, generator=generator))
+            else:
+                token = int(torch.argmax(last))  # first index among equal maxima
+            tokens.append(token)
+            if use_cache:
+                rows.append(model.forward([token], cache)[-1])
+            else:
+                rows.append(model.forward(prompt + tokens, model.new_cache())[-1])
+    return torch.stack(rows), tokens
+
+
+def relative_errors(quantized, original):
+    """Frobenius ||Q - W|| / ||W|| summarised per expert matrix kind and trunk format."""
+    groups = {}
+    for name, q in quantized.items():
+        w = original[name]
+        err = float(np.linalg.norm(q - w) / max(np.linalg.norm(w), 1e-30))
+        kind = name.rsplit(".", 2)[-2] if ".experts." in name else "trunk:" + name.split(".")[-2]
+        groups.setdefault(kind, []).append(err)
+    return {k: {"mean": float(np.mean(v)), "max": float(np.max(v)), "count": len(v)}
+            for k, v in sorted(groups.items())}
+
+
+def compare(model_path, hf_dir, prompt, steps):
+    """Quantization cost: the container's greedy run against the original
+    weights teacher-forced on the same tokens."""
+    qconfig, qweights = load_weights(model_path)
+    config, weights = load_weights(hf_dir)
+    q_logits, tokens = generate(MoeModel(qconfig, qweights), prompt, steps)
+    with torch.no_grad():
+        full = MoeModel(config, weights).forward(prompt + tokens, MoeModel(config, weights).new_cache())
+    ref = full[len(prompt) - 1:]
+    diff = (q_logits - ref).abs()
+    return {"tokens": tokens, "rows": int(ref.shape[0]),
+            "top1_agreement": float((q_logits.argmax(-1) == ref.argmax(-1)).float().mean()),
+            "max_abs_logit_error": float(diff.max()), "mean_abs_logit_error": float(diff.mean()),
+            "logit_scale": float(ref.abs().mean()),
+            "relative_weight_error": relative_errors(qweights, weights)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="checkpoint directory or MODEL.sluice container")
+    parser.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
+    parser.add_argument("-n", type=int, default=0, help="decode steps N (logits rows = 1 + N)")
+    parser.add_argument("--dump-logits", metavar="FILE", help="write the logits rows as raw f32")
+    parser.add_argument("--temp", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help='print {"tokens": [...]} instead of ids')
+    parser.add_argument("--no-kv-cache", action="store_true",
+                        help="recompute the whole sequence at every step (checks the cache)")
+    parser.add_argument("--compare", metavar="HF_DIR",
+                        help="MODEL is a container: report top-1 agreement and logit error against HF_DIR")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        try:
+            prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
+        except ValueError:
+            raise SluiceError(f"--prompt-ids {args.prompt_ids!r}: expected comma-separated integers") from None
+        if not prompt or args.n < 0:
+            raise SluiceError("--prompt-ids needs at least one id and -n must be >= 0")
+        if args.compare:
+            print(json.dumps(compare(args.model, args.compare, prompt, args.n), indent=2))
+            return 0
+        config, weights = load_weights(args.model)
+        logits, tokens = generate(MoeModel(config, weights), prompt, args.n, args.temp, args.seed,
+                                  not args.no_kv_cache)
+        if args.dump_logits:
+            logits.numpy().astype("<f4").tofile(args.dump_logits)
+        print(json.dumps({"tokens": tokens}) if args.json else ",".join(map(str, tokens)))
+    except SluiceError as e:
+        print(f"reference: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
