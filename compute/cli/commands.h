@@ -17,5 +17,7 @@ void add_info_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize
 void add_bench_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 
 }  // namespace sluice::cli

@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   CLI::App app{"sluice: run Mixture-of-Experts models larger than RAM, streaming experts from disk"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sluice 0.1.0");
+  sluice::cli::add_run_command(app);
+  sluice::cli::add_eval_command(app);
   sluice::cli::add_convert_command(app);
   sluice::cli::add_info_command(app);
   sluice::cli::add_verify_command(app);

@@ -1,0 +1,101 @@
+// compute/cli/cmd_eval.cpp: `sluice eval`, perplexity of the model over a
+// text, in windows of the context length (each window starts fresh).
+#include <cmath>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "compute/cli/commands.h"
+#include "compute/cli/run_options.h"
+#include "compute/model/engine.h"
+#include "compute/tokenizer/tokenizer.h"
+#include "proto/error.h"
+
+namespace sluice::cli {
+namespace {
+
+struct EvalArgs {
+  std::string model;
+  std::string text_file;
+  std::string dump_logits;
+  EngineFlags engine;
+  bool json = false;
+};
+
+// -log softmax(logits)[target], in double.
+double negative_log_likelihood(std::span<const float> logits, int32_t target) {
+  double max_logit = logits[0];
+  for (float l : logits) max_logit = std::max<double>(max_logit, l);
+  double total = 0.0;
+  for (float l : logits) total += std::exp(l - max_logit);
+  return std::log(total) + max_logit - logits[static_cast<size_t>(target)];
+}
+
+void eval(const EvalArgs& args) {
+  const std::string text = read_file(args.text_file, "--text");
+  Engine engine(args.model, args.engine.options());
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  const std::vector<int32_t> ids = tok.encode(text);
+  if (ids.size() < 2) fail("--text {}: needs at least two tokens to score, got {}", args.text_file, ids.size());
+
+  std::ofstream dump;
+  if (!args.dump_logits.empty()) {
+    dump.open(args.dump_logits, std::ios::binary | std::ios::trunc);
+    if (!dump) fail("{}: cannot open for writing (--dump-logits)", args.dump_logits);
+  }
+  const uint32_t vocab = engine.config().vocab;
+  const uint32_t window = engine.transformer().context();
+  const uint32_t chunk = args.engine.chunk;
+  std::vector<float> logits(size_t{chunk} * vocab);
+  double nll = 0.0;
+  size_t scored = 0;
+  for (size_t start = 0; start + 1 < ids.size(); start += window) {
+    engine.transformer().reset();
+    const size_t end = std::min(ids.size(), start + window);
+    for (size_t at = start; at < end; at += chunk) {
+      const size_t count = std::min<size_t>(chunk, end - at);
+      engine.transformer().forward(std::span<const int32_t>(ids).subspan(at, count), logits, true);
+      for (size_t t = 0; t < count; ++t) {
+        const std::span<const float> row(&logits[t * vocab], vocab);
+        if (dump.is_open()) dump.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size_bytes()));
+        if (at + t + 1 < end) {
+          nll += negative_log_likelihood(row, ids[at + t + 1]);
+          ++scored;
+        }
+      }
+    }
+  }
+  if (dump.is_open() && !dump) fail("{}: cannot write logits", args.dump_logits);
+  const double perplexity = std::exp(nll / static_cast<double>(scored));
+  const ExpertSourceStats stats = engine.experts().stats();
+  if (args.json) {
+    fmt::print("{}\n", nlohmann::json{{"tokens", ids.size()},
+                                      {"scored", scored},
+                                      {"mean_nll", nll / static_cast<double>(scored)},
+                                      {"perplexity", perplexity},
+                                      {"experts", experts_json(stats)}}
+                           .dump());
+  } else {
+    fmt::print("perplexity {:.4f} over {} scored tokens ({} tokens, windows of {})\n", perplexity, scored, ids.size(),
+               window);
+    fmt::print(stderr, "sluice: {}\n", experts_summary(stats));
+  }
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "Perplexity of the model over a text file");
+  cmd->add_option("MODEL", args->model, "the .sluice container")->required();
+  cmd->add_option("--text", args->text_file, "the text to score")->required();
+  cmd->add_option("--dump-logits", args->dump_logits,
+                  "write raw little-endian f32 logits, one row of vocabulary size per token of the text");
+  add_engine_flags(*cmd, args->engine);
+  cmd->add_flag("--json", args->json, "print the result as one JSON object");
+  cmd->callback([args] { eval(*args); });
+}
+
+}  // namespace sluice::cli

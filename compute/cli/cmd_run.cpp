@@ -1,0 +1,122 @@
+// compute/cli/cmd_run.cpp: `sluice run`, text generation from a prompt. Text
+// streams to stdout as it is generated; the summary goes to stderr so stdout
+// stays pipeable. --dump-logits is the interface scripts/reference.py shares.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "compute/cli/commands.h"
+#include "compute/cli/run_options.h"
+#include "compute/model/engine.h"
+#include "compute/tokenizer/tokenizer.h"
+#include "proto/error.h"
+
+namespace sluice::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  uint32_t max_tokens = 128;
+  SamplingParams sampling;
+  EngineFlags engine;
+  std::string dump_logits;
+  bool ignore_eos = false;
+  bool json = false;
+};
+
+void write_row(std::ofstream& out, std::span<const float> row, const std::string& path) {
+  out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size_bytes()));
+  if (!out) fail("{}: cannot write logits", path);
+}
+
+void run(const RunArgs& args) {
+  Engine engine(args.model, args.engine.options());
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  std::vector<int32_t> prompt;
+  if (!args.prompt_ids.empty()) {
+    if (!args.prompt.empty()) fail("give either PROMPT or --prompt-ids, not both");
+    prompt = parse_token_ids(args.prompt_ids, "--prompt-ids");
+  } else {
+    if (args.prompt.empty()) fail("no prompt: give PROMPT (or - for stdin) or --prompt-ids");
+    prompt = tok.encode(args.prompt == "-" ? read_stdin() : args.prompt);
+    if (tok.add_bos() && tok.bos_id()) prompt.insert(prompt.begin(), *tok.bos_id());
+  }
+
+  std::ofstream dump;
+  if (!args.dump_logits.empty()) {
+    dump.open(args.dump_logits, std::ios::binary | std::ios::trunc);
+    if (!dump) fail("{}: cannot open for writing (--dump-logits)", args.dump_logits);
+  }
+  tokenizer::StreamingDecoder decoder(tok, true);
+  std::vector<int32_t> generated;
+  std::string text;
+  const bool stream = !args.json;
+  const GenerationStats stats = engine.generate(
+      prompt, args.max_tokens, args.sampling, {}, args.ignore_eos || dump.is_open(),
+      [&](int32_t token, std::span<const float> logits) {
+        if (dump.is_open()) write_row(dump, logits, args.dump_logits);
+        generated.push_back(token);
+        const std::string piece = decoder.push(token);
+        text += piece;
+        if (stream) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+        return true;
+      });
+  const std::string tail = decoder.finish();
+  text += tail;
+  if (dump.is_open() && !generated.empty()) {
+    // The reference's last row: the logits after the last generated token.
+    std::vector<float> logits(engine.config().vocab);
+    engine.transformer().forward(std::span<const int32_t>(&generated.back(), 1), logits, false);
+    write_row(dump, logits, args.dump_logits);
+  }
+
+  const double decode_rate = stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0;
+  const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0;
+  if (args.json) {
+    nlohmann::json out = {{"text", text},
+                          {"prompt_tokens", stats.prompt_tokens},
+                          {"tokens", generated},
+                          {"generated_tokens", stats.generated_tokens},
+                          {"prefill_seconds", stats.prefill_seconds},
+                          {"decode_seconds", stats.decode_seconds},
+                          {"tok_per_s", decode_rate},
+                          {"prefill_tok_per_s", prefill_rate},
+                          {"experts", experts_json(stats.experts)}};
+    fmt::print("{}\n", out.dump());
+  } else {
+    fmt::print("{}\n", tail);
+    fmt::print(stderr, "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; {}\n",
+               stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens, prefill_rate,
+               experts_summary(stats.experts));
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (streams to stdout, summary on stderr)");
+  cmd->add_option("MODEL", args->model, "the .sluice container")->required();
+  cmd->add_option("PROMPT", args->prompt, "prompt text, or - to read it from stdin");
+  cmd->add_option("--prompt-ids", args->prompt_ids, "prompt as comma-separated token ids instead of text");
+  cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens to generate")->capture_default_str();
+  add_sampling_flags(*cmd, args->sampling);
+  add_engine_flags(*cmd, args->engine);
+  cmd->add_option("--dump-logits", args->dump_logits,
+                  "write raw little-endian f32 logits: the row after the prompt, then one row after each "
+                  "generated token (implies --ignore-eos)");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
+  cmd->add_flag("--json", args->json, "print one JSON object (text, token ids, statistics) instead of streaming");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace sluice::cli

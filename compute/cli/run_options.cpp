@@ -1,0 +1,90 @@
+// compute/cli/run_options.cpp: shared flags of the model-loading commands.
+#include "compute/cli/run_options.h"
+
+#include <charconv>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "proto/error.h"
+
+namespace sluice::cli {
+
+EngineOptions EngineFlags::options() const {
+  EngineOptions options;
+  options.context = context;
+  if (threads > 0) options.threads = threads;
+  options.prefill_chunk = chunk;
+  options.verify_records = verify;
+  return options;
+}
+
+void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
+  cmd.add_option("--ctx", flags.context, "context length in tokens (default: the model's, at most 4096)");
+  cmd.add_option("--threads", flags.threads, "compute threads (default: SLUICE_THREADS or every available core)");
+  cmd.add_option("--chunk", flags.chunk, "prefill chunk: tokens whose experts are read once together")
+      ->capture_default_str();
+  cmd.add_flag("--verify", flags.verify, "check the crc32 of every expert record read");
+}
+
+void add_sampling_flags(CLI::App& cmd, SamplingParams& params) {
+  cmd.add_option("--temp", params.temperature, "temperature; 0 is greedy")->capture_default_str();
+  cmd.add_option("--top-k", params.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
+  cmd.add_option("--top-p", params.top_p, "keep the smallest set with this much probability (1: off)")
+      ->capture_default_str();
+  cmd.add_option("--min-p", params.min_p, "drop tokens below this fraction of the best one's probability (0: off)")
+      ->capture_default_str();
+  cmd.add_option("--repeat-penalty", params.repetition_penalty, "penalty on tokens already in the context (1: off)")
+      ->capture_default_str();
+  cmd.add_option("--seed", params.seed, "random seed of the sampler")->capture_default_str();
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ',' || std::isspace(static_cast<unsigned char>(text[i]))) {
+      ++i;
+      continue;
+    }
+    int32_t id = 0;
+    const auto [end, error] = std::from_chars(text.data() + i, text.data() + text.size(), id);
+    if (error != std::errc() || id < 0) {
+      fail("{}: '{}' is not a list of token ids (expected e.g. 1,2,3)", flag, text);
+    }
+    ids.push_back(id);
+    i = static_cast<size_t>(end - text.data());
+  }
+  if (ids.empty()) fail("{}: no token ids given", flag);
+  return ids;
+}
+
+std::string read_stdin() {
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+std::string read_file(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot read {}", flag, path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string experts_summary(const ExpertSourceStats& stats) {
+  const double hit_rate = stats.requests ? 100.0 * static_cast<double>(stats.hits) / static_cast<double>(stats.requests) : 0.0;
+  return fmt::format("experts: {} requested, {:.1f}% hits, {} reads ({:.1f} MB, {:.2f} s waiting){}", stats.requests,
+                     hit_rate, stats.reads, static_cast<double>(stats.bytes_read) / 1e6, stats.wait_seconds,
+                     stats.direct_io ? ", O_DIRECT" : ", buffered I/O");
+}
+
+nlohmann::json experts_json(const ExpertSourceStats& stats) {
+  return {{"requested", stats.requests},       {"hits", stats.hits},
+          {"reads", stats.reads},              {"bytes_read", stats.bytes_read},
+          {"wait_seconds", stats.wait_seconds}, {"direct_io", stats.direct_io}};
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,75 @@
+// compute/model/engine.cpp: loading a model and the generation loop.
+#include "compute/model/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "compute/kernels/dispatch.h"
+#include "proto/error.h"
+
+namespace sluice {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+uint32_t resolve_context(const ModelConfig& config, uint32_t requested) {
+  if (requested == 0) return std::min<uint32_t>(config.max_positions, 4096);
+  if (requested > config.max_positions) {
+    fail("--ctx {} exceeds the model's max_position_embeddings {}", requested, config.max_positions);
+  }
+  return requested;
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& model_dir, const EngineOptions& options)
+    : container_(Container::open(model_dir)),
+      config_(ModelConfig::from_json(container_.arch(), container_.config())),
+      weights_(ModelWeights::load(container_, config_)),
+      pool_(kernels::resolve_thread_count(options.threads)),
+      prefill_chunk_(options.prefill_chunk) {
+  if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
+  source_ = std::make_unique<DirectExpertSource>(container_, options.verify_records);
+  const kernels::Exec exec{kernels::isa_from_environment(), &pool_};
+  transformer_ = std::make_unique<Transformer>(config_, weights_, *source_, resolve_context(config_, options.context), exec);
+}
+
+void Engine::prefill(std::span<const int32_t> tokens, std::span<float> logits) {
+  for (size_t start = 0; start < tokens.size(); start += prefill_chunk_) {
+    const size_t count = std::min<size_t>(prefill_chunk_, tokens.size() - start);
+    transformer_->forward(tokens.subspan(start, count), logits, false);
+  }
+}
+
+GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_tokens, const SamplingParams& sampling,
+                                 std::span<const int32_t> stop_ids, bool ignore_eos,
+                                 const TokenCallback& on_token) {
+  if (prompt.empty()) fail("the prompt is empty: nothing to continue");
+  Sampler sampler(sampling);
+  GenerationStats stats;
+  std::vector<float> logits(config_.vocab);
+  std::vector<int32_t> context(prompt.begin(), prompt.end());
+
+  auto start = std::chrono::steady_clock::now();
+  prefill(prompt, logits);
+  stats.prompt_tokens = static_cast<uint32_t>(prompt.size());
+  stats.prefill_seconds = seconds_since(start);
+
+  start = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; i < max_tokens; ++i) {
+    const int32_t token = sampler.sample(logits, context);
+    context.push_back(token);
+    ++stats.generated_tokens;
+    const bool stop = !ignore_eos && (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end() ||
+                      std::find(config_.eos_ids.begin(), config_.eos_ids.end(), token) != config_.eos_ids.end());
+    if (!on_token(token, logits) || stop || i + 1 == max_tokens) break;
+    transformer_->forward(std::span<const int32_t>(&token, 1), logits, false);
+  }
+  stats.decode_seconds = seconds_since(start);
+  stats.experts = source_->stats();
+  return stats;
+}
+
+}  // namespace sluice

@@ -1,0 +1,72 @@
+// compute/model/engine.h: one loaded model ready to generate: the container,
+// its config and trunk, the thread pool, an expert source and the
+// transformer with its KV cache. It owns no text: callers tokenize.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compute/kernels/thread_pool.h"
+#include "compute/model/expert_source.h"
+#include "compute/model/model_config.h"
+#include "compute/model/sampler.h"
+#include "compute/model/transformer.h"
+#include "compute/model/weights.h"
+#include "proto/container.h"
+
+namespace sluice {
+
+struct EngineOptions {
+  uint32_t context = 0;  // 0: the model's max_position_embeddings, at most 4096
+  std::optional<size_t> threads;
+  bool verify_records = false;
+  uint32_t prefill_chunk = 64;
+};
+
+struct GenerationStats {
+  uint32_t prompt_tokens = 0;
+  uint32_t generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  ExpertSourceStats experts;
+};
+
+class Engine {
+ public:
+  Engine(const std::string& model_dir, const EngineOptions& options);
+
+  const Container& container() const { return container_; }
+  const ModelConfig& config() const { return config_; }
+  Transformer& transformer() { return *transformer_; }
+  const ExpertSource& experts() const { return *source_; }
+  size_t threads() const { return pool_.size(); }
+
+  // Runs `tokens` through the model in chunks of at most prefill_chunk and
+  // leaves the last token's logits in `logits`.
+  void prefill(std::span<const int32_t> tokens, std::span<float> logits);
+
+  // Called with each generated token; return false to stop.
+  using TokenCallback = std::function<bool(int32_t token, std::span<const float> logits)>;
+
+  // Prefills `prompt`, then samples up to `max_tokens` tokens, stopping after
+  // an end-of-sequence id of the config or one of `stop_ids` (unless
+  // `ignore_eos`). The callback sees every token with the logits it was
+  // sampled from. The last token is not run through the model.
+  GenerationStats generate(std::span<const int32_t> prompt, uint32_t max_tokens, const SamplingParams& sampling,
+                           std::span<const int32_t> stop_ids, bool ignore_eos, const TokenCallback& on_token);
+
+ private:
+  Container container_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  kernels::ThreadPool pool_;
+  std::unique_ptr<ExpertSource> source_;
+  std::unique_ptr<Transformer> transformer_;
+  uint32_t prefill_chunk_;
+};
+
+}  // namespace sluice

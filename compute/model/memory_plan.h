@@ -1,0 +1,91 @@
+// compute/model/memory_plan.h: how much RAM a container needs at a context
+// length (the floor), one token's expert working set, the RAM this process may
+// use (physical memory and every cgroup limit above it) and the budget chosen
+// from them. It only reads the manifest and /proc, /sys: it never allocates
+// what it plans.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+
+class Container;
+struct ModelConfig;
+
+// Rows of a prefill chunk the scratch estimate assumes (the engine's default).
+inline constexpr uint64_t kPlanChunkTokens = 64;
+
+struct MemoryPlan {
+  uint32_t context = 0;
+  // The floor: everything but the cache, plus the smallest cache that works.
+  uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin, both resident
+  uint64_t kv_bytes = 0;         // layers × ctx × kv_heads × head_dim × 2 (K, V) × 4 (f32)
+  uint64_t scratch_bytes = 0;    // see plan_scratch_bytes()
+  uint64_t record_stride = 0;    // largest record stride of any MoE layer
+  uint64_t min_cache_bytes = 0;  // 2 × top-k slots of record_stride
+  uint64_t floor_bytes = 0;      // trunk + kv + scratch + min cache
+  uint64_t working_set_bytes = 0;  // top-k × MoE layers × record_stride
+  // What the budget was chosen against.
+  uint64_t physical_bytes = 0;
+  uint64_t usable_bytes = 0;     // min(physical, cgroup limits)
+  std::string usable_source;     // what set usable_bytes ("physical memory", a cgroup file)
+  // The choice.
+  uint64_t budget_bytes = 0;
+  uint32_t working_sets = 0;     // whole working sets above the floor (0..3), when chosen
+  bool budget_given = false;     // --budget, used as given
+  uint64_t cache_bytes = 0;      // budget − floor + min cache
+  uint64_t cache_slots = 0;      // cache_bytes / record_stride
+};
+
+// RAM this process may use, and which limit set it.
+struct UsableRam {
+  uint64_t physical_bytes = 0;
+  uint64_t usable_bytes = 0;
+  std::string source;
+};
+
+// Reads MemTotal from <root>/proc/meminfo, the process's cgroups from
+// <root>/proc/self/cgroup and their mount points from
+// <root>/proc/self/mountinfo, then every limit from the process's cgroup up
+// to the hierarchy's mounted root: v2 memory.max and memory.high, v1
+// memory.limit_in_bytes (memory controller only). "max" and v1's
+// "unlimited" sentinel (near 2^63) impose nothing; a file that is absent is
+// skipped. `root` is "" for the real system; tests pass a fake tree.
+UsableRam read_usable_ram(const std::string& root = "");
+
+// Scratch estimate for a `chunk`-token prefill at `context`, f32 throughout:
+// activations chunk × (4·hidden + 2·heads·head_dim + 2·kv_heads·head_dim +
+// experts + top_k·hidden + 3·width) where width = max(expert_width,
+// dense_width); RVQ lookup tables chunk × (2·hidden + width) × 96 (3 stages ×
+// 256 entries per 8 columns); attention scores heads × context; logits vocab.
+uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk);
+
+struct PlanRequest {
+  uint32_t context = 4096;
+  std::optional<uint64_t> budget_bytes;  // as given by --budget
+};
+
+// The floor and working set of `container` at request.context, and the
+// budget: the given one (refused with the whole plan in the Error when it is
+// under the floor), else the largest of floor + 3, 2, 1 working sets that
+// fits under 7/8 of ram.usable_bytes, else the floor.
+MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
+                       const UsableRam& ram);
+
+// Parses a size with an optional K/M/G/T suffix (1024-based, optional
+// trailing "B" or "iB"); `flag` names the option in the error.
+uint64_t parse_size(std::string_view text, std::string_view flag);
+
+// "1.50 GiB" style, for people.
+std::string format_bytes(uint64_t bytes);
+
+// The plan as lines for people, and as JSON for tools.
+std::string describe_plan(const MemoryPlan& plan);
+nlohmann::json plan_to_json(const MemoryPlan& plan);
+
+}  // namespace sluice

@@ -1,0 +1,69 @@
+// compute/model/transformer.h: the forward pass of OLMoE and Qwen3-MoE over a
+// chunk of tokens: embeddings, attention with the KV cache, the router and
+// routed experts (fetched through an ExpertSource), the LM head. A chunk of
+// one token is a decode step; a longer chunk reads each distinct expert of a
+// layer once for all its tokens. Expert outputs are summed in routing order,
+// so the result does not depend on the order records arrive in.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "compute/kernels/rvq.h"
+#include "compute/kernels/thread_pool.h"
+#include "compute/model/attention.h"
+#include "compute/model/expert_source.h"
+#include "compute/model/model_config.h"
+#include "compute/model/weights.h"
+
+namespace sluice {
+
+// The routing of one layer for one token: experts in decreasing probability
+// (lower id first on ties) and the weight each one's output is scaled by.
+struct Routing {
+  std::vector<uint32_t> experts;
+  std::vector<float> weights;
+};
+
+// softmax over the router logits (f32, max subtracted, sum in id order), the
+// top-k by probability, and the family's normalisation of their weights.
+Routing route(std::span<const float> router_logits, uint32_t top_k, bool normalize);
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, const ModelWeights& weights, ExpertSource& experts,
+              uint32_t context, kernels::Exec exec);
+
+  // Runs `tokens` at positions [position(), position() + tokens.size()) and
+  // advances the position. Writes vocabulary-sized logits for the last token
+  // to `logits`, or for every token (tokens.size() rows) when `all_positions`.
+  void forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions);
+  uint32_t position() const { return position_; }
+  uint32_t context() const { return cache_.capacity(); }
+  void reset() { position_ = 0; }
+  // The routing of the last forward call: [token][moe layer].
+  const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
+  size_t kv_cache_bytes() const { return cache_.bytes(); }
+
+ private:
+  void attention(uint32_t layer, uint32_t tokens);
+  void moe(uint32_t layer, uint32_t tokens, size_t moe_index);
+  void dense_mlp(uint32_t layer, uint32_t tokens);
+
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  ExpertSource& experts_;
+  kernels::Exec exec_;
+  RopeTable rope_;
+  KvCache cache_;
+  uint32_t position_ = 0;
+
+  // Scratch for one chunk, rows of width hidden (x, normed) or the projections.
+  std::vector<float> x_, normed_, q_, k_, v_, attn_out_, proj_, scores_;
+  std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_;
+  kernels::RvqTable gate_table_, up_table_, down_table_;
+  std::vector<std::vector<Routing>> routing_;
+};
+
+}  // namespace sluice
