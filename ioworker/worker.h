@@ -1,0 +1,85 @@
+// ioworker/worker.h: the I/O worker that owns a container's banks and the
+// cache segment: it takes demand and prefetch requests, evicts unpinned
+// slots, reads records straight into slots, checks every header, and reaps
+// dead clients. The public surface of ioworker/: sluice-io's main and RPC
+// server, and compute's embedded mode, call only what is declared here.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "shm/layout.h"
+#include "shm/segment.h"
+#include "shm/stats.h"
+
+namespace sluice {
+class Container;
+}
+
+namespace sluice::ioworker {
+
+enum class EvictionPolicy { kLfru, kLru };
+enum class IoBackend { kAuto, kUring, kThreads };
+
+// Who asked for a prefetch (counted, otherwise opaque).
+enum class PrefetchOrigin : uint32_t { kRpc = 1, kRouter = 2 };
+
+struct WorkerOptions {
+  std::string instance;        // names the segment; empty: anonymous (embedded mode)
+  uint64_t cache_bytes = 0;    // the whole segment stays within this budget
+  uint32_t readers = 4;        // reader threads, or reads in flight with io_uring
+  IoBackend backend = IoBackend::kAuto;  // auto: io_uring, threads when it cannot start
+  EvictionPolicy policy = EvictionPolicy::kLfru;
+  bool verify_crc = false;     // check each record's payload crc32
+  bool direct = true;          // O_DIRECT where the filesystem accepts it
+  uint32_t max_clients = 16;   // ≤ shm::kMaxClients
+  uint64_t seed = 0x5eed;      // eviction sampling
+  bool quiet = false;          // no "O_DIRECT refused" note on stderr
+};
+
+// The smallest budget that holds the minimum cache (2 × top-k slots of the
+// largest record) with its tables, for `max_clients` clients.
+uint64_t min_cache_bytes(const Container& container, uint32_t max_clients);
+
+// The segment geometry a budget buys for this container. Throws Error naming
+// the budget and the minimum when it holds fewer than 2 × top-k slots.
+shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients);
+
+class Worker {
+ public:
+  // Creates the segment (named or anonymous), opens the banks (probing
+  // O_DIRECT once per bank; a refusal is said once on stderr and shown in
+  // stats) and starts the scheduler and the readers. `container` must
+  // outlive the worker.
+  Worker(const Container& container, const WorkerOptions& options);
+  // Stops the readers (waiting for reads in flight), marks the segment
+  // stopped so waiting clients fail fast, and removes a named segment.
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  shm::Segment& segment();
+  // What an attaching client passes to shm::Segment::attach ("" when anonymous).
+  const std::string& segment_name() const;
+  const shm::Geometry& geometry() const;
+  uint64_t identity() const;
+  bool direct_io() const;
+  const char* backend_name() const;  // "io_uring" or "threads"
+
+  // Queues reads of `experts` of `layer` that are not cached yet, behind every
+  // demand read; dropped (and counted) when no unpinned slot is free or the
+  // queue is full. Thread-safe; never blocks on I/O. Throws Error for a layer
+  // without experts or an expert out of range.
+  void prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin);
+
+  shm::StatsSnapshot stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::ioworker

@@ -1,0 +1,78 @@
+// shm/client.h: the compute side of the cache. A hit is looked up, pinned and
+// handed out with no message and no system call (an uncontended lock is a
+// CAS); misses go to the demand ring in one batch and the client sleeps on
+// its futex word until each lands. It never touches a slot it has not pinned
+// and never checks record contents (compute/ checks headers: shm knows no model).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shm/segment.h"
+
+namespace sluice::shm {
+
+struct ClientCounters {
+  uint64_t requests = 0;
+  uint64_t hits = 0;          // pinned at request time (ready or loading)
+  uint64_t misses = 0;        // posted to the demand ring
+  double wait_seconds = 0;    // blocked in next()
+};
+
+struct LandedSlot {
+  uint32_t index = 0;          // position in the request
+  uint32_t slot = 0;
+  const uint8_t* data = nullptr;  // slot_bytes bytes, valid until released
+};
+
+class Client {
+ public:
+  // Registers this process in the client table (pid and start time, so the
+  // worker can reap it if it dies). Throws Error when the table is full or
+  // the owner is gone. `segment` must outlive the client.
+  explicit Client(Segment& segment);
+  // Releases every pin and frees the table entry.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Starts a batch for distinct `experts` of `layer` (at most
+  // pins_per_client): pins every key found in the cache and posts the rest to
+  // the demand ring, all under one lock; wakes the worker only if it posted.
+  // Every slot of the previous batch must have been released.
+  void request(uint32_t layer, std::span<const uint32_t> experts);
+  // Returns a READY pinned slot of the batch not yet handed out, blocking
+  // until one lands. Throws Error when a read failed (the worker's message),
+  // when a pinned slot holds another key, or when the owner is gone (naming
+  // the segment and its pid).
+  LandedSlot next();
+  // Unpins a handed-out slot; its memory may be reused at once.
+  void release(const LandedSlot& landed);
+
+  uint32_t id() const { return id_; }
+  ClientCounters counters() const { return counters_; }
+  // How long next() sleeps between liveness checks of the owner.
+  static constexpr std::chrono::milliseconds kWaitSlice{100};
+
+ private:
+  enum class Position : uint8_t { kPosted, kPinned, kHandedOut, kReleased };
+  void post_unposted();
+  bool collect_assigned();
+  void check_owner() const;
+
+  Segment& segment_;
+  uint32_t id_ = 0;
+  uint32_t batch_ = 0;
+  uint32_t layer_ = 0;
+  std::vector<uint32_t> experts_;
+  std::vector<Position> positions_;
+  std::vector<uint32_t> slots_;        // slot per position once pinned
+  std::vector<uint32_t> unposted_;     // positions the full ring did not take yet
+  size_t outstanding_ = 0;             // positions not yet handed out
+  ClientCounters counters_;
+};
+
+}  // namespace sluice::shm

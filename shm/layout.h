@@ -1,0 +1,183 @@
+// shm/layout.h: the byte layout of the expert-cache segment: its geometry,
+// the structs that live in it and their offsets, all computed from the
+// geometry alone. No model knowledge and no I/O: a reader of a segment
+// recomputes these offsets and never trusts one stored in the segment.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <pthread.h>
+
+namespace sluice::shm {
+
+inline constexpr uint64_t kSegmentMagic = 0x47534543'49554C53;  // "SLUICESG"
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr size_t kSlotAlign = 4096;  // O_DIRECT reads land in slots
+inline constexpr uint32_t kMaxClients = 64;  // a slot's waiter set is a 64-bit mask
+inline constexpr uint32_t kStatLayers = 256;  // FORMAT.md: layers ≤ 256
+inline constexpr uint32_t kLatencyBuckets = 96;  // bucket b: [2^(b/4), 2^((b+1)/4)) µs
+inline constexpr uint32_t kNoSlot = 0;           // in a pin list: no pin (entries hold slot + 1)
+
+// A cache key: model layer and expert id. 0 never names an expert, so it
+// marks an empty index entry.
+inline constexpr uint64_t make_key(uint32_t layer, uint32_t expert) {
+  return (uint64_t{layer} + 1) << 32 | expert;
+}
+inline constexpr uint32_t key_layer(uint64_t key) { return static_cast<uint32_t>((key >> 32) - 1); }
+inline constexpr uint32_t key_expert(uint64_t key) { return static_cast<uint32_t>(key); }
+
+struct Geometry {
+  uint32_t slot_count = 0;
+  uint32_t slot_bytes = 0;        // the largest record stride, a multiple of 4096
+  uint32_t max_clients = 0;       // ≤ kMaxClients
+  uint32_t pins_per_client = 0;   // the largest batch a client posts: experts of the widest layer
+  uint32_t index_capacity = 0;    // power of two ≥ 2 × slot_count
+  uint32_t demand_ring_capacity = 0;
+  uint32_t prefetch_ring_capacity = 0;
+  uint32_t reserved = 0;
+  bool operator==(const Geometry&) const = default;
+};
+
+// Byte offsets from the segment start; every one a multiple of 64, data 4096.
+struct Layout {
+  uint64_t stats = 0;
+  uint64_t clients = 0;
+  uint64_t client_stride = 0;  // a ClientEntry followed by its pin list
+  uint64_t slots = 0;
+  uint64_t index = 0;
+  uint64_t demand_ring = 0;
+  uint64_t prefetch_ring = 0;
+  uint64_t data = 0;
+  uint64_t total = 0;
+  bool operator==(const Layout&) const = default;
+};
+
+// Throws Error when the geometry cannot describe a segment (zero slots,
+// misaligned slot size, too many clients, capacities out of range).
+Layout compute_layout(const Geometry& geometry);
+
+// The geometry of the largest cache that fits, segment and all, in `budget`
+// bytes: rings sized from the slot count. Throws Error naming the budget when
+// fewer than `min_slots` slots fit.
+Geometry plan_geometry(uint64_t budget, uint32_t slot_bytes, uint32_t min_slots, uint32_t max_clients,
+                       uint32_t pins_per_client);
+
+enum class OwnerState : uint32_t { kStarting = 0, kServing = 1, kStopped = 2, kFailed = 3 };
+
+struct SegmentHeader {
+  uint64_t magic = 0;
+  uint32_t layout_version = 0;
+  uint32_t header_bytes = 0;  // sizeof(SegmentHeader) of the writer
+  Geometry geometry;
+  Layout layout;
+  uint64_t identity = 0;      // the container's identity (Container::identity())
+  int32_t owner_pid = 0;
+  uint32_t direct_io = 0;     // 1 when every bank read bypasses the page cache
+  uint64_t owner_start_time = 0;  // /proc/<pid>/stat start time, clock ticks
+  char instance[64] = {};
+  std::atomic<uint32_t> owner_state{0};      // OwnerState
+  std::atomic<uint32_t> work{0};             // futex word the worker sleeps on; clients bump it
+  std::atomic<uint32_t> demand_starved{0};   // worker waits for an unpin to find a victim
+  std::atomic<uint32_t> reserved{0};
+  std::atomic<uint64_t> clock{0};            // access clock for LRU / LFRU ties
+  std::atomic<uint64_t> owner_heartbeat_ns{0};
+  // Guards the index, the rings, slot keys/pins/waiters and every pin list.
+  // Process-shared and robust; never held across I/O or a futex wait.
+  pthread_mutex_t lock;
+};
+
+struct LayerCounters {
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> misses{0};
+};
+
+// Counters only grow (gauges excepted); readers take relaxed snapshots.
+struct StatsBlock {
+  std::atomic<uint64_t> hits{0};            // found in the cache (ready or loading)
+  std::atomic<uint64_t> inflight_hits{0};   // of those, found still loading
+  std::atomic<uint64_t> misses{0};          // posted to the demand ring
+  std::atomic<uint64_t> demand_reads{0};
+  std::atomic<uint64_t> prefetch_reads{0};
+  std::atomic<uint64_t> prefetch_requests{0};
+  std::atomic<uint64_t> prefetch_dropped{0};  // already cached, queue full, or no victim
+  std::atomic<uint64_t> bytes_read{0};
+  std::atomic<uint64_t> read_errors{0};
+  std::atomic<uint64_t> evictions{0};
+  std::atomic<uint64_t> wasted_prefetches{0};  // prefetched, then evicted unused
+  std::atomic<uint64_t> bad_requests{0};       // ring entries that failed a bounds check
+  std::atomic<uint64_t> clients_reaped{0};
+  std::atomic<uint64_t> queue_depth{0};        // gauge: requests waiting for a reader
+  std::atomic<uint64_t> inflight{0};           // gauge: reads submitted, not completed
+  std::atomic<uint64_t> read_ns_total{0};
+  std::atomic<uint64_t> latency[kLatencyBuckets] = {};
+  LayerCounters layers[kStatLayers];
+};
+
+enum class ClientState : uint32_t { kFree = 0, kActive = 1 };
+
+struct alignas(64) ClientEntry {
+  std::atomic<uint32_t> state{0};   // ClientState
+  uint32_t epoch = 0;               // bumped at each registration; ring entries carry it
+  int32_t pid = 0;
+  uint32_t batch = 0;               // the batch the client waits on (under the lock)
+  uint64_t start_time = 0;
+  std::atomic<uint64_t> heartbeat_ns{0};
+  std::atomic<uint32_t> notify{0};  // futex word: bumped when one of its requests is pinned or lands
+  uint32_t reserved = 0;
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> misses{0};
+  std::atomic<uint64_t> wait_ns{0};
+  // Followed by uint32_t pins[pins_per_client]: for each position of the
+  // current batch, the pinned slot + 1 (kNoSlot when none). Under the lock;
+  // the source of truth that slot pin counts are rebuilt from.
+};
+
+enum class SlotState : uint32_t { kEmpty = 0, kLoading = 1, kReady = 2, kFailed = 3 };
+enum class ReadOrigin : uint32_t { kDemand = 0, kPrefetch = 1 };
+
+struct alignas(64) SlotEntry {
+  std::atomic<uint32_t> state{0};   // SlotState; READY is stored with release after the data
+  std::atomic<uint32_t> futex{0};   // bumped and woken at every state change
+  uint32_t generation = 0;          // bumped each time the slot takes a new key
+  uint32_t pins = 0;                // under the lock
+  uint64_t key = 0;                 // under the lock; fixed while pinned
+  uint64_t waiters = 0;             // bit i: client i waits for this slot to land
+  uint64_t hits = 0;                // LFRU frequency; a new fill starts at 1
+  uint64_t last_access = 0;         // header clock at the last pin
+  uint32_t origin = 0;              // ReadOrigin of the fill
+  uint32_t used = 0;                // pinned by a client since it was filled
+  char error[88] = {};              // why the fill failed (FAILED only)
+};
+
+struct IndexEntry {
+  uint64_t key = 0;  // 0: empty
+  uint32_t slot = 0;
+  uint32_t reserved = 0;
+};
+
+// One request, from a client (demand) or the worker's prefetch entry point.
+struct RingEntry {
+  uint32_t client = 0;    // demand: client table index
+  uint32_t epoch = 0;     // demand: the client's epoch when it posted
+  uint32_t batch = 0;     // demand: the client's batch id
+  uint32_t position = 0;  // demand: index into the client's pin list
+  uint32_t layer = 0;
+  uint32_t expert = 0;
+  uint32_t origin = 0;    // prefetch: who asked (opaque to shm)
+  uint32_t reserved = 0;
+};
+
+struct RingHeader {
+  uint32_t head = 0;  // next entry to pop (monotonic, mod capacity)
+  uint32_t tail = 0;  // next entry to push
+  uint32_t capacity = 0;
+  uint32_t reserved = 0;
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "shared-memory counters must be lock-free");
+static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
+
+}  // namespace sluice::shm

@@ -1,0 +1,26 @@
+// shm/pins.h: pin bookkeeping shared by clients and the worker: a pin is an
+// entry in a client's pin list plus one count on the slot, always changed
+// together under the segment lock. Nothing here waits, reads records or evicts.
+#pragma once
+
+#include <cstdint>
+
+#include "shm/segment.h"
+
+namespace sluice::shm {
+
+// Pins `slot` for `client` at `position` of its pin list and counts the
+// access (LFRU hits, LRU clock). Caller holds the lock. Throws Error on an
+// out-of-range client, position or slot, or a position already pinned.
+void pin_slot(Segment& segment, uint32_t client, uint32_t position, uint32_t slot);
+
+// Drops the pin at `position` (no-op when none). Returns true when the slot's
+// count reached zero. Caller holds the lock.
+bool unpin_position(Segment& segment, uint32_t client, uint32_t position);
+
+// Drops every pin of `client`, clears it from every slot's waiter set and
+// frees its table entry, so its queued requests are dropped (epoch
+// mismatch). Caller holds the lock.
+void release_client(Segment& segment, uint32_t client);
+
+}  // namespace sluice::shm

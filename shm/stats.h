@@ -1,0 +1,53 @@
+// shm/stats.h: a plain copy of the segment's counters for `sluice stats`, the
+// RPC stats call and run summaries, plus latency percentiles from the
+// histogram. Reading never takes the lock; numbers are relaxed snapshots.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "shm/segment.h"
+
+namespace sluice::shm {
+
+struct LayerStats {
+  uint32_t layer = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+};
+
+struct ClientStats {
+  uint32_t id = 0;
+  int32_t pid = 0;
+  uint64_t requests = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  double wait_seconds = 0;
+  double heartbeat_age_seconds = 0;
+};
+
+struct StatsSnapshot {
+  uint64_t hits = 0, inflight_hits = 0, misses = 0;
+  uint64_t demand_reads = 0, prefetch_reads = 0, prefetch_requests = 0, prefetch_dropped = 0;
+  uint64_t bytes_read = 0, read_errors = 0, evictions = 0, wasted_prefetches = 0;
+  uint64_t bad_requests = 0, clients_reaped = 0, queue_depth = 0, inflight = 0;
+  double read_seconds_total = 0;
+  double read_p50_us = 0, read_p90_us = 0, read_p99_us = 0;  // bucket upper bounds
+  bool direct_io = false;
+  uint32_t slot_count = 0, slot_bytes = 0;
+  uint32_t slots_ready = 0, slots_pinned = 0;
+  std::vector<LayerStats> layers;    // layers with any traffic
+  std::vector<ClientStats> clients;  // active clients
+  double hit_rate() const { return hits + misses == 0 ? 0.0 : double(hits) / double(hits + misses); }
+};
+
+StatsSnapshot read_stats(const Segment& segment);
+
+// The bucket a read of `ns` nanoseconds falls in, and a bucket's upper bound.
+uint32_t latency_bucket(uint64_t ns);
+double latency_bucket_upper_us(uint32_t bucket);
+// The upper bound (µs) of the bucket holding quantile `q` of `counts`; 0 when empty.
+double histogram_quantile_us(const uint64_t* counts, uint32_t buckets, double q);
+
+}  // namespace sluice::shm
