@@ -1,0 +1,305 @@
+// compute/tokenizer/tokenizer_json.cpp: reads an untrusted tokenizer.json (and
+// tokenizer_config.json) into a Tokenizer. Every field is type- and
+// range-checked; anything it cannot honour exactly is refused by name.
+#include <algorithm>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "compute/tokenizer/tokenizer.h"
+#include "compute/tokenizer/tokenizer_impl.h"
+#include "compute/tokenizer/unicode.h"
+#include "proto/error.h"
+
+namespace sluice::tokenizer {
+namespace {
+
+using nlohmann::json;
+
+// Ids index a dense table; a hostile file must not make it huge.
+constexpr int64_t kMaxTokenId = (1 << 24) - 1;
+constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;
+
+class Reader {
+ public:
+  explicit Reader(std::string_view file) : file_(file) {}
+
+  json parse(std::string_view text) const {
+    try {
+      return json::parse(text.begin(), text.end());
+    } catch (const json::parse_error& e) {
+      fail("{}: not valid JSON: {}", file_, e.what());
+    }
+  }
+
+  const json& member(const json& object, const char* key, std::string_view where) const {
+    if (!object.is_object()) fail("{}: {} is not an object", file_, where);
+    const auto it = object.find(key);
+    if (it == object.end()) fail("{}: {} has no \"{}\"", file_, where, key);
+    return *it;
+  }
+
+  std::string string_of(const json& value, std::string_view what) const {
+    if (!value.is_string()) fail("{}: {} is not a string", file_, what);
+    const auto& s = value.get_ref<const std::string&>();
+    if (!is_valid_utf8(s)) fail("{}: {} is not valid UTF-8", file_, what);
+    return s;
+  }
+
+  bool bool_or(const json& object, const char* key, bool fallback, std::string_view where) const {
+    const auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) fail("{}: {}.{} is not a boolean", file_, where, key);
+    return it->get<bool>();
+  }
+
+  TokenId id_of(const json& value, std::string_view what) const {
+    if (!value.is_number_integer()) fail("{}: {} is not an integer id", file_, what);
+    const auto id = value.get<int64_t>();
+    if (id < 0 || id > kMaxTokenId) fail("{}: {} is {}, outside 0..{}", file_, what, id, kMaxTokenId);
+    return static_cast<TokenId>(id);
+  }
+
+  std::string type_of(const json& object, std::string_view where) const {
+    return string_of(member(object, "type", where), std::string(where) + ".type");
+  }
+
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+};
+
+Tokenizer::Impl::Entry& entry_for(Tokenizer::Impl& impl, TokenId id) {
+  if (static_cast<size_t>(id) >= impl.entries.size()) impl.entries.resize(static_cast<size_t>(id) + 1);
+  return impl.entries[id];
+}
+
+void read_normalizer(const Reader& r, const json& node, std::string_view where, Tokenizer::Impl& impl) {
+  if (node.is_null()) return;
+  const std::string type = r.type_of(node, where);
+  if (type == "NFC") {
+    impl.nfc = true;
+  } else if (type == "Sequence") {
+    const json& list = r.member(node, "normalizers", where);
+    if (!list.is_array()) fail("{}: {}.normalizers is not a list", r.file(), where);
+    for (size_t i = 0; i < list.size(); ++i) {
+      read_normalizer(r, list[i], fmt::format("{}.normalizers[{}]", where, i), impl);
+    }
+  } else {
+    fail("{}: {} is a \"{}\" normalizer; only NFC and Sequence are supported", r.file(), where, type);
+  }
+}
+
+void read_pre_tokenizer(const Reader& r, const json& node, std::string_view where,
+                        std::vector<PreTokenizerStep>& steps) {
+  if (node.is_null()) return;
+  const std::string type = r.type_of(node, where);
+  if (type == "Sequence") {
+    const json& list = r.member(node, "pretokenizers", where);
+    if (!list.is_array()) fail("{}: {}.pretokenizers is not a list", r.file(), where);
+    for (size_t i = 0; i < list.size(); ++i) {
+      read_pre_tokenizer(r, list[i], fmt::format("{}.pretokenizers[{}]", where, i), steps);
+    }
+  } else if (type == "ByteLevel") {
+    // Hugging Face's defaults when the fields are missing.
+    steps.push_back({PreTokenizerStep::Kind::kByteLevel, SplitPattern::kGpt2,
+                     r.bool_or(node, "use_regex", true, where), r.bool_or(node, "add_prefix_space", true, where)});
+  } else if (type == "Split") {
+    const json& pattern = r.member(node, "pattern", where);
+    if (!pattern.is_object() || !pattern.contains("Regex")) {
+      fail("{}: {}.pattern is not a {{\"Regex\": ...}} object; string patterns are not supported", r.file(), where);
+    }
+    const std::string regex = r.string_of(pattern["Regex"], std::string(where) + ".pattern.Regex");
+    const auto recognised = recognise_split_pattern(regex);
+    if (!recognised) {
+      fail("{}: {}.pattern.Regex {} is not one of the recognised GPT-2, Qwen2 or DeepSeek-V3 split patterns",
+           r.file(), where, json(regex).dump());
+    }
+    const std::string behavior = r.string_of(r.member(node, "behavior", where), std::string(where) + ".behavior");
+    if (behavior != "Isolated") fail("{}: {}.behavior is \"{}\"; only Isolated is supported", r.file(), where, behavior);
+    if (r.bool_or(node, "invert", false, where)) fail("{}: {}.invert is true; not supported", r.file(), where);
+    steps.push_back({PreTokenizerStep::Kind::kSplit, *recognised, false, false});
+  } else {
+    fail("{}: {} is a \"{}\" pre-tokenizer; only Split, ByteLevel and Sequence are supported", r.file(), where, type);
+  }
+}
+
+void check_decoder(const Reader& r, const json& node) {
+  if (node.is_null()) fail("{}: decoder is null; a ByteLevel decoder is required", r.file());
+  const std::string type = r.type_of(node, "decoder");
+  if (type != "ByteLevel") fail("{}: decoder is \"{}\"; only ByteLevel is supported", r.file(), type);
+}
+
+void read_model(const Reader& r, const json& model, Tokenizer::Impl& impl) {
+  if (!model.is_object()) fail("{}: model is not an object", r.file());
+  if (model.contains("type") && r.type_of(model, "model") != "BPE") {
+    fail("{}: model.type is \"{}\"; only BPE is supported", r.file(), r.type_of(model, "model"));
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0)) {
+    fail("{}: model.dropout is set; BPE dropout is not supported", r.file());
+  }
+  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(affix) && !model[affix].is_null() &&
+        r.string_of(model[affix], std::string("model.") + affix) != "") {
+      fail("{}: model.{} is set; not supported for byte-level BPE", r.file(), affix);
+    }
+  }
+  impl.model = BpeModel(r.bool_or(model, "ignore_merges", false, "model"));
+
+  const json& vocab = r.member(model, "vocab", "model");
+  if (!vocab.is_object()) fail("{}: model.vocab is not an object", r.file());
+  for (const auto& [text, value] : vocab.items()) {
+    const std::string where = fmt::format("model.vocab[{}]", json(text).dump());
+    if (!is_valid_utf8(text)) fail("{}: {} is not valid UTF-8", r.file(), where);
+    const TokenId id = r.id_of(value, where);
+    auto& entry = entry_for(impl, id);
+    if (entry.present) fail("{}: {} reuses id {} of {}", r.file(), where, id, json(entry.text).dump());
+    entry.present = true;
+    entry.text = text;
+    impl.model_vocab.emplace(text, id);
+    if (auto bytes = byte_level_to_bytes(text)) {
+      entry.bytes = *bytes;
+      impl.model.add_token(std::move(*bytes), id);
+    } else {
+      entry.bytes = text;  // not spelled in byte-level characters: decodes as itself
+    }
+  }
+
+  const json& merges = r.member(model, "merges", "model");
+  if (!merges.is_array()) fail("{}: model.merges is not a list", r.file());
+  auto lookup = [&](const std::string& token, size_t rank) {
+    const auto it = impl.model_vocab.find(token);
+    if (it == impl.model_vocab.end()) {
+      fail("{}: model.merges[{}] uses {}, which is not in model.vocab", r.file(), rank, json(token).dump());
+    }
+    return it->second;
+  };
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& merge = merges[rank];
+    const std::string where = fmt::format("model.merges[{}]", rank);
+    std::string left, right;
+    if (merge.is_string()) {
+      const std::string line = r.string_of(merge, where);
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+        fail("{}: {} is {}, not two tokens separated by one space", r.file(), where, json(line).dump());
+      }
+      left = line.substr(0, space);
+      right = line.substr(space + 1);
+    } else if (merge.is_array() && merge.size() == 2) {
+      left = r.string_of(merge[0], where + "[0]");
+      right = r.string_of(merge[1], where + "[1]");
+    } else {
+      fail("{}: {} is neither \"a b\" nor [a, b]", r.file(), where);
+    }
+    impl.model.add_merge(lookup(left, rank), lookup(right, rank), lookup(left + right, rank));
+  }
+}
+
+void read_added_tokens(const Reader& r, const json& root, Tokenizer::Impl& impl) {
+  const auto it = root.find("added_tokens");
+  if (it == root.end() || it->is_null()) return;
+  if (!it->is_array()) fail("{}: added_tokens is not a list", r.file());
+  std::vector<AddedToken> raw, normalized;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& node = (*it)[i];
+    const std::string where = fmt::format("added_tokens[{}]", i);
+    AddedToken token;
+    token.id = r.id_of(r.member(node, "id", where), where + ".id");
+    token.content = r.string_of(r.member(node, "content", where), where + ".content");
+    if (token.content.empty()) fail("{}: {}.content is empty", r.file(), where);
+    token.special = r.bool_or(node, "special", false, where);
+    token.normalized = r.bool_or(node, "normalized", !token.special, where);
+    token.lstrip = r.bool_or(node, "lstrip", false, where);
+    token.rstrip = r.bool_or(node, "rstrip", false, where);
+    token.single_word = r.bool_or(node, "single_word", false, where);
+    auto& entry = entry_for(impl, token.id);
+    entry.present = true;
+    entry.text = token.content;
+    entry.bytes = token.content;
+    entry.special = token.special;
+    impl.added_vocab[token.content] = token.id;
+    (token.normalized && impl.nfc ? normalized : raw).push_back(std::move(token));
+  }
+  impl.raw_added = AddedTokenMatcher(std::move(raw));
+  impl.normalized_added = AddedTokenMatcher(std::move(normalized));
+}
+
+std::optional<TokenId> config_token(const Reader& r, const json& config, const char* key, const Tokenizer& tok) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  std::string content;
+  if (it->is_string()) {
+    content = r.string_of(*it, key);
+  } else if (it->is_object()) {
+    content = r.string_of(r.member(*it, "content", key), std::string(key) + ".content");
+  } else {
+    fail("{}: {} is neither a string nor an object with \"content\"", r.file(), key);
+  }
+  const auto id = tok.token_to_id(content);
+  if (!id) fail("{}: {} {} is not a token of the tokenizer", r.file(), key, json(content).dump());
+  return id;
+}
+
+std::string read_file(FileSystem& fs, const std::string& path) {
+  auto file = fs.open(path, OpenMode::kBuffered);
+  const uint64_t size = file->size();
+  if (size > kMaxFileBytes) fail("{}: {} bytes is too large for a tokenizer file", path, size);
+  std::string text(size, '\0');
+  read_exact(*file, 0, text.data(), size);
+  return text;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_name,
+                               std::string_view config_json, std::string_view config_name) {
+  const Reader r(tokenizer_name);
+  const json root = r.parse(tokenizer_json);
+  if (!root.is_object()) fail("{}: the top level is not an object", tokenizer_name);
+  auto impl = std::make_unique<Impl>();
+  read_normalizer(r, root.value("normalizer", json()), "normalizer", *impl);
+  std::vector<PreTokenizerStep> steps;
+  read_pre_tokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", steps);
+  const bool byte_level = std::any_of(steps.begin(), steps.end(), [](const PreTokenizerStep& s) {
+    return s.kind == PreTokenizerStep::Kind::kByteLevel;
+  });
+  if (!byte_level) fail("{}: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", tokenizer_name);
+  impl->pre_tokenizer = PreTokenizer(std::move(steps));
+  check_decoder(r, root.value("decoder", json()));
+  read_model(r, r.member(root, "model", "the top level"), *impl);
+  read_added_tokens(r, root, *impl);
+
+  Tokenizer tokenizer(std::move(impl));
+  if (!config_json.empty()) {
+    const Reader c(config_name);
+    const json config = c.parse(config_json);
+    if (!config.is_object()) fail("{}: the top level is not an object", config_name);
+    tokenizer.impl_->bos = config_token(c, config, "bos_token", tokenizer);
+    tokenizer.impl_->eos = config_token(c, config, "eos_token", tokenizer);
+    tokenizer.impl_->add_bos = c.bool_or(config, "add_bos_token", false, "the top level");
+    if (tokenizer.impl_->add_bos && !tokenizer.impl_->bos) {
+      fail("{}: add_bos_token is true but bos_token is not set", config_name);
+    }
+  }
+  return tokenizer;
+}
+
+Tokenizer Tokenizer::load(const std::string& tokenizer_path, const std::string& config_path, FileSystem& fs) {
+  const std::string text = read_file(fs, tokenizer_path);
+  const std::string config = config_path.empty() ? std::string() : read_file(fs, config_path);
+  return from_json(text, tokenizer_path, config, config_path);
+}
+
+Tokenizer Tokenizer::load_from_container(const std::string& model_dir, FileSystem& fs) {
+  if (!fs.exists(model_dir)) fail("{}: no such model directory", model_dir);
+  if (!fs.exists(model_dir + "/manifest.json")) {
+    fail("{}: incomplete container: conversion did not finish (no manifest.json)", model_dir);
+  }
+  const std::string config = model_dir + "/tokenizer_config.json";
+  return load(model_dir + "/tokenizer.json", fs.exists(config) ? config : "", fs);
+}
+
+}  // namespace sluice::tokenizer

@@ -1,0 +1,49 @@
+// compute/tokenizer/unicode.h: the Unicode facts the tokenizer needs — UTF-8
+// repair and decoding, general-category classes, NFC. It never decides where
+// tokens split; it only answers questions about characters.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice::tokenizer {
+
+inline constexpr char32_t kReplacementChar = 0xFFFD;
+
+// Returns `bytes` with every maximal invalid subpart replaced by U+FFFD, the
+// same substitution WHATWG's TextDecoder and Node's Buffer.toString make, so
+// a broken input tokenizes the way the reference tokenizers see it.
+std::string repair_utf8(std::string_view bytes);
+
+// True when `bytes` is well-formed UTF-8 (no surrogates, overlongs or
+// truncated sequences).
+bool is_valid_utf8(std::string_view bytes);
+
+// Length of the longest prefix of `bytes` that does not end inside a
+// multi-byte sequence that could still be completed by more bytes. Invalid
+// bytes count as complete (they will become U+FFFD, more bytes cannot fix
+// them).
+size_t complete_utf8_prefix(std::string_view bytes);
+
+// Decodes well-formed UTF-8 (callers repair first) into code points.
+void decode_utf8(std::string_view valid, std::u32string& out);
+void append_utf8(std::string& out, char32_t code_point);
+
+// Character classes the recognised pre-tokenizer patterns are made of.
+enum CharClass : uint8_t {
+  kLetter = 1 << 0,       // \p{L}
+  kNumber = 1 << 1,       // \p{N}
+  kPunctuation = 1 << 2,  // \p{P}
+  kSymbol = 1 << 3,       // \p{S}
+  kMark = 1 << 4,         // \p{M}
+  kSpace = 1 << 5,        // \s: the White_Space property (as Oniguruma and Rust's regex use it)
+  kWord = 1 << 6,         // \w as Rust's regex defines it (Alphabetic, M, Nd, Pc, Join_Control)
+};
+uint8_t char_classes(char32_t c);
+
+// Canonical composition (NFC) of well-formed UTF-8.
+std::string nfc(std::string_view valid);
+
+}  // namespace sluice::tokenizer
