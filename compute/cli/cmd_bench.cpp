@@ -1,3 +1,95 @@
-// Placeholder until the bench command lands.
+// compute/cli/cmd_bench.cpp: `sluice bench` and its subcommands. Each one is a
+// single add_bench_<name> function wired in add_bench_command (kernels lives
+// here; io, decode and replay get their own files). Measures, never asserts.
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "compute/cli/commands.h"
-void sluice::cli::add_bench_command(CLI::App&) {}
+#include "compute/kernels/dispatch.h"
+#include "compute/kernels/kernel_bench.h"
+#include "compute/kernels/thread_pool.h"
+#include "proto/error.h"
+
+namespace sluice::cli {
+
+namespace {
+
+nlohmann::json kernel_report_json(const kernels::KernelBenchReport& r) {
+  nlohmann::json cases = nlohmann::json::array();
+  for (const kernels::KernelBenchCase& c : r.cases) {
+    const double wps = c.weights / c.median_seconds;
+    cases.push_back({{"model", c.model},
+                     {"kernel", c.kernel},
+                     {"shape", c.shape},
+                     {"variant", c.variant},
+                     {"weights", c.weights},
+                     {"packed_bytes", c.packed_bytes},
+                     {"median_seconds", c.median_seconds},
+                     {"runs", c.runs},
+                     {"weights_per_second", wps},
+                     {"weights_per_second_per_core", wps / static_cast<double>(r.threads)},
+                     {"packed_bytes_per_second", c.packed_bytes / c.median_seconds}});
+  }
+  return {{"isa", r.isa},
+          {"threads", r.threads},
+          {"memory_buffer_bytes", r.memory_buffer_bytes},
+          {"memory_read_bytes_per_second", r.memory_read_bytes_per_second},
+          {"cases", cases}};
+}
+
+void print_kernel_report(const kernels::KernelBenchReport& r) {
+  fmt::print("kernels {}, {} thread(s); memory read {:.1f} GB/s ({} MiB buffer)\n", r.isa, r.threads,
+             r.memory_read_bytes_per_second / 1e9, r.memory_buffer_bytes >> 20);
+  fmt::print("{:<16} {:<18} {:<24} {:<31} {:>9} {:>7} {:>9} {:>8} {:>5}\n", "model", "kernel", "shape",
+             "variant", "median ms", "Gw/s", "Gw/s/core", "pk GB/s", "%mem");
+  for (const kernels::KernelBenchCase& c : r.cases) {
+    const double gw = c.weights / c.median_seconds / 1e9;
+    const double gb = c.packed_bytes / c.median_seconds / 1e9;
+    fmt::print("{:<16} {:<18} {:<24} {:<31} {:>9.3f} {:>7.2f} {:>9.2f} {:>8.2f} {:>5.0f}\n", c.model, c.kernel,
+               c.shape, c.variant, c.median_seconds * 1e3, gw, gw / static_cast<double>(r.threads), gb,
+               100.0 * gb * 1e9 / r.memory_read_bytes_per_second);
+  }
+}
+
+void add_bench_kernels(CLI::App& bench) {
+  struct Flags {
+    bool json = false;
+    std::optional<size_t> threads;
+    double seconds = 0.3;
+    bool no_alternatives = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "kernels", "time the RVQ expert and trunk q4/q8 kernels at real model shapes, next to memory bandwidth");
+  cmd->add_flag("--json", flags->json, "print JSON instead of a table");
+  cmd->add_option("--threads", flags->threads, "worker threads (default: SLUICE_THREADS, else all cores)");
+  cmd->add_option("--seconds", flags->seconds, "time budget per case; each case runs at least 3 times")
+      ->check(CLI::Range(0.0, 600.0));
+  cmd->add_flag("--no-alternatives", flags->no_alternatives, "time only what the engine runs");
+  cmd->callback([flags] {
+    kernels::KernelBenchOptions options;
+    options.threads = kernels::resolve_thread_count(flags->threads);
+    options.seconds_per_case = flags->seconds;
+    options.isa = kernels::isa_from_environment();
+    options.alternatives = !flags->no_alternatives;
+    const kernels::KernelBenchReport report = kernels::run_kernel_bench(options);
+    if (flags->json)
+      fmt::print("{}\n", kernel_report_json(report).dump(2));
+    else
+      print_kernel_report(report);
+  });
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "measure this machine: kernels (more to come)");
+  bench->require_subcommand(1);
+  add_bench_kernels(*bench);
+}
+
+}  // namespace sluice::cli

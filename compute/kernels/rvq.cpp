@@ -121,6 +121,12 @@ void rvq_matvec(const RvqTable& table, uint32_t token, const RvqMatrixView& matr
 
 void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& matrix,
                 float* y, const Exec& exec) {
+  detail::rvq_matmul_planned(table, tokens, matrix, y, exec, detail::default_rvq_rows_plan());
+}
+
+void detail::rvq_matmul_planned(const RvqTable& table, std::span<const uint32_t> tokens,
+                                const RvqMatrixView& matrix, float* y, const Exec& exec,
+                                const RvqRowsPlan& plan) {
   check_matrix(table, matrix);
   if (tokens.empty()) return;
   std::vector<const float*> luts(tokens.size());
@@ -131,7 +137,6 @@ void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens, const R
   }
   const uint32_t blocks = matrix.shape.rows_padded() / kRowBlock;
   const size_t grains = (blocks + kRowGrainBlocks - 1) / kRowGrainBlocks;
-  const detail::RvqRowsPlan plan = detail::default_rvq_rows_plan();
   split(exec, grains, 1, [&](size_t begin, size_t end) {
     const auto b0 = static_cast<uint32_t>(begin * kRowGrainBlocks);
     const auto b1 = static_cast<uint32_t>(std::min<size_t>(blocks, end * kRowGrainBlocks));

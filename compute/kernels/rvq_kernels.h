@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "compute/kernels/rvq.h"
 
@@ -23,6 +24,10 @@ struct RvqRowsPlan {
   uint32_t tile_vectors = 0;     // vector positions per pass over the rows; 0 = all of them
 };
 RvqRowsPlan default_rvq_rows_plan();
+
+// rvq_matmul with an explicit AVX2 row plan (the benchmark compares plans).
+void rvq_matmul_planned(const RvqTable& table, std::span<const uint32_t> tokens,
+                        const RvqMatrixView& matrix, float* y, const Exec& exec, const RvqRowsPlan& plan);
 
 // Outputs of row blocks [block_begin, block_end) for n tokens: token i reads
 // table luts[i] and writes ys[i][row] for the real (unpadded) rows only.

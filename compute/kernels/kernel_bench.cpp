@@ -1,0 +1,258 @@
+// compute/kernels/kernel_bench.cpp: times the kernels the way the engine calls
+// them, on synthetic records of the real model shapes, and measures memory read
+// bandwidth in the same run so every speed has a ceiling next to it. Never
+// asserts on a time; it only reports medians.
+#include "compute/kernels/kernel_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+
+#include "compute/kernels/quant.h"
+#include "compute/kernels/rvq.h"
+#include "compute/kernels/rvq_kernels.h"
+#include "compute/kernels/thread_pool.h"
+#include "proto/f16.h"
+
+namespace sluice::kernels {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kDistinctExperts = 24;  // more than the LLC holds, as records from the slot cache
+constexpr uint64_t kMemoryBufferBytes = uint64_t{512} << 20;
+
+struct TrunkShape {
+  const char* name;
+  QuantFormat format;
+  uint32_t rows, cols;
+};
+
+struct ModelShape {
+  const char* name;
+  uint32_t hidden, width, top_k;
+  TrunkShape trunk[2];
+};
+
+constexpr ModelShape kModels[] = {
+    {"olmoe-1b-7b", 2048, 1024, 8,
+     {{"q_proj", QuantFormat::kQ4G128, 2048, 2048}, {"lm_head", QuantFormat::kQ8G128, 50304, 2048}}},
+    {"qwen3-30b-a3b", 2048, 768, 8,
+     {{"q_proj", QuantFormat::kQ4G128, 4096, 2048}, {"lm_head", QuantFormat::kQ8G128, 151936, 2048}}},
+    {"kimi-linear-48b", 2304, 1024, 8,
+     {{"q_proj", QuantFormat::kQ4G128, 4096, 2304}, {"lm_head", QuantFormat::kQ8G128, 163840, 2304}}},
+};
+
+void fill_random(uint8_t* out, size_t n, uint64_t seed) {
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    out[i] = static_cast<uint8_t>(state >> 24);
+  }
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::vector<uint8_t> bytes(n);
+  fill_random(bytes.data(), n, seed);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = (static_cast<float>(bytes[i]) - 127.5f) / 128.0f;
+  return out;
+}
+
+template <typename F>
+double median_seconds(double budget, size_t& runs, F&& f) {
+  f();  // warm-up: first-touch pages, caches, thread wake-up
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (times.size() < 3 ||
+         (std::chrono::duration<double>(Clock::now() - start).count() < budget && times.size() < 10000)) {
+    const auto t0 = Clock::now();
+    f();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  runs = times.size();
+  std::nth_element(times.begin(), times.begin() + static_cast<ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
+// STREAM-style read: sum a buffer larger than the last-level cache.
+double memory_read_bandwidth(ThreadPool& pool, double budget) {
+  const size_t words = kMemoryBufferBytes / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(words);
+  pool.parallel_for(words, words / 64, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) buffer[i] = i * 2654435761u;
+  });
+  constexpr size_t kChunks = 256;
+  std::vector<uint64_t> sums(kChunks);
+  size_t runs = 0;
+  const double seconds = median_seconds(std::max(budget, 0.5), runs, [&] {
+    pool.parallel_for(kChunks, 1, [&](size_t b, size_t e) {
+      for (size_t c = b; c < e; ++c) {
+        uint64_t s = 0;
+        const uint64_t* p = buffer.data() + c * (words / kChunks);
+        for (size_t i = 0; i < words / kChunks; ++i) s += p[i];
+        sums[c] = s;
+      }
+    });
+  });
+  volatile uint64_t sink = 0;
+  for (uint64_t s : sums) sink = sink + s;
+  return static_cast<double>(kMemoryBufferBytes) / seconds;
+}
+
+// kDistinctExperts synthetic records of one layer, plus its nine codebooks.
+struct ExpertBank {
+  uint32_t hidden, width;
+  std::array<RvqMatrixShape, 3> shapes;
+  std::array<std::vector<uint8_t>, 3> indices;  // kDistinctExperts matrices each
+  std::array<std::vector<uint16_t>, 3> scales;  // shared by the experts: scales do not change speed
+  std::vector<RvqCodebooks> books;
+
+  ExpertBank(uint32_t h, uint32_t w) : hidden(h), width(w) {
+    shapes = {RvqMatrixShape{w, h}, RvqMatrixShape{w, h}, RvqMatrixShape{h, w}};
+    for (int k = 0; k < 3; ++k) {
+      indices[k].resize(shapes[k].index_bytes() * kDistinctExperts);
+      fill_random(indices[k].data(), indices[k].size(), 11 + k);
+      const std::vector<float> s = random_floats(shapes[k].rows_padded(), 21 + k);
+      for (float v : s) scales[k].push_back(f32_to_f16(std::fabs(v) + 0.01f));
+      const std::vector<float> cb = random_floats(3 * 256 * 8, 31 + k);
+      books.emplace_back(cb.data(), cb.data() + 2048, cb.data() + 4096);
+    }
+  }
+  RvqMatrixView view(int kind, uint32_t expert) const {
+    return {shapes[kind], indices[kind].data() + shapes[kind].index_bytes() * (expert % kDistinctExperts),
+            scales[kind].data()};
+  }
+  uint64_t packed_bytes(int kind) const { return shapes[kind].index_bytes() + shapes[kind].rows_padded() * 2; }
+};
+
+struct ExpertRun {
+  const char* name;
+  Isa isa;
+  detail::RvqRowsPlan plan;
+  bool shared_tables;
+};
+
+class Bench {
+ public:
+  explicit Bench(const KernelBenchOptions& o) : options_(o), pool_(o.threads), exec_{o.isa, &pool_} {}
+
+  KernelBenchReport run() {
+    report_.isa = isa_name(options_.isa);
+    report_.threads = pool_.size();
+    report_.memory_buffer_bytes = kMemoryBufferBytes;
+    report_.memory_read_bytes_per_second = memory_read_bandwidth(pool_, options_.seconds_per_case);
+    for (const ModelShape& model : kModels) {
+      bench_experts(model);
+      for (const TrunkShape& t : model.trunk) bench_trunk(model, t);
+    }
+    return std::move(report_);
+  }
+
+ private:
+  template <typename F>
+  void time_case(const ModelShape& m, std::string kernel, std::string shape, std::string variant,
+                 uint64_t weights, uint64_t bytes, F&& f) {
+    KernelBenchCase c{m.name, std::move(kernel), std::move(shape), std::move(variant), weights, bytes, 0, 0};
+    c.median_seconds = median_seconds(options_.seconds_per_case, c.runs, f);
+    report_.cases.push_back(std::move(c));
+  }
+
+  void bench_experts(const ModelShape& m) {
+    const ExpertBank bank(m.hidden, m.width);
+    const std::vector<float> x = random_floats(m.hidden, 41);
+    std::vector<float> g(m.width), u(m.width), h(m.width), out(m.hidden);
+    RvqTable gate_table, up_table, down_table;
+    const uint32_t token = 0;
+    uint32_t next_expert = 0;
+    const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
+    const uint64_t expert_bytes = bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
+
+    std::vector<ExpertRun> runs = {{"engine", options_.isa, detail::default_rvq_rows_plan(), true}};
+    if (options_.alternatives) {
+      runs.push_back({"scalar gather", Isa::kScalar, {}, true});
+      runs.push_back({"tables per expert", options_.isa, detail::default_rvq_rows_plan(), false});
+      if (options_.isa == Isa::kAvx2)
+        for (const auto& [name, plan] : std::initializer_list<std::pair<const char*, detail::RvqRowsPlan>>{
+                 {"avx2 gather 16 rows", {1, 0}},
+                 {"avx2 gather 32 rows, tile 8 v", {2, 8}},
+                 {"avx2 gather 32 rows, tile 32 v", {2, 32}},
+                 {"avx2 gather 32 rows, tile 64 v", {2, 64}}})
+          runs.push_back({name, Isa::kAvx2, plan, true});
+    }
+    for (const ExpertRun& run : runs) {
+      const Exec exec{run.isa, &pool_};
+      time_case(m, "rvq expert", fmt::format("3x[{}x{}] top-{}", m.width, m.hidden, m.top_k), run.name,
+                expert_weights * m.top_k, expert_bytes * m.top_k, [&] {
+                  if (run.shared_tables) {
+                    gate_table.build(bank.books[0], x.data(), m.hidden, 1, exec);
+                    up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
+                  }
+                  for (uint32_t k = 0; k < m.top_k; ++k) {
+                    const uint32_t e = next_expert++;
+                    if (!run.shared_tables) {
+                      gate_table.build(bank.books[0], x.data(), m.hidden, 1, exec);
+                      up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
+                    }
+                    detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, e), g.data(), exec, run.plan);
+                    detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, e), u.data(), exec, run.plan);
+                    for (uint32_t i = 0; i < m.width; ++i) h[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+                    down_table.build(bank.books[2], h.data(), m.width, 1, exec);
+                    detail::rvq_matmul_planned(down_table, {&token, 1}, bank.view(2, e), out.data(), exec, run.plan);
+                  }
+                });
+    }
+    const char* names[3] = {"rvq gate", "rvq up", "rvq down"};
+    for (int kind = 0; kind < 3; ++kind) {
+      const RvqMatrixShape s = bank.shapes[kind];
+      RvqTable& table = kind == 2 ? down_table : kind == 0 ? gate_table : up_table;
+      table.build(bank.books[kind], kind == 2 ? h.data() : x.data(), s.cols, 1, exec_);
+      float* y = kind == 2 ? out.data() : g.data();
+      time_case(m, names[kind], fmt::format("[{}x{}]", s.rows, s.cols), "engine", uint64_t{s.rows} * s.cols,
+                bank.packed_bytes(kind), [&] { rvq_matvec(table, 0, bank.view(kind, next_expert++), y, exec_); });
+    }
+    for (const uint32_t cols : {m.hidden, m.width}) {
+      const std::vector<float> in = random_floats(cols, 51);
+      time_case(m, "rvq table build", fmt::format("{} inputs", cols), "engine", 0, 0,
+                [&] { gate_table.build(bank.books[0], in.data(), cols, 1, exec_); });
+    }
+  }
+
+  void bench_trunk(const ModelShape& m, const TrunkShape& t) {
+    const QuantMatrixView shape{t.format, t.rows, t.cols, nullptr, nullptr};
+    std::vector<uint8_t> data(shape.row_bytes() * t.rows);
+    fill_random(data.data(), data.size(), 61);
+    if (t.format == QuantFormat::kQ8G128)  // -128 is outside the format's range
+      for (uint8_t& b : data) b = b == 0x80 ? 0 : b;
+    std::vector<uint16_t> scales(size_t{t.rows} * shape.groups(), f32_to_f16(0.01f));
+    const QuantMatrixView view{t.format, t.rows, t.cols, data.data(), scales.data()};
+    const char* fmt_name = t.format == QuantFormat::kQ8G128 ? "q8g128" : "q4g128";
+    const uint64_t bytes = data.size() + scales.size() * 2;
+    const uint64_t weights = uint64_t{t.rows} * t.cols;
+    constexpr uint32_t kPrefillTokens = 16;
+    const std::vector<float> x = random_floats(size_t{t.cols} * kPrefillTokens, 71);
+    std::vector<float> y(size_t{t.rows} * kPrefillTokens);
+    time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols), "engine",
+              weights, bytes, [&] { quant_matvec(view, x.data(), y.data(), exec_); });
+    if (t.rows <= 8192)
+      time_case(m, fmt::format("{} {}", fmt_name, t.name),
+                fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), "engine",
+                weights * kPrefillTokens, bytes,
+                [&] { quant_matmul(view, x.data(), kPrefillTokens, y.data(), exec_); });
+  }
+
+  KernelBenchOptions options_;
+  ThreadPool pool_;
+  Exec exec_;
+  KernelBenchReport report_;
+};
+
+}  // namespace
+
+KernelBenchReport run_kernel_bench(const KernelBenchOptions& options) { return Bench(options).run(); }
+
+}  // namespace sluice::kernels

@@ -1,0 +1,43 @@
+// compute/kernels/kernel_bench.h: the measurements behind `sluice bench
+// kernels`: RVQ experts and matrices, trunk q4/q8 matvec at real model shapes,
+// and the memory read bandwidth of the same run. Prints nothing itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compute/kernels/dispatch.h"
+
+namespace sluice::kernels {
+
+struct KernelBenchOptions {
+  size_t threads = 1;
+  double seconds_per_case = 0.3;  // repeated runs of one case stop after this long (at least 3 runs)
+  Isa isa = Isa::kScalar;
+  bool alternatives = true;  // also time the RVQ alternatives (row plans, scalar, unshared tables)
+};
+
+struct KernelBenchCase {
+  std::string model;   // e.g. "olmoe-1b-7b"
+  std::string kernel;  // e.g. "rvq expert", "rvq gate", "q4g128 q_proj"
+  std::string shape;   // e.g. "3x[1024x2048] top-8"
+  std::string variant; // "engine" for what the engine runs, else the alternative's name
+  uint64_t weights = 0;        // weights multiplied per run
+  uint64_t packed_bytes = 0;   // stored bytes read per run (indices/ints plus scales)
+  double median_seconds = 0;
+  size_t runs = 0;
+};
+
+struct KernelBenchReport {
+  std::string isa;
+  size_t threads = 0;
+  uint64_t memory_buffer_bytes = 0;
+  double memory_read_bytes_per_second = 0;  // median of full passes, all threads
+  std::vector<KernelBenchCase> cases;
+};
+
+KernelBenchReport run_kernel_bench(const KernelBenchOptions& options);
+
+}  // namespace sluice::kernels
