@@ -62,9 +62,12 @@ class Client {
   void post_unposted();
   bool collect_assigned();
   void check_owner() const;
+  // Still the same table entry: not reaped, not taken over by another client.
+  bool registered() const;
 
   Segment& segment_;
   uint32_t id_ = 0;
+  uint32_t epoch_ = 0;
   uint32_t batch_ = 0;
   uint32_t layer_ = 0;
   std::vector<uint32_t> experts_;

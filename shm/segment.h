@@ -65,13 +65,15 @@ class Segment {
   void set_owner_state(OwnerState state);
 
  private:
-  Segment() = default;
-  void adopt_mapping(uint8_t* base, uint64_t bytes);
+  struct Mapping;  // the Boost.Interprocess objects
+  Segment();
+  void adopt(std::unique_ptr<Mapping> mapping);
   void initialize(const Geometry& geometry, uint64_t identity, const std::string& instance);
 
   std::string name_;
   bool owner_ = false;
-  int fd_ = -1;  // named segments: kept open for the flock and liveness probes
+  std::unique_ptr<Mapping> mapping_;
+  int fd_ = -1;  // named segments: the mapping's descriptor, for the flock and liveness probes
   uint8_t* base_ = nullptr;
   uint64_t bytes_ = 0;
   SegmentHeader* header_ = nullptr;

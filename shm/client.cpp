@@ -1,0 +1,239 @@
+// shm/client.cpp: lookups, pins and waits of one compute client. The only
+// system calls are on the miss path (waking the worker, sleeping on the
+// client's futex word) and on slow paths (owner liveness, registration).
+#include "shm/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unistd.h>
+
+#include "proto/error.h"
+#include "shm/futex.h"
+#include "shm/index.h"
+#include "shm/pins.h"
+#include "shm/process.h"
+#include "shm/ring.h"
+#include "shm/segment_lock.h"
+
+namespace sluice::shm {
+namespace {
+
+constexpr auto kReady = static_cast<uint32_t>(SlotState::kReady);
+constexpr auto kLoading = static_cast<uint32_t>(SlotState::kLoading);
+constexpr auto kFailed = static_cast<uint32_t>(SlotState::kFailed);
+
+std::string segment_label(const Segment& segment) {
+  return segment.name().empty() ? std::string("the embedded cache") : "cache segment /dev/shm/" + segment.name();
+}
+
+}  // namespace
+
+Client::Client(Segment& segment) : segment_(segment) {
+  check_owner();
+  const pid_t pid = ::getpid();
+  const uint64_t start_time = process_start_time(pid);
+  SegmentLock lock(segment_);
+  for (uint32_t i = 0; i < segment_.geometry().max_clients; ++i) {
+    ClientEntry& entry = segment_.client(i);
+    if (entry.state.load(std::memory_order_relaxed) != static_cast<uint32_t>(ClientState::kFree)) continue;
+    for (uint32_t& pin : segment_.client_pins(i)) pin = kNoSlot;
+    ++entry.epoch;
+    entry.pid = pid;
+    entry.start_time = start_time;
+    entry.batch = 0;
+    entry.heartbeat_ns.store(monotonic_ns(), std::memory_order_relaxed);
+    entry.requests.store(0, std::memory_order_relaxed);
+    entry.hits.store(0, std::memory_order_relaxed);
+    entry.misses.store(0, std::memory_order_relaxed);
+    entry.wait_ns.store(0, std::memory_order_relaxed);
+    entry.state.store(static_cast<uint32_t>(ClientState::kActive), std::memory_order_release);
+    id_ = i;
+    epoch_ = entry.epoch;
+    return;
+  }
+  fail("{}: all {} client entries are taken", segment_label(segment_), segment_.geometry().max_clients);
+}
+
+Client::~Client() {
+  try {
+    bool wake = false;
+    {
+      SegmentLock lock(segment_);
+      if (registered()) {
+        release_client(segment_, id_);
+        wake = segment_.header().demand_starved.load(std::memory_order_relaxed) != 0;
+      }
+    }
+    if (wake) futex_bump(segment_.header().work);
+  } catch (...) {
+    // A destructor cannot report; the worker reaps the entry when it sees the pid gone.
+  }
+}
+
+bool Client::registered() const {
+  const ClientEntry& entry = segment_.client(id_);
+  return entry.state.load(std::memory_order_acquire) == static_cast<uint32_t>(ClientState::kActive) &&
+         entry.epoch == epoch_;
+}
+
+void Client::check_owner() const {
+  if (segment_.owner_alive()) return;
+  fail("{}: its sluice-io (pid {}) is gone{}", segment_label(segment_), segment_.header().owner_pid,
+       outstanding_ > 0 ? fmt::format(" while layer {} had {} experts outstanding", layer_, outstanding_) : "");
+}
+
+void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
+  const Geometry& g = segment_.geometry();
+  if (experts.size() > g.pins_per_client) {
+    fail("{}: a batch of {} experts exceeds the {} a client may pin", segment_label(segment_), experts.size(),
+         g.pins_per_client);
+  }
+  ClientEntry& entry = segment_.client(id_);
+  entry.heartbeat_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  ++batch_;
+  layer_ = layer;
+  experts_.assign(experts.begin(), experts.end());
+  positions_.assign(experts.size(), Position::kPosted);
+  slots_.assign(experts.size(), 0);
+  unposted_.clear();
+  outstanding_ = experts.size();
+  uint64_t hits = 0, inflight_hits = 0, misses = 0;
+  {
+    SegmentLock lock(segment_);
+    // Pins left by an abandoned batch go first; the worker ignores requests
+    // of any batch but the current one.
+    for (uint32_t p = 0; p < g.pins_per_client; ++p) unpin_position(segment_, id_, p);
+    entry.batch = batch_;
+    IndexView index(segment_.index_table(), g.index_capacity, g.slot_count);
+    RingView ring(segment_.demand_ring(), g.demand_ring_capacity);
+    for (uint32_t p = 0; p < experts.size(); ++p) {
+      const uint64_t key = make_key(layer, experts[p]);
+      if (const auto slot = index.find(key)) {
+        SlotEntry& s = segment_.slot(*slot);
+        const uint32_t state = s.state.load(std::memory_order_acquire);
+        if (s.key == key && (state == kReady || state == kLoading)) {
+          pin_slot(segment_, id_, p, *slot);
+          if (state == kLoading) {
+            s.waiters |= uint64_t{1} << id_;
+            ++inflight_hits;
+          }
+          positions_[p] = Position::kPinned;
+          slots_[p] = *slot;
+          ++hits;
+          continue;
+        }
+      }
+      ++misses;
+      if (!ring.push(RingEntry{id_, entry.epoch, batch_, p, layer, experts[p], 0, 0})) unposted_.push_back(p);
+    }
+  }
+  StatsBlock& stats = segment_.stats();
+  stats.hits.fetch_add(hits, std::memory_order_relaxed);
+  stats.inflight_hits.fetch_add(inflight_hits, std::memory_order_relaxed);
+  stats.misses.fetch_add(misses, std::memory_order_relaxed);
+  if (layer < kStatLayers) {
+    stats.layers[layer].hits.fetch_add(hits, std::memory_order_relaxed);
+    stats.layers[layer].misses.fetch_add(misses, std::memory_order_relaxed);
+  }
+  entry.requests.fetch_add(experts.size(), std::memory_order_relaxed);
+  entry.hits.fetch_add(hits, std::memory_order_relaxed);
+  entry.misses.fetch_add(misses, std::memory_order_relaxed);
+  counters_.requests += experts.size();
+  counters_.hits += hits;
+  counters_.misses += misses;
+  if (misses > 0) futex_bump(segment_.header().work);
+}
+
+// Under the lock: takes the slots the worker pinned for posted positions and
+// posts what a full ring refused earlier. True when anything changed.
+bool Client::collect_assigned() {
+  const Geometry& g = segment_.geometry();
+  bool changed = false, posted = false;
+  {
+    SegmentLock lock(segment_);
+    const std::span<uint32_t> pins = segment_.client_pins(id_);
+    for (uint32_t p = 0; p < positions_.size(); ++p) {
+      if (positions_[p] != Position::kPosted || pins[p] == kNoSlot) continue;
+      if (pins[p] - 1 >= g.slot_count) fail("{}: client {} pin list names slot {} of {}", segment_label(segment_), id_, pins[p] - 1, g.slot_count);
+      slots_[p] = pins[p] - 1;
+      positions_[p] = Position::kPinned;
+      changed = true;
+    }
+    if (!unposted_.empty()) {
+      RingView ring(segment_.demand_ring(), g.demand_ring_capacity);
+      const uint32_t epoch = segment_.client(id_).epoch;
+      size_t taken = 0;
+      while (taken < unposted_.size()) {
+        const uint32_t p = unposted_[taken];
+        if (!ring.push(RingEntry{id_, epoch, batch_, p, layer_, experts_[p], 0, 0})) break;
+        ++taken;
+      }
+      unposted_.erase(unposted_.begin(), unposted_.begin() + static_cast<std::ptrdiff_t>(taken));
+      posted = taken > 0;
+    }
+  }
+  if (posted) futex_bump(segment_.header().work);
+  return changed;
+}
+
+LandedSlot Client::next() {
+  const auto waiting = [](Position p) { return p == Position::kPinned || p == Position::kPosted; };
+  if (std::none_of(positions_.begin(), positions_.end(), waiting)) {
+    fail("{}: next() with nothing left to hand out in layer {}", segment_label(segment_), layer_);
+  }
+  ClientEntry& entry = segment_.client(id_);
+  uint64_t wait_start = 0;
+  for (;;) {
+    const uint32_t seen = entry.notify.load(std::memory_order_acquire);
+    bool any_posted = false;
+    for (uint32_t p = 0; p < positions_.size(); ++p) {
+      if (positions_[p] == Position::kPosted) any_posted = true;
+      if (positions_[p] != Position::kPinned) continue;
+      SlotEntry& s = segment_.slot(slots_[p]);
+      const uint32_t state = s.state.load(std::memory_order_acquire);
+      if (state == kLoading) continue;
+      const uint64_t key = make_key(layer_, experts_[p]);
+      if (s.key != key) {
+        // Lesson 19 of the reference: never compute on a slot that holds
+        // something else; fail loudly instead.
+        fail("{}: pinned slot {} holds layer {} expert {}, not layer {} expert {}", segment_label(segment_),
+             slots_[p], key_layer(s.key), key_expert(s.key), layer_, experts_[p]);
+      }
+      if (state == kFailed) {
+        fail("layer {} expert {}: {}", layer_, experts_[p], std::string(s.error, strnlen(s.error, sizeof(s.error))));
+      }
+      if (state != kReady) fail("{}: pinned slot {} is empty", segment_label(segment_), slots_[p]);
+      positions_[p] = Position::kHandedOut;
+      if (wait_start != 0) {
+        const uint64_t waited = monotonic_ns() - wait_start;
+        counters_.wait_seconds += static_cast<double>(waited) * 1e-9;
+        entry.wait_ns.fetch_add(waited, std::memory_order_relaxed);
+      }
+      return LandedSlot{p, slots_[p], segment_.slot_data(slots_[p])};
+    }
+    if (any_posted && collect_assigned()) continue;
+    if (wait_start == 0) wait_start = monotonic_ns();
+    futex_wait(entry.notify, seen, kWaitSlice);
+    if (entry.notify.load(std::memory_order_acquire) == seen) check_owner();
+    if (!registered()) {
+      fail("{}: client {} was dropped by sluice-io (reaped as dead)", segment_label(segment_), id_);
+    }
+  }
+}
+
+void Client::release(const LandedSlot& landed) {
+  if (landed.index >= positions_.size() || positions_[landed.index] != Position::kHandedOut) {
+    fail("{}: release of position {} that was not handed out", segment_label(segment_), landed.index);
+  }
+  positions_[landed.index] = Position::kReleased;
+  --outstanding_;
+  bool wake = false;
+  {
+    SegmentLock lock(segment_);
+    const bool freed = unpin_position(segment_, id_, landed.index);
+    wake = freed && segment_.header().demand_starved.load(std::memory_order_relaxed) != 0;
+  }
+  if (wake) futex_bump(segment_.header().work);
+}
+
+}  // namespace sluice::shm

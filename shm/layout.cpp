@@ -1,0 +1,91 @@
+// shm/layout.cpp: offsets of every table from the geometry, and the largest
+// geometry a budget buys. Pure arithmetic, checked against overflow.
+#include "shm/layout.h"
+
+#include <bit>
+
+#include "proto/error.h"
+
+namespace sluice::shm {
+namespace {
+
+constexpr uint64_t kTableAlign = 64;
+constexpr uint64_t kMaxSlots = uint64_t{1} << 28;
+constexpr uint64_t kMaxRing = uint64_t{1} << 24;
+constexpr uint32_t kMaxPinsPerClient = 4096;  // FORMAT.md: experts per layer ≤ 4096
+
+uint64_t align_up(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+}  // namespace
+
+Layout compute_layout(const Geometry& g) {
+  if (g.slot_count == 0 || g.slot_count > kMaxSlots) fail("cache geometry: slot count {} out of range", g.slot_count);
+  if (g.slot_bytes == 0 || g.slot_bytes % kSlotAlign != 0) {
+    fail("cache geometry: slot size {} is not a positive multiple of {}", g.slot_bytes, kSlotAlign);
+  }
+  if (g.max_clients == 0 || g.max_clients > kMaxClients) {
+    fail("cache geometry: max clients {} out of range 1..{}", g.max_clients, kMaxClients);
+  }
+  if (g.pins_per_client == 0 || g.pins_per_client > kMaxPinsPerClient) {
+    fail("cache geometry: pins per client {} out of range 1..{}", g.pins_per_client, kMaxPinsPerClient);
+  }
+  if (!std::has_single_bit(g.index_capacity) || uint64_t{g.index_capacity} < 2 * uint64_t{g.slot_count}) {
+    fail("cache geometry: index capacity {} is not a power of two ≥ 2 × {} slots", g.index_capacity, g.slot_count);
+  }
+  for (uint32_t ring : {g.demand_ring_capacity, g.prefetch_ring_capacity}) {
+    if (ring == 0 || ring > kMaxRing) fail("cache geometry: ring capacity {} out of range", ring);
+  }
+  Layout l;
+  uint64_t at = align_up(sizeof(SegmentHeader), kTableAlign);
+  l.stats = at;
+  at = align_up(at + sizeof(StatsBlock), kTableAlign);
+  l.clients = at;
+  l.client_stride = align_up(sizeof(ClientEntry) + uint64_t{g.pins_per_client} * sizeof(uint32_t), kTableAlign);
+  at += l.client_stride * g.max_clients;
+  l.slots = at;
+  at = align_up(at + uint64_t{g.slot_count} * sizeof(SlotEntry), kTableAlign);
+  l.index = at;
+  at = align_up(at + uint64_t{g.index_capacity} * sizeof(IndexEntry), kTableAlign);
+  l.demand_ring = at;
+  at = align_up(at + sizeof(RingHeader) + uint64_t{g.demand_ring_capacity} * sizeof(RingEntry), kTableAlign);
+  l.prefetch_ring = at;
+  at = align_up(at + sizeof(RingHeader) + uint64_t{g.prefetch_ring_capacity} * sizeof(RingEntry), kTableAlign);
+  l.data = align_up(at, kSlotAlign);
+  l.total = l.data + uint64_t{g.slot_count} * g.slot_bytes;
+  return l;
+}
+
+Geometry plan_geometry(uint64_t budget, uint32_t slot_bytes, uint32_t min_slots, uint32_t max_clients,
+                       uint32_t pins_per_client) {
+  auto geometry_for = [&](uint64_t slots) {
+    Geometry g;
+    g.slot_count = static_cast<uint32_t>(slots);
+    g.slot_bytes = slot_bytes;
+    g.max_clients = max_clients;
+    g.pins_per_client = pins_per_client;
+    g.index_capacity = static_cast<uint32_t>(std::bit_ceil(2 * slots));
+    // Room for every client's largest batch, so a post never waits on a full ring in practice.
+    g.demand_ring_capacity = static_cast<uint32_t>(std::min<uint64_t>(kMaxRing, uint64_t{max_clients} * pins_per_client));
+    g.prefetch_ring_capacity = static_cast<uint32_t>(std::min<uint64_t>(kMaxRing, std::max<uint64_t>(256, slots)));
+    return g;
+  };
+  if (slot_bytes == 0) fail("cache geometry: slot size is zero");
+  // The largest slot count whose whole segment fits: bisect, the size is monotonic.
+  uint64_t lo = 0, hi = std::min<uint64_t>(kMaxSlots, budget / slot_bytes);
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (compute_layout(geometry_for(mid)).total <= budget) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (lo < min_slots || lo == 0) {
+    const uint64_t need = compute_layout(geometry_for(std::max<uint32_t>(min_slots, 1))).total;
+    fail("cache budget {} bytes holds {} slots of {} bytes; the minimum is {} slots ({} bytes)", budget, lo,
+         slot_bytes, min_slots, need);
+  }
+  return geometry_for(lo);
+}
+
+}  // namespace sluice::shm
