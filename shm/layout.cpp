@@ -2,6 +2,7 @@
 // geometry a budget buys. Pure arithmetic, checked against overflow.
 #include "shm/layout.h"
 
+#include <algorithm>
 #include <bit>
 
 #include "proto/error.h"
@@ -55,37 +56,42 @@ Layout compute_layout(const Geometry& g) {
   return l;
 }
 
+Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_clients, uint32_t pins_per_client) {
+  Geometry g;
+  g.slot_count = slots;
+  g.slot_bytes = slot_bytes;
+  g.max_clients = max_clients;
+  g.pins_per_client = pins_per_client;
+  g.index_capacity = static_cast<uint32_t>(std::bit_ceil(std::max<uint64_t>(2 * uint64_t{slots}, 2)));
+  // Room for every client's largest batch, so a post never meets a full ring in practice.
+  g.demand_ring_capacity =
+      static_cast<uint32_t>(std::clamp<uint64_t>(uint64_t{max_clients} * pins_per_client, 1, kMaxRing));
+  g.prefetch_ring_capacity = static_cast<uint32_t>(std::clamp<uint64_t>(slots, 256, kMaxRing));
+  return g;
+}
+
 Geometry plan_geometry(uint64_t budget, uint32_t slot_bytes, uint32_t min_slots, uint32_t max_clients,
                        uint32_t pins_per_client) {
-  auto geometry_for = [&](uint64_t slots) {
-    Geometry g;
-    g.slot_count = static_cast<uint32_t>(slots);
-    g.slot_bytes = slot_bytes;
-    g.max_clients = max_clients;
-    g.pins_per_client = pins_per_client;
-    g.index_capacity = static_cast<uint32_t>(std::bit_ceil(2 * slots));
-    // Room for every client's largest batch, so a post never waits on a full ring in practice.
-    g.demand_ring_capacity = static_cast<uint32_t>(std::min<uint64_t>(kMaxRing, uint64_t{max_clients} * pins_per_client));
-    g.prefetch_ring_capacity = static_cast<uint32_t>(std::min<uint64_t>(kMaxRing, std::max<uint64_t>(256, slots)));
-    return g;
-  };
   if (slot_bytes == 0) fail("cache geometry: slot size is zero");
-  // The largest slot count whose whole segment fits: bisect, the size is monotonic.
+  const auto total_for = [&](uint64_t slots) {
+    return compute_layout(geometry_for_slots(static_cast<uint32_t>(slots), slot_bytes, max_clients, pins_per_client)).total;
+  };
+  // The largest slot count whose whole segment fits: bisect, the size grows with the count.
   uint64_t lo = 0, hi = std::min<uint64_t>(kMaxSlots, budget / slot_bytes);
   while (lo < hi) {
     const uint64_t mid = lo + (hi - lo + 1) / 2;
-    if (compute_layout(geometry_for(mid)).total <= budget) {
+    if (total_for(mid) <= budget) {
       lo = mid;
     } else {
       hi = mid - 1;
     }
   }
-  if (lo < min_slots || lo == 0) {
-    const uint64_t need = compute_layout(geometry_for(std::max<uint32_t>(min_slots, 1))).total;
-    fail("cache budget {} bytes holds {} slots of {} bytes; the minimum is {} slots ({} bytes)", budget, lo,
-         slot_bytes, min_slots, need);
+  const uint32_t floor_slots = std::max<uint32_t>(min_slots, 1);
+  if (lo < floor_slots) {
+    fail("cache budget of {} bytes holds {} slots of {} bytes; the minimum is {} slots ({} bytes)", budget, lo,
+         slot_bytes, floor_slots, total_for(floor_slots));
   }
-  return geometry_for(lo);
+  return geometry_for_slots(static_cast<uint32_t>(lo), slot_bytes, max_clients, pins_per_client);
 }
 
 }  // namespace sluice::shm

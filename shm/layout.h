@@ -57,6 +57,9 @@ struct Layout {
 // misaligned slot size, too many clients, capacities out of range).
 Layout compute_layout(const Geometry& geometry);
 
+// The geometry of a cache of `slots` slots, rings sized from it.
+Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_clients, uint32_t pins_per_client);
+
 // The geometry of the largest cache that fits, segment and all, in `budget`
 // bytes: rings sized from the slot count. Throws Error naming the budget when
 // fewer than `min_slots` slots fit.

@@ -1,0 +1,399 @@
+// ioworker/worker.cpp: the scheduler (requests → slots → reads), completions
+// (slot READY or FAILED, waiters woken) and the reaper of dead clients. The
+// segment lock is held only to move bookkeeping, never across a read.
+#include "ioworker/worker.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "ioworker/eviction.h"
+#include "ioworker/read_backend.h"
+#include "proto/container.h"
+#include "proto/error.h"
+#include "shm/futex.h"
+#include "shm/index.h"
+#include "shm/pins.h"
+#include "shm/process.h"
+#include "shm/ring.h"
+#include "shm/segment_lock.h"
+
+namespace sluice::ioworker {
+namespace {
+
+using shm::SlotState;
+constexpr auto kTick = std::chrono::milliseconds(100);  // reaping and heartbeat period
+constexpr uint64_t kReapIntervalNs = 100'000'000;
+
+uint32_t largest_stride(const Container& container) {
+  uint32_t stride = 0;
+  for (const MoeLayerInfo& info : container.moe_layers()) stride = std::max(stride, info.record_stride);
+  return stride;
+}
+
+uint32_t widest_layer(const Container& container) {
+  uint32_t experts = 0;
+  for (const MoeLayerInfo& info : container.moe_layers()) experts = std::max(experts, info.experts);
+  return experts;
+}
+
+void check_container(const Container& container) {
+  if (container.moe_layers().empty()) fail("{}: the container has no expert layers, nothing to cache", container.dir());
+}
+
+}  // namespace
+
+uint64_t min_cache_bytes(const Container& container, uint32_t max_clients) {
+  check_container(container);
+  const shm::Geometry g = shm::geometry_for_slots(2 * container.top_k(), largest_stride(container), max_clients,
+                                                  widest_layer(container));
+  return shm::compute_layout(g).total;
+}
+
+shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients) {
+  check_container(container);
+  return shm::plan_geometry(cache_bytes, largest_stride(container), 2 * container.top_k(), max_clients,
+                            widest_layer(container));
+}
+
+class Worker::Impl {
+ public:
+  Impl(const Container& container, const WorkerOptions& options);
+  ~Impl();
+
+  void prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin);
+
+  const Container& container_;
+  WorkerOptions options_;
+  std::unique_ptr<shm::Segment> segment_;
+  std::unique_ptr<BankFiles> banks_;
+  std::unique_ptr<ReadBackend> backend_;
+  bool direct_io_ = false;
+
+ private:
+  enum class Outcome { kDone, kDropped, kStarved };
+  struct Pass {
+    std::vector<ReadJob> jobs;
+    uint64_t notify = 0;  // clients to wake
+  };
+
+  void run();
+  void schedule();
+  void drain_rings();
+  Outcome assign_demand(const shm::RingEntry& entry, Pass& pass);
+  void assign_prefetch(const shm::RingEntry& entry, Pass& pass);
+  void fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pass& pass);
+  void evict(uint32_t slot);
+  void complete(const ReadJob& job, std::optional<std::string> problem);
+  void reap();
+  bool valid_key(uint32_t layer, uint32_t expert) const;
+  shm::IndexView index() const;
+
+  Evictor evictor_;
+  uint32_t depth_;
+  std::deque<shm::RingEntry> demand_;    // scheduler thread only
+  std::deque<shm::RingEntry> prefetch_;  // scheduler thread only
+  std::atomic<uint32_t> inflight_{0};
+  std::atomic<bool> stopping_{false};
+  uint64_t last_reap_ns_ = 0;
+  std::thread scheduler_;
+};
+
+Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
+    : container_(container),
+      options_(options),
+      evictor_(options.policy, options.seed),
+      depth_(std::max<uint32_t>(options.readers, 1)) {
+  const shm::Geometry geometry = plan_cache_geometry(container, options.cache_bytes, options.max_clients);
+  segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
+                                      : shm::Segment::create(options.instance, geometry, container.identity());
+  const Completion on_complete = [this](const ReadJob& job, std::optional<std::string> problem) {
+    complete(job, std::move(problem));
+  };
+  if (options.backend != IoBackend::kThreads) {
+    try {
+      banks_ = std::make_unique<BankFiles>(container, options.direct, options.quiet);
+      backend_ = make_uring_backend(container, *banks_, depth_, options.verify_crc, on_complete);
+      direct_io_ = banks_->all_direct();
+    } catch (const Error& e) {
+      if (options.backend == IoBackend::kUring) throw;
+      if (!options.quiet) std::fprintf(stderr, "sluice-io: %s; using %u reader threads\n", e.what(), depth_);
+      banks_.reset();
+    }
+  }
+  if (!backend_) {
+    backend_ = make_thread_backend(container, depth_, options.verify_crc, on_complete);
+    direct_io_ = true;
+    for (const MoeLayerInfo& info : container.moe_layers()) direct_io_ = direct_io_ && container.bank_direct(info.layer);
+  }
+  segment_->header().direct_io = direct_io_ ? 1 : 0;
+  segment_->set_owner_state(shm::OwnerState::kServing);
+  scheduler_ = std::thread([this] { run(); });
+}
+
+Worker::Impl::~Impl() {
+  stopping_ = true;
+  shm::futex_bump(segment_->header().work);
+  scheduler_.join();
+  backend_.reset();  // waits for reads in flight; their completions still land
+  segment_.reset();  // marks it stopped, wakes every waiter, removes the name
+}
+
+void Worker::Impl::run() {
+  shm::SegmentHeader& header = segment_->header();
+  while (!stopping_.load()) {
+    const uint32_t seen = header.work.load(std::memory_order_acquire);
+    const uint64_t now = shm::monotonic_ns();
+    header.owner_heartbeat_ns.store(now, std::memory_order_relaxed);
+    try {
+      if (now - last_reap_ns_ >= kReapIntervalNs) {
+        reap();
+        last_reap_ns_ = now;
+      }
+      schedule();
+    } catch (const Error& e) {
+      // A failure here is a broken segment; clients must not wait forever on it.
+      std::fprintf(stderr, "sluice-io: scheduler stopped: %s\n", e.what());
+      segment_->set_owner_state(shm::OwnerState::kFailed);
+      for (uint32_t c = 0; c < segment_->geometry().max_clients; ++c) shm::futex_bump(segment_->client(c).notify);
+      return;
+    }
+    shm::futex_wait(header.work, seen, kTick);
+  }
+}
+
+shm::IndexView Worker::Impl::index() const {
+  const shm::Geometry& g = segment_->geometry();
+  return shm::IndexView(segment_->index_table(), g.index_capacity, g.slot_count);
+}
+
+bool Worker::Impl::valid_key(uint32_t layer, uint32_t expert) const {
+  const MoeLayerInfo* info = container_.find_moe_layer(layer);
+  return info != nullptr && expert < info->experts && info->record_stride <= segment_->geometry().slot_bytes;
+}
+
+void Worker::Impl::drain_rings() {
+  const shm::Geometry& g = segment_->geometry();
+  shm::RingView demand(segment_->demand_ring(), g.demand_ring_capacity);
+  while (auto entry = demand.pop()) demand_.push_back(*entry);
+  shm::RingView prefetch(segment_->prefetch_ring(), g.prefetch_ring_capacity);
+  while (auto entry = prefetch.pop()) prefetch_.push_back(*entry);
+}
+
+void Worker::Impl::schedule() {
+  Pass pass;
+  bool starved = false;
+  {
+    shm::SegmentLock lock(*segment_);
+    drain_rings();
+    // Demand first: a prefetch never takes a reader while a demand waits.
+    while (!demand_.empty() && inflight_.load() + pass.jobs.size() < depth_) {
+      const Outcome outcome = assign_demand(demand_.front(), pass);
+      if (outcome == Outcome::kStarved) {
+        starved = true;
+        break;
+      }
+      demand_.pop_front();
+    }
+    segment_->header().demand_starved.store(starved ? 1 : 0, std::memory_order_relaxed);
+    while (demand_.empty() && !prefetch_.empty() && inflight_.load() + pass.jobs.size() < depth_) {
+      assign_prefetch(prefetch_.front(), pass);
+      prefetch_.pop_front();
+    }
+  }
+  shm::StatsBlock& stats = segment_->stats();
+  stats.queue_depth.store(demand_.size() + prefetch_.size(), std::memory_order_relaxed);
+  for (const ReadJob& job : pass.jobs) {
+    inflight_.fetch_add(1);
+    stats.inflight.fetch_add(1, std::memory_order_relaxed);
+    backend_->submit(job);
+  }
+  for (uint32_t c = 0; c < segment_->geometry().max_clients; ++c) {
+    if (pass.notify & (uint64_t{1} << c)) shm::futex_bump(segment_->client(c).notify);
+  }
+}
+
+Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, Pass& pass) {
+  const shm::Geometry& g = segment_->geometry();
+  shm::StatsBlock& stats = segment_->stats();
+  if (entry.client >= g.max_clients || entry.position >= g.pins_per_client || !valid_key(entry.layer, entry.expert)) {
+    stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::kDropped;
+  }
+  const shm::ClientEntry& client = segment_->client(entry.client);
+  const bool current = client.state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::ClientState::kActive) &&
+                       client.epoch == entry.epoch && client.batch == entry.batch;
+  // A dead client's requests, or those of a batch it abandoned, are dropped here.
+  if (!current || segment_->client_pins(entry.client)[entry.position] != shm::kNoSlot) return Outcome::kDropped;
+  const uint64_t key = shm::make_key(entry.layer, entry.expert);
+  std::optional<uint32_t> slot = index().find(key);
+  if (slot && segment_->slot(*slot).key != key) {
+    index().erase(key);  // an entry pointing at a slot that moved on: scribbled, drop it
+    slot.reset();
+  }
+  if (slot) {
+    shm::SlotEntry& s = segment_->slot(*slot);
+    if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kFailed) && s.pins == 0) {
+      fill(*slot, key, shm::ReadOrigin::kDemand, pass);  // a failed read gets one more try per request
+    }
+  } else {
+    slot = evictor_.choose(*segment_);
+    if (!slot) return Outcome::kStarved;
+    evict(*slot);
+    fill(*slot, key, shm::ReadOrigin::kDemand, pass);
+  }
+  shm::SlotEntry& s = segment_->slot(*slot);
+  shm::pin_slot(*segment_, entry.client, entry.position, *slot);
+  if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kLoading)) {
+    s.waiters |= uint64_t{1} << entry.client;
+  }
+  pass.notify |= uint64_t{1} << entry.client;
+  return Outcome::kDone;
+}
+
+void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
+  shm::StatsBlock& stats = segment_->stats();
+  if (!valid_key(entry.layer, entry.expert)) {
+    stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t key = shm::make_key(entry.layer, entry.expert);
+  const std::optional<uint32_t> cached = index().find(key);
+  if (cached && segment_->slot(*cached).key == key) {
+    stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const std::optional<uint32_t> slot = evictor_.choose(*segment_);
+  if (!slot) {
+    stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  evict(*slot);
+  fill(*slot, key, shm::ReadOrigin::kPrefetch, pass);
+}
+
+void Worker::Impl::evict(uint32_t slot) {
+  shm::SlotEntry& s = segment_->slot(slot);
+  if (s.key == 0) return;
+  shm::StatsBlock& stats = segment_->stats();
+  index().erase(s.key);
+  if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
+    stats.evictions.fetch_add(1, std::memory_order_relaxed);
+    if (s.origin == static_cast<uint32_t>(shm::ReadOrigin::kPrefetch) && s.used == 0) {
+      stats.wasted_prefetches.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  s.key = 0;
+}
+
+void Worker::Impl::fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pass& pass) {
+  shm::SlotEntry& s = segment_->slot(slot);
+  s.key = key;
+  ++s.generation;
+  // LFRU: a fresh fill counts one use; a demand pin right after adds its own.
+  s.hits = origin == shm::ReadOrigin::kDemand ? 0 : 1;
+  s.last_access = segment_->header().clock.fetch_add(1, std::memory_order_relaxed) + 1;
+  s.origin = static_cast<uint32_t>(origin);
+  s.used = 0;
+  s.waiters = 0;
+  s.error[0] = '\0';
+  s.state.store(static_cast<uint32_t>(SlotState::kLoading), std::memory_order_release);
+  s.futex.fetch_add(1, std::memory_order_relaxed);
+  index().insert(key, slot);
+  pass.jobs.push_back(ReadJob{slot, s.generation, shm::key_layer(key), shm::key_expert(key),
+                              static_cast<uint32_t>(origin), segment_->slot_data(slot), shm::monotonic_ns()});
+}
+
+void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> problem) {
+  shm::StatsBlock& stats = segment_->stats();
+  const uint64_t elapsed = shm::monotonic_ns() - job.submitted_ns;
+  uint64_t waiters = 0;
+  try {
+    shm::SlotEntry& s = segment_->slot(job.slot);
+    {
+      shm::SegmentLock lock(*segment_);
+      if (problem) {
+        std::snprintf(s.error, sizeof(s.error), "%s", problem->c_str());
+        s.state.store(static_cast<uint32_t>(SlotState::kFailed), std::memory_order_release);
+      } else {
+        s.state.store(static_cast<uint32_t>(SlotState::kReady), std::memory_order_release);
+      }
+      waiters = s.waiters;
+      s.waiters = 0;
+      s.futex.fetch_add(1, std::memory_order_release);
+    }
+    shm::futex_wake_all(s.futex);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "sluice-io: completing a read of layer %u expert %u: %s\n", job.layer, job.expert, e.what());
+  }
+  if (problem) {
+    stats.read_errors.fetch_add(1, std::memory_order_relaxed);
+    if (!options_.quiet) {
+      std::fprintf(stderr, "sluice-io: layer %u expert %u: %s\n", job.layer, job.expert, problem->c_str());
+    }
+  } else {
+    (job.origin == static_cast<uint32_t>(shm::ReadOrigin::kDemand) ? stats.demand_reads : stats.prefetch_reads)
+        .fetch_add(1, std::memory_order_relaxed);
+    stats.bytes_read.fetch_add(container_.moe_layer(job.layer).record_stride, std::memory_order_relaxed);
+  }
+  stats.read_ns_total.fetch_add(elapsed, std::memory_order_relaxed);
+  stats.latency[shm::latency_bucket(elapsed)].fetch_add(1, std::memory_order_relaxed);
+  stats.inflight.fetch_sub(1, std::memory_order_relaxed);
+  for (uint32_t c = 0; c < segment_->geometry().max_clients; ++c) {
+    if (waiters & (uint64_t{1} << c)) shm::futex_bump(segment_->client(c).notify);
+  }
+  inflight_.fetch_sub(1);
+  shm::futex_bump(segment_->header().work);  // a reader is free: schedule more
+}
+
+void Worker::Impl::reap() {
+  for (uint32_t c = 0; c < segment_->geometry().max_clients; ++c) {
+    shm::ClientEntry& client = segment_->client(c);
+    if (client.state.load(std::memory_order_acquire) != static_cast<uint32_t>(shm::ClientState::kActive)) continue;
+    const int32_t pid = client.pid;
+    const uint32_t epoch = client.epoch;
+    if (shm::process_alive(pid, client.start_time)) continue;
+    shm::SegmentLock lock(*segment_);
+    if (client.epoch != epoch) continue;  // it left (or was replaced) meanwhile
+    shm::release_client(*segment_, c);
+    segment_->stats().clients_reaped.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Worker::Impl::prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin) {
+  const MoeLayerInfo& info = container_.moe_layer(layer);
+  for (uint32_t expert : experts) {
+    if (expert >= info.experts) fail("prefetch: layer {} expert {}: no such expert (the layer has {})", layer, expert, info.experts);
+  }
+  shm::StatsBlock& stats = segment_->stats();
+  stats.prefetch_requests.fetch_add(experts.size(), std::memory_order_relaxed);
+  uint64_t dropped = 0;
+  {
+    shm::SegmentLock lock(*segment_);
+    shm::RingView ring(segment_->prefetch_ring(), segment_->geometry().prefetch_ring_capacity);
+    for (uint32_t expert : experts) {
+      if (!ring.push(shm::RingEntry{0, 0, 0, 0, layer, expert, static_cast<uint32_t>(origin), 0})) ++dropped;
+    }
+  }
+  stats.prefetch_dropped.fetch_add(dropped, std::memory_order_relaxed);
+  if (dropped < experts.size()) shm::futex_bump(segment_->header().work);
+}
+
+Worker::Worker(const Container& container, const WorkerOptions& options)
+    : impl_(std::make_unique<Impl>(container, options)) {}
+Worker::~Worker() = default;
+shm::Segment& Worker::segment() { return *impl_->segment_; }
+const std::string& Worker::segment_name() const { return impl_->segment_->name(); }
+const shm::Geometry& Worker::geometry() const { return impl_->segment_->geometry(); }
+uint64_t Worker::identity() const { return impl_->container_.identity(); }
+bool Worker::direct_io() const { return impl_->direct_io_; }
+const char* Worker::backend_name() const { return impl_->backend_->name(); }
+void Worker::prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin) {
+  impl_->prefetch(layer, experts, origin);
+}
+shm::StatsSnapshot Worker::stats() const { return shm::read_stats(*impl_->segment_); }
+
+}  // namespace sluice::ioworker
