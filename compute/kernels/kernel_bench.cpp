@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <fmt/format.h>
 
 #include "compute/kernels/quant.h"
@@ -63,20 +64,37 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
   return out;
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+struct Timing {
+  double wall = 0;  // median wall-clock seconds of one run
+  double cpu = 0;   // median CPU seconds of the whole process during one run
+  size_t runs = 0;
+};
+
 template <typename F>
-double median_seconds(double budget, size_t& runs, F&& f) {
+Timing time_runs(double budget, F&& f) {
   f();  // warm-up: first-touch pages, caches, thread wake-up
-  std::vector<double> times;
+  std::vector<double> wall, cpu;
   const auto start = Clock::now();
-  while (times.size() < 3 ||
-         (std::chrono::duration<double>(Clock::now() - start).count() < budget && times.size() < 10000)) {
+  while (wall.size() < 3 ||
+         (std::chrono::duration<double>(Clock::now() - start).count() < budget && wall.size() < 10000)) {
+    const double c0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     f();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    wall.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    cpu.push_back(process_cpu_seconds() - c0);
   }
-  runs = times.size();
-  std::nth_element(times.begin(), times.begin() + static_cast<ptrdiff_t>(times.size() / 2), times.end());
-  return times[times.size() / 2];
+  return {median(wall), median(cpu), wall.size()};
 }
 
 // STREAM-style read: sum a buffer larger than the last-level cache.
@@ -88,8 +106,7 @@ double memory_read_bandwidth(ThreadPool& pool, double budget) {
   });
   constexpr size_t kChunks = 256;
   std::vector<uint64_t> sums(kChunks);
-  size_t runs = 0;
-  const double seconds = median_seconds(std::max(budget, 0.5), runs, [&] {
+  const double seconds = time_runs(std::max(budget, 0.5), [&] {
     pool.parallel_for(kChunks, 1, [&](size_t b, size_t e) {
       for (size_t c = b; c < e; ++c) {
         uint64_t s = 0;
@@ -98,7 +115,7 @@ double memory_read_bandwidth(ThreadPool& pool, double budget) {
         sums[c] = s;
       }
     });
-  });
+  }).wall;
   volatile uint64_t sink = 0;
   for (uint64_t s : sums) sink = sink + s;
   return static_cast<double>(kMemoryBufferBytes) / seconds;
@@ -135,6 +152,7 @@ struct ExpertRun {
   Isa isa;
   detail::RvqRowsPlan plan;
   bool shared_tables;
+  bool by_matrix;  // all experts' gate, then all up, then each down: the shared table stays in L2
 };
 
 class Bench {
@@ -157,8 +175,11 @@ class Bench {
   template <typename F>
   void time_case(const ModelShape& m, std::string kernel, std::string shape, std::string variant,
                  uint64_t weights, uint64_t bytes, F&& f) {
-    KernelBenchCase c{m.name, std::move(kernel), std::move(shape), std::move(variant), weights, bytes, 0, 0};
-    c.median_seconds = median_seconds(options_.seconds_per_case, c.runs, f);
+    KernelBenchCase c{m.name, std::move(kernel), std::move(shape), std::move(variant), weights, bytes};
+    const Timing t = time_runs(options_.seconds_per_case, f);
+    c.median_seconds = t.wall;
+    c.median_cpu_seconds = t.cpu;
+    c.runs = t.runs;
     report_.cases.push_back(std::move(c));
   }
 
@@ -166,23 +187,26 @@ class Bench {
     const ExpertBank bank(m.hidden, m.width);
     const std::vector<float> x = random_floats(m.hidden, 41);
     std::vector<float> g(m.width), u(m.width), h(m.width), out(m.hidden);
+    std::vector<float> gk(size_t{m.width} * m.top_k), uk(size_t{m.width} * m.top_k);
     RvqTable gate_table, up_table, down_table;
     const uint32_t token = 0;
     uint32_t next_expert = 0;
     const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
     const uint64_t expert_bytes = bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
 
-    std::vector<ExpertRun> runs = {{"engine", options_.isa, detail::default_rvq_rows_plan(), true}};
+    const detail::RvqRowsPlan engine_plan = detail::default_rvq_rows_plan();
+    std::vector<ExpertRun> runs = {{"engine", options_.isa, engine_plan, true, false}};
     if (options_.alternatives) {
-      runs.push_back({"scalar gather", Isa::kScalar, {}, true});
-      runs.push_back({"tables per expert", options_.isa, detail::default_rvq_rows_plan(), false});
+      runs.push_back({"scalar gather", Isa::kScalar, {}, true, false});
+      runs.push_back({"tables per expert", options_.isa, engine_plan, false, false});
+      runs.push_back({"gate all, up all, then downs", options_.isa, engine_plan, true, true});
       if (options_.isa == Isa::kAvx2)
         for (const auto& [name, plan] : std::initializer_list<std::pair<const char*, detail::RvqRowsPlan>>{
-                 {"avx2 gather 16 rows", {1, 0}},
+                 {"avx2 gather 32 rows", {2, 0}},
                  {"avx2 gather 32 rows, tile 8 v", {2, 8}},
                  {"avx2 gather 32 rows, tile 32 v", {2, 32}},
                  {"avx2 gather 32 rows, tile 64 v", {2, 64}}})
-          runs.push_back({name, Isa::kAvx2, plan, true});
+          runs.push_back({name, Isa::kAvx2, plan, true, false});
     }
     for (const ExpertRun& run : runs) {
       const Exec exec{run.isa, &pool_};
@@ -192,15 +216,30 @@ class Bench {
                     gate_table.build(bank.books[0], x.data(), m.hidden, 1, exec);
                     up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
                   }
+                  const uint32_t first = next_expert;
+                  next_expert += m.top_k;
+                  if (run.by_matrix) {
+                    for (uint32_t k = 0; k < m.top_k; ++k)
+                      detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, first + k),
+                                                 gk.data() + k * m.width, exec, run.plan);
+                    for (uint32_t k = 0; k < m.top_k; ++k)
+                      detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, first + k),
+                                                 uk.data() + k * m.width, exec, run.plan);
+                  }
                   for (uint32_t k = 0; k < m.top_k; ++k) {
-                    const uint32_t e = next_expert++;
+                    const uint32_t e = first + k;
+                    float* gate_out = run.by_matrix ? gk.data() + k * m.width : g.data();
+                    float* up_out = run.by_matrix ? uk.data() + k * m.width : u.data();
                     if (!run.shared_tables) {
                       gate_table.build(bank.books[0], x.data(), m.hidden, 1, exec);
                       up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
                     }
-                    detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, e), g.data(), exec, run.plan);
-                    detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, e), u.data(), exec, run.plan);
-                    for (uint32_t i = 0; i < m.width; ++i) h[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+                    if (!run.by_matrix) {
+                      detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, e), gate_out, exec, run.plan);
+                      detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, e), up_out, exec, run.plan);
+                    }
+                    for (uint32_t i = 0; i < m.width; ++i)
+                      h[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
                     down_table.build(bank.books[2], h.data(), m.width, 1, exec);
                     detail::rvq_matmul_planned(down_table, {&token, 1}, bank.view(2, e), out.data(), exec, run.plan);
                   }

@@ -26,7 +26,10 @@ struct KernelBenchCase {
   std::string variant; // "engine" for what the engine runs, else the alternative's name
   uint64_t weights = 0;        // weights multiplied per run
   uint64_t packed_bytes = 0;   // stored bytes read per run (indices/ints plus scales)
-  double median_seconds = 0;
+  double median_seconds = 0;      // wall clock
+  // CPU time of the whole process per run: on a shared, oversubscribed machine
+  // this still measures the work (weights per CPU second = per-core speed).
+  double median_cpu_seconds = 0;
   size_t runs = 0;
 };
 

@@ -66,7 +66,9 @@ void add_tile(const float* lut, const uint8_t* indices, uint32_t nv, uint32_t bl
 
 }  // namespace
 
-RvqRowsPlan default_rvq_rows_plan() { return RvqRowsPlan{2, 0}; }
+// One block per pass, untiled: fastest of the measured plans on Zen 5 (see
+// `sluice bench kernels`); two blocks and v-tiles were 10-25% slower.
+RvqRowsPlan default_rvq_rows_plan() { return RvqRowsPlan{1, 0}; }
 
 void rvq_rows_avx2(const float* const* luts, size_t n, const RvqMatrixView& m, uint32_t block_begin,
                    uint32_t block_end, float* const* ys, const RvqRowsPlan& plan) {
