@@ -1,0 +1,215 @@
+# tests/scripts/test_container.py: sluicepy.container against a container this
+# test assembles byte by byte from proto/FORMAT.md (so it runs without the C++
+# converter): exact decoding, header and crc checks, and the refusals.
+import json
+import os
+import shutil
+import struct
+import unittest
+import zlib
+
+import numpy as np
+
+import helpers
+from sluicepy import SluiceError, container
+
+HIDDEN, WIDTH, EXPERTS, LAYER = 16, 24, 3, 1
+
+
+def align(x, a):
+    return (x + a - 1) // a * a
+
+
+def index_position(r, v, s, nv):  # FORMAT.md, layout rowblock16.vector.stage.row
+    return ((r // 16) * nv * 3 + v * 3 + s) * 16 + r % 16
+
+
+class Synthetic:
+    """Writes a one-MoE-layer container and remembers what every value must decode to."""
+
+    def __init__(self, path, rng):
+        self.path = path
+        os.makedirs(path)
+        self.codebooks = rng.standard_normal((9, 256, 8)).astype(np.float32)
+        self.codebooks.astype("<f4").tofile(os.path.join(path, "codebooks.bin"))
+        shapes = [(WIDTH, HIDDEN), (WIDTH, HIDDEN), (HIDDEN, WIDTH)]
+        offsets, cursor = [], 64
+        for rows, cols in shapes:
+            offsets.append(cursor)
+            cursor = align(cursor + align(rows, 16) * (cols // 8) * 3, 64)
+        scales_off = cursor
+        payload_end = scales_off + 2 * sum(align(r, 16) for r, _ in shapes)
+        self.stride = align(payload_end, 4096)
+        self.expected = {}
+        bank = bytearray()
+        for e in range(EXPERTS):
+            record = bytearray(self.stride)
+            scale_cursor = scales_off
+            for k, (rows, cols) in enumerate(shapes):
+                nv = cols // 8
+                idx = rng.integers(0, 256, size=(rows, nv, 3))
+                scales = (rng.random(rows) + 0.5).astype(np.float16)
+                scales[0] = 0  # an all-zero row keeps scale 0
+                w = np.zeros((rows, cols), np.float32)
+                for r in range(rows):
+                    for v in range(nv):
+                        for s in range(3):
+                            record[offsets[k] + index_position(r, v, s, nv)] = idx[r, v, s]
+                        for j in range(8):
+                            total = np.float32(0)
+                            for s in range(3):
+                                total = np.float32(total + self.codebooks[3 * k + s, idx[r, v, s], j])
+                            w[r, 8 * v + j] = np.float32(total * np.float32(scales[r]))
+                record[scale_cursor:scale_cursor + 2 * rows] = scales.astype("<f2").tobytes()
+                scale_cursor += 2 * align(rows, 16)
+                self.expected[(e, container.KINDS[k])] = w
+            crc = zlib.crc32(bytes(record[64:payload_end]))
+            struct.pack_into("<IHHIIIIIIIII", record, 0, 0x52584C53, 1, LAYER, e, 0, self.stride,
+                             *offsets, scales_off, payload_end, crc)
+            bank += record
+        with open(os.path.join(path, f"experts-L{LAYER:03d}.bin"), "wb") as f:
+            f.write(bank)
+        self.trunk_expected, tensors, trunk = {}, [], bytearray()
+
+        def place(data):
+            nonlocal trunk
+            trunk += bytes(align(len(trunk), 64) - len(trunk))
+            at = len(trunk)
+            trunk += data
+            return at
+
+        # q8g128 [3, 130]: 2 groups per row, padding zeros.
+        q8 = rng.integers(-127, 128, size=(3, 256)).astype(np.int8)
+        q8[:, 130:] = 0
+        s8 = (rng.random((3, 2)) * 0.01).astype(np.float16)
+        off = place(q8.tobytes())
+        soff = place(s8.astype("<f2").tobytes())
+        tensors.append({"name": "model.embed_tokens.weight", "format": "q8g128", "shape": [3, 130], "offset": off,
+                        "bytes": 3 * 256, "scale_offset": soff, "scale_bytes": 12})
+        self.trunk_expected["model.embed_tokens.weight"] = np.array(
+            [[np.float32(q8[r, c]) * np.float32(s8[r, c // 128]) for c in range(130)] for r in range(3)], np.float32)
+        # q4g128 [2, 200]: element 2i low nibble, 2i+1 high nibble, nibble = q + 8.
+        q4 = rng.integers(-8, 8, size=(2, 256))
+        q4[:, 200:] = 0
+        packed = ((q4[:, 0::2] + 8) | ((q4[:, 1::2] + 8) << 4)).astype(np.uint8)
+        s4 = (rng.random((2, 2)) * 0.01).astype(np.float16)
+        off = place(packed.tobytes())
+        soff = place(s4.astype("<f2").tobytes())
+        tensors.append({"name": "model.layers.0.self_attn.q_proj.weight", "format": "q4g128", "shape": [2, 200],
+                        "offset": off, "bytes": 256, "scale_offset": soff, "scale_bytes": 8})
+        self.trunk_expected["model.layers.0.self_attn.q_proj.weight"] = np.array(
+            [[np.float32(q4[r, c]) * np.float32(s4[r, c // 128]) for c in range(200)] for r in range(2)], np.float32)
+        norm = rng.standard_normal(HIDDEN).astype(np.float32)
+        off = place(norm.astype("<f4").tobytes())
+        tensors.append({"name": "model.norm.weight", "format": "f32", "shape": [HIDDEN], "offset": off,
+                        "bytes": 4 * HIDDEN, "scale_offset": 0, "scale_bytes": 0})
+        self.trunk_expected["model.norm.weight"] = norm
+        with open(os.path.join(path, "trunk.bin"), "wb") as f:
+            f.write(trunk)
+        config = {"model_type": "olmoe", "num_hidden_layers": 2, "num_experts": EXPERTS, "num_experts_per_tok": 2,
+                  "hidden_size": HIDDEN, "intermediate_size": WIDTH, "vocab_size": 3}
+        self.manifest = {
+            "format": "sluice", "format_version": 1, "arch": "olmoe", "config": config,
+            "source": {"files": [], "config_crc32": 0},
+            "expert_quant": {"method": "rvq", "stages": 3, "entries": 256, "vec_dim": 8, "index_bits": 8,
+                             "bits_per_weight": 3.0, "row_block": 16, "index_layout": "rowblock16.vector.stage.row",
+                             "scale": "f16_row_absmax", "codebook_sharing": "layer.matrix.stage"},
+            "trunk": {"file": "trunk.bin", "bytes": len(trunk), "tensors": tensors},
+            "codebooks": {"file": "codebooks.bin", "bytes": 9 * 8192, "count": 9},
+            "moe_layers": [{"layer": LAYER, "file": f"experts-L{LAYER:03d}.bin", "experts": EXPERTS,
+                            "record_stride": self.stride, "bytes": EXPERTS * self.stride, "codebook_base": 0,
+                            "hidden": HIDDEN, "expert_width": WIDTH}],
+            "tokenizer": {"files": [], "chat_template": None}}
+        self.write_manifest()
+
+    def write_manifest(self):
+        with open(os.path.join(self.path, "manifest.json"), "w") as f:
+            json.dump(self.manifest, f)
+
+    def patch_bank(self, offset, data):
+        with open(os.path.join(self.path, f"experts-L{LAYER:03d}.bin"), "r+b") as f:
+            f.seek(offset)
+            f.write(data)
+
+
+class ContainerTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = helpers.scratch()
+        self.c = Synthetic(os.path.join(self.tmp.name, "m.sluice"), np.random.default_rng(11))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_decodes_experts_exactly(self):
+        reader = container.Container(self.c.path)
+        for e in range(EXPERTS):
+            for kind, matrix in reader.expert(LAYER, e, verify_crc=True).items():
+                np.testing.assert_array_equal(matrix, self.c.expected[(e, kind)])
+
+    def test_dequantizes_trunk_exactly(self):
+        reader = container.Container(self.c.path)
+        for name, want in self.c.trunk_expected.items():
+            np.testing.assert_array_equal(reader.trunk_tensor(name), want)
+
+    def test_dump_expert_cli_writes_rows_by_cols_f32(self):
+        out = os.path.join(self.tmp.name, "down.f32")
+        helpers.run_script(None, "-m", "sluicepy.container", "dump-expert", self.c.path, "--layer", str(LAYER),
+                           "--expert", "2", "--matrix", "down", "--out", out)
+        got = np.fromfile(out, dtype="<f4").reshape(HIDDEN, WIDTH)
+        np.testing.assert_array_equal(got, self.c.expected[(2, "down")])
+
+    def test_missing_manifest_means_incomplete(self):
+        os.remove(os.path.join(self.c.path, "manifest.json"))
+        with self.assertRaisesRegex(SluiceError, "incomplete container: conversion did not finish"):
+            container.Container(self.c.path)
+        result = helpers.run_script(None, "-m", "sluicepy.container", "verify", self.c.path, check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("incomplete container: conversion did not finish", result.stderr)
+
+    def test_other_format_version_is_named(self):
+        self.c.manifest["format_version"] = 7
+        self.c.write_manifest()
+        with self.assertRaisesRegex(SluiceError, "format_version 7 is not supported"):
+            container.Container(self.c.path)
+
+    def test_unknown_arch_and_bound_violations(self):
+        cases = [(("arch",), "mixtral9", "unknown arch"),
+                 (("moe_layers", 0, "codebook_base"), 1, "codebook_base 1"),
+                 (("moe_layers", 0, "record_stride"), 8192, "record_stride 8192"),
+                 (("moe_layers", 0, "experts"), 2, "bytes"),
+                 (("codebooks", "count"), 10, "codebooks count 10"),
+                 (("config", "num_experts"), 5000, "num_experts 5000"),
+                 (("trunk", "tensors", 2, "offset"), 1 << 20, "outside"),
+                 (("moe_layers", 0, "file"), "../trunk.bin", "not a plain file name")]
+        original = json.loads(json.dumps(self.c.manifest))
+        for path, value, message in cases:
+            with self.subTest(path=path):
+                self.c.manifest = json.loads(json.dumps(original))
+                target = self.c.manifest
+                for key in path[:-1]:
+                    target = target[key]
+                target[path[-1]] = value
+                self.c.write_manifest()
+                with self.assertRaisesRegex(SluiceError, message):
+                    container.Container(self.c.path)
+
+    def test_record_header_checks_name_the_record(self):
+        self.c.patch_bank(self.c.stride * 1, b"XXXX")
+        reader = container.Container(self.c.path)
+        reader.expert(LAYER, 0)
+        with self.assertRaisesRegex(SluiceError, "layer 1 expert 1: header magic mismatch"):
+            reader.expert(LAYER, 1)
+        self.c.patch_bank(self.c.stride * 2 + 8, struct.pack("<I", 0))
+        with self.assertRaisesRegex(SluiceError, "layer 1 expert 2: header expert id mismatch"):
+            reader.expert(LAYER, 2)
+
+    def test_crc_is_checked_only_when_asked(self):
+        self.c.patch_bank(200, b"\x01")
+        reader = container.Container(self.c.path)
+        reader.expert(LAYER, 0)
+        with self.assertRaisesRegex(SluiceError, "layer 1 expert 0: payload crc32 mismatch"):
+            reader.expert(LAYER, 0, verify_crc=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
