@@ -3,6 +3,8 @@
 # pre-tokenizer, and it round-trips text through sluicepy's encoder.
 import json
 import os
+import shutil
+import subprocess
 import unittest
 
 import helpers
@@ -11,6 +13,8 @@ from sluicepy import bpe
 TEXT = ("We hold these truths to be self-evident, that all men are created equal.\n\n"
         "  Numbers 1234567 and symbols #$%&*()_+ {}[];:'\"<>?/\\|~` tabs\tend.\r\n"
         "It's they'll we've I'm you'd don't -- zzz qqq xylophone!")
+
+NODE_MODULES = os.path.join(helpers.SOURCE_ROOT, "tests", "npm", "node_modules")
 
 
 class TokenizerTest(unittest.TestCase):
@@ -71,6 +75,20 @@ class TokenizerTest(unittest.TestCase):
         self.assertEqual(len(set(chars)), 256)
         self.assertTrue(all(c.isprintable() and not c.isspace() for c in chars))
         self.assertEqual(chars[ord(" ")], "\u0120")  # 'Ġ', as in every GPT-2 style vocabulary
+
+    @unittest.skipUnless(shutil.which("node") and os.path.isdir(NODE_MODULES),
+                         "node or tests/npm/node_modules missing (scripts/setup installs them)")
+    def test_independent_tokenizer_agrees(self):
+        texts = [TEXT, "IT'S DON'T 1776 caf\u00e9 na\u00efve \u4e2d\u6587 \U0001F600 e\u0301",
+                 "a<|im_end|>b<|endoftext|>c |||IP_ADDRESS||| <|padding|>"]
+        for family in ("olmoe", "qwen3_moe"):
+            with self.subTest(family=family), helpers.scratch() as d:
+                helpers.make_checkpoint(d, family)
+                result = subprocess.run(["node", os.path.join(os.path.dirname(__file__), "lenml_encode.js"),
+                                         NODE_MODULES, d], input=json.dumps(texts), capture_output=True,
+                                        text=True, check=True)
+                tok = bpe.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+                self.assertEqual(json.loads(result.stdout), [tok.encode(t) for t in texts])
 
     def test_cli_encode_decode(self):
         with helpers.scratch() as d:
