@@ -1,3 +1,147 @@
-// Placeholder until the tokenize commands land.
+// compute/cli/cmd_tokenize.cpp: `sluice tokenize` and `sluice detokenize`, the
+// tokenizer on the command line. Prints ids or text and nothing else on
+// stdout; never loads anything of a model but its tokenizer files.
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "compute/cli/commands.h"
-void sluice::cli::add_tokenize_commands(CLI::App&) {}
+#include "compute/tokenizer/tokenizer.h"
+#include "proto/error.h"
+#include "proto/file_io.h"
+
+namespace sluice::cli {
+namespace {
+
+using tokenizer::TokenId;
+using tokenizer::Tokenizer;
+
+struct Source {
+  std::vector<std::string> args;  // [MODEL] INPUT
+  std::string tokenizer_file;
+};
+
+void add_source_options(CLI::App* cmd, Source& source, const char* input_name) {
+  cmd->add_option("args", source.args,
+                  fmt::format("MODEL {0} (MODEL: a .sluice container directory), or just {0} with --tokenizer; "
+                              "{0} '-' reads stdin",
+                              input_name))
+      ->expected(1, 2)
+      ->required();
+  cmd->add_option("--tokenizer", source.tokenizer_file,
+                  "a tokenizer.json to use instead of a container's (a tokenizer_config.json beside it is read too)");
+}
+
+// Resolves the tokenizer and returns it with the remaining INPUT argument.
+std::pair<Tokenizer, std::string> open(const Source& source, const char* input_name) {
+  if (!source.tokenizer_file.empty()) {
+    if (source.args.size() != 1) fail("--tokenizer takes the place of MODEL: give only {}", input_name);
+    const std::string dir = std::filesystem::path(source.tokenizer_file).parent_path().string();
+    const std::string config = (dir.empty() ? std::string(".") : dir) + "/tokenizer_config.json";
+    const bool has_config = posix_file_system().exists(config);
+    return {Tokenizer::load(source.tokenizer_file, has_config ? config : ""), source.args[0]};
+  }
+  if (source.args.size() != 2) fail("give MODEL and {}, or --tokenizer FILE and {}", input_name, input_name);
+  return {Tokenizer::load_from_container(source.args[0]), source.args[1]};
+}
+
+std::string read_input(const std::string& arg) {
+  if (arg != "-") return arg;
+  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  if (std::cin.bad()) fail("reading stdin failed");
+  return text;
+}
+
+// Ids separated by commas and/or whitespace; brackets are ignored so the
+// output of `tokenize --json` can be piped straight back in.
+std::vector<TokenId> parse_ids(const std::string& text) {
+  std::vector<TokenId> ids;
+  std::string item;
+  auto flush = [&] {
+    if (item.empty()) return;
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || value < 0 || value > INT32_MAX) fail("IDS: \"{}\" is not a token id", item);
+    ids.push_back(static_cast<TokenId>(value));
+    item.clear();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '[' || c == ']') {
+      flush();
+    } else {
+      item += c;
+    }
+  }
+  flush();
+  return ids;
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& app) {
+  struct TokenizeOptions {
+    Source source;
+    bool json = false;
+    bool specials = false;
+    bool verbose = false;
+    bool bos = false;
+  };
+  auto opts = std::make_shared<TokenizeOptions>();
+  auto* tok = app.add_subcommand("tokenize", "Turn text into token ids (space separated on one line)");
+  add_source_options(tok, opts->source, "TEXT");
+  tok->add_flag("--json", opts->json, "print a JSON list of ids");
+  tok->add_flag("--specials", opts->specials,
+                "recognise special-token text (e.g. <|im_end|>) as control tokens; without it TEXT is plain content");
+  tok->add_flag("--verbose", opts->verbose, "print one 'id<TAB>token' line per token (token as a JSON string)");
+  tok->add_flag("--bos", opts->bos, "put the tokenizer_config.json bos_token first");
+  tok->callback([opts] {
+    if (opts->json && opts->verbose) fail("--json and --verbose exclude each other");
+    auto [tokenizer, input] = open(opts->source, "TEXT");
+    const std::string text = read_input(input);
+    std::vector<TokenId> ids;
+    if (opts->bos) {
+      const auto bos = tokenizer.bos_id();
+      if (!bos) fail("--bos: the tokenizer has no bos_token (tokenizer_config.json)");
+      ids.push_back(*bos);
+    }
+    const auto body = opts->specials ? tokenizer.encode_with_specials(text) : tokenizer.encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    if (opts->json) {
+      fmt::print("{}\n", nlohmann::json(ids).dump());
+    } else if (opts->verbose) {
+      for (TokenId id : ids) fmt::print("{}\t{}\n", id, nlohmann::json(*tokenizer.id_to_token(id)).dump());
+    } else {
+      fmt::print("{}\n", fmt::join(ids, " "));
+    }
+  });
+
+  struct DetokenizeOptions {
+    Source source;
+    bool skip_special = false;
+  };
+  auto dopts = std::make_shared<DetokenizeOptions>();
+  auto* detok = app.add_subcommand(
+      "detokenize", "Turn token ids (comma or space separated) back into text, printed exactly, with no newline added");
+  add_source_options(detok, dopts->source, "IDS");
+  detok->add_flag("--skip-special", dopts->skip_special, "leave special tokens out of the text");
+  detok->callback([dopts] {
+    auto [tokenizer, input] = open(dopts->source, "IDS");
+    const std::string text = tokenizer.decode(parse_ids(read_input(input)), dopts->skip_special);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  });
+}
+
+}  // namespace sluice::cli

@@ -194,7 +194,9 @@ void read_model(const Reader& r, const json& model, Tokenizer::Impl& impl) {
     } else {
       fail("{}: {} is neither \"a b\" nor [a, b]", r.file(), where);
     }
-    impl.model.add_merge(lookup(left, rank), lookup(right, rank), lookup(left + right, rank));
+    const TokenId left_id = lookup(left, rank);
+    const TokenId right_id = lookup(right, rank);
+    impl.model.add_merge(left_id, right_id, lookup(left + right, rank));
   }
 }
 
