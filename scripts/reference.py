@@ -81,6 +81,8 @@ def relative_errors(quantized, original):
 def compare(model_path, hf_dir, prompt, steps):
     """Quantization cost: the container's greedy run against the original
     weights teacher-forced on the same tokens."""
+    if not is_container(model_path):
+        raise SluiceError(f"--compare: {model_path} is not a sluice container")
     qconfig, qweights = load_weights(model_path)
     config, weights = load_weights(hf_dir)
     q_logits, tokens = generate(MoeModel(qconfig, qweights), prompt, steps)
@@ -107,7 +109,9 @@ def main(argv=None):
     parser.add_argument("--no-kv-cache", action="store_true",
                         help="recompute the whole sequence at every step (checks the cache)")
     parser.add_argument("--compare", metavar="HF_DIR",
-                        help="MODEL is a container: report top-1 agreement and logit error against HF_DIR")
+                        help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
+                             "tokens, print JSON with top-1 agreement, max/mean abs logit error and "
+                             "per-matrix relative weight error")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
