@@ -1,3 +1,65 @@
-// Placeholder until the convert command lands.
+// compute/cli/cmd_convert.cpp: `sluice convert SRC_DIR OUT.sluice`. Parses
+// flags and prints; all conversion logic lives in compute/convert/, and this
+// file never writes container files itself.
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
 #include "compute/cli/commands.h"
-void sluice::cli::add_convert_command(CLI::App&) {}
+#include "compute/convert/convert.h"
+#include "compute/convert/parallel.h"
+
+namespace sluice::cli {
+
+void add_convert_command(CLI::App& app) {
+  struct Flags {
+    convert::ConvertOptions options;
+    bool json = false;
+    bool quiet = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  flags->options.threads = convert::available_cores();
+  CLI::App* cmd = app.add_subcommand(
+      "convert",
+      "Convert a Hugging Face checkpoint directory (olmoe or qwen3_moe) into a sluice container. "
+      "Rerunning after an interruption resumes at the first unfinished layer; manifest.json is written last.");
+  cmd->add_option("SRC_DIR", flags->options.source_dir, "checkpoint directory (config.json, *.safetensors)")
+      ->required();
+  cmd->add_option("OUT", flags->options.output_dir, "container directory to create or resume, e.g. model.sluice")
+      ->required();
+  cmd->add_option("--threads", flags->options.threads, "worker threads (output is identical for any count)")
+      ->default_val(flags->options.threads)
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--seed", flags->options.seed, "k-means seed (recorded in the manifest)")->default_val(1234);
+  cmd->add_option("--kmeans-sample", flags->options.kmeans_sample,
+                  "vectors sampled per (layer, matrix kind) to train codebooks")
+      ->default_val(65536)
+      ->check(CLI::Range(uint64_t{256}, uint64_t{1} << 32));
+  cmd->add_option("--kmeans-iters", flags->options.kmeans_iterations, "maximum Lloyd iterations per codebook")
+      ->default_val(12)
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--json", flags->json, "print a JSON summary on stdout (speed, quantization error, sizes)");
+  cmd->add_flag("-q,--quiet", flags->quiet, "no progress on stderr");
+  cmd->add_flag("--force", flags->options.force,
+                "start over when OUT holds a conversion of another source or with other parameters");
+  cmd->callback([flags] {
+    if (const char* delay = std::getenv("SLUICE_CONVERT_TEST_DELAY_MS")) flags->options.test_delay_ms = std::atoi(delay);
+    auto progress = convert::make_stderr_progress(flags->quiet);
+    const auto summary = convert::convert_checkpoint(flags->options, *progress);
+    if (flags->json) {
+      fmt::print("{}\n", summary.dump(2));
+    } else if (!flags->quiet) {
+      if (summary.value("already_complete", false)) {
+        fmt::print(stderr, "{}: already a complete container of this source; nothing to do\n", flags->options.output_dir);
+      } else {
+        fmt::print(stderr, "{}: {} weights in {:.1f} s, expert relative error {:.4f}\n", flags->options.output_dir,
+                   summary["weights"].get<uint64_t>(), summary["seconds"].get<double>(),
+                   summary["relative_error"]["experts"].get<double>());
+      }
+    }
+  });
+}
+
+}  // namespace sluice::cli

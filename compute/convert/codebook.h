@@ -1,0 +1,56 @@
+// compute/convert/codebook.h: one RVQ codebook (256 entries × 8 f32) and the
+// nearest-entry search that both k-means and the expert encoder use. The
+// AVX2 and scalar searches return identical codes for identical input; the
+// choice between them is made once at run time and never changes results.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "proto/record_format.h"
+
+namespace sluice::convert {
+
+class Codebook {
+ public:
+  Codebook() { entries_.fill(0.0f); transposed_.fill(0.0f); }
+  // `entries` holds 256 × 8 floats, entry-major (the on-disk order).
+  explicit Codebook(const float* entries) { assign(entries); }
+  void assign(const float* entries);
+
+  const float* entry(int code) const { return entries_.data() + code * kRvqVecDim; }
+  const float* entries() const { return entries_.data(); }
+  const float* transposed() const { return transposed_.data(); }  // [dim][entry]
+
+ private:
+  std::array<float, kRvqEntries * kRvqVecDim> entries_;
+  alignas(32) std::array<float, kRvqEntries * kRvqVecDim> transposed_;
+};
+
+// argmin over codes c of Σ_j (v_j − C[c]_j)², the sum taken in j order with
+// fused multiply-adds; ties (and all-NaN distances) give the lowest code.
+int nearest_code(const Codebook& codebook, const float* v);
+int nearest_code_scalar(const Codebook& codebook, const float* v);
+// Only callable when search_uses_avx2() is true.
+int nearest_code_avx2(const Codebook& codebook, const float* v);
+bool search_uses_avx2();
+
+// Deterministic 64-bit generator (SplitMix64): the same seed gives the same
+// stream on every platform, unlike the std distributions.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
+  uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64); }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace sluice::convert

@@ -1,0 +1,49 @@
+// compute/convert/convert.h: the converter's public surface: Hugging Face
+// checkpoint directory → sluice container v1 (proto/FORMAT.md). Other rooms
+// call only what is declared here. A run that fails or is killed never
+// leaves a manifest.json, so its output never looks complete.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::convert {
+
+struct ConvertOptions {
+  std::string source_dir;
+  std::string output_dir;
+  int threads = 1;                // results never depend on it
+  uint64_t seed = 1234;
+  uint64_t kmeans_sample = 65536; // vectors per (layer, matrix kind)
+  int kmeans_iterations = 12;
+  bool force = false;             // start over instead of refusing foreign state
+  // Test hook: pause this long after each finished MoE layer, so a test can
+  // kill the run between layers (SLUICE_CONVERT_TEST_DELAY_MS).
+  int test_delay_ms = 0;
+};
+
+// Receives progress from the converter. advance() is called from worker
+// threads; implementations must be thread-safe.
+class ConvertProgress {
+ public:
+  virtual ~ConvertProgress() = default;
+  virtual void start(uint64_t total_weights) = 0;
+  virtual void phase(const std::string& what) = 0;
+  virtual void advance(uint64_t weights) = 0;
+  virtual void finish() = 0;
+};
+
+// Progress on stderr: a redrawn bar with ETA when stderr is a terminal, a
+// plain line every few seconds otherwise; nothing when quiet.
+std::unique_ptr<ConvertProgress> make_stderr_progress(bool quiet);
+
+// Converts (or resumes converting) and returns the run summary: weights,
+// seconds, weights_per_second, container_bytes, relative errors per matrix
+// kind and per layer. Throws sluice::Error naming the file, tensor or flag
+// at fault.
+nlohmann::ordered_json convert_checkpoint(const ConvertOptions& options, ConvertProgress& progress);
+
+}  // namespace sluice::convert

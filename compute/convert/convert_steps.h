@@ -1,0 +1,61 @@
+// compute/convert/convert_steps.h: the converter's internal steps, shared
+// by converter.cpp and the tests; not part of the room's public surface.
+// Each step either completes its output file or leaves only a .tmp behind.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compute/convert/convert.h"
+#include "compute/convert/error_sums.h"
+#include "compute/convert/expert_record.h"
+#include "compute/convert/model_plan.h"
+#include "compute/convert/safetensors.h"
+
+namespace sluice::convert {
+
+// Everything taken from the source directory, checked before any output is
+// written: config, plan, every needed tensor's presence, shape and dtype,
+// tokenizer files.
+struct Source {
+  std::string dir;
+  nlohmann::ordered_json config;
+  ModelPlan plan;
+  Checkpoint checkpoint;
+  nlohmann::ordered_json identity;  // manifest "source"
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;  // name, bytes
+  nlohmann::ordered_json chat_template;                               // string or null
+};
+Source open_source(FileSystem& fs, const std::string& dir);
+
+// Reads a tensor as f32, refusing NaN or infinite values by tensor name.
+std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor);
+
+struct TrunkEntry {
+  TrunkTensorPlan plan;
+  uint64_t offset = 0, bytes = 0, scale_offset = 0, scale_bytes = 0;
+};
+// Places every trunk tensor on a 64-byte boundary; `total` gets the file size.
+std::vector<TrunkEntry> layout_trunk(const ModelPlan& plan, uint64_t& total);
+// Writes trunk.bin; returns the relative-error sums of the q8g128 and
+// q4g128 tensors.
+std::array<ErrorSums, 2> write_trunk(const Checkpoint& checkpoint, const std::vector<TrunkEntry>& entries,
+                                     uint64_t total, const std::string& path, int threads,
+                                     ConvertProgress& progress);
+
+// Samples, trains the layer's 9 codebooks, writes them to `codebook_path`,
+// then encodes every expert into `bank_path`. Returns per-kind error sums.
+std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const MoeLayerPlan& layer,
+                                       const ConvertOptions& options, const std::string& codebook_path,
+                                       const std::string& bank_path, ConvertProgress& progress);
+
+// The sample of one layer's vector positions for one matrix kind: sorted,
+// distinct indices into [0, total), all of them when total <= wanted.
+std::vector<uint64_t> sample_positions(uint64_t total, uint64_t wanted, uint64_t seed);
+
+}  // namespace sluice::convert

@@ -1,0 +1,277 @@
+// compute/convert/converter.cpp: runs a conversion end to end and makes it
+// resumable. Work state lives in OUT/.convert/ (state.json naming the source
+// and parameters, per-layer codebooks and error sums); every output file is
+// renamed into place only when complete, and manifest.json comes last, so
+// a container without a manifest is simply unfinished.
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "compute/convert/atomic_file.h"
+#include "compute/convert/codebook.h"
+#include "compute/convert/convert_steps.h"
+#include "proto/error.h"
+
+namespace sluice::convert {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kWorkDir = ".convert";
+constexpr const char* kKindNames[] = {"gate", "up", "down"};
+
+enum class Start { kFresh, kResume, kComplete };
+
+std::string layer_tag(uint32_t layer) { return fmt::format("L{:03}", layer); }
+
+std::optional<Json> read_json(const fs::path& path) {
+  try {
+    return Json::parse(read_small_file(posix_file_system(), path.string(), 64ull << 20));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool is_container_file(const std::string& name) {
+  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" || name == "tokenizer.json" ||
+         name == "tokenizer_config.json" || (name.starts_with("experts-L") && name.ends_with(".bin")) ||
+         name.ends_with(".tmp");
+}
+
+// Removes what a conversion writes (the manifest first, so the directory
+// never looks complete while mixed) and nothing else.
+void wipe(const fs::path& out) {
+  fs::remove(out / "manifest.json");
+  for (const auto& entry : fs::directory_iterator(out)) {
+    if (entry.is_regular_file() && is_container_file(entry.path().filename().string())) fs::remove(entry.path());
+  }
+  fs::remove_all(out / kWorkDir);
+}
+
+Start prepare_output(const fs::path& out, const Json& state, bool force) {
+  if (!fs::exists(out)) {
+    fs::create_directories(out);
+    return Start::kFresh;
+  }
+  if (!fs::is_directory(out)) fail("{}: exists and is not a directory", out.string());
+  const fs::path manifest_path = out / "manifest.json";
+  const fs::path state_path = out / kWorkDir / "state.json";
+  std::string problem;
+  if (fs::exists(manifest_path)) {
+    const auto manifest = read_json(manifest_path);
+    const bool same = manifest && manifest->is_object() && manifest->value("source", Json()) == state["source"] &&
+                      manifest->value("expert_quant", Json::object()).value("kmeans", Json()) == state["kmeans"];
+    if (same && !force) {
+      fs::remove_all(out / kWorkDir);
+      return Start::kComplete;
+    }
+    problem = "holds a finished container from a different source or with different parameters";
+  } else if (fs::exists(state_path)) {
+    const auto previous = read_json(state_path);
+    if (previous && *previous == state && !force) return Start::kResume;
+    problem = "holds an unfinished conversion of a different source or with different parameters";
+  } else if (fs::is_empty(out)) {
+    return Start::kFresh;
+  } else {
+    problem = "is not empty and holds no conversion state";
+  }
+  if (!force && !problem.empty()) fail("{}: {}; use --force to start over", out.string(), problem);
+  wipe(out);
+  return Start::kFresh;
+}
+
+Json sums_json(const ErrorSums& sums) { return Json::array({sums.error, sums.norm}); }
+ErrorSums sums_from(const Json& json) {
+  ErrorSums sums;
+  if (json.is_array() && json.size() == 2 && json[0].is_number() && json[1].is_number()) {
+    sums.error = json[0].get<double>();
+    sums.norm = json[1].get<double>();
+  }
+  return sums;
+}
+
+void check_size(const fs::path& path, uint64_t expected) {
+  std::error_code ec;
+  const uint64_t found = fs::file_size(path, ec);
+  if (ec || found != expected) {
+    fail("{}: {} (expected {} bytes); rerun with --force to start over", path.string(),
+         ec ? "missing" : fmt::format("{} bytes", found), expected);
+  }
+}
+
+Json build_manifest(const Source& source, const Json& kmeans, const std::vector<TrunkEntry>& trunk, uint64_t trunk_bytes) {
+  const auto& plan = source.plan;
+  Json tensors = Json::array();
+  for (const auto& t : trunk) {
+    tensors.push_back({{"name", t.plan.name}, {"format", trunk_format_name(t.plan.format)}, {"shape", t.plan.shape},
+                       {"offset", t.offset}, {"bytes", t.bytes}, {"scale_offset", t.scale_offset},
+                       {"scale_bytes", t.scale_bytes}});
+  }
+  Json layers = Json::array();
+  for (const auto& layer : plan.moe_layers) {
+    const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
+    layers.push_back({{"layer", layer.layer}, {"file", fmt::format("experts-{}.bin", layer_tag(layer.layer))},
+                      {"experts", layer.experts}, {"record_stride", layout.stride},
+                      {"bytes", uint64_t{layer.experts} * layout.stride}, {"codebook_base", layer.codebook_base},
+                      {"hidden", layer.hidden}, {"expert_width", layer.expert_width}});
+  }
+  Json tokenizer_files = Json::array();
+  for (const auto& [name, bytes] : source.tokenizer_files) tokenizer_files.push_back(name);
+  const uint64_t codebook_count = plan.moe_layers.size() * 3 * kRvqStages;
+  return Json{
+      {"format", "sluice"},
+      {"format_version", kFormatVersion},
+      {"arch", plan.arch},
+      {"config", source.config},
+      {"source", source.identity},
+      {"expert_quant",
+       {{"method", "rvq"}, {"stages", kRvqStages}, {"entries", kRvqEntries}, {"vec_dim", kRvqVecDim},
+        {"index_bits", 8}, {"bits_per_weight", 3.0}, {"row_block", kRowBlock},
+        {"index_layout", "rowblock16.vector.stage.row"}, {"scale", "f16_row_absmax"},
+        {"codebook_sharing", "layer.matrix.stage"}, {"kmeans", kmeans}}},
+      {"trunk", {{"file", "trunk.bin"}, {"bytes", trunk_bytes}, {"tensors", tensors}}},
+      {"codebooks", {{"file", "codebooks.bin"}, {"bytes", codebook_count * kCodebookBytes}, {"count", codebook_count}}},
+      {"moe_layers", layers},
+      {"tokenizer", {{"files", tokenizer_files}, {"chat_template", source.chat_template}}},
+  };
+}
+
+uint64_t directory_bytes(const fs::path& out) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    if (entry.is_regular_file()) total += entry.file_size();
+  }
+  return total;
+}
+
+}  // namespace
+
+Json convert_checkpoint(const ConvertOptions& options, ConvertProgress& progress) {
+  if (options.threads < 1) fail("--threads must be at least 1 (got {})", options.threads);
+  if (options.kmeans_iterations < 1) fail("--kmeans-iters must be at least 1 (got {})", options.kmeans_iterations);
+  if (options.kmeans_sample < kRvqEntries) {
+    fail("--kmeans-sample must be at least {} (got {})", kRvqEntries, options.kmeans_sample);
+  }
+  const auto started = Clock::now();
+  const Source source = open_source(posix_file_system(), options.source_dir);
+  const ModelPlan& plan = source.plan;
+  const fs::path out(options.output_dir), work = out / kWorkDir;
+  const Json kmeans{{"seed", options.seed}, {"sample_vectors", options.kmeans_sample},
+                    {"iterations", options.kmeans_iterations}, {"init", "kmeans++"}};
+  const Json state{{"format", "sluice-convert-state"}, {"format_version", kFormatVersion},
+                   {"source", source.identity}, {"kmeans", kmeans}};
+
+  Json summary{{"source", options.source_dir}, {"output", options.output_dir}, {"arch", plan.arch},
+               {"threads", options.threads}, {"search", search_uses_avx2() ? "avx2" : "scalar"}};
+  const Start start = prepare_output(out, state, options.force);
+  if (start == Start::kComplete) {
+    summary["already_complete"] = true;
+    summary["container_bytes"] = directory_bytes(out);
+    return summary;
+  }
+  if (start == Start::kFresh) {
+    fs::create_directories(work);
+    write_file_atomically((work / "state.json").string(), state.dump(2));
+  }
+
+  uint64_t trunk_bytes = 0;
+  const std::vector<TrunkEntry> trunk = layout_trunk(plan, trunk_bytes);
+  const bool trunk_done = fs::exists(work / "trunk.json");
+  uint64_t remaining = 0;
+  if (!trunk_done) {
+    for (const auto& t : trunk) {
+      uint64_t n = 1;
+      for (uint64_t d : t.plan.shape) n *= d;
+      remaining += n;
+    }
+  }
+  for (const auto& layer : plan.moe_layers) {
+    if (!fs::exists(work / fmt::format("layer-{}.json", layer_tag(layer.layer)))) {
+      remaining += uint64_t{layer.experts} * 3 * layer.hidden * layer.expert_width;
+    }
+  }
+  progress.start(remaining);
+
+  if (!trunk_done) {
+    progress.phase("trunk");
+    const auto errors = write_trunk(source.checkpoint, trunk, trunk_bytes, (out / "trunk.bin").string(),
+                                    options.threads, progress);
+    write_file_atomically((work / "trunk.json").string(),
+                          Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])}}.dump());
+  }
+  const auto trunk_stats = read_json(work / "trunk.json");
+  if (!trunk_stats || !trunk_stats->is_object()) fail("{}: unreadable; rerun with --force to start over", (work / "trunk.json").string());
+  Json layer_summaries = Json::array();
+  std::array<ErrorSums, 3> kind_totals{};
+  uint64_t resumed_layers = 0;
+  for (const auto& layer : plan.moe_layers) {
+    const std::string tag = layer_tag(layer.layer);
+    const fs::path stats_path = work / fmt::format("layer-{}.json", tag);
+    bool resumed = true;
+    if (!fs::exists(stats_path)) {
+      resumed = false;
+      const auto errors = convert_layer(source.checkpoint, layer, options, (work / fmt::format("codebooks-{}.bin", tag)).string(),
+                                        (out / fmt::format("experts-{}.bin", tag)).string(), progress);
+      Json stats;
+      for (int k = 0; k < 3; ++k) stats[kKindNames[k]] = sums_json(errors[k]);
+      write_file_atomically(stats_path.string(), stats.dump());
+      if (options.test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
+    }
+    resumed_layers += resumed;
+    const auto stats = read_json(stats_path);
+    if (!stats || !stats->is_object()) fail("{}: unreadable; rerun with --force to start over", stats_path.string());
+    Json entry{{"layer", layer.layer}, {"resumed", resumed}};
+    for (int k = 0; k < 3; ++k) {
+      const ErrorSums sums = sums_from(stats->value(kKindNames[k], Json()));
+      kind_totals[k].add(sums);
+      entry[kKindNames[k]] = sums.relative();
+    }
+    layer_summaries.push_back(entry);
+  }
+
+  progress.phase("manifest");
+  AtomicFile codebooks((out / "codebooks.bin").string());
+  for (const auto& layer : plan.moe_layers) {
+    const fs::path part = work / fmt::format("codebooks-{}.bin", layer_tag(layer.layer));
+    check_size(part, 3 * kRvqStages * kCodebookBytes);
+    const std::string bytes = read_small_file(posix_file_system(), part.string(), 3 * kRvqStages * kCodebookBytes);
+    codebooks.append(bytes.data(), bytes.size());
+  }
+  codebooks.commit();
+  for (const auto& [name, bytes] : source.tokenizer_files) write_file_atomically((out / name).string(), bytes);
+  check_size(out / "trunk.bin", trunk_bytes);
+  for (const auto& layer : plan.moe_layers) {
+    const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
+    check_size(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)), uint64_t{layer.experts} * layout.stride);
+  }
+  write_file_atomically((out / "manifest.json").string(), build_manifest(source, kmeans, trunk, trunk_bytes).dump(2) + "\n");
+  fs::remove_all(work);
+  progress.finish();
+
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  summary["already_complete"] = false;
+  summary["weights"] = remaining;
+  summary["seconds"] = seconds;
+  summary["weights_per_second"] = seconds > 0 ? static_cast<double>(remaining) / seconds : 0.0;
+  summary["container_bytes"] = directory_bytes(out);
+  summary["resumed_layers"] = resumed_layers;
+  ErrorSums all;
+  Json relative;
+  for (int k = 0; k < 3; ++k) {
+    relative[kKindNames[k]] = kind_totals[k].relative();
+    all.add(kind_totals[k]);
+  }
+  relative["experts"] = all.relative();
+  summary["relative_error"] = relative;
+  summary["layers"] = layer_summaries;
+  summary["trunk_relative_error"] = {{"q8g128", sums_from(trunk_stats->value("q8g128", Json())).relative()},
+                                     {"q4g128", sums_from(trunk_stats->value("q4g128", Json())).relative()}};
+  return summary;
+}
+
+}  // namespace sluice::convert

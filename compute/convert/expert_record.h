@@ -1,0 +1,34 @@
+// compute/convert/expert_record.h: encodes one routed expert into its
+// on-disk record (FORMAT.md "Expert records"): row scales, 3-stage RVQ
+// indices in rowblock16 layout, header and crc32. It measures the
+// reconstruction error as it goes; it never touches files.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "compute/convert/codebook.h"
+#include "compute/convert/error_sums.h"
+#include "proto/record_format.h"
+
+namespace sluice::convert {
+
+// 9 codebooks of one MoE layer, indexed kind * 3 + stage.
+using LayerCodebooks = std::array<Codebook, 3 * kRvqStages>;
+
+// Row r of w ([rows, cols] row-major): scales[r] = f16(max |row|), u = row /
+// f16_to_f32(scale), zeros when the scale is 0. Refuses a row whose maximum
+// does not fit an f16, naming `tensor` and the row.
+void normalise_rows(const float* w, uint32_t rows, uint32_t cols, float* u, uint16_t* scales,
+                    const std::string& tensor);
+
+// Writes the full record (layout.stride bytes) of one expert. `weights` are
+// gate, up, down as [rows, cols] row-major f32; `names` their tensor names.
+std::array<ErrorSums, 3> encode_expert_record(const std::array<const float*, 3>& weights,
+                                              const std::array<std::string, 3>& names,
+                                              const RecordLayout& layout, const LayerCodebooks& codebooks,
+                                              uint32_t layer, uint32_t expert, uint32_t codebook_base,
+                                              uint8_t* record);
+
+}  // namespace sluice::convert

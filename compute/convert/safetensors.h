@@ -1,0 +1,89 @@
+// compute/convert/safetensors.h: reads Hugging Face safetensors checkpoints
+// (single file or sharded through model.safetensors.index.json) as untrusted
+// input. Every length, offset and shape is checked before it is used; it
+// never hands out bytes outside the tensor's own span.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/file_io.h"
+
+namespace sluice::convert {
+
+// Safetensors dtypes the reader knows. Only BF16, F16 and F32 convert to f32;
+// the others are recognised so they can be refused by name.
+enum class DType { kBF16, kF16, kF32, kF64, kF8E4M3, kF8E5M2, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool };
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::string dtype_name;        // as spelled in the header
+  std::vector<uint64_t> shape;
+  uint64_t elements = 0;
+  uint64_t offset = 0;           // absolute byte offset in the file
+  uint64_t bytes = 0;
+  bool convertible() const { return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32; }
+};
+
+std::string shape_string(const std::vector<uint64_t>& shape);  // "[64, 128]"
+
+inline constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+class SafetensorsFile {
+ public:
+  // Parses and checks the header. `name` is what messages call the file
+  // (the name inside the checkpoint directory). Throws Error naming the file
+  // and, where one is at fault, the tensor.
+  SafetensorsFile(std::unique_ptr<RandomAccessFile> file, std::string name);
+
+  const std::string& name() const { return name_; }
+  uint64_t bytes() const { return file_->size(); }
+  // crc32 of the 8-byte length and the header JSON: the file's identity.
+  uint32_t header_crc32() const { return header_crc32_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }  // by offset
+  const TensorInfo* find(std::string_view tensor) const;
+
+  // Converts the tensor to f32 into `out` (info.elements floats). Refuses
+  // dtypes other than BF16, F16, F32 naming file, tensor and dtype.
+  void read_f32(const TensorInfo& info, float* out) const;
+
+ private:
+  std::unique_ptr<RandomAccessFile> file_;
+  std::string name_;
+  uint32_t header_crc32_ = 0;
+  std::vector<TensorInfo> tensors_;
+};
+
+// Reads a whole small file (config, index, tokenizer) or throws naming it.
+std::string read_small_file(FileSystem& fs, const std::string& path, uint64_t cap);
+
+class Checkpoint {
+ public:
+  // Opens DIR/model.safetensors.index.json and its shards when present, else
+  // DIR/model.safetensors.
+  static Checkpoint open(FileSystem& fs, const std::string& dir);
+
+  struct Located {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+  };
+  std::optional<Located> find(std::string_view tensor) const;
+  // Shards sorted by name.
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+  // Reads a tensor as f32; throws when absent.
+  std::vector<float> read_f32(std::string_view tensor) const;
+  // The file that lists the tensors: model.safetensors or the index.
+  const std::string& listing() const { return listing_; }
+
+ private:
+  std::string listing_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::pair<std::string, Located>> index_;  // sorted by tensor name
+};
+
+}  // namespace sluice::convert

@@ -1,0 +1,106 @@
+// compute/convert/source.cpp: reads and checks the source directory up
+// front, so a bad checkpoint is refused before any output exists. It reads
+// tensor headers here, never tensor data.
+#include <cmath>
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include "compute/convert/convert_steps.h"
+#include "proto/error.h"
+
+namespace sluice::convert {
+namespace {
+
+constexpr uint64_t kMaxConfigBytes = 16ull << 20;
+constexpr uint64_t kMaxTokenizerBytes = 512ull << 20;
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"};
+
+uint32_t crc_of(const std::string& text) {
+  return static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+}
+
+void check_tensor(const Checkpoint& checkpoint, const std::string& name, const std::vector<uint64_t>& shape) {
+  const auto located = checkpoint.find(name);
+  if (!located) fail("{}: tensor {} missing (expected shape {})", checkpoint.listing(), name, shape_string(shape));
+  const TensorInfo& info = *located->info;
+  if (info.shape != shape) {
+    fail("{}: tensor {}: shape {} but the config implies {}", located->file->name(), name, shape_string(info.shape),
+         shape_string(shape));
+  }
+  if (!info.convertible()) fail("{}: tensor {}: unsupported dtype {}", located->file->name(), name, info.dtype_name);
+}
+
+}  // namespace
+
+Source open_source(FileSystem& fs, const std::string& dir) {
+  Source source;
+  source.dir = dir;
+  const std::string config_path = dir + "/config.json";
+  if (!fs.exists(config_path)) fail("{}: missing", config_path);
+  const std::string config_text = read_small_file(fs, config_path, kMaxConfigBytes);
+  try {
+    source.config = nlohmann::ordered_json::parse(config_text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", config_path, e.what());
+  }
+  source.plan = plan_model(source.config, config_path);
+  source.checkpoint = Checkpoint::open(fs, dir);
+  for (const auto& tensor : source.plan.trunk) check_tensor(source.checkpoint, tensor.name, tensor.shape);
+  for (const auto& layer : source.plan.moe_layers) {
+    const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
+    for (uint32_t e = 0; e < layer.experts; ++e) {
+      for (MatrixKind kind : kMatrixKinds) {
+        const RvqMatrixShape& m = layout.matrices[static_cast<int>(kind)];
+        check_tensor(source.checkpoint, expert_tensor_name(layer.layer, e, kind), {m.rows, m.cols});
+      }
+    }
+  }
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const auto& file : source.checkpoint.files()) {
+    files.push_back({{"name", file->name()}, {"bytes", file->bytes()}, {"header_crc32", file->header_crc32()}});
+  }
+  source.identity = {{"files", files}, {"config_crc32", crc_of(config_text)}};
+
+  source.chat_template = nullptr;
+  for (const char* name : kTokenizerFiles) {
+    const std::string path = dir + "/" + name;
+    if (!fs.exists(path)) continue;
+    std::string bytes = read_small_file(fs, path, kMaxTokenizerBytes);
+    nlohmann::json parsed;
+    try {
+      parsed = nlohmann::json::parse(bytes);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON: {}", path, e.what());
+    }
+    if (std::string(name) == "tokenizer_config.json" && parsed.is_object() && parsed.contains("chat_template")) {
+      const auto& t = parsed["chat_template"];
+      if (t.is_string()) {
+        source.chat_template = t.get<std::string>();
+      } else if (t.is_array()) {
+        // Some checkpoints list named templates; the engine wants the default.
+        for (const auto& named : t) {
+          if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+              named["template"].is_string()) {
+            source.chat_template = named["template"].get<std::string>();
+          }
+        }
+      }
+    }
+    source.tokenizer_files.emplace_back(name, std::move(bytes));
+  }
+  return source;
+}
+
+std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor) {
+  const auto located = checkpoint.find(tensor);
+  if (!located) fail("{}: tensor {} missing", checkpoint.listing(), tensor);
+  std::vector<float> w(located->info->elements);
+  located->file->read_f32(*located->info, w.data());
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(w[i])) fail("{}: tensor {}: non-finite value at element {}", located->file->name(), tensor, i);
+  }
+  return w;
+}
+
+}  // namespace sluice::convert

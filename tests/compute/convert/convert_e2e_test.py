@@ -1,0 +1,265 @@
+#!/usr/bin/python3
+# tests/compute/convert/convert_e2e_test.py: end-to-end tests of `sluice
+# convert` on tiny checkpoints from scripts/make_tiny_checkpoint.py: the
+# container matches FORMAT.md, output is byte-identical across runs, thread
+# counts and kill-and-resume, and bad inputs fail without a manifest.
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import zlib
+
+SLUICE = os.environ["SLUICE_BIN"]
+ROOT = os.environ["SLUICE_SOURCE_ROOT"]
+PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
+MAKE = os.path.join(ROOT, "scripts", "make_tiny_checkpoint.py")
+FAST = ["--kmeans-sample", "4096", "--kmeans-iters", "4"]
+
+
+def make_checkpoint(family, out, *args):
+    subprocess.run([PYTHON, MAKE, family, out, *args], check=True)
+    return out
+
+
+def convert(src, out, *args, env=None):
+    return subprocess.run([SLUICE, "convert", src, out, "-q", *FAST, *args], capture_output=True, text=True,
+                          env=env)
+
+
+def tree(directory):
+    files = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if os.path.isdir(path):
+            files[name + "/"] = tree(path)
+        else:
+            with open(path, "rb") as f:
+                files[name] = f.read()
+    return files
+
+
+def read_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return header, data
+
+
+def write_safetensors(path, header, data):
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+class ConvertTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="sluice-convert-e2e-")
+        cls.olmoe = make_checkpoint("olmoe", os.path.join(cls.tmp, "olmoe"))
+        cls.qwen = make_checkpoint("qwen3_moe", os.path.join(cls.tmp, "qwen"), "--shards", "2", "--dtype", "f16",
+                                   "--set", "mlp_only_layers=[1]")
+        cls.slow = make_checkpoint("olmoe", os.path.join(cls.tmp, "slow"), "--set", "num_hidden_layers=4")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def out(self, name):
+        path = os.path.join(self.tmp, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def check_container(self, src, out):
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        with open(os.path.join(src, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual(manifest["format_version"], 1)
+        self.assertEqual(manifest["arch"], config["model_type"])
+        self.assertEqual(manifest["config"], config)
+        self.assertEqual(sorted(n for n in os.listdir(out)),
+                         sorted(["manifest.json", "trunk.bin", "codebooks.bin", "tokenizer.json",
+                                 "tokenizer_config.json"] + [m["file"] for m in manifest["moe_layers"]]))
+        for name in manifest["tokenizer"]["files"]:
+            with open(os.path.join(src, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+        with open(os.path.join(src, "tokenizer_config.json")) as f:
+            self.assertEqual(manifest["tokenizer"]["chat_template"], json.load(f).get("chat_template"))
+        trunk = manifest["trunk"]
+        self.assertEqual(os.path.getsize(os.path.join(out, "trunk.bin")), trunk["bytes"])
+        for t in trunk["tensors"]:
+            self.assertEqual(t["offset"] % 64, 0, t["name"])
+            self.assertLessEqual(max(t["offset"] + t["bytes"], t["scale_offset"] + t["scale_bytes"]), trunk["bytes"])
+        books = manifest["codebooks"]
+        self.assertEqual(books["count"], 9 * len(manifest["moe_layers"]))
+        self.assertEqual(os.path.getsize(os.path.join(out, "codebooks.bin")), books["bytes"])
+        self.assertEqual(books["bytes"], books["count"] * 8192)
+        for index, layer in enumerate(manifest["moe_layers"]):
+            self.assertEqual(layer["codebook_base"], 9 * index)
+            self.assertEqual(layer["experts"], config["num_experts"])
+            stride = layer["record_stride"]
+            self.assertEqual(stride % 4096, 0)
+            path = os.path.join(out, layer["file"])
+            self.assertEqual(os.path.getsize(path), layer["bytes"])
+            self.assertEqual(layer["bytes"], layer["experts"] * stride)
+            with open(path, "rb") as f:
+                bank = f.read()
+            for e in range(layer["experts"]):
+                record = bank[e * stride:(e + 1) * stride]
+                magic, version, layer_id, expert, book, rec_stride = struct.unpack_from("<IHHIII", record, 0)
+                payload_end, crc = struct.unpack_from("<II", record, 36)
+                self.assertEqual((magic, version, layer_id, expert, book, rec_stride),
+                                 (0x52584C53, 1, layer["layer"], e, layer["codebook_base"], stride))
+                self.assertEqual(crc, zlib.crc32(record[64:payload_end]))
+        return manifest
+
+    def test_both_families_convert(self):
+        for src, layers, name in ((self.olmoe, [0, 1], "olmoe"), (self.qwen, [0, 2], "qwen")):
+            out = self.out(name + ".sluice")
+            run = convert(src, out, "--json")
+            self.assertEqual(run.returncode, 0, run.stderr)
+            summary = json.loads(run.stdout)
+            manifest = self.check_container(src, out)
+            self.assertEqual([m["layer"] for m in manifest["moe_layers"]], layers)
+            self.assertEqual([m["layer"] for m in summary["layers"]], layers)
+            for kind in ("gate", "up", "down"):
+                self.assertGreater(summary["relative_error"][kind], 0.05)
+                self.assertLess(summary["relative_error"][kind], 0.35)
+            self.assertLess(summary["trunk_relative_error"]["q8g128"], 0.01)
+            self.assertGreater(summary["weights_per_second"], 0)
+            self.assertEqual(summary["container_bytes"], sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out)))
+            print(f"{name}: relative error {summary['relative_error']}, {summary['weights_per_second']:.0f} weights/s",
+                  file=sys.stderr)
+        names = [t["name"] for t in manifest["trunk"]["tensors"]]
+        self.assertIn("model.layers.1.mlp.down_proj.weight", names)  # qwen's dense layer
+
+    def test_byte_identical_across_runs_and_threads(self):
+        a, b, c = self.out("det-a"), self.out("det-b"), self.out("det-c")
+        self.assertEqual(convert(self.qwen, a, "--threads", "2").returncode, 0)
+        self.assertEqual(convert(self.qwen, b, "--threads", "2").returncode, 0)
+        self.assertEqual(convert(self.qwen, c, "--threads", "1").returncode, 0)
+        self.assertEqual(tree(a), tree(b))
+        self.assertEqual(tree(a), tree(c))
+        run = convert(self.qwen, a)
+        self.assertEqual(run.returncode, 0, run.stderr)  # already complete: a no-op
+        self.assertEqual(tree(a), tree(c))
+
+    def kill_when(self, out, ready, delay_ms="1500"):
+        env = dict(os.environ, SLUICE_CONVERT_TEST_DELAY_MS=delay_ms)
+        proc = subprocess.Popen([SLUICE, "convert", self.slow, out, "-q", *FAST], env=env)
+        deadline = time.time() + 120
+        while not ready() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
+
+    def test_resume_after_kill_is_byte_identical(self):
+        reference = self.out("resume-reference")
+        self.assertEqual(convert(self.slow, reference).returncode, 0)
+        points = {
+            "after-first-layer": lambda out: os.path.exists(os.path.join(out, "experts-L000.bin")),
+            "during-trunk": lambda out: os.path.exists(os.path.join(out, ".convert", "state.json")),
+            "mid-layers": lambda out: os.path.exists(os.path.join(out, "experts-L002.bin")),
+        }
+        for label, ready in points.items():
+            out = self.out("resume-" + label)
+            self.kill_when(out, lambda: ready(out))
+            run = convert(self.slow, out)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertEqual(tree(out), tree(reference), label)
+
+    def test_other_parameters_refused_then_forced(self):
+        out = self.out("force")
+        self.kill_when(out, lambda: os.path.exists(os.path.join(out, "experts-L000.bin")))
+        run = convert(self.slow, out, "--seed", "7")
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("--force", run.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
+        self.assertEqual(convert(self.slow, out, "--seed", "7", "--force").returncode, 0)
+        fresh = self.out("force-fresh")
+        self.assertEqual(convert(self.slow, fresh, "--seed", "7").returncode, 0)
+        self.assertEqual(tree(out), tree(fresh))
+        run = convert(self.olmoe, out)  # a finished container of another source
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("different source", run.stderr)
+
+    def damaged_copy(self, name):
+        src = os.path.join(self.tmp, "bad-" + name)
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.copytree(self.olmoe, src)
+        return src
+
+    def edit_header(self, src, edit):
+        path = os.path.join(src, "model.safetensors")
+        header, data = read_header(path)
+        edit(header)
+        write_safetensors(path, header, data)
+
+    def expect_failure(self, src, *fragments):
+        out = self.out("bad.sluice")
+        run = convert(src, out)
+        self.assertNotEqual(run.returncode, 0)
+        for fragment in fragments:
+            self.assertIn(fragment, run.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
+
+    def test_bad_inputs_fail_without_manifest(self):
+        expert = "model.layers.1.mlp.experts.3.up_proj.weight"
+        src = self.damaged_copy("missing")
+        self.edit_header(src, lambda h: h.pop(expert))
+        self.expect_failure(src, "model.safetensors", expert, "missing", "[64, 128]")
+
+        src = self.damaged_copy("shape")
+        self.edit_header(src, lambda h: h[expert].update(shape=[128, 64]))
+        self.expect_failure(src, "model.safetensors", expert, "[128, 64]", "[64, 128]")
+
+        src = self.damaged_copy("dtype")
+        def to_fp8(h):
+            begin = h[expert]["data_offsets"][0]
+            h[expert].update(dtype="F8_E4M3", data_offsets=[begin, begin + 64 * 128])
+        self.edit_header(src, to_fp8)
+        self.expect_failure(src, f"model.safetensors: tensor {expert}: unsupported dtype F8_E4M3")
+
+        src = self.damaged_copy("truncated")
+        path = os.path.join(src, "model.safetensors")
+        os.truncate(path, os.path.getsize(path) - 100)
+        self.expect_failure(src, "model.safetensors: tensor ", "outside")
+
+        src = self.damaged_copy("config")
+        with open(os.path.join(src, "config.json"), "w") as f:
+            f.write('{"model_type": "olmoe",')
+        self.expect_failure(src, "config.json", "not valid JSON")
+
+        src = self.damaged_copy("type")
+        with open(os.path.join(src, "config.json")) as f:
+            config = json.load(f)
+        config["model_type"] = "mixtral"
+        with open(os.path.join(src, "config.json"), "w") as f:
+            json.dump(config, f)
+        self.expect_failure(src, "config.json", "unsupported model_type mixtral")
+
+        src = self.damaged_copy("nan")
+        path = os.path.join(src, "model.safetensors")
+        header, data = read_header(path)
+        begin = header[expert]["data_offsets"][0]
+        data = data[:begin] + b"\xc0\x7f" + data[begin + 2:]  # bf16 NaN as the first element
+        write_safetensors(path, header, data)
+        self.expect_failure(src, expert, "non-finite")
+
+    def test_help_lists_every_flag(self):
+        run = subprocess.run([SLUICE, "convert", "--help"], capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0)
+        for flag in ("--threads", "--seed", "--kmeans-sample", "--kmeans-iters", "--json", "--quiet", "--force"):
+            self.assertIn(flag, run.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

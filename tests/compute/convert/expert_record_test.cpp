@@ -1,0 +1,186 @@
+// tests/compute/convert/expert_record_test.cpp: an encoded record decoded
+// here straight from the FORMAT.md text (byte offsets, index positions,
+// reconstruction formula): header fields, crc, padding rows, and the
+// reconstruction error on Gaussian weights (expected near the reference
+// engine's 19-20% for vq3).
+#include "compute/convert/expert_record.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "compute/convert/kmeans.h"
+#include "proto/f16.h"
+#include "tests/compute/convert/test_util.h"
+
+namespace sluice::convert {
+namespace {
+
+uint32_t u32_at(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | uint32_t{p[3]} << 24; }
+uint16_t u16_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+
+struct Expert {
+  uint32_t hidden, width;
+  std::array<std::vector<float>, 3> w;  // gate [I,H], up [I,H], down [H,I]
+};
+
+Expert gaussian_expert(uint32_t hidden, uint32_t width, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  Expert e{hidden, width, {}};
+  for (auto& m : e.w) {
+    m.resize(size_t{hidden} * width);
+    for (float& x : m) x = normal(rng);
+  }
+  return e;
+}
+
+LayerCodebooks train_for(const Expert& e, const RecordLayout& layout) {
+  LayerCodebooks books;
+  for (int k = 0; k < 3; ++k) {
+    const auto& m = layout.matrices[k];
+    std::vector<float> u(e.w[k].size());
+    std::vector<uint16_t> scales(m.rows);
+    normalise_rows(e.w[k].data(), m.rows, m.cols, u.data(), scales.data(), "t");
+    const auto stages = train_rvq(u, {static_cast<uint64_t>(k) + 1, 12, 2});
+    for (int s = 0; s < kRvqStages; ++s) books[k * kRvqStages + s] = stages[s];
+  }
+  return books;
+}
+
+TEST_CASE("a record decodes back by the FORMAT.md rules") {
+  const uint32_t hidden = 128, width = 40;  // 40 rows pad to 48; down has 5 vectors per row
+  Expert e = gaussian_expert(hidden, width, 1);
+  std::fill(e.w[0].begin() + 3 * hidden, e.w[0].begin() + 4 * hidden, 0.0f);  // gate row 3 all zero
+  const RecordLayout layout = RecordLayout::compute(hidden, width);
+  const LayerCodebooks books = train_for(e, layout);
+  std::vector<uint8_t> record(layout.stride, 0xAB);
+  const auto errors = encode_expert_record({e.w[0].data(), e.w[1].data(), e.w[2].data()}, {"g", "u", "d"}, layout,
+                                           books, 7, 5, 63, record.data());
+  const uint8_t* r = record.data();
+  CHECK(u32_at(r) == 0x52584C53u);
+  CHECK(u16_at(r + 4) == 1);
+  CHECK(u16_at(r + 6) == 7);
+  CHECK(u32_at(r + 8) == 5);
+  CHECK(u32_at(r + 12) == 63);
+  CHECK(u32_at(r + 16) == layout.stride);
+  CHECK(u32_at(r + 20) == 64);
+  const uint32_t offsets[3] = {u32_at(r + 20), u32_at(r + 24), u32_at(r + 28)};
+  const uint32_t scales_off = u32_at(r + 32), payload_end = u32_at(r + 36);
+  CHECK(layout.stride % 4096 == 0);
+  CHECK(u32_at(r + 40) == static_cast<uint32_t>(::crc32(0L, r + 64, payload_end - 64)));
+  for (int i = 44; i < 64; ++i) CHECK(r[i] == 0);
+  for (size_t i = payload_end; i < layout.stride; ++i) REQUIRE(r[i] == 0);
+
+  const uint32_t rows[3] = {width, width, hidden}, cols[3] = {hidden, hidden, width};
+  uint32_t scale_cursor = scales_off;
+  for (int k = 0; k < 3; ++k) {
+    const uint32_t nv = cols[k] / 8, rows_padded = (rows[k] + 15) / 16 * 16;
+    CHECK(offsets[k] % 64 == 0);
+    double err = 0, norm = 0;
+    for (uint32_t row = 0; row < rows_padded; ++row) {
+      const uint16_t scale = u16_at(r + scale_cursor + 2 * row);
+      auto index = [&](uint32_t v, int s) { return r[offsets[k] + ((row / 16) * nv * 3 + v * 3 + s) * 16 + row % 16]; };
+      if (row >= rows[k]) {
+        REQUIRE(scale == 0);
+        for (uint32_t v = 0; v < nv; ++v) {
+          for (int s = 0; s < 3; ++s) REQUIRE(index(v, s) == 0);
+        }
+        continue;
+      }
+      float amax = 0;
+      for (uint32_t c = 0; c < cols[k]; ++c) amax = std::max(amax, std::fabs(e.w[k][row * cols[k] + c]));
+      REQUIRE(scale == f32_to_f16(amax));
+      for (uint32_t v = 0; v < nv; ++v) {
+        for (int j = 0; j < 8; ++j) {
+          float sum = 0.0f;
+          for (int s = 0; s < 3; ++s) sum += books[k * 3 + s].entry(index(v, s))[j];
+          const double w = e.w[k][row * cols[k] + v * 8 + j];
+          const double w_hat = f16_to_f32(scale) * sum;
+          err += (w - w_hat) * (w - w_hat);
+          norm += w * w;
+        }
+      }
+    }
+    scale_cursor += rows_padded * 2;
+    CHECK(errors[k].error == doctest::Approx(err).epsilon(1e-9));
+    CHECK(errors[k].norm == doctest::Approx(norm).epsilon(1e-12));
+  }
+  CHECK(scale_cursor == payload_end);
+  CHECK(u16_at(r + scales_off + 3 * 2) == 0);  // the all-zero gate row
+}
+
+TEST_CASE("encoding each stage takes the nearest code of the residual") {
+  const RecordLayout layout = RecordLayout::compute(64, 16);
+  Expert e = gaussian_expert(64, 16, 2);
+  const LayerCodebooks books = train_for(e, layout);
+  std::vector<uint8_t> record(layout.stride);
+  encode_expert_record({e.w[0].data(), e.w[1].data(), e.w[2].data()}, {"g", "u", "d"}, layout, books, 0, 0, 0,
+                       record.data());
+  const RvqMatrixShape& m = layout.matrices[2];
+  std::vector<float> u(e.w[2].size());
+  std::vector<uint16_t> scales(m.rows);
+  normalise_rows(e.w[2].data(), m.rows, m.cols, u.data(), scales.data(), "d");
+  for (uint32_t row = 0; row < m.rows; ++row) {
+    for (uint32_t v = 0; v < m.vectors_per_row(); ++v) {
+      float residual[8];
+      for (int j = 0; j < 8; ++j) residual[j] = u[row * m.cols + v * 8 + j];
+      for (int s = 0; s < 3; ++s) {
+        const Codebook& book = books[2 * 3 + s];
+        const int code = nearest_code_scalar(book, residual);
+        REQUIRE(record[layout.down_off + m.index_position(row, v, s)] == code);
+        for (int j = 0; j < 8; ++j) residual[j] -= book.entry(code)[j];
+      }
+    }
+  }
+}
+
+TEST_CASE("Gaussian experts reconstruct with about 20% relative error") {
+  const uint32_t hidden = 256, width = 128;
+  std::array<ErrorSums, 3> total{};
+  std::vector<Expert> experts;
+  for (uint32_t i = 0; i < 4; ++i) experts.push_back(gaussian_expert(hidden, width, 10 + i));
+  const RecordLayout layout = RecordLayout::compute(hidden, width);
+  // Codebooks trained on all four experts, like one layer's shared codebooks.
+  LayerCodebooks books;
+  for (int k = 0; k < 3; ++k) {
+    const auto& m = layout.matrices[k];
+    std::vector<float> all;
+    for (const auto& e : experts) {
+      std::vector<float> u(e.w[k].size());
+      std::vector<uint16_t> scales(m.rows);
+      normalise_rows(e.w[k].data(), m.rows, m.cols, u.data(), scales.data(), "t");
+      all.insert(all.end(), u.begin(), u.end());
+    }
+    const auto stages = train_rvq(all, {static_cast<uint64_t>(k), 12, 2});
+    for (int s = 0; s < 3; ++s) books[k * 3 + s] = stages[s];
+  }
+  std::vector<uint8_t> record(layout.stride);
+  for (uint32_t i = 0; i < experts.size(); ++i) {
+    const auto& e = experts[i];
+    const auto errors = encode_expert_record({e.w[0].data(), e.w[1].data(), e.w[2].data()}, {"g", "u", "d"}, layout,
+                                             books, 0, i, 0, record.data());
+    for (int k = 0; k < 3; ++k) total[k].add(errors[k]);
+  }
+  for (int k = 0; k < 3; ++k) {
+    MESSAGE(matrix_kind_name(static_cast<MatrixKind>(k)) << " relative error " << total[k].relative());
+    CHECK(total[k].relative() > 0.12);
+    CHECK(total[k].relative() < 0.26);
+  }
+}
+
+TEST_CASE("a row too large for an f16 scale is refused naming tensor and row") {
+  std::vector<float> w(2 * 8, 1.0f);
+  w[12] = 1e6f;
+  std::vector<float> u(w.size());
+  std::vector<uint16_t> scales(2);
+  const std::string message = test::error_of([&] { normalise_rows(w.data(), 2, 8, u.data(), scales.data(), "x.weight"); });
+  CHECK(test::contains(message, "tensor x.weight: row 1"));
+}
+
+}  // namespace
+}  // namespace sluice::convert

@@ -1,0 +1,106 @@
+// tests/compute/convert/model_plan_test.cpp: config.json → what the
+// checkpoint must hold: tensor names, shapes and trunk formats of both
+// families, Qwen3's dense layers, and refusals naming the key at fault.
+#include "compute/convert/model_plan.h"
+
+#include <doctest/doctest.h>
+
+#include "tests/compute/convert/test_util.h"
+
+namespace sluice::convert {
+namespace {
+
+nlohmann::ordered_json olmoe_tiny() {
+  return nlohmann::ordered_json::parse(R"({"model_type": "olmoe", "vocab_size": 512, "hidden_size": 128,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_experts": 8, "num_experts_per_tok": 4, "tie_word_embeddings": false})");
+}
+
+nlohmann::ordered_json qwen_tiny() {
+  return nlohmann::ordered_json::parse(R"({"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 128,
+    "intermediate_size": 256, "moe_intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "num_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": false})");
+}
+
+const TrunkTensorPlan* find(const ModelPlan& plan, const std::string& name) {
+  for (const auto& t : plan.trunk) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+TEST_CASE("OLMoE: whole-vector q/k norms, every layer MoE, formats by role") {
+  const ModelPlan plan = plan_model(olmoe_tiny(), "config.json");
+  CHECK(plan.arch == "olmoe");
+  REQUIRE(plan.moe_layers.size() == 2);
+  CHECK(plan.moe_layers[1].layer == 1);
+  CHECK(plan.moe_layers[1].codebook_base == 9);
+  CHECK(plan.moe_layers[0].expert_width == 64);
+  CHECK(find(plan, "model.layers.0.self_attn.k_proj.weight")->shape == std::vector<uint64_t>{64, 128});
+  CHECK(find(plan, "model.layers.0.self_attn.q_norm.weight")->shape == std::vector<uint64_t>{128});
+  CHECK(find(plan, "model.layers.0.self_attn.k_norm.weight")->shape == std::vector<uint64_t>{64});
+  CHECK(find(plan, "model.embed_tokens.weight")->format == TrunkFormat::kQ8G128);
+  CHECK(find(plan, "lm_head.weight")->format == TrunkFormat::kQ8G128);
+  CHECK(find(plan, "model.layers.1.self_attn.o_proj.weight")->format == TrunkFormat::kQ4G128);
+  CHECK(find(plan, "model.layers.1.mlp.gate.weight")->format == TrunkFormat::kF32);
+  CHECK(find(plan, "model.layers.1.mlp.gate.weight")->shape == std::vector<uint64_t>{8, 128});
+  CHECK(find(plan, "model.norm.weight")->format == TrunkFormat::kF32);
+  CHECK(plan.trunk.size() == 1 + 2 * 9 + 2);
+  CHECK(expert_tensor_name(1, 7, MatrixKind::kDown) == "model.layers.1.mlp.experts.7.down_proj.weight");
+}
+
+TEST_CASE("Qwen3: explicit head_dim, per-head norms, dense layers into the trunk") {
+  auto config = qwen_tiny();
+  ModelPlan plan = plan_model(config, "config.json");
+  CHECK(find(plan, "model.layers.0.self_attn.q_proj.weight")->shape == std::vector<uint64_t>{256, 128});
+  CHECK(find(plan, "model.layers.0.self_attn.o_proj.weight")->shape == std::vector<uint64_t>{128, 256});
+  CHECK(find(plan, "model.layers.0.self_attn.q_norm.weight")->shape == std::vector<uint64_t>{64});
+  CHECK(plan.moe_layers.size() == 3);
+  CHECK(plan.moe_layers[0].expert_width == 48);
+
+  config["mlp_only_layers"] = {1};
+  plan = plan_model(config, "config.json");
+  REQUIRE(plan.moe_layers.size() == 2);
+  CHECK(plan.moe_layers[1].layer == 2);
+  CHECK(plan.moe_layers[1].codebook_base == 9);
+  CHECK(find(plan, "model.layers.1.mlp.gate.weight") == nullptr);
+  const auto* dense = find(plan, "model.layers.1.mlp.down_proj.weight");
+  REQUIRE(dense != nullptr);
+  CHECK(dense->shape == std::vector<uint64_t>{128, 256});
+  CHECK(dense->format == TrunkFormat::kQ4G128);
+
+  config["mlp_only_layers"] = nlohmann::ordered_json::array();
+  config["decoder_sparse_step"] = 2;
+  plan = plan_model(config, "config.json");
+  REQUIRE(plan.moe_layers.size() == 1);
+  CHECK(plan.moe_layers[0].layer == 1);
+}
+
+TEST_CASE("tied embeddings drop lm_head") {
+  auto config = olmoe_tiny();
+  config["tie_word_embeddings"] = true;
+  CHECK(find(plan_model(config, "config.json"), "lm_head.weight") == nullptr);
+}
+
+TEST_CASE("bad configs are refused naming the key") {
+  auto config = olmoe_tiny();
+  config["model_type"] = "mixtral";
+  CHECK(test::contains(test::error_of([&] { plan_model(config, "c.json"); }), "c.json: unsupported model_type mixtral"));
+  config = olmoe_tiny();
+  config.erase("hidden_size");
+  CHECK(test::contains(test::error_of([&] { plan_model(config, "c.json"); }), "key hidden_size missing"));
+  config = olmoe_tiny();
+  config["num_experts"] = 5000;
+  CHECK(test::contains(test::error_of([&] { plan_model(config, "c.json"); }), "key num_experts is 5000"));
+  config = olmoe_tiny();
+  config["intermediate_size"] = 60;
+  CHECK(test::contains(test::error_of([&] { plan_model(config, "c.json"); }), "multiples of 8"));
+  config = qwen_tiny();
+  config["decoder_sparse_step"] = 0;
+  CHECK(test::contains(test::error_of([&] { plan_model(config, "c.json"); }), "decoder_sparse_step"));
+  CHECK(test::contains(test::error_of([&] { plan_model(nlohmann::ordered_json::array(), "c.json"); }), "not a JSON object"));
+}
+
+}  // namespace
+}  // namespace sluice::convert
