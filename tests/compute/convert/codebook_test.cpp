@@ -66,14 +66,14 @@ TEST_CASE("AVX2 and scalar searches agree bit for bit") {
 TEST_CASE("ties take the lowest code") {
   std::vector<float> entries(kRvqEntries * kRvqVecDim, 5.0f);
   // Codes 200 and 9 hold the same point; 3 and 130 sit at equal distance from 0.
-  for (int j = 0; j < kRvqVecDim; ++j) entries[200 * kRvqVecDim + j] = entries[9 * kRvqVecDim + j] = 0.25f;
+  for (int j = 0; j < kRvqVecDim; ++j) entries[200 * kRvqVecDim + j] = entries[9 * kRvqVecDim + j] = 2.0f;
   std::fill(entries.begin() + 3 * kRvqVecDim, entries.begin() + 4 * kRvqVecDim, 0.0f);
   std::fill(entries.begin() + 130 * kRvqVecDim, entries.begin() + 131 * kRvqVecDim, 0.0f);
   entries[3 * kRvqVecDim] = 1.0f;
   entries[130 * kRvqVecDim] = -1.0f;
   const Codebook book(entries.data());
   float on_duplicate[kRvqVecDim];
-  std::fill(on_duplicate, on_duplicate + kRvqVecDim, 0.25f);
+  std::fill(on_duplicate, on_duplicate + kRvqVecDim, 2.0f);
   float origin[kRvqVecDim] = {};
   for (auto search : {nearest_code_scalar, nearest_code}) {
     CHECK(search(book, on_duplicate) == 9);

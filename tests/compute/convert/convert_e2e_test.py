@@ -164,16 +164,17 @@ class ConvertTest(unittest.TestCase):
     def test_resume_after_kill_is_byte_identical(self):
         reference = self.out("resume-reference")
         self.assertEqual(convert(self.slow, reference).returncode, 0)
-        points = {
-            "after-first-layer": lambda out: os.path.exists(os.path.join(out, "experts-L000.bin")),
-            "during-trunk": lambda out: os.path.exists(os.path.join(out, ".convert", "state.json")),
-            "mid-layers": lambda out: os.path.exists(os.path.join(out, "experts-L002.bin")),
+        points = {  # label: (ready, layers the rerun must find finished at least)
+            "after-first-layer": (lambda out: os.path.exists(os.path.join(out, "experts-L000.bin")), 1),
+            "during-trunk": (lambda out: os.path.exists(os.path.join(out, ".convert", "state.json")), 0),
+            "mid-layers": (lambda out: os.path.exists(os.path.join(out, "experts-L002.bin")), 3),
         }
-        for label, ready in points.items():
+        for label, (ready, finished) in points.items():
             out = self.out("resume-" + label)
             self.kill_when(out, lambda: ready(out))
-            run = convert(self.slow, out)
+            run = convert(self.slow, out, "--json")
             self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertGreaterEqual(json.loads(run.stdout)["resumed_layers"], finished, label)
             self.assertEqual(tree(out), tree(reference), label)
 
     def test_other_parameters_refused_then_forced(self):

@@ -167,7 +167,7 @@ TEST_CASE("Gaussian experts reconstruct with about 20% relative error") {
     for (int k = 0; k < 3; ++k) total[k].add(errors[k]);
   }
   for (int k = 0; k < 3; ++k) {
-    MESSAGE(matrix_kind_name(static_cast<MatrixKind>(k)) << " relative error " << total[k].relative());
+    MESSAGE(std::string(matrix_kind_name(static_cast<MatrixKind>(k))) << " relative error " << total[k].relative());
     CHECK(total[k].relative() > 0.12);
     CHECK(total[k].relative() < 0.26);
   }

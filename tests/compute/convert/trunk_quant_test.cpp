@@ -3,6 +3,7 @@
 // order, padding, round-half-even, and the error on Gaussian weights.
 #include "compute/convert/trunk_quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
