@@ -94,6 +94,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "measure this machine: kernels (more to come)");
   bench->require_subcommand(1);
   add_bench_kernels(*bench);
+  add_bench_io(*bench);
 }
 
 }  // namespace sluice::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   sluice::cli::add_verify_command(app);
   sluice::cli::add_tokenize_commands(app);
   sluice::cli::add_bench_command(app);
+  sluice::cli::add_plan_command(app);
+  sluice::cli::add_stats_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

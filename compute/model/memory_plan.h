@@ -65,6 +65,16 @@ UsableRam read_usable_ram(const std::string& root = "");
 // 256 entries per 8 columns); attention scores heads × context; logits vocab.
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk);
 
+// What the plan needs from a container's manifest.
+struct PlanInputs {
+  std::string model;            // names the container in errors
+  uint64_t resident_bytes = 0;  // trunk.bin + codebooks.bin
+  uint64_t top_k = 0;
+  uint64_t moe_layers = 0;
+  uint64_t record_stride = 0;   // the largest of any MoE layer
+};
+PlanInputs plan_inputs(const Container& container);
+
 struct PlanRequest {
   uint32_t context = 4096;
   std::optional<uint64_t> budget_bytes;  // as given by --budget
@@ -74,6 +84,8 @@ struct PlanRequest {
 // budget: the given one (refused with the whole plan in the Error when it is
 // under the floor), else the largest of floor + 3, 2, 1 working sets that
 // fits under 7/8 of ram.usable_bytes, else the floor.
+MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, const PlanRequest& request,
+                       const UsableRam& ram);
 MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
                        const UsableRam& ram);
 

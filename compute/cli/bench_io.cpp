@@ -1,0 +1,196 @@
+// compute/cli/bench_io.cpp: `sluice bench io MODEL [--json]`: the disk's raw
+// O_DIRECT bandwidth at the record size (random whole-record reads over the
+// banks, 1/2/4 threads) next to what the I/O worker sustains serving a decode
+// whose experts miss, and their ratio. Measures, never asserts; no compute.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "compute/cli/commands.h"
+#include "ioworker/worker.h"
+#include "proto/aligned_buffer.h"
+#include "proto/container.h"
+#include "proto/error.h"
+#include "proto/file_io.h"
+#include "shm/client.h"
+
+namespace sluice::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RawResult {
+  uint32_t threads = 0;
+  uint64_t reads = 0;
+  double seconds = 0;
+  double gbps = 0;
+};
+
+// Random whole-record reads, each thread with its own descriptors and buffer.
+RawResult raw_reads(const Container& container, uint32_t threads, double seconds, bool& all_direct) {
+  const auto& layers = container.moe_layers();
+  std::atomic<uint64_t> reads{0}, bytes{0};
+  std::atomic<bool> direct{true};
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  const auto started = Clock::now();
+  std::vector<std::thread> pool;
+  std::vector<std::string> errors(threads);
+  for (uint32_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        std::vector<std::unique_ptr<RandomAccessFile>> banks;
+        uint32_t stride = 0;
+        for (const auto& layer : layers) {
+          banks.push_back(posix_file_system().open(container.dir() + "/" + layer.file, OpenMode::kDirect));
+          if (!banks.back()->direct()) direct = false;
+          stride = std::max(stride, layer.record_stride);
+        }
+        AlignedBuffer buffer(stride, 4096);
+        std::mt19937_64 rng(0x10b0 + t);
+        while (Clock::now() < deadline) {
+          const size_t bank = rng() % layers.size();
+          const uint32_t expert = static_cast<uint32_t>(rng() % layers[bank].experts);
+          const uint32_t length = layers[bank].record_stride;
+          read_exact(*banks[bank], uint64_t{expert} * length, buffer.data(), length);
+          reads += 1;
+          bytes += length;
+        }
+      } catch (const Error& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (auto& thread : pool) thread.join();
+  for (const auto& error : errors) {
+    if (!error.empty()) fail("bench io: {}", error);
+  }
+  RawResult result;
+  result.threads = threads;
+  result.reads = reads;
+  result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  result.gbps = static_cast<double>(bytes) / result.seconds / 1e9;
+  all_direct = all_direct && direct;
+  return result;
+}
+
+struct DaemonResult {
+  uint64_t tokens = 0, hits = 0, misses = 0, reads = 0, bytes = 0;
+  double seconds = 0, gbps = 0;
+  bool direct_io = false;
+  std::string backend;
+};
+
+// A decode with no compute: per token, every MoE layer asks top-k random
+// experts (none of the layer's previous ones, so they miss when the layer has
+// enough experts) from a worker whose cache is the minimum.
+DaemonResult daemon_reads(const Container& container, uint32_t readers, double seconds) {
+  ioworker::WorkerOptions options;
+  options.cache_bytes = ioworker::min_cache_bytes(container, 1);
+  options.readers = readers;
+  options.max_clients = 1;
+  options.quiet = true;
+  ioworker::Worker worker(container, options);
+  shm::Client client(worker.segment());
+  const auto& layers = container.moe_layers();
+  const uint32_t top_k = container.top_k();
+  std::vector<std::vector<uint32_t>> previous(layers.size());
+  std::mt19937_64 rng(0xdec0de);
+  DaemonResult result;
+  const uint64_t bytes_before = worker.stats().bytes_read;
+  const auto started = Clock::now();
+  const auto deadline = started + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const uint32_t experts = layers[l].experts;
+      const bool avoid = experts >= 2 * top_k;
+      std::vector<uint32_t> chosen;
+      while (chosen.size() < std::min(top_k, experts)) {
+        const uint32_t e = static_cast<uint32_t>(rng() % experts);
+        if (std::find(chosen.begin(), chosen.end(), e) != chosen.end()) continue;
+        if (avoid && std::find(previous[l].begin(), previous[l].end(), e) != previous[l].end()) continue;
+        chosen.push_back(e);
+      }
+      client.request(layers[l].layer, chosen);
+      for (size_t i = 0; i < chosen.size(); ++i) client.release(client.next());
+      previous[l] = std::move(chosen);
+    }
+    ++result.tokens;
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  const shm::StatsSnapshot stats = worker.stats();
+  result.bytes = stats.bytes_read - bytes_before;
+  result.reads = stats.demand_reads;
+  result.hits = client.counters().hits;
+  result.misses = client.counters().misses;
+  result.gbps = static_cast<double>(result.bytes) / result.seconds / 1e9;
+  result.direct_io = worker.direct_io();
+  result.backend = worker.backend_name();
+  return result;
+}
+
+}  // namespace
+
+void add_bench_io(CLI::App& bench) {
+  struct Flags {
+    std::string model;
+    bool json = false;
+    double seconds = 2.0;
+    uint32_t readers = 4;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "io", "raw O_DIRECT record reads of the container's disk next to the I/O worker serving an all-miss decode");
+  cmd->add_option("MODEL", flags->model, "Container directory (NAME.sluice)")->required();
+  cmd->add_flag("--json", flags->json, "print JSON instead of a table");
+  cmd->add_option("--seconds", flags->seconds, "time per measurement")->check(CLI::Range(0.1, 600.0));
+  cmd->add_option("--readers", flags->readers, "worker reader threads (reads in flight)")->check(CLI::Range(1, 64));
+  cmd->callback([flags] {
+    const Container container = Container::open(flags->model);
+    uint64_t stride = 0;
+    for (const auto& layer : container.moe_layers()) stride = std::max<uint64_t>(stride, layer.record_stride);
+    bool all_direct = true;
+    std::vector<RawResult> raw;
+    for (uint32_t threads : {1u, 2u, 4u}) raw.push_back(raw_reads(container, threads, flags->seconds, all_direct));
+    const RawResult best = *std::max_element(raw.begin(), raw.end(),
+                                             [](const RawResult& a, const RawResult& b) { return a.gbps < b.gbps; });
+    const DaemonResult daemon = daemon_reads(container, flags->readers, flags->seconds);
+    const double ratio = best.gbps > 0 ? daemon.gbps / best.gbps : 0.0;
+    if (flags->json) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& r : raw) {
+        rows.push_back({{"threads", r.threads}, {"reads", r.reads}, {"seconds", r.seconds}, {"gbps", r.gbps}});
+      }
+      const nlohmann::json report = {
+          {"model", flags->model},
+          {"record_bytes", stride},
+          {"o_direct", all_direct},
+          {"raw", rows},
+          {"raw_best_gbps", best.gbps},
+          {"daemon",
+           {{"readers", flags->readers}, {"backend", daemon.backend}, {"direct_io", daemon.direct_io},
+            {"tokens", daemon.tokens}, {"hits", daemon.hits}, {"misses", daemon.misses}, {"reads", daemon.reads},
+            {"bytes", daemon.bytes}, {"seconds", daemon.seconds}, {"gbps", daemon.gbps}}},
+          {"ratio", ratio}};
+      fmt::print("{}\n", report.dump(2));
+      return;
+    }
+    fmt::print("records of {} bytes, O_DIRECT {}\n", stride, all_direct ? "in effect" : "REFUSED (page cache used)");
+    for (const auto& r : raw) {
+      fmt::print("  raw random reads, {} thread(s): {:>8.3f} GB/s ({} reads)\n", r.threads, r.gbps, r.reads);
+    }
+    fmt::print("  worker, all-miss decode, {} readers via {}: {:>8.3f} GB/s ({} tokens, {} misses, {} hits)\n",
+               flags->readers, daemon.backend, daemon.gbps, daemon.tokens, daemon.misses, daemon.hits);
+    fmt::print("  ratio to the best raw figure: {:.2f} (goal >= 0.9)\n", ratio);
+  });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,172 @@
+// compute/cli/cmd_stats.cpp: `sluice stats [--attach SOCKET] [--watch SECONDS]
+// [--json]`: the cache and reader figures of a running sluice-io, asked over
+// its control socket. It only reads; it never attaches to the segment.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "compute/cli/commands.h"
+#include "compute/model/memory_plan.h"
+#include "ioworker/rpc_client.h"
+#include "ioworker/rpc_socket.h"
+#include "proto/error.h"
+
+namespace sluice::cli {
+namespace {
+
+using ioworker::DaemonStats;
+
+double rate(uint64_t hits, uint64_t misses) {
+  return hits + misses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
+}
+
+// Bytes per second between two snapshots (or since start when `previous` is empty).
+double read_gbps(const DaemonStats& now, const std::optional<DaemonStats>& previous) {
+  const double bytes = static_cast<double>(now.cache.bytes_read - (previous ? previous->cache.bytes_read : 0));
+  const double seconds = now.uptime_seconds - (previous ? previous->uptime_seconds : 0.0);
+  return seconds <= 0 ? 0.0 : bytes / seconds / 1e9;
+}
+
+nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
+  const auto& c = s.cache;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& layer : c.layers) {
+    layers.push_back({{"layer", layer.layer}, {"hits", layer.hits}, {"misses", layer.misses},
+                      {"hit_rate", rate(layer.hits, layer.misses)}});
+  }
+  nlohmann::json clients = nlohmann::json::array();
+  for (const auto& client : c.clients) {
+    clients.push_back({{"id", client.id}, {"pid", client.pid}, {"requests", client.requests},
+                       {"hits", client.hits}, {"misses", client.misses},
+                       {"hit_rate", rate(client.hits, client.misses)}, {"wait_seconds", client.wait_seconds},
+                       {"heartbeat_age_seconds", client.heartbeat_age_seconds}});
+  }
+  return {{"pid", s.pid},
+          {"instance", s.instance},
+          {"model", s.model},
+          {"segment", s.segment_name},
+          {"uptime_seconds", s.uptime_seconds},
+          {"backend", s.backend},
+          {"readers", s.readers},
+          {"direct_io", c.direct_io},
+          {"budget_bytes", s.budget_bytes},
+          {"cache_bytes", s.cache_bytes},
+          {"slot_count", c.slot_count},
+          {"slot_bytes", c.slot_bytes},
+          {"slots_ready", c.slots_ready},
+          {"slots_pinned", c.slots_pinned},
+          {"sessions", s.sessions},
+          {"hits", c.hits},
+          {"inflight_hits", c.inflight_hits},
+          {"misses", c.misses},
+          {"hit_rate", c.hit_rate()},
+          {"demand_reads", c.demand_reads},
+          {"prefetch_reads", c.prefetch_reads},
+          {"prefetch_requests", c.prefetch_requests},
+          {"prefetch_dropped", c.prefetch_dropped},
+          {"wasted_prefetches", c.wasted_prefetches},
+          {"bytes_read", c.bytes_read},
+          {"read_gbps", read_gbps(s, previous)},
+          {"read_gbps_window", previous ? "interval" : "since start"},
+          {"read_errors", c.read_errors},
+          {"evictions", c.evictions},
+          {"bad_requests", c.bad_requests},
+          {"clients_reaped", c.clients_reaped},
+          {"queue_depth", c.queue_depth},
+          {"inflight", c.inflight},
+          {"read_seconds_total", c.read_seconds_total},
+          {"read_latency_us", {{"p50", c.read_p50_us}, {"p90", c.read_p90_us}, {"p99", c.read_p99_us}}},
+          {"layers", layers},
+          {"clients", clients}};
+}
+
+std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
+  const auto& c = s.cache;
+  std::string out;
+  out += fmt::format("sluice-io pid {} instance '{}' serving {}, up {:.1f} s\n", s.pid, s.instance, s.model,
+                     s.uptime_seconds);
+  out += fmt::format("  readers     {} via {}, {}\n", s.readers, s.backend,
+                     c.direct_io ? "O_DIRECT in effect" : "buffered (O_DIRECT refused by the filesystem)");
+  out += fmt::format("  cache       {} slots of {} ({} ready, {} pinned); cache {}, budget {}; segment {}\n",
+                     c.slot_count, format_bytes(c.slot_bytes), c.slots_ready, c.slots_pinned,
+                     format_bytes(s.cache_bytes), format_bytes(s.budget_bytes), s.segment_name);
+  out += fmt::format("  hit rate    {:.1f}% ({} hits, {} of them still loading; {} misses)\n", 100 * c.hit_rate(),
+                     c.hits, c.inflight_hits, c.misses);
+  out += fmt::format("  reads       demand {}, prefetch {} (asked {}, dropped {}, wasted {}); errors {}\n",
+                     c.demand_reads, c.prefetch_reads, c.prefetch_requests, c.prefetch_dropped,
+                     c.wasted_prefetches, c.read_errors);
+  out += fmt::format("  bytes read  {}, {:.3f} GB/s {}\n", format_bytes(c.bytes_read), read_gbps(s, previous),
+                     previous ? "over the last interval" : "since start");
+  out += fmt::format("  latency     p50 {:.0f} us, p90 {:.0f} us, p99 {:.0f} us (bucket upper bounds)\n",
+                     c.read_p50_us, c.read_p90_us, c.read_p99_us);
+  out += fmt::format("  queue       {} waiting, {} in flight; {} evictions; {} clients reaped; {} bad requests\n",
+                     c.queue_depth, c.inflight, c.evictions, c.clients_reaped, c.bad_requests);
+  if (!c.layers.empty()) {
+    out += "  per layer  ";
+    for (const auto& layer : c.layers) {
+      out += fmt::format(" L{} {:.0f}% ({}/{})", layer.layer, 100 * rate(layer.hits, layer.misses), layer.hits,
+                         layer.hits + layer.misses);
+    }
+    out += "\n";
+  }
+  out += fmt::format("  clients     {} attached session(s), {} in the client table\n", s.sessions, c.clients.size());
+  for (const auto& client : c.clients) {
+    out += fmt::format("    client {} pid {}: {} requests, hit rate {:.1f}%, waited {:.3f} s, heartbeat {:.1f} s ago\n",
+                       client.id, client.pid, client.requests, 100 * rate(client.hits, client.misses),
+                       client.wait_seconds, client.heartbeat_age_seconds);
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_stats_command(CLI::App& app) {
+  struct Options {
+    std::string socket;
+    double watch = 0;
+    bool json = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("stats", "Show a running sluice-io's cache hit rate, reads and clients");
+  cmd->add_option("--attach", options->socket, "Control socket of the daemon (default: the default instance's)");
+  cmd->add_option("--watch", options->watch, "Redraw every SECONDS (one JSON line per interval when not a terminal)");
+  cmd->add_flag("--json", options->json, "Print JSON");
+  cmd->callback([options] {
+    if (options->watch < 0) fail("--watch {}: must be a positive number of seconds", options->watch);
+    const std::string socket =
+        options->socket.empty() ? ioworker::default_socket_path(ioworker::kDefaultInstance) : options->socket;
+    ioworker::RpcClient client(socket);
+    if (options->watch == 0) {
+      const DaemonStats stats = client.stats();
+      if (options->json) {
+        fmt::print("{}\n", to_json(stats, std::nullopt).dump());
+      } else {
+        fmt::print("{}", to_text(stats, std::nullopt));
+      }
+      return;
+    }
+    const bool terminal = ::isatty(STDOUT_FILENO) && !options->json;
+    std::optional<DaemonStats> previous;
+    const auto interval = std::chrono::duration<double>(options->watch);
+    while (true) {
+      const DaemonStats stats = client.stats();
+      if (terminal) {
+        fmt::print("\033[H\033[2J{}", to_text(stats, previous));  // home, clear, redraw
+      } else {
+        fmt::print("{}\n", to_json(stats, previous).dump());
+      }
+      std::fflush(stdout);
+      previous = stats;
+      std::this_thread::sleep_for(interval);
+    }
+  });
+}
+
+}  // namespace sluice::cli

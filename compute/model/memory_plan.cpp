@@ -1,0 +1,353 @@
+// compute/model/memory_plan.cpp: the floor, working set and budget rule of
+// design.md ("Memory: floor, budget, cache") and the cgroup walk behind usable
+// RAM. Pure arithmetic over the manifest and a few small /proc and /sys files.
+#include "compute/model/memory_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compute/model/model_config.h"
+#include "proto/container.h"
+#include "proto/error.h"
+
+namespace sluice {
+namespace {
+
+// v1 reports "no limit" as PAGE_COUNTER_MAX × page size, just under 2^63;
+// anything this large is not a limit anyone set.
+constexpr uint64_t kUnlimitedThreshold = uint64_t{1} << 62;
+
+std::optional<std::string> read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string trim(std::string_view text) {
+  size_t begin = 0, end = text.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  return std::string(text.substr(begin, end - begin));
+}
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t at = text.find(separator, start);
+    parts.emplace_back(text.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
+    if (at == std::string_view::npos) break;
+    start = at + 1;
+  }
+  return parts;
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mount_path(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 3 < text.size()) {
+      const std::string_view digits = text.substr(i + 1, 3);
+      if (std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '7'; })) {
+        out.push_back(static_cast<char>((digits[0] - '0') * 64 + (digits[1] - '0') * 8 + (digits[2] - '0')));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+struct CgroupMount {
+  std::string root;         // the hierarchy path mounted there
+  std::string mount_point;  // where it is mounted
+};
+
+// Finds the mount of the v2 hierarchy (`v2`) or of the v1 hierarchy carrying
+// the memory controller.
+std::optional<CgroupMount> find_cgroup_mount(const std::string& mountinfo, bool v2) {
+  std::istringstream lines(mountinfo);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    const auto left = split(line.substr(0, dash), ' ');
+    const auto right = split(line.substr(dash + 3), ' ');
+    if (left.size() < 5 || right.size() < 3) continue;
+    const std::string& fstype = right[0];
+    if (v2 ? fstype != "cgroup2" : fstype != "cgroup") continue;
+    if (!v2) {
+      const auto options = split(right[2], ',');
+      if (std::find(options.begin(), options.end(), "memory") == options.end()) continue;
+    }
+    return CgroupMount{unescape_mount_path(left[3]), unescape_mount_path(left[4])};
+  }
+  return std::nullopt;
+}
+
+// The directory of `cgroup_path` under `mount`, and every ancestor up to the
+// mount point, innermost first.
+std::vector<std::string> cgroup_dirs(const CgroupMount& mount, const std::string& cgroup_path) {
+  std::string relative = cgroup_path;
+  if (mount.root != "/" && relative.rfind(mount.root, 0) == 0) {
+    relative = relative.substr(mount.root.size());
+  } else if (mount.root != "/") {
+    relative.clear();  // our cgroup lies outside what is mounted: only the mount itself is visible
+  }
+  std::vector<std::string> components;
+  for (const auto& part : split(relative, '/')) {
+    if (!part.empty() && part != ".") components.push_back(part);
+  }
+  std::vector<std::string> dirs;
+  for (size_t depth = components.size() + 1; depth-- > 0;) {
+    std::string dir = mount.mount_point;
+    for (size_t i = 0; i < depth; ++i) dir += "/" + components[i];
+    dirs.push_back(dir);
+  }
+  return dirs;
+}
+
+std::optional<uint64_t> parse_limit(const std::string& text) {
+  const std::string value = trim(text);
+  if (value.empty() || value == "max") return std::nullopt;
+  uint64_t parsed = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (ec != std::errc() || end != value.data() + value.size()) return std::nullopt;
+  if (parsed >= kUnlimitedThreshold) return std::nullopt;
+  return parsed;
+}
+
+}  // namespace
+
+UsableRam read_usable_ram(const std::string& root) {
+  UsableRam ram;
+  const std::string meminfo_path = root + "/proc/meminfo";
+  const auto meminfo = read_small_file(meminfo_path);
+  if (!meminfo) fail("{}: cannot read physical memory size", meminfo_path);
+  {
+    std::istringstream lines(*meminfo);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.rfind("MemTotal:", 0) != 0) continue;
+      std::istringstream fields(line.substr(9));
+      uint64_t kib = 0;
+      if (fields >> kib) ram.physical_bytes = kib * 1024;
+    }
+  }
+  if (ram.physical_bytes == 0) fail("{}: no MemTotal line", meminfo_path);
+  ram.usable_bytes = ram.physical_bytes;
+  ram.source = "physical memory";
+
+  const auto cgroups = read_small_file(root + "/proc/self/cgroup");
+  const auto mountinfo = read_small_file(root + "/proc/self/mountinfo");
+  if (!cgroups || !mountinfo) return ram;  // no cgroups here: physical memory is the limit
+
+  auto consider = [&](const std::string& file) {
+    const auto text = read_small_file(file);
+    if (!text) return;
+    const auto limit = parse_limit(*text);
+    if (limit && *limit < ram.usable_bytes) {
+      ram.usable_bytes = *limit;
+      ram.source = file.substr(root.size());
+    }
+  };
+  std::istringstream lines(*cgroups);
+  std::string line;
+  while (std::getline(lines, line)) {
+    // hierarchy-id:controllers:path; the path may itself contain ':'.
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string hierarchy = line.substr(0, first);
+    const auto controllers = split(line.substr(first + 1, second - first - 1), ',');
+    const std::string path = line.substr(second + 1);
+    const bool v2 = hierarchy == "0" && controllers.size() == 1 && controllers[0].empty();
+    if (!v2 && std::find(controllers.begin(), controllers.end(), "memory") == controllers.end()) continue;
+    const auto mount = find_cgroup_mount(*mountinfo, v2);
+    if (!mount) continue;
+    for (const auto& dir : cgroup_dirs(*mount, path)) {
+      if (v2) {
+        consider(root + dir + "/memory.max");
+        consider(root + dir + "/memory.high");
+      } else {
+        consider(root + dir + "/memory.limit_in_bytes");
+      }
+    }
+  }
+  return ram;
+}
+
+uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk) {
+  const uint64_t hidden = config.hidden;
+  const uint64_t width = std::max(config.expert_width, config.dense_width);
+  const uint64_t q_width = uint64_t{config.heads} * config.head_dim;
+  const uint64_t kv_width = uint64_t{config.kv_heads} * config.head_dim;
+  const uint64_t activations =
+      chunk * (4 * hidden + 2 * q_width + 2 * kv_width + config.experts + uint64_t{config.top_k} * hidden + 3 * width);
+  const uint64_t tables = chunk * (2 * hidden + width) * 96;
+  const uint64_t scores = uint64_t{config.heads} * context;
+  return (activations + tables + scores + config.vocab) * sizeof(float);
+}
+
+PlanInputs plan_inputs(const Container& container) {
+  PlanInputs inputs;
+  inputs.model = container.dir();
+  inputs.resident_bytes = container.trunk_bytes() + container.codebooks_bytes();
+  inputs.top_k = container.top_k();
+  inputs.moe_layers = container.moe_layers().size();
+  for (const auto& layer : container.moe_layers()) {
+    inputs.record_stride = std::max<uint64_t>(inputs.record_stride, layer.record_stride);
+  }
+  return inputs;
+}
+
+MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
+                       const UsableRam& ram) {
+  return plan_memory(plan_inputs(container), config, request, ram);
+}
+
+MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, const PlanRequest& request,
+                       const UsableRam& ram) {
+  if (request.context == 0) fail("--ctx: the context length must be at least 1");
+  if (inputs.moe_layers == 0 || inputs.record_stride == 0) {
+    fail("{}: the container has no MoE layers to plan a cache for", inputs.model);
+  }
+  MemoryPlan plan;
+  plan.context = request.context;
+  plan.trunk_bytes = inputs.resident_bytes;
+  plan.kv_bytes = uint64_t{config.layers} * request.context * config.kv_heads * config.head_dim * 2 * sizeof(float);
+  plan.scratch_bytes = plan_scratch_bytes(config, request.context, kPlanChunkTokens);
+  plan.record_stride = inputs.record_stride;
+  const uint64_t top_k = inputs.top_k;
+  plan.min_cache_bytes = 2 * top_k * plan.record_stride;
+  plan.floor_bytes = plan.trunk_bytes + plan.kv_bytes + plan.scratch_bytes + plan.min_cache_bytes;
+  plan.working_set_bytes = top_k * inputs.moe_layers * plan.record_stride;
+  plan.physical_bytes = ram.physical_bytes;
+  plan.usable_bytes = ram.usable_bytes;
+  plan.usable_source = ram.source;
+
+  if (request.budget_bytes) {
+    if (*request.budget_bytes < plan.floor_bytes) {
+      fail("--budget {} is under the floor of {}; the plan at context {}:\n{}", format_bytes(*request.budget_bytes),
+           format_bytes(plan.floor_bytes), plan.context, describe_plan(plan));
+    }
+    plan.budget_bytes = *request.budget_bytes;
+    plan.budget_given = true;
+  } else {
+    const uint64_t cap = plan.usable_bytes / 8 * 7;
+    plan.budget_bytes = plan.floor_bytes;
+    for (uint32_t sets = 3; sets >= 1; --sets) {
+      const uint64_t candidate = plan.floor_bytes + sets * plan.working_set_bytes;
+      if (candidate <= cap) {
+        plan.budget_bytes = candidate;
+        plan.working_sets = sets;
+        break;
+      }
+    }
+  }
+  plan.cache_bytes = plan.budget_bytes - plan.floor_bytes + plan.min_cache_bytes;
+  plan.cache_slots = plan.cache_bytes / plan.record_stride;
+  return plan;
+}
+
+uint64_t parse_size(std::string_view text, std::string_view flag) {
+  const std::string value = trim(text);
+  auto bad = [&]() -> uint64_t {
+    fail("{}: bad size '{}' (expected a number with an optional K, M, G or T suffix, 1024-based)", flag, value);
+  };
+  size_t digits = 0;
+  while (digits < value.size() && (std::isdigit(static_cast<unsigned char>(value[digits])) || value[digits] == '.')) {
+    ++digits;
+  }
+  if (digits == 0) return bad();
+  double number = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + digits, number);
+  if (ec != std::errc() || end != value.data() + digits || !std::isfinite(number) || number < 0) return bad();
+  std::string suffix = value.substr(digits);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  uint64_t unit = 1;
+  if (!suffix.empty() && suffix != "B") {
+    const std::string_view units = "KMGT";
+    const size_t power = units.find(suffix[0]);
+    const std::string_view rest = std::string_view(suffix).substr(1);
+    if (power == std::string_view::npos || !(rest.empty() || rest == "B" || rest == "IB")) return bad();
+    unit = uint64_t{1} << (10 * (power + 1));
+  }
+  const double bytes = std::floor(number * static_cast<double>(unit));
+  if (bytes >= 18446744073709549568.0) return bad();
+  return static_cast<uint64_t>(bytes);
+}
+
+std::string format_bytes(uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, kUnits[unit]);
+}
+
+std::string describe_plan(const MemoryPlan& plan) {
+  std::string out;
+  auto line = [&](std::string_view label, uint64_t bytes, std::string note = "") {
+    out += fmt::format("  {:<20} {:>12}{}\n", label, format_bytes(bytes), note.empty() ? "" : "  " + note);
+  };
+  out += fmt::format("floor at context {}:\n", plan.context);
+  line("trunk + codebooks", plan.trunk_bytes);
+  line("kv cache", plan.kv_bytes);
+  line("scratch", plan.scratch_bytes);
+  line("minimum cache", plan.min_cache_bytes, fmt::format("(2 x top-k slots of {})", format_bytes(plan.record_stride)));
+  line("floor", plan.floor_bytes);
+  line("working set", plan.working_set_bytes, "(one token's experts: top-k x MoE layers x record)");
+  line("physical memory", plan.physical_bytes);
+  line("usable memory", plan.usable_bytes, fmt::format("(from {})", plan.usable_source));
+  std::string how;
+  if (plan.budget_given) {
+    how = "(as given)";
+  } else if (plan.working_sets > 0) {
+    how = fmt::format("(floor + {} working set{}, under 7/8 of usable)", plan.working_sets,
+                      plan.working_sets == 1 ? "" : "s");
+  } else if (plan.floor_bytes > plan.usable_bytes / 8 * 7) {
+    how = "(the floor; it does not fit under 7/8 of usable memory)";
+  } else {
+    how = "(the floor; no whole working set fits above it)";
+  }
+  if (plan.budget_bytes != 0) {
+    line("budget", plan.budget_bytes, how);
+    line("cache", plan.cache_bytes, fmt::format("({} slots)", plan.cache_slots));
+  }
+  return out;
+}
+
+nlohmann::json plan_to_json(const MemoryPlan& plan) {
+  return {{"context", plan.context},
+          {"trunk_bytes", plan.trunk_bytes},
+          {"kv_bytes", plan.kv_bytes},
+          {"scratch_bytes", plan.scratch_bytes},
+          {"record_stride", plan.record_stride},
+          {"min_cache_bytes", plan.min_cache_bytes},
+          {"floor_bytes", plan.floor_bytes},
+          {"working_set_bytes", plan.working_set_bytes},
+          {"physical_bytes", plan.physical_bytes},
+          {"usable_bytes", plan.usable_bytes},
+          {"usable_source", plan.usable_source},
+          {"budget_bytes", plan.budget_bytes},
+          {"budget_given", plan.budget_given},
+          {"working_sets", plan.working_sets},
+          {"cache_bytes", plan.cache_bytes},
+          {"cache_slots", plan.cache_slots}};
+}
+
+}  // namespace sluice

@@ -1,0 +1,135 @@
+// ioworker/sluice_io_main.cpp: the sluice-io executable: plan the budget,
+// create the segment and worker, serve the control socket until SIGINT or
+// SIGTERM. Every resource is an RAII object, so no exit path (signal or
+// error) leaves a socket or a segment behind.
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <kj/async-unix.h>
+#include <kj/exception.h>
+#include <unistd.h>
+
+#include "compute/model/memory_plan.h"
+#include "compute/model/model_config.h"
+#include "ioworker/rpc_server.h"
+#include "ioworker/rpc_socket.h"
+#include "ioworker/worker.h"
+#include "proto/container.h"
+#include "proto/error.h"
+#include "shm/segment.h"
+
+namespace {
+
+void log_line(const std::string& message) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%H:%M:%S", &local);
+  fmt::print(stderr, "sluice-io[{}] {} {}\n", ::getpid(), stamp, message);
+  std::fflush(stderr);
+}
+
+struct Options {
+  std::string model;
+  std::string budget;
+  std::string socket;
+  std::string instance = sluice::ioworker::kDefaultInstance;
+  uint32_t readers = 4;
+  uint32_t context = 4096;
+  uint32_t max_clients = 16;
+  bool verify = false;
+};
+
+int run(const Options& options) {
+  using namespace sluice;
+  // Validate names before anything is created.
+  const std::string segment = shm::segment_name(options.instance);
+  const std::string socket_path =
+      options.socket.empty() ? ioworker::default_socket_path(options.instance) : options.socket;
+  if (options.readers == 0 || options.readers > 64) fail("--readers {}: must be 1 to 64", options.readers);
+
+  const Container container = Container::open(options.model);
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  PlanRequest request;
+  request.context = options.context;
+  if (!options.budget.empty()) request.budget_bytes = parse_size(options.budget, "--budget");
+  const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
+  // The plan's minimum cache counts slots only; the segment also carries its
+  // tables, so never ask the worker for less than it needs to start.
+  const uint64_t cache_bytes =
+      std::max(plan.cache_bytes, ioworker::min_cache_bytes(container, options.max_clients));
+
+  ioworker::ListeningSocket socket(socket_path);
+  ioworker::WorkerOptions worker_options;
+  worker_options.instance = options.instance;
+  worker_options.cache_bytes = cache_bytes;
+  worker_options.readers = options.readers;
+  worker_options.verify_crc = options.verify;
+  worker_options.max_clients = options.max_clients;
+  ioworker::Worker worker(container, worker_options);
+  const shm::Geometry& geometry = worker.geometry();
+  log_line(fmt::format("serving {} (identity {:016x}) on {}", options.model, container.identity(), socket_path));
+  log_line(fmt::format("segment {}: {} slots of {}, {} mapped; budget {} ({}), cache {}; {} readers via {}, {}",
+                       worker.segment_name(), geometry.slot_count, format_bytes(geometry.slot_bytes),
+                       format_bytes(worker.segment().mapped_bytes()), format_bytes(plan.budget_bytes),
+                       plan.budget_given ? "as given" : fmt::format("floor + {} working sets", plan.working_sets),
+                       format_bytes(cache_bytes), options.readers, worker.backend_name(),
+                       worker.direct_io() ? "O_DIRECT" : "buffered reads (O_DIRECT refused)"));
+
+  ioworker::DaemonInfo info;
+  info.instance = options.instance;
+  info.model = options.model;
+  info.budget_bytes = plan.budget_bytes;
+  info.cache_bytes = cache_bytes;
+  info.readers = options.readers;
+  ioworker::RpcServer server(worker, info, log_line);
+  const int signal = server.serve(socket, {SIGINT, SIGTERM});
+  log_line(fmt::format("stopping on {}: removing {} and {}", signal == SIGINT ? "SIGINT" : "SIGTERM", socket_path,
+                       worker.segment_name()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluice-io: the I/O daemon; reads expert records into a shared-memory cache for sluice clients"};
+  Options options;
+  app.add_option("MODEL", options.model, "Container directory (NAME.sluice)")->required();
+  app.add_option("--budget", options.budget, "Memory budget (K/M/G/T, 1024-based); default: the plan's choice");
+  app.add_option("--socket", options.socket, "Control socket path; default $XDG_RUNTIME_DIR/sluice/INSTANCE.sock");
+  app.add_option("--readers", options.readers, "Reader threads (or io_uring reads in flight)")->capture_default_str();
+  app.add_flag("--verify", options.verify, "Check every record's payload crc32");
+  app.add_option("--instance", options.instance, "Instance name: names the segment and the default socket")
+      ->capture_default_str();
+  app.add_option("--ctx", options.context, "Context length the plan reserves KV cache for")->capture_default_str();
+  app.add_option("--max-clients", options.max_clients, "Compute clients that may attach at once")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  // Before any thread exists: the signals stay blocked in every thread the
+  // worker starts and are delivered only to the event loop.
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    return run(options);
+  } catch (const sluice::Error& e) {
+    fmt::print(stderr, "sluice-io: error: {}\n", e.what());
+  } catch (const kj::Exception& e) {
+    fmt::print(stderr, "sluice-io: error: {}\n", e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sluice-io: error: {}\n", e.what());
+  }
+  return 1;
+}

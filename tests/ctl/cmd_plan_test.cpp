@@ -1,0 +1,86 @@
+// tests/ctl/cmd_plan_test.cpp: `sluice plan` on the tiny container. The
+// expected floor is computed here from the manifest and config.json with
+// design.md's formula, not by calling the plan code.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/ctl/tiny_container.h"
+
+using nlohmann::json;
+using namespace sluice::testing;
+
+namespace {
+
+json read_manifest() { return json::parse(read_text(tiny_container_or_skip() + "/manifest.json")); }
+
+// trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx`.
+uint64_t expected_floor(const json& manifest, uint64_t ctx) {
+  const json& config = manifest["config"];
+  const uint64_t layers = config["num_hidden_layers"], heads = config["num_attention_heads"];
+  const uint64_t kv_heads = config["num_key_value_heads"], hidden = config["hidden_size"];
+  const uint64_t head_dim = hidden / heads, experts = config["num_experts"], top_k = config["num_experts_per_tok"];
+  const uint64_t width = config["intermediate_size"], vocab = config["vocab_size"];
+  uint64_t stride = 0;
+  for (const auto& layer : manifest["moe_layers"]) stride = std::max<uint64_t>(stride, layer["record_stride"]);
+  const uint64_t resident = uint64_t{manifest["trunk"]["bytes"]} + uint64_t{manifest["codebooks"]["bytes"]};
+  const uint64_t kv = layers * ctx * kv_heads * head_dim * 2 * 4;
+  const uint64_t chunk = 64;
+  const uint64_t activations =
+      chunk * (4 * hidden + 2 * heads * head_dim + 2 * kv_heads * head_dim + experts + top_k * hidden + 3 * width);
+  const uint64_t scratch = (activations + chunk * (2 * hidden + width) * 96 + heads * ctx + vocab) * 4;
+  return resident + kv + scratch + 2 * top_k * stride;
+}
+
+}  // namespace
+
+TEST_CASE("sluice plan --json: the floor and working set from the formula") {
+  const json manifest = read_manifest();
+  std::string output;
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--json"}, &output) == 0);
+  const json plan = json::parse(output);
+  CHECK(plan["floor_bytes"].get<uint64_t>() == expected_floor(manifest, 128));
+  uint64_t stride = 0;
+  for (const auto& layer : manifest["moe_layers"]) stride = std::max<uint64_t>(stride, layer["record_stride"]);
+  const uint64_t top_k = manifest["config"]["num_experts_per_tok"];
+  CHECK(plan["working_set_bytes"].get<uint64_t>() == top_k * manifest["moe_layers"].size() * stride);
+  CHECK(plan["usable_bytes"].get<uint64_t>() <= plan["physical_bytes"].get<uint64_t>());
+  // The tiny model fits many times over on any test machine.
+  CHECK(plan["working_sets"].get<int>() == 3);
+  CHECK(plan["budget_bytes"].get<uint64_t>() ==
+        expected_floor(manifest, 128) + 3 * plan["working_set_bytes"].get<uint64_t>());
+}
+
+TEST_CASE("sluice plan --budget: used as given; under the floor refused with the plan") {
+  const json manifest = read_manifest();
+  const uint64_t floor = expected_floor(manifest, 4096);
+  std::string output;
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", std::to_string(floor + 4096),
+                       "--json"},
+                      &output) == 0);
+  const json plan = json::parse(output);
+  CHECK(plan["budget_given"].get<bool>());
+  CHECK(plan["budget_bytes"].get<uint64_t>() == floor + 4096);
+
+  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", std::to_string(floor - 1)},
+                    &output) == 1);
+  CHECK(output.find("sluice: error: --budget") != std::string::npos);
+  CHECK(output.find("under the floor") != std::string::npos);
+  CHECK(output.find("kv cache") != std::string::npos);
+
+  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "3Q"}, &output) == 1);
+  CHECK(output.find("--budget: bad size '3Q'") != std::string::npos);
+}
+
+TEST_CASE("sluice plan without --json prints the parts for people") {
+  std::string output;
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip()}, &output) == 0);
+  for (const char* part : {"trunk + codebooks", "kv cache", "scratch", "minimum cache", "floor", "working set",
+                           "usable memory", "budget", "cache"}) {
+    CAPTURE(part);
+    CHECK(output.find(part) != std::string::npos);
+  }
+}

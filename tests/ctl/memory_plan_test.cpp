@@ -1,0 +1,264 @@
+// tests/ctl/memory_plan_test.cpp: the budget rule, --budget parsing and the
+// cgroup v1/v2 walk behind usable RAM, on fake /proc and /sys trees. Expected
+// numbers are written from design.md's formulas, never taken from the code.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "compute/model/memory_plan.h"
+#include "compute/model/model_config.h"
+#include "proto/error.h"
+
+namespace fs = std::filesystem;
+using namespace sluice;
+
+namespace {
+
+constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+
+class FakeRoot {
+ public:
+  FakeRoot() {
+    path_ = fs::temp_directory_path() / ("sluice-ctl-plan-" + std::to_string(::getpid()) + "-" +
+                                         std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~FakeRoot() { fs::remove_all(path_); }
+  void write(const std::string& relative, const std::string& text) const {
+    const fs::path file = path_ / relative.substr(1);
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+  }
+  std::string root() const { return path_.string(); }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+const char* kMeminfo16G = "MemTotal:       16777216 kB\nMemFree:         1000 kB\n";
+const char* kV1Mounts =
+    "30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+const char* kV1Unlimited = "9223372036854771712\n";
+
+ModelConfig small_config() {
+  ModelConfig config;
+  config.vocab = 1000;
+  config.hidden = 64;
+  config.layers = 4;
+  config.heads = 8;
+  config.kv_heads = 2;
+  config.head_dim = 16;
+  config.dense_width = 0;
+  config.expert_width = 32;
+  config.experts = 16;
+  config.top_k = 4;
+  return config;
+}
+
+PlanInputs small_inputs() {
+  PlanInputs inputs;
+  inputs.model = "tiny.sluice";
+  inputs.resident_bytes = 3 * kMiB;
+  inputs.top_k = 4;
+  inputs.moe_layers = 4;
+  inputs.record_stride = 8192;
+  return inputs;
+}
+
+// design.md's floor written out for small_config()/small_inputs() at `ctx`.
+uint64_t expected_floor(uint64_t ctx) {
+  const uint64_t kv = 4 * ctx * 2 * 16 * 2 * 4;  // layers × ctx × kv_heads × head_dim × (K, V) × f32
+  const uint64_t chunk = 64;
+  const uint64_t activations = chunk * (4 * 64 + 2 * 8 * 16 + 2 * 2 * 16 + 16 + 4 * 64 + 3 * 32);
+  const uint64_t tables = chunk * (2 * 64 + 32) * 96;
+  const uint64_t scratch = (activations + tables + 8 * ctx + 1000) * 4;
+  const uint64_t min_cache = 2 * 4 * 8192;
+  return 3 * kMiB + kv + scratch + min_cache;
+}
+
+UsableRam ram_of(uint64_t bytes) { return {bytes, bytes, "test"}; }
+
+}  // namespace
+
+TEST_CASE("parse_size: 1024-based suffixes, bad ones name the flag") {
+  CHECK(parse_size("100", "--budget") == 100);
+  CHECK(parse_size("4K", "--budget") == 4 * kKiB);
+  CHECK(parse_size("512m", "--budget") == 512 * kMiB);
+  CHECK(parse_size("3G", "--budget") == 3 * kGiB);
+  CHECK(parse_size("1.5G", "--budget") == 3 * kGiB / 2);
+  CHECK(parse_size("2TiB", "--budget") == 2 * 1024 * kGiB);
+  CHECK(parse_size("8GB", "--budget") == 8 * kGiB);
+  for (const char* bad : {"12X", "", "G", "1.2.3G", "-4G", "5 GQ", "1e3"}) {
+    CAPTURE(bad);
+    try {
+      parse_size(bad, "--budget");
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("--budget") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("plan: floor and working set follow the formula") {
+  const ModelConfig config = small_config();
+  PlanRequest request;
+  request.context = 256;
+  const MemoryPlan plan = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
+  CHECK(plan.kv_bytes == 4 * 256 * 2 * 16 * 2 * 4);
+  CHECK(plan.min_cache_bytes == 2 * 4 * 8192);
+  CHECK(plan.floor_bytes == expected_floor(256));
+  CHECK(plan.working_set_bytes == 4 * 4 * 8192);
+  // A longer context only grows the KV cache and the attention scores.
+  request.context = 512;
+  const MemoryPlan longer = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
+  CHECK(longer.floor_bytes == expected_floor(512));
+}
+
+TEST_CASE("plan: the budget steps down in whole working sets under 7/8 of usable RAM") {
+  const ModelConfig config = small_config();
+  PlanRequest request;
+  request.context = 256;
+  const uint64_t floor = expected_floor(256);
+  const uint64_t ws = 4 * 4 * 8192;
+  // usable × 7/8 exactly at floor + n·ws picks n; one byte less picks n − 1.
+  for (uint32_t n = 1; n <= 3; ++n) {
+    const uint64_t usable = (floor + n * ws) / 7 * 8 + 8;  // cap = usable/8×7 ≥ floor + n·ws
+    const MemoryPlan plan = plan_memory(small_inputs(), config, request, ram_of(usable));
+    CHECK(plan.working_sets == n);
+    CHECK(plan.budget_bytes == floor + n * ws);
+    CHECK(plan.cache_bytes == n * ws + 2 * 4 * 8192);
+    CHECK(plan.cache_slots == plan.cache_bytes / 8192);
+    const MemoryPlan tighter = plan_memory(small_inputs(), config, request, ram_of((floor + n * ws - 1) / 7 * 8));
+    CHECK(tighter.working_sets == n - 1);
+  }
+  // Plenty of RAM still stops at three working sets.
+  CHECK(plan_memory(small_inputs(), config, request, ram_of(1024 * kGiB)).budget_bytes == floor + 3 * ws);
+  // Not even the floor fits: the floor, and the cache is the minimum.
+  const MemoryPlan starved = plan_memory(small_inputs(), config, request, ram_of(kMiB));
+  CHECK(starved.budget_bytes == floor);
+  CHECK(starved.cache_bytes == 2 * 4 * 8192);
+  CHECK(describe_plan(starved).find("does not fit") != std::string::npos);
+}
+
+TEST_CASE("plan: a given budget is used as given; under the floor it is refused with the plan") {
+  const ModelConfig config = small_config();
+  PlanRequest request;
+  request.context = 256;
+  const uint64_t floor = expected_floor(256);
+  request.budget_bytes = floor + 100000;
+  const MemoryPlan plan = plan_memory(small_inputs(), config, request, ram_of(kMiB));
+  CHECK(plan.budget_given);
+  CHECK(plan.budget_bytes == floor + 100000);
+  CHECK(plan.cache_bytes == 100000 + 2 * 4 * 8192);
+  request.budget_bytes = floor - 1;
+  try {
+    plan_memory(small_inputs(), config, request, ram_of(kMiB));
+    FAIL("accepted a budget under the floor");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("--budget") != std::string::npos);
+    CHECK(message.find("under the floor") != std::string::npos);
+    CHECK(message.find("kv cache") != std::string::npos);
+    CHECK(message.find("working set") != std::string::npos);
+  }
+}
+
+TEST_CASE("usable RAM: physical memory when no cgroup limits") {
+  FakeRoot fake;
+  fake.write("/proc/meminfo", kMeminfo16G);
+  const UsableRam ram = read_usable_ram(fake.root());
+  CHECK(ram.physical_bytes == 16 * kGiB);
+  CHECK(ram.usable_bytes == 16 * kGiB);
+  CHECK(ram.source == "physical memory");
+}
+
+TEST_CASE("usable RAM: cgroup v1 memory.limit_in_bytes of the process's cgroup and its ancestors") {
+  FakeRoot fake;
+  fake.write("/proc/meminfo", kMeminfo16G);
+  fake.write("/proc/self/cgroup", "9:name=systemd:/\n4:memory:/jobs/job7\n1:cpu:/\n0::/\n");
+  fake.write("/proc/self/mountinfo", kV1Mounts);
+  fake.write("/sys/fs/cgroup/memory/memory.limit_in_bytes", kV1Unlimited);
+  fake.write("/sys/fs/cgroup/memory/jobs/job7/memory.limit_in_bytes", kV1Unlimited);
+  SUBCASE("unlimited everywhere") {
+    CHECK(read_usable_ram(fake.root()).usable_bytes == 16 * kGiB);
+  }
+  SUBCASE("the parent's limit applies") {
+    fake.write("/sys/fs/cgroup/memory/jobs/memory.limit_in_bytes", std::to_string(4 * kGiB) + "\n");
+    const UsableRam ram = read_usable_ram(fake.root());
+    CHECK(ram.usable_bytes == 4 * kGiB);
+    CHECK(ram.source == "/sys/fs/cgroup/memory/jobs/memory.limit_in_bytes");
+  }
+  SUBCASE("the smallest of several limits") {
+    fake.write("/sys/fs/cgroup/memory/jobs/memory.limit_in_bytes", std::to_string(4 * kGiB));
+    fake.write("/sys/fs/cgroup/memory/jobs/job7/memory.limit_in_bytes", std::to_string(3 * kGiB));
+    CHECK(read_usable_ram(fake.root()).usable_bytes == 3 * kGiB);
+  }
+  SUBCASE("a limit above physical memory changes nothing") {
+    fake.write("/sys/fs/cgroup/memory/jobs/memory.limit_in_bytes", std::to_string(64 * kGiB));
+    CHECK(read_usable_ram(fake.root()).source == "physical memory");
+  }
+  SUBCASE("a cpu cgroup's files are not memory limits") {
+    fake.write("/sys/fs/cgroup/cpu/memory.limit_in_bytes", std::to_string(kGiB));
+    CHECK(read_usable_ram(fake.root()).usable_bytes == 16 * kGiB);
+  }
+}
+
+TEST_CASE("usable RAM: cgroup v2 memory.max and memory.high up to the mounted root") {
+  FakeRoot fake;
+  fake.write("/proc/meminfo", kMeminfo16G);
+  fake.write("/proc/self/cgroup", "0::/user.slice/user-1000.slice/session-3.scope\n");
+  fake.write("/proc/self/mountinfo",
+             "25 20 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
+  fake.write("/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/memory.max", "max\n");
+  fake.write("/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/memory.high", "max\n");
+  SUBCASE("no limits") { CHECK(read_usable_ram(fake.root()).usable_bytes == 16 * kGiB); }
+  SUBCASE("memory.high of an ancestor") {
+    fake.write("/sys/fs/cgroup/user.slice/memory.high", std::to_string(6 * kGiB) + "\n");
+    fake.write("/sys/fs/cgroup/user.slice/user-1000.slice/memory.max", std::to_string(8 * kGiB) + "\n");
+    const UsableRam ram = read_usable_ram(fake.root());
+    CHECK(ram.usable_bytes == 6 * kGiB);
+    CHECK(ram.source == "/sys/fs/cgroup/user.slice/memory.high");
+  }
+  SUBCASE("memory.max of the process's own cgroup") {
+    fake.write("/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/memory.max", std::to_string(2 * kGiB));
+    CHECK(read_usable_ram(fake.root()).usable_bytes == 2 * kGiB);
+  }
+  SUBCASE("a limit above the mount point is not visible and not read") {
+    fake.write("/sys/fs/memory.max", std::to_string(kGiB));
+    CHECK(read_usable_ram(fake.root()).usable_bytes == 16 * kGiB);
+  }
+}
+
+TEST_CASE("usable RAM: cgroup v2 mounted at a sub-hierarchy (cgroup namespace or container)") {
+  FakeRoot fake;
+  fake.write("/proc/meminfo", kMeminfo16G);
+  fake.write("/proc/self/cgroup", "0::/machine/box/app\n");
+  fake.write("/proc/self/mountinfo", "25 20 0:22 /machine/box /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+  fake.write("/sys/fs/cgroup/memory.max", std::to_string(5 * kGiB));
+  fake.write("/sys/fs/cgroup/app/memory.max", std::to_string(7 * kGiB));
+  CHECK(read_usable_ram(fake.root()).usable_bytes == 5 * kGiB);
+}
+
+TEST_CASE("usable RAM: a missing /proc/meminfo is an error naming it") {
+  FakeRoot fake;
+  try {
+    read_usable_ram(fake.root());
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("/proc/meminfo") != std::string::npos);
+  }
+}
+
+TEST_CASE("usable RAM on this machine is positive and at most physical memory") {
+  const UsableRam ram = read_usable_ram();
+  CHECK(ram.physical_bytes > 0);
+  CHECK(ram.usable_bytes <= ram.physical_bytes);
+}

@@ -1,0 +1,58 @@
+// tests/ctl/tiny_container.h: the tiny OLMoE container the control-plane tests
+// run against (scripts/make_tiny_checkpoint.py + `sluice convert`), and small
+// process helpers. Test-only; a test that needs the container exits 77 (meson's
+// "skipped") with the reason when the tools cannot make one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace sluice::testing {
+
+// A fresh private directory removed (with everything in it) at exit.
+const std::string& scratch_dir();
+
+// Path of a converted tiny container, built once per test process.
+const std::string& tiny_container_or_skip();
+
+// $SLUICE_BIN, and sluice-io (from $SLUICE_IO_BIN).
+std::string sluice_bin();
+std::string sluice_io_bin();
+
+// Runs `argv` to completion, returning its exit status; stdout/stderr are
+// collected into `output` (both) when given.
+int run_command(const std::vector<std::string>& argv, std::string* output = nullptr);
+
+// Starts `argv` with `environment` added to ours; stderr goes to `log_path`.
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path,
+            const std::vector<std::string>& environment = {});
+// Waits up to `seconds` for `pid` to exit; returns its wait status or -1.
+int wait_exit(pid_t pid, double seconds);
+
+std::string read_text(const std::string& path);
+
+// A sluice-io on the tiny container, on its own socket and instance; stopped
+// with SIGKILL if a test leaves it running.
+class Daemon {
+ public:
+  explicit Daemon(const std::vector<std::string>& extra_args = {});
+  ~Daemon();
+  // Waits until the socket answers; false (with the log in `why`) if the
+  // daemon exited or did not answer within `seconds`.
+  bool wait_ready(double seconds, std::string* why);
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return socket_; }
+  const std::string& instance() const { return instance_; }
+  std::string segment_path() const { return "/dev/shm/sluice-" + instance_; }
+  std::string log() const { return read_text(log_); }
+  // Sends `signal` and waits for the exit; returns the wait status or -1.
+  int stop(int signal, double seconds = 20);
+
+ private:
+  pid_t pid_ = -1;
+  std::string socket_, instance_, log_;
+};
+
+}  // namespace sluice::testing
