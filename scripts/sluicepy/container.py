@@ -105,7 +105,8 @@ class Container:
             raise SluiceError(f"{where}: format is not \"sluice\"")
         version = manifest.get("format_version")
         if version != FORMAT_VERSION:
-            raise SluiceError(f"{where}: format_version {version} is not supported (this reader reads {FORMAT_VERSION})")
+            raise SluiceError(f"{where}: format_version {version} is not supported "
+                              f"(this reader reads {FORMAT_VERSION})")
         self.arch = manifest.get("arch")
         if self.arch not in ARCHES:
             raise SluiceError(f"{where}: unknown arch {self.arch!r}")

@@ -74,7 +74,7 @@ class MoeModel:
 
     def _attention(self, i, a, positions, cache):
         p, c, T, d = f"model.layers.{i}.self_attn.", self.config, a.shape[0], self.head_dim
-        q, k, v = a @ self.w[p + "q_proj.weight"].T, a @ self.w[p + "k_proj.weight"].T, a @ self.w[p + "v_proj.weight"].T
+        q, k, v = (a @ self.w[p + f"{x}_proj.weight"].T for x in "qkv")
         if self.family == "olmoe":  # one norm over all heads together, before the split
             q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps)
             k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps)

@@ -3,7 +3,6 @@
 # converter): exact decoding, header and crc checks, and the refusals.
 import json
 import os
-import shutil
 import struct
 import unittest
 import zlib

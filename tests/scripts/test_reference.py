@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import helpers
-from sluicepy import families, models, safetensors
+from sluicepy import families, models
 import reference
 
 PROMPT = [5, 100, 200, 300, 7, 42, 43, 44, 45, 46, 47, 48]
