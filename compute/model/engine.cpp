@@ -31,7 +31,8 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
       pool_(kernels::resolve_thread_count(options.threads)),
       prefill_chunk_(options.prefill_chunk) {
   if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
-  source_ = std::make_unique<DirectExpertSource>(container_, options.verify_records);
+  source_ = options.expert_source ? options.expert_source(container_)
+                                  : std::make_unique<DirectExpertSource>(container_, options.verify_records);
   const kernels::Exec exec{kernels::isa_from_environment(), &pool_};
   transformer_ = std::make_unique<Transformer>(config_, weights_, *source_, resolve_context(config_, options.context), exec);
 }

@@ -25,6 +25,10 @@ struct EngineOptions {
   std::optional<size_t> threads;
   bool verify_records = false;
   uint32_t prefill_chunk = 64;
+  // Builds the expert source over the opened container; empty: a
+  // DirectExpertSource (no cache). CachedExpertSource::embedded / ::attached
+  // (compute/model/cached_expert_source.h) plug the shared-memory cache in.
+  std::function<std::unique_ptr<ExpertSource>(const Container&)> expert_source;
 };
 
 struct GenerationStats {
