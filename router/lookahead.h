@@ -1,0 +1,88 @@
+// router/lookahead.h: both ends of lookahead. The Publisher is what a compute
+// client calls per MoE layer; the Lookahead reads the mailbox, guesses the
+// next MoE layer's experts, hands them to a prefetch sink and scores earlier
+// guesses against the real routing. Neither can change what the model computes.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "router/mailbox.h"
+#include "router/predictor.h"
+
+namespace sluice::router {
+
+inline constexpr uint32_t kDefaultLookahead = 6;
+
+// K from SLUICE_LOOKAHEAD (unset: kDefaultLookahead; 0: off). Throws Error on
+// anything but a non-negative integer.
+uint32_t lookahead_from_environment();
+
+// The compute client's side: numbers forward calls and publishes each MoE
+// layer's input and real routing. Decode steps (one token) always; chunks of
+// several tokens only with `prefill`, since the reference measured lookahead
+// evicting a chunk's records before use.
+class Publisher {
+ public:
+  Publisher(Mailbox& mailbox, bool prefill) : mailbox_(mailbox), prefill_(prefill) {}
+  // `input` is rows × hidden, `experts` rows × experts_per_row (routing order).
+  void publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
+               std::span<const uint32_t> experts);
+  uint64_t published() const { return published_; }
+  uint64_t busy() const { return busy_; }  // messages dropped: another writer held the mailbox
+
+ private:
+  Mailbox& mailbox_;
+  bool prefill_;
+  uint64_t step_ = 0;
+  uint32_t last_layer_ = 0;
+  bool started_ = false;
+  uint64_t published_ = 0;
+  uint64_t busy_ = 0;
+};
+
+// Called with a guess: the next MoE layer and its experts (distinct, best first).
+using PrefetchSink = std::function<void(uint32_t layer, std::span<const uint32_t> experts)>;
+
+class Lookahead {
+ public:
+  // `k` experts per token (>0). `predictor` and `mailbox` must outlive it.
+  Lookahead(const Predictor& predictor, Mailbox& mailbox, uint32_t k, PrefetchSink sink);
+  ~Lookahead();
+  Lookahead(const Lookahead&) = delete;
+  Lookahead& operator=(const Lookahead&) = delete;
+
+  // Handles the newest message, waiting up to `wait` for one; true if it did.
+  bool poll(std::chrono::nanoseconds wait);
+  // Runs poll in a thread of its own until stop() (embedded mode). A sink
+  // that throws stops the thread and is reported by stop().
+  void start();
+  void stop();
+
+ private:
+  void handle(const MailboxMessage& message, uint32_t sequence);
+  void score(const MailboxMessage& message);
+
+  const Predictor& predictor_;
+  Mailbox& mailbox_;
+  uint32_t k_;
+  PrefetchSink sink_;
+  uint32_t seen_ = 0;
+  MailboxMessage message_;
+  // The guesses made for (pending_step_, pending_layer_), one per row.
+  bool pending_ = false;
+  uint64_t pending_step_ = 0;
+  uint32_t pending_layer_ = 0;
+  std::vector<std::vector<uint32_t>> guesses_;
+  std::vector<uint32_t> merged_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::exception_ptr failure_;
+};
+
+}  // namespace sluice::router

@@ -1,0 +1,94 @@
+// router/predictor.cpp: loads the routers and ranks experts. The softmax and
+// tie rule mirror compute/model/transformer.cpp route() and the logits follow
+// the scalar f32 matvec order of compute/kernels (meson configures router/
+// before compute/, so neither can be linked here); a test holds them together.
+#include "router/predictor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "proto/container.h"
+#include "proto/error.h"
+
+namespace sluice::router {
+
+std::vector<uint32_t> rank_experts(std::span<const float> logits, uint32_t k) {
+  const auto count = static_cast<uint32_t>(logits.size());
+  k = std::min(k, count);
+  if (count == 0) return {};
+  // Probabilities, not logits: two logits that differ can round to the same
+  // probability, and the real router breaks that tie by id.
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<float> probs(count);
+  float total = 0.0f;
+  for (uint32_t e = 0; e < count; ++e) {
+    probs[e] = std::exp(logits[e] - max_logit);
+    total += probs[e];
+  }
+  for (float& p : probs) p /= total;
+  std::vector<uint32_t> order(count);
+  std::iota(order.begin(), order.end(), 0u);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](uint32_t a, uint32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
+  order.resize(k);
+  return order;
+}
+
+namespace {
+
+// y[r] = Σ_k w[r][k] x[k], k ascending, multiply then add: the documented
+// scalar order of kernels::f32_matvec (built with -ffp-contract=off).
+void matvec(const float* w, uint32_t rows, uint32_t cols, const float* x, float* y) {
+  for (uint32_t r = 0; r < rows; ++r) {
+    const float* row = w + size_t{r} * cols;
+    float sum = 0.0f;
+    for (uint32_t k = 0; k < cols; ++k) {
+      const float product = row[k] * x[k];
+      sum += product;
+    }
+    y[r] = sum;
+  }
+}
+
+}  // namespace
+
+Predictor::Predictor(const Container& container)
+    : hidden_(container.hidden_size()), top_k_(container.top_k()) {
+  routers_.resize(container.layer_count());
+  experts_.assign(container.layer_count(), 0);
+  for (const MoeLayerInfo& info : container.moe_layers()) {
+    if (info.layer >= routers_.size()) {
+      fail("{}: MoE layer {} is beyond the model's {} layers", container.dir(), info.layer, routers_.size());
+    }
+    const std::string name = fmt::format("model.layers.{}.mlp.gate.weight", info.layer);
+    const TrunkTensor tensor = container.load_trunk_tensor(name);
+    if (tensor.format() != TrunkFormat::kF32 || tensor.rows() != info.experts || tensor.cols() != hidden_) {
+      fail("{}: router tensor {} is [{}, {}], expected f32 [{}, {}]", container.dir(), name, tensor.rows(),
+           tensor.cols(), info.experts, hidden_);
+    }
+    routers_[info.layer] = dequantize(tensor);
+    experts_[info.layer] = info.experts;
+  }
+}
+
+uint32_t Predictor::experts(uint32_t layer) const { return layer < experts_.size() ? experts_[layer] : 0; }
+
+std::optional<uint32_t> Predictor::next_moe_layer(uint32_t layer) const {
+  for (uint32_t next = layer + 1; next < routers_.size(); ++next) {
+    if (is_moe(next)) return next;
+  }
+  return std::nullopt;
+}
+
+std::vector<uint32_t> Predictor::predict(uint32_t layer, std::span<const float> input, uint32_t k) const {
+  if (!is_moe(layer)) fail("router: layer {} has no router (dense or out of range)", layer);
+  if (input.size() != hidden_) fail("router: input of layer {} has {} values, hidden size is {}", layer, input.size(), hidden_);
+  logits_.resize(experts_[layer]);
+  matvec(routers_[layer].data(), experts_[layer], hidden_, input.data(), logits_.data());
+  return rank_experts(logits_, k);
+}
+
+}  // namespace sluice::router
