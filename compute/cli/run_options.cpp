@@ -9,9 +9,30 @@
 
 #include <fmt/format.h>
 
+#include "compute/model/cached_expert_source.h"
+#include "compute/model/memory_plan.h"
+#include "ioworker/rpc_client.h"
 #include "proto/error.h"
 
 namespace sluice::cli {
+
+namespace {
+
+// A session with a running sluice-io, detached when the last copy of the
+// engine options holding it goes away.
+struct DaemonSession {
+  std::unique_ptr<ioworker::RpcClient> client;
+  uint32_t session = 0;
+  ~DaemonSession() {
+    try {
+      if (client) client->detach(session);
+    } catch (const Error&) {
+      // The daemon is gone; its reaper drops our client entry without us.
+    }
+  }
+};
+
+}  // namespace
 
 EngineOptions EngineFlags::options() const {
   EngineOptions options;
@@ -19,6 +40,32 @@ EngineOptions EngineFlags::options() const {
   if (threads > 0) options.threads = threads;
   options.prefill_chunk = chunk;
   options.verify_records = verify;
+  if (!attach.empty() && no_cache) fail("--attach and --no-cache exclude each other");
+  if (!attach.empty() && !budget.empty()) fail("--budget belongs to the daemon (sluice-io) when using --attach");
+  if (no_cache) return options;
+  if (!attach.empty()) {
+    auto session = std::make_shared<DaemonSession>();
+    options.expert_source = [session, socket = attach](const Container& container) -> std::unique_ptr<ExpertSource> {
+      session->client = std::make_unique<ioworker::RpcClient>(socket);
+      const ioworker::Attachment attachment = session->client->attach(container.identity());
+      session->session = attachment.session;
+      return CachedExpertSource::attached(container, attachment.segment_name);
+    };
+    return options;
+  }
+  options.expert_source = [flags = *this](const Container& container) -> std::unique_ptr<ExpertSource> {
+    const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+    PlanRequest request;
+    request.context = flags.context != 0 ? flags.context : std::min<uint32_t>(config.max_positions, 4096);
+    if (!flags.budget.empty()) request.budget_bytes = parse_size(flags.budget, "--budget");
+    const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
+    ioworker::WorkerOptions worker;
+    worker.cache_bytes = plan.cache_bytes;
+    worker.readers = flags.readers;
+    worker.verify_crc = flags.verify;
+    worker.quiet = true;
+    return CachedExpertSource::embedded(container, worker);
+  };
   return options;
 }
 
@@ -28,6 +75,11 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
   cmd.add_option("--chunk", flags.chunk, "prefill chunk: tokens whose experts are read once together")
       ->capture_default_str();
   cmd.add_flag("--verify", flags.verify, "check the crc32 of every expert record read");
+  cmd.add_option("--attach", flags.attach, "join the running sluice-io listening on this socket");
+  cmd.add_option("--budget", flags.budget,
+                 "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule");
+  cmd.add_option("--readers", flags.readers, "reads in flight of the in-process cache")->capture_default_str();
+  cmd.add_flag("--no-cache", flags.no_cache, "read every expert record from disk, with no cache");
 }
 
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params) {

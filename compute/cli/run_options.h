@@ -13,11 +13,20 @@
 
 namespace sluice::cli {
 
+// Where routed experts come from: by default an in-process cache (the same
+// worker sluice-io runs, over an anonymous segment, sized by the plan rule);
+// --attach joins a running sluice-io; --no-cache reads each record directly.
 struct EngineFlags {
   uint32_t context = 0;
   size_t threads = 0;
   uint32_t chunk = 64;
   bool verify = false;
+  std::string attach;
+  std::string budget;
+  uint32_t readers = 4;
+  bool no_cache = false;
+  // The options for these flags. An attached session lives as long as the
+  // returned options (it detaches when they are destroyed).
   EngineOptions options() const;
 };
 
