@@ -3,8 +3,8 @@
 // looks at characters: pieces arrive as raw bytes.
 #include "compute/tokenizer/bpe.h"
 
+#include <algorithm>
 #include <functional>
-#include <queue>
 
 #include "compute/tokenizer/unicode.h"
 #include "proto/error.h"
@@ -65,11 +65,29 @@ std::string bytes_to_byte_level(std::string_view bytes) {
 
 void BpeModel::add_token(std::string bytes, TokenId id) {
   if (bytes.size() == 1) byte_ids_[static_cast<uint8_t>(bytes[0])] = id;
-  ids_[std::move(bytes)] = id;
+  if (ignore_merges_) ids_[std::move(bytes)] = id;
+}
+
+void BpeModel::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.key == kEmpty) continue;
+    size_t i = slot_of(s.key, mask);
+    while (slots_[i].key != kEmpty) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
 }
 
 void BpeModel::add_merge(TokenId left, TokenId right, TokenId merged) {
-  merges_[pair_key(left, right)] = Merge{next_rank_++, merged};
+  if ((merge_count_ + 1) * 2 > slots_.size()) grow();  // load factor at most 1/2
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = slots_.size() - 1;
+  size_t i = slot_of(key, mask);
+  while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask;
+  if (slots_[i].key == kEmpty) ++merge_count_;
+  slots_[i] = Slot{key, Merge{next_rank_++, merged}};
 }
 
 std::optional<TokenId> BpeModel::find(std::string_view bytes) const {
@@ -79,26 +97,37 @@ std::optional<TokenId> BpeModel::find(std::string_view bytes) const {
 }
 
 const BpeModel::Merge* BpeModel::find_merge(TokenId left, TokenId right) const {
-  const auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
+  if (slots_.empty()) return nullptr;
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = slot_of(key, mask);; i = (i + 1) & mask) {
+    if (slots_[i].key == key) return &slots_[i].merge;
+    if (slots_[i].key == kEmpty) return nullptr;
+  }
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out) const {
   if (piece.empty()) return;
+  if (piece.size() == 1 && byte_ids_[static_cast<uint8_t>(piece[0])] >= 0) {
+    out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
+    return;
+  }
   if (ignore_merges_) {
     if (auto id = find(piece)) {
       out.push_back(*id);
       return;
     }
   }
+  const int n = static_cast<int>(piece.size());
   struct Symbol {
     TokenId id;
     int prev;
     int next;
     bool alive;
   };
-  const int n = static_cast<int>(piece.size());
-  std::vector<Symbol> symbols(n);
+  // Reused across calls: encoding allocates nothing per piece once warm.
+  thread_local std::vector<Symbol> symbols;
+  symbols.resize(n);
   for (int i = 0; i < n; ++i) {
     const auto byte = static_cast<uint8_t>(piece[i]);
     if (byte_ids_[byte] < 0) fail("tokenizer: the vocabulary has no token for byte 0x{:02X}", byte);
@@ -106,13 +135,19 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out) const {
   }
   // (rank, left position): equal ranks merge leftmost first.
   using Candidate = std::pair<uint32_t, int>;
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  thread_local std::vector<Candidate> heap;  // a min-heap under std::greater
+  heap.clear();
+  auto push = [](Candidate c) {
+    heap.push_back(c);
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
   for (int i = 0; i + 1 < n; ++i) {
-    if (const Merge* m = find_merge(symbols[i].id, symbols[i + 1].id)) queue.push({m->rank, i});
+    if (const Merge* m = find_merge(symbols[i].id, symbols[i + 1].id)) push({m->rank, i});
   }
-  while (!queue.empty()) {
-    const auto [rank, left] = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const auto [rank, left] = heap.back();
+    heap.pop_back();
     Symbol& a = symbols[left];
     if (!a.alive || a.next < 0) continue;
     const Merge* m = find_merge(a.id, symbols[a.next].id);
@@ -123,10 +158,10 @@ void BpeModel::encode(std::string_view piece, std::vector<TokenId>& out) const {
     a.next = b.next;
     if (a.next >= 0) symbols[a.next].prev = left;
     if (a.prev >= 0) {
-      if (const Merge* pm = find_merge(symbols[a.prev].id, a.id)) queue.push({pm->rank, a.prev});
+      if (const Merge* pm = find_merge(symbols[a.prev].id, a.id)) push({pm->rank, a.prev});
     }
     if (a.next >= 0) {
-      if (const Merge* nm = find_merge(a.id, symbols[a.next].id)) queue.push({nm->rank, left});
+      if (const Merge* nm = find_merge(a.id, symbols[a.next].id)) push({nm->rank, left});
     }
   }
   for (int i = 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);

@@ -47,15 +47,25 @@ class BpeModel {
     uint32_t rank;
     TokenId merged;
   };
+  // Open addressing over (left, right) pairs: the merge lookup is the inner
+  // loop of encoding, and std::unordered_map's node chasing dominated it.
+  struct Slot {
+    uint64_t key = kEmpty;
+    Merge merge{};
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
   static uint64_t pair_key(TokenId left, TokenId right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
+  static size_t slot_of(uint64_t key, size_t mask) { return (key * 0x9E3779B97F4A7C15ull) >> 20 & mask; }
   const Merge* find_merge(TokenId left, TokenId right) const;
+  void grow();
 
   bool ignore_merges_;
   std::array<TokenId, 256> byte_ids_;
-  std::unordered_map<std::string, TokenId> ids_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  std::unordered_map<std::string, TokenId> ids_;  // only kept for ignore_merges
+  std::vector<Slot> slots_;
+  size_t merge_count_ = 0;
   uint32_t next_rank_ = 0;
 };
 

@@ -150,6 +150,7 @@ void read_model(const Reader& r, const json& model, Tokenizer::Impl& impl) {
 
   const json& vocab = r.member(model, "vocab", "model");
   if (!vocab.is_object()) fail("{}: model.vocab is not an object", r.file());
+  impl.model_vocab.reserve(vocab.size());
   for (const auto& [text, value] : vocab.items()) {
     const std::string where = fmt::format("model.vocab[{}]", json(text).dump());
     if (!is_valid_utf8(text)) fail("{}: {} is not valid UTF-8", r.file(), where);
