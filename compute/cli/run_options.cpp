@@ -12,6 +12,7 @@
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/memory_plan.h"
 #include "ioworker/rpc_client.h"
+#include "ioworker/rpc_socket.h"
 #include "proto/error.h"
 
 namespace sluice::cli {
@@ -45,7 +46,10 @@ EngineOptions EngineFlags::options() const {
   if (no_cache) return options;
   if (!attach.empty()) {
     auto session = std::make_shared<DaemonSession>();
-    options.expert_source = [session, socket = attach](const Container& container) -> std::unique_ptr<ExpertSource> {
+    // A bare name is an instance of sluice-up / sluice-io: its default socket.
+    const std::string socket =
+        attach.find('/') == std::string::npos ? ioworker::default_socket_path(attach) : attach;
+    options.expert_source = [session, socket](const Container& container) -> std::unique_ptr<ExpertSource> {
       session->client = std::make_unique<ioworker::RpcClient>(socket);
       const ioworker::Attachment attachment = session->client->attach(container.identity());
       session->session = attachment.session;
@@ -75,7 +79,8 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
   cmd.add_option("--chunk", flags.chunk, "prefill chunk: tokens whose experts are read once together")
       ->capture_default_str();
   cmd.add_flag("--verify", flags.verify, "check the crc32 of every expert record read");
-  cmd.add_option("--attach", flags.attach, "join the running sluice-io listening on this socket");
+  cmd.add_option("--attach", flags.attach,
+                 "join a running sluice-io: its socket path, or an instance name such as 'default'");
   cmd.add_option("--budget", flags.budget,
                  "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule");
   cmd.add_option("--readers", flags.readers, "reads in flight of the in-process cache")->capture_default_str();
