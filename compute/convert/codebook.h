@@ -13,22 +13,31 @@ namespace sluice::convert {
 
 class Codebook {
  public:
-  Codebook() { entries_.fill(0.0f); transposed_.fill(0.0f); }
+  Codebook() {
+    entries_.fill(0.0f);
+    minus_two_t_.fill(0.0f);
+    norms_.fill(0.0f);
+  }
   // `entries` holds 256 × 8 floats, entry-major (the on-disk order).
   explicit Codebook(const float* entries) { assign(entries); }
   void assign(const float* entries);
 
   const float* entry(int code) const { return entries_.data() + code * kRvqVecDim; }
   const float* entries() const { return entries_.data(); }
-  const float* transposed() const { return transposed_.data(); }  // [dim][entry]
+  // Search tables: −2·C transposed to [dim][entry] and ‖C[c]‖² per entry.
+  const float* minus_two_transposed() const { return minus_two_t_.data(); }
+  const float* norms() const { return norms_.data(); }
 
  private:
   std::array<float, kRvqEntries * kRvqVecDim> entries_;
-  alignas(32) std::array<float, kRvqEntries * kRvqVecDim> transposed_;
+  alignas(32) std::array<float, kRvqEntries * kRvqVecDim> minus_two_t_;
+  alignas(32) std::array<float, kRvqEntries> norms_;
 };
 
-// argmin over codes c of Σ_j (v_j − C[c]_j)², the sum taken in j order with
-// fused multiply-adds; ties (and all-NaN distances) give the lowest code.
+// argmin over codes c of ‖v − C[c]‖², evaluated as ‖C[c]‖² − 2 v·C[c] (the
+// ‖v‖² term is common to all codes): one fma per dimension, in dimension
+// order, starting from ‖C[c]‖². Ties (and all-NaN distances) give the
+// lowest code.
 int nearest_code(const Codebook& codebook, const float* v);
 int nearest_code_scalar(const Codebook& codebook, const float* v);
 // Only callable when search_uses_avx2() is true.

@@ -149,9 +149,7 @@ uint64_t directory_bytes(const fs::path& out) {
   return total;
 }
 
-}  // namespace
-
-Json convert_checkpoint(const ConvertOptions& options, ConvertProgress& progress) {
+Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   if (options.threads < 1) fail("--threads must be at least 1 (got {})", options.threads);
   if (options.kmeans_iterations < 1) fail("--kmeans-iters must be at least 1 (got {})", options.kmeans_iterations);
   if (options.kmeans_sample < kRvqEntries) {
@@ -272,6 +270,16 @@ Json convert_checkpoint(const ConvertOptions& options, ConvertProgress& progress
   summary["trunk_relative_error"] = {{"q8g128", sums_from(trunk_stats->value("q8g128", Json())).relative()},
                                      {"q4g128", sums_from(trunk_stats->value("q4g128", Json())).relative()}};
   return summary;
+}
+
+}  // namespace
+
+Json convert_checkpoint(const ConvertOptions& options, ConvertProgress& progress) {
+  try {
+    return run_conversion(options, progress);
+  } catch (const fs::filesystem_error& e) {
+    fail("{}", e.what());  // names the path; reaches the user as one line
+  }
 }
 
 }  // namespace sluice::convert

@@ -83,10 +83,15 @@ TEST_CASE("ties take the lowest code") {
   CHECK(nearest_code(flat, origin) == 0);
 }
 
-TEST_CASE("the codebook keeps entry-major and transposed copies in step") {
+TEST_CASE("the codebook keeps its entries and search tables in step") {
   const Codebook book = random_codebook(4, 1.0f);
   for (int c = 0; c < kRvqEntries; ++c) {
-    for (int j = 0; j < kRvqVecDim; ++j) REQUIRE(book.transposed()[j * kRvqEntries + c] == book.entry(c)[j]);
+    double norm = 0;
+    for (int j = 0; j < kRvqVecDim; ++j) {
+      REQUIRE(book.minus_two_transposed()[j * kRvqEntries + c] == -2.0f * book.entry(c)[j]);
+      norm += double{book.entry(c)[j]} * book.entry(c)[j];
+    }
+    CHECK(book.norms()[c] == doctest::Approx(norm).epsilon(1e-6));
   }
 }
 

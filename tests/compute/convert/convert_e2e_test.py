@@ -165,9 +165,9 @@ class ConvertTest(unittest.TestCase):
         reference = self.out("resume-reference")
         self.assertEqual(convert(self.slow, reference).returncode, 0)
         points = {  # label: (ready, layers the rerun must find finished at least)
-            "after-first-layer": (lambda out: os.path.exists(os.path.join(out, "experts-L000.bin")), 1),
+            "after-first-layer-file": (lambda out: os.path.exists(os.path.join(out, "experts-L000.bin")), 0),
             "during-trunk": (lambda out: os.path.exists(os.path.join(out, ".convert", "state.json")), 0),
-            "mid-layers": (lambda out: os.path.exists(os.path.join(out, "experts-L002.bin")), 3),
+            "after-second-layer": (lambda out: os.path.exists(os.path.join(out, ".convert", "layer-L001.json")), 2),
         }
         for label, (ready, finished) in points.items():
             out = self.out("resume-" + label)
