@@ -3,6 +3,8 @@
 // matchers, so it can never become a control token.
 #include "compute/tokenizer/tokenizer.h"
 
+#include <cstdint>
+
 #include "compute/tokenizer/tokenizer_impl.h"
 #include "compute/tokenizer/unicode.h"
 #include "proto/error.h"
@@ -11,6 +13,8 @@ namespace sluice::tokenizer {
 namespace {
 
 void encode_plain(const Tokenizer::Impl& impl, std::string_view text, std::vector<TokenId>& out) {
+  // Pieces index code points with 32 bits.
+  if (text.size() > UINT32_MAX) fail("tokenizer: text of {} bytes is too long to encode at once", text.size());
   std::u32string chars;
   decode_utf8(text, chars);
   std::vector<Piece> pieces;
