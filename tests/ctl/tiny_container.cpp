@@ -133,7 +133,13 @@ Daemon::Daemon(const std::vector<std::string>& extra_args) {
 }
 
 Daemon::~Daemon() {
-  if (pid_ > 0 && stop(SIGKILL, 5) < 0) std::fprintf(stderr, "daemon %d did not die\n", pid_);
+  if (pid_ > 0 && stop(SIGTERM, 10) < 0 && stop(SIGKILL, 5) < 0) {
+    std::fprintf(stderr, "daemon %d did not die\n", pid_);
+  }
+  // A daemon killed along the way leaves these; never leave them in /dev/shm.
+  std::error_code ignored;
+  std::filesystem::remove(socket_, ignored);
+  std::filesystem::remove(segment_path(), ignored);
 }
 
 bool Daemon::wait_ready(double seconds, std::string* why) {

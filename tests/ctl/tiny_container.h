@@ -33,8 +33,9 @@ int wait_exit(pid_t pid, double seconds);
 
 std::string read_text(const std::string& path);
 
-// A sluice-io on the tiny container, on its own socket and instance; stopped
-// with SIGKILL if a test leaves it running.
+// A sluice-io on the tiny container, on its own socket and instance. If a
+// test leaves it running it gets SIGTERM, then SIGKILL, and whatever socket
+// or segment it left is removed.
 class Daemon {
  public:
   explicit Daemon(const std::vector<std::string>& extra_args = {});
