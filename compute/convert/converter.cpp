@@ -9,11 +9,14 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include "compute/convert/atomic_file.h"
 #include "compute/convert/codebook.h"
 #include "compute/convert/convert_steps.h"
 #include "proto/error.h"
+#include "proto/file_io.h"
+#include "proto/record_format.h"
 
 namespace sluice::convert {
 namespace {
@@ -104,7 +107,24 @@ void check_size(const fs::path& path, uint64_t expected) {
   }
 }
 
-Json build_manifest(const Source& source, const Json& kmeans, const std::vector<TrunkEntry>& trunk, uint64_t trunk_bytes) {
+// The crc32 of a bank's record crc32s in expert order: it makes the manifest,
+// and so the container identity, differ whenever any expert's content does.
+uint32_t records_crc32(const fs::path& bank, uint32_t experts, uint32_t stride) {
+  const auto file = posix_file_system().open(bank.string(), OpenMode::kBuffered);
+  uint32_t digest = 0;
+  uint8_t header[kRecordHeaderBytes];
+  for (uint32_t e = 0; e < experts; ++e) {
+    read_exact(*file, uint64_t{e} * stride, header, sizeof header);
+    const uint32_t crc = RecordHeader::decode(header).crc32;
+    uint8_t bytes[4] = {static_cast<uint8_t>(crc), static_cast<uint8_t>(crc >> 8), static_cast<uint8_t>(crc >> 16),
+                        static_cast<uint8_t>(crc >> 24)};
+    digest = static_cast<uint32_t>(::crc32(digest, bytes, sizeof bytes));
+  }
+  return digest;
+}
+
+Json build_manifest(const Source& source, const Json& kmeans, const std::vector<TrunkEntry>& trunk, uint64_t trunk_bytes,
+                    const fs::path& out) {
   const auto& plan = source.plan;
   Json tensors = Json::array();
   for (const auto& t : trunk) {
@@ -118,7 +138,9 @@ Json build_manifest(const Source& source, const Json& kmeans, const std::vector<
     layers.push_back({{"layer", layer.layer}, {"file", fmt::format("experts-{}.bin", layer_tag(layer.layer))},
                       {"experts", layer.experts}, {"record_stride", layout.stride},
                       {"bytes", uint64_t{layer.experts} * layout.stride}, {"codebook_base", layer.codebook_base},
-                      {"hidden", layer.hidden}, {"expert_width", layer.expert_width}});
+                      {"hidden", layer.hidden}, {"expert_width", layer.expert_width},
+                      {"records_crc32", records_crc32(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)),
+                                                      layer.experts, layout.stride)}});
   }
   Json tokenizer_files = Json::array();
   for (const auto& [name, bytes] : source.tokenizer_files) tokenizer_files.push_back(name);
@@ -247,7 +269,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
     check_size(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)), uint64_t{layer.experts} * layout.stride);
   }
-  write_file_atomically((out / "manifest.json").string(), build_manifest(source, kmeans, trunk, trunk_bytes).dump(2) + "\n");
+  write_file_atomically((out / "manifest.json").string(), build_manifest(source, kmeans, trunk, trunk_bytes, out).dump(2) + "\n");
   fs::remove_all(work);
   progress.finish();
 
