@@ -83,6 +83,12 @@ class SluiceUpTest(unittest.TestCase):
         self.assertEqual(os.stat(sock).st_mode & 0o777, 0o600)
         self.assertTrue(os.path.exists(segment))
 
+        # `sluice stats --attach NAME` finds an instance's socket the way sluice-up placed it.
+        by_name = subprocess.run([os.environ['SLUICE_BIN'], 'stats', '--attach', self.instance, '--json'],
+                                 env=self.env, capture_output=True, text=True)
+        self.assertEqual(by_name.returncode, 0, by_name.stderr)
+        self.assertEqual(json.loads(by_name.stdout)['instance'], self.instance)
+
         again = self.sluice_up(self.container, '--instance', self.instance)
         self.assertNotEqual(again.returncode, 0)
         self.assertIn('already up', again.stderr)
