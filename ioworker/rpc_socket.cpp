@@ -58,6 +58,10 @@ std::string runtime_dir() {
 
 std::string default_socket_path(const std::string& instance) { return runtime_dir() + "/" + instance + ".sock"; }
 
+std::string resolve_socket(const std::string& path_or_instance) {
+  return path_or_instance.find('/') == std::string::npos ? default_socket_path(path_or_instance) : path_or_instance;
+}
+
 bool socket_answers(const std::string& path) {
   const sockaddr_un address = socket_address(path);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -18,6 +18,10 @@ std::string runtime_dir();
 // <runtime_dir()>/<instance>.sock
 std::string default_socket_path(const std::string& instance);
 
+// What --attach names: a path (it holds a '/') is used as it is; anything
+// else is an instance name, resolved to its default socket.
+std::string resolve_socket(const std::string& path_or_instance);
+
 // True when something accepts connections at `path` right now.
 bool socket_answers(const std::string& path);
 

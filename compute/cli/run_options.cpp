@@ -46,9 +46,7 @@ EngineOptions EngineFlags::options() const {
   if (no_cache) return options;
   if (!attach.empty()) {
     auto session = std::make_shared<DaemonSession>();
-    // A bare name is an instance of sluice-up / sluice-io: its default socket.
-    const std::string socket =
-        attach.find('/') == std::string::npos ? ioworker::default_socket_path(attach) : attach;
+    const std::string socket = ioworker::resolve_socket(attach);
     options.expert_source = [session, socket](const Container& container) -> std::unique_ptr<ExpertSource> {
       session->client = std::make_unique<ioworker::RpcClient>(socket);
       const ioworker::Attachment attachment = session->client->attach(container.identity());
