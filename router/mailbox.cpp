@@ -149,7 +149,7 @@ std::unique_ptr<Mailbox> Mailbox::create_shared(const std::string& path, const M
   return box;
 }
 
-std::unique_ptr<Mailbox> Mailbox::open_shared(const std::string& path, uint64_t identity) {
+std::unique_ptr<Mailbox> Mailbox::open_shared(const std::string& path, std::optional<uint64_t> identity) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return nullptr;
   struct stat st {};
@@ -163,7 +163,7 @@ std::unique_ptr<Mailbox> Mailbox::open_shared(const std::string& path, uint64_t 
   if (base == MAP_FAILED) return nullptr;
   const auto* h = static_cast<const Header*>(base);
   const bool valid = h->magic.load(std::memory_order_acquire) == kMailboxMagic && h->version == kMailboxVersion &&
-                     h->header_bytes == sizeof(Header) && h->identity == identity;
+                     h->header_bytes == sizeof(Header) && (!identity || h->identity == *identity);
   MailboxGeometry geometry = valid ? h->geometry : MailboxGeometry{};
   bool fits = false;
   if (valid) {

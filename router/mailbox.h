@@ -67,9 +67,10 @@ class Mailbox {
   // process calls this. A client mapping of an older incarnation stays valid.
   static std::unique_ptr<Mailbox> create_shared(const std::string& path, const MailboxGeometry& geometry,
                                                 uint64_t identity);
-  // Maps an existing shared mailbox; nullopt-like nullptr when there is none
-  // or it serves another container (the client then runs without lookahead).
-  static std::unique_ptr<Mailbox> open_shared(const std::string& path, uint64_t identity);
+  // Maps an existing shared mailbox; nullptr when there is none or it serves
+  // another container than `identity` (the client then runs without
+  // lookahead). No identity: any container (`sluice stats` reading accuracy).
+  static std::unique_ptr<Mailbox> open_shared(const std::string& path, std::optional<uint64_t> identity);
   ~Mailbox();
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;

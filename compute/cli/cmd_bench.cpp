@@ -90,11 +90,16 @@ void add_bench_kernels(CLI::App& bench) {
 
 }  // namespace
 
+void add_bench_replay(CLI::App& bench);  // bench_replay.cpp
+void add_bench_decode(CLI::App& bench);  // bench_decode.cpp
+
 void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "measure this machine: kernels (more to come)");
   bench->require_subcommand(1);
   add_bench_kernels(*bench);
   add_bench_io(*bench);
+  add_bench_replay(*bench);
+  add_bench_decode(*bench);
 }
 
 }  // namespace sluice::cli

@@ -5,15 +5,19 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
+#include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/error.h"
+#include "router/engine_tap.h"
+#include "router/lookahead.h"
 
 namespace sluice::cli {
 namespace {
@@ -28,6 +32,8 @@ struct RunArgs {
   std::string dump_logits;
   bool ignore_eos = false;
   bool json = false;
+  std::string trace_out;
+  std::optional<uint32_t> lookahead;
 };
 
 void write_row(std::ofstream& out, std::span<const float> row, const std::string& path) {
@@ -36,7 +42,34 @@ void write_row(std::ofstream& out, std::span<const float> row, const std::string
 }
 
 void run(const RunArgs& args) {
-  Engine engine(args.model, args.engine.options());
+  // Lookahead needs the embedded cache's worker: note it if the flags chose one.
+  EngineOptions options = args.engine.options();
+  CachedExpertSource* cached = nullptr;
+  if (options.expert_source) {
+    options.expert_source = [&cached, inner = options.expert_source](const Container& container) {
+      auto source = inner(container);
+      cached = dynamic_cast<CachedExpertSource*>(source.get());
+      return source;
+    };
+  }
+  Engine engine(args.model, options);
+  router::EngineTap tap(engine.transformer(), static_cast<uint32_t>(engine.container().moe_layers().size()));
+  std::optional<router::TraceWriter> trace;
+  if (!args.trace_out.empty()) tap.set_trace(&trace.emplace(args.trace_out));
+  const uint32_t lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
+  std::optional<router::Predictor> predictor;
+  std::unique_ptr<router::Mailbox> mailbox;
+  std::optional<router::Publisher> publisher;
+  std::optional<router::Lookahead> router_thread;
+  if (lookahead > 0 && cached != nullptr && cached->worker() != nullptr) {
+    predictor.emplace(engine.container());
+    mailbox = router::Mailbox::in_process({engine.config().hidden, 1, engine.config().top_k}, engine.container().identity());
+    tap.set_publisher(&publisher.emplace(*mailbox, false));
+    router_thread.emplace(*predictor, *mailbox, lookahead, [&cached](uint32_t layer, std::span<const uint32_t> experts) {
+      cached->worker()->prefetch(layer, experts, ioworker::PrefetchOrigin::kRouter);
+    });
+    router_thread->start();
+  }
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
   std::vector<int32_t> prompt;
   if (!args.prompt_ids.empty()) {
@@ -70,6 +103,7 @@ void run(const RunArgs& args) {
         }
         return true;
       });
+  if (router_thread) router_thread->stop();
   const std::string tail = decoder.finish();
   text += tail;
   if (dump.is_open() && !generated.empty()) {
@@ -78,6 +112,7 @@ void run(const RunArgs& args) {
     engine.transformer().forward(std::span<const int32_t>(&generated.back(), 1), logits, false);
     write_row(dump, logits, args.dump_logits);
   }
+  if (trace) trace->close();
 
   const double decode_rate = stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0;
   const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0;
@@ -114,6 +149,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--dump-logits", args->dump_logits,
                   "write raw little-endian f32 logits: the row after the prompt, then one row after each "
                   "generated token (implies --ignore-eos)");
+  cmd->add_option("--trace-out", args->trace_out,
+                  "write the routing as JSON lines, one per token: {\"tok\": N, \"layers\": [[expert ids], ...]}");
+  cmd->add_option("--lookahead", args->lookahead,
+                  "experts of the next layer to prefetch per token (default SLUICE_LOOKAHEAD or 6; 0: off)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", args->json, "print one JSON object (text, token ids, statistics) instead of streaming");
   cmd->callback([args] { run(*args); });

@@ -17,6 +17,7 @@
 #include "ioworker/rpc_client.h"
 #include "ioworker/rpc_socket.h"
 #include "proto/error.h"
+#include "router/mailbox.h"
 
 namespace sluice::cli {
 namespace {
@@ -32,6 +33,21 @@ double read_gbps(const DaemonStats& now, const std::optional<DaemonStats>& previ
   const double bytes = static_cast<double>(now.cache.bytes_read - (previous ? previous->cache.bytes_read : 0));
   const double seconds = now.uptime_seconds - (previous ? previous->uptime_seconds : 0.0);
   return seconds <= 0 ? 0.0 : bytes / seconds / 1e9;
+}
+
+// sluice-router's guesses scored against the real routing, from the mailbox it
+// keeps next to the segment; null when no router serves this daemon.
+nlohmann::json router_json(const DaemonStats& s) {
+  const auto mailbox = router::Mailbox::open_shared(router::mailbox_path(s.segment_name), std::nullopt);
+  if (mailbox == nullptr) return nullptr;
+  const router::RouterCounters r = mailbox->router_counters();
+  nlohmann::json layers = nlohmann::json::array();
+  for (const router::LayerAccuracy& a : mailbox->accuracy()) {
+    layers.push_back({{"layer", a.layer}, {"scored", a.scored}, {"precision_at_1", a.precision_at_1()},
+                      {"recall", a.recall()}});
+  }
+  return {{"pid", r.pid}, {"lookahead", r.lookahead}, {"messages", r.messages}, {"skipped", r.skipped},
+          {"prefetches", r.prefetches}, {"prefetched", r.prefetched}, {"layers", layers}};
 }
 
 nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
@@ -84,7 +100,8 @@ nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& p
           {"read_seconds_total", c.read_seconds_total},
           {"read_latency_us", {{"p50", c.read_p50_us}, {"p90", c.read_p90_us}, {"p99", c.read_p99_us}}},
           {"layers", layers},
-          {"clients", clients}};
+          {"clients", clients},
+          {"router", router_json(s)}};
 }
 
 std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
@@ -115,6 +132,19 @@ std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& prev
                          layer.hits + layer.misses);
     }
     out += "\n";
+  }
+  if (const nlohmann::json r = router_json(s); !r.is_null()) {
+    out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped), {} prefetches of {} experts\n",
+                       r["pid"].get<int>(), r["lookahead"].get<uint32_t>(), r["messages"].get<uint64_t>(),
+                       r["skipped"].get<uint64_t>(), r["prefetches"].get<uint64_t>(), r["prefetched"].get<uint64_t>());
+    if (!r["layers"].empty()) {
+      out += "  guesses    ";
+      for (const auto& a : r["layers"]) {
+        out += fmt::format(" L{} P@1 {:.0f}% recall {:.0f}%", a["layer"].get<uint32_t>(),
+                           100 * a["precision_at_1"].get<double>(), 100 * a["recall"].get<double>());
+      }
+      out += "\n";
+    }
   }
   out += fmt::format("  clients     {} attached session(s), {} in the client table\n", s.sessions, c.clients.size());
   for (const auto& client : c.clients) {

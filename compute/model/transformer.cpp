@@ -176,6 +176,7 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   experts_.request(layer, distinct);
+  if (moe_hook_) moe_hook_(layer, moe_index, tokens, std::span<const float>(normed_.data(), size_t{tokens} * hidden));
 
   // Each distinct expert serves the (token, rank) pairs that chose it.
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> users(distinct.size());

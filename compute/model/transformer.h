@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -46,6 +47,14 @@ class Transformer {
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
   size_t kv_cache_bytes() const { return cache_.bytes(); }
 
+  // Called for each MoE layer once its routing is decided and its records are
+  // requested, with the layer, its MoE ordinal, the chunk's tokens and their
+  // MoE input (tokens × hidden, the post-attention norm); the routing is
+  // last_routing()[t][moe_index]. Lookahead and --trace-out read from here;
+  // a hook must not change anything the model computes.
+  using MoeHook = std::function<void(uint32_t layer, size_t moe_index, uint32_t tokens, std::span<const float> input)>;
+  void set_moe_hook(MoeHook hook) { moe_hook_ = std::move(hook); }
+
  private:
   void attention(uint32_t layer, uint32_t tokens);
   void moe(uint32_t layer, uint32_t tokens, size_t moe_index);
@@ -64,6 +73,7 @@ class Transformer {
   std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_;
   kernels::RvqTable gate_table_, up_table_, down_table_;
   std::vector<std::vector<Routing>> routing_;
+  MoeHook moe_hook_;
 };
 
 }  // namespace sluice
