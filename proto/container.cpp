@@ -3,10 +3,10 @@
 // read; record headers are checked on every read, the crc32 when asked.
 #include "proto/container.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "proto/aligned_buffer.h"
 #include "proto/error.h"
@@ -14,8 +14,9 @@
 namespace sluice {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "containers hold little-endian f32 and f16 arrays that are loaded without byte swapping");
+static_assert(
+    std::endian::native == std::endian::little,
+    "containers hold little-endian f32 and f16 arrays that are loaded without byte swapping");
 
 std::string join_path(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
@@ -23,15 +24,16 @@ std::string join_path(const std::string& dir, const std::string& name) {
 
 void check_size(const RandomAccessFile& file, uint64_t expected, std::string_view what) {
   if (file.size() != expected) {
-    fail("{}: file is {} bytes but the manifest says {} ({}){}", file.path(), file.size(), expected, what,
-         file.size() < expected ? "; the file is truncated" : "");
+    fail("{}: file is {} bytes but the manifest says {} ({}){}", file.path(), file.size(), expected,
+         what, file.size() < expected ? "; the file is truncated" : "");
   }
 }
 
 std::string read_manifest_bytes(FileSystem& fs, const std::string& path) {
   const auto file = fs.open(path, OpenMode::kBuffered);
   if (file->size() > kMaxManifestBytes) {
-    fail("{}: {} bytes, larger than any manifest (limit {})", path, file->size(), kMaxManifestBytes);
+    fail("{}: {} bytes, larger than any manifest (limit {})", path, file->size(),
+         kMaxManifestBytes);
   }
   std::string bytes(file->size(), '\0');
   read_exact(*file, 0, bytes.data(), bytes.size());
@@ -55,7 +57,8 @@ Container Container::open(const std::string& dir, FileSystem& fs, OpenMode bank_
              fmt::format("{} codebooks × {} bytes", c.manifest_.codebook_count, kCodebookBytes));
   for (const MoeLayerInfo& layer : c.manifest_.moe_layers) {
     auto bank = fs.open(join_path(dir, layer.file), bank_mode);
-    check_size(*bank, layer.bytes, fmt::format("{} experts × stride {}", layer.experts, layer.record_stride));
+    check_size(*bank, layer.bytes,
+               fmt::format("{} experts × stride {}", layer.experts, layer.record_stride));
     c.banks_.push_back(std::move(bank));
   }
   for (const std::string& path : c.tokenizer_paths()) {
@@ -80,7 +83,9 @@ const MoeLayerInfo* Container::find_moe_layer(uint32_t layer) const {
   return nullptr;
 }
 
-const MoeLayerInfo& Container::moe_layer(uint32_t layer) const { return manifest_.moe_layers[moe_index(layer)]; }
+const MoeLayerInfo& Container::moe_layer(uint32_t layer) const {
+  return manifest_.moe_layers[moe_index(layer)];
+}
 
 const TrunkTensorInfo* Container::find_trunk_tensor(std::string_view name) const {
   for (const TrunkTensorInfo& info : manifest_.trunk_tensors) {
@@ -107,7 +112,9 @@ uint64_t Container::record_count() const {
   return total;
 }
 
-bool Container::bank_direct(uint32_t layer) const { return banks_[moe_index(layer)]->direct(); }
+bool Container::bank_direct(uint32_t layer) const {
+  return banks_[moe_index(layer)]->direct();
+}
 
 Codebooks Container::load_codebooks() const {
   const uint32_t count = manifest_.codebook_count;
@@ -116,8 +123,8 @@ Codebooks Container::load_codebooks() const {
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
       const size_t per_book = size_t{kRvqEntries} * kRvqVecDim;
-      fail("{}: codebook {} entry {} holds a non-finite value", codebooks_file_->path(), i / per_book,
-           i % per_book / kRvqVecDim);
+      fail("{}: codebook {} entry {} holds a non-finite value", codebooks_file_->path(),
+           i / per_book, i % per_book / kRvqVecDim);
     }
   }
   return Codebooks(count, std::move(values));
@@ -130,7 +137,8 @@ TrunkTensor Container::load_trunk_tensor(std::string_view name) const {
   AlignedBuffer scales(info->scale_bytes, kTrunkAlign);
   try {
     read_exact(*trunk_file_, info->offset, data.data(), info->bytes);
-    if (info->scale_bytes != 0) read_exact(*trunk_file_, info->scale_offset, scales.data(), info->scale_bytes);
+    if (info->scale_bytes != 0)
+      read_exact(*trunk_file_, info->scale_offset, scales.data(), info->scale_bytes);
   } catch (const Error& e) {
     fail("trunk tensor \"{}\": {}", info->name, e.what());
   }
@@ -138,8 +146,8 @@ TrunkTensor Container::load_trunk_tensor(std::string_view name) const {
   const uint64_t groups = info->groups_per_row();
   for (uint64_t i = 0; i < info->rows * groups; ++i) {
     if ((tensor.scales()[i] & 0x7c00u) == 0x7c00u) {
-      fail("{}: trunk tensor \"{}\": scale of row {} group {} is not finite", trunk_file_->path(), info->name,
-           i / groups, i % groups);
+      fail("{}: trunk tensor \"{}\": scale of row {} group {} is not finite", trunk_file_->path(),
+           info->name, i / groups, i % groups);
     }
   }
   return tensor;
@@ -170,8 +178,8 @@ std::optional<std::string> Container::try_read_record(uint32_t layer, uint32_t e
     return std::string(e.what());
   }
   if (got != info.record_stride) {
-    return fmt::format("short read: {} of {} bytes at offset {} of {}", got, info.record_stride, offset,
-                       bank.path());
+    return fmt::format("short read: {} of {} bytes at offset {} of {}", got, info.record_stride,
+                       offset, bank.path());
   }
   const auto* bytes = static_cast<const uint8_t*>(buffer);
   const RecordHeader found = RecordHeader::decode(bytes);
@@ -185,7 +193,8 @@ std::optional<std::string> Container::try_read_record(uint32_t layer, uint32_t e
   if (verify_crc) {
     const uint32_t computed = payload_crc32(bytes, found.payload_end);
     if (computed != found.crc32) {
-      return fmt::format("checksum mismatch (header says {:08x}, payload has {:08x})", found.crc32, computed);
+      return fmt::format("checksum mismatch (header says {:08x}, payload has {:08x})", found.crc32,
+                         computed);
     }
   }
   return std::nullopt;

@@ -3,11 +3,11 @@
 // names the field, never an overflow, a huge allocation or a crash.
 #include "proto/manifest.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "proto/error.h"
 
@@ -28,7 +28,8 @@ class Fields {
   }
 
   const json& member(const json& object, std::string_view field, const char* key) const {
-    if (!object.is_object()) bad(field, fmt::format("must be an object, found {}", object.type_name()));
+    if (!object.is_object())
+      bad(field, fmt::format("must be an object, found {}", object.type_name()));
     const auto it = object.find(key);
     if (it == object.end()) bad(join(field, key), "is missing");
     return *it;
@@ -36,13 +37,15 @@ class Fields {
 
   const json& object(const json& parent, std::string_view field, const char* key) const {
     const json& value = member(parent, field, key);
-    if (!value.is_object()) bad(join(field, key), fmt::format("must be an object, found {}", value.type_name()));
+    if (!value.is_object())
+      bad(join(field, key), fmt::format("must be an object, found {}", value.type_name()));
     return value;
   }
 
   const json& array(const json& parent, std::string_view field, const char* key) const {
     const json& value = member(parent, field, key);
-    if (!value.is_array()) bad(join(field, key), fmt::format("must be an array, found {}", value.type_name()));
+    if (!value.is_array())
+      bad(join(field, key), fmt::format("must be an array, found {}", value.type_name()));
     return value;
   }
 
@@ -51,7 +54,8 @@ class Fields {
   }
 
   std::string as_string(const json& value, std::string_view field) const {
-    if (!value.is_string()) bad(field, fmt::format("must be a string, found {}", value.type_name()));
+    if (!value.is_string())
+      bad(field, fmt::format("must be a string, found {}", value.type_name()));
     return value.get<std::string>();
   }
 
@@ -65,7 +69,8 @@ class Fields {
       bad(field, fmt::format("is {}, a negative number", value.get<int64_t>()));
     }
     if (!value.is_number_unsigned()) {
-      bad(field, fmt::format("must be a non-negative integer, found {} {}", value.type_name(), brief(value)));
+      bad(field, fmt::format("must be a non-negative integer, found {} {}", value.type_name(),
+                             brief(value)));
     }
     const uint64_t number = value.get<uint64_t>();
     if (number > hi) bad(field, fmt::format("is {}, above the limit of {}", number, hi));
@@ -81,9 +86,11 @@ class Fields {
     }
   }
 
-  void expect_integer(const json& parent, std::string_view field, const char* key, uint64_t wanted) const {
+  void expect_integer(const json& parent, std::string_view field, const char* key,
+                      uint64_t wanted) const {
     const uint64_t found = integer(parent, field, key, 0, UINT64_MAX);
-    if (found != wanted) bad(join(field, key), fmt::format("is {}; this build reads only {}", found, wanted));
+    if (found != wanted)
+      bad(join(field, key), fmt::format("is {}; this build reads only {}", found, wanted));
   }
 
   // A bare file name inside the container directory, never a path out of it.
@@ -112,13 +119,16 @@ class Fields {
 
 void parse_config(const Fields& f, const json& root, Manifest& m) {
   m.config = f.object(root, "", "config");
-  m.layer_count = static_cast<uint32_t>(f.integer(m.config, "config", "num_hidden_layers", 1, kMaxLayers));
+  m.layer_count =
+      static_cast<uint32_t>(f.integer(m.config, "config", "num_hidden_layers", 1, kMaxLayers));
   m.vocab_size = static_cast<uint32_t>(f.integer(m.config, "config", "vocab_size", 1, kMaxVocab));
-  m.hidden_size = static_cast<uint32_t>(f.integer(m.config, "config", "hidden_size", 1, kMaxHidden));
+  m.hidden_size =
+      static_cast<uint32_t>(f.integer(m.config, "config", "hidden_size", 1, kMaxHidden));
   // Kimi-Linear spells it num_experts_per_token; every other family _tok.
-  const char* top_k_key = m.config.contains("num_experts_per_tok") || !m.config.contains("num_experts_per_token")
-                              ? "num_experts_per_tok"
-                              : "num_experts_per_token";
+  const char* top_k_key =
+      m.config.contains("num_experts_per_tok") || !m.config.contains("num_experts_per_token")
+          ? "num_experts_per_tok"
+          : "num_experts_per_token";
   m.top_k = static_cast<uint32_t>(f.integer(m.config, "config", top_k_key, 1, kMaxTopK));
 }
 
@@ -136,7 +146,9 @@ void parse_expert_quant(const Fields& f, const json& root, Manifest& m) {
   f.expect_string(q, where, "codebook_sharing", "layer.matrix.stage");
   m.codebook_sharing = "layer.matrix.stage";
   const json& bpw = f.member(q, where, "bits_per_weight");
-  if (!bpw.is_number()) f.bad("expert_quant.bits_per_weight", fmt::format("must be a number, found {}", bpw.type_name()));
+  if (!bpw.is_number())
+    f.bad("expert_quant.bits_per_weight",
+          fmt::format("must be a number, found {}", bpw.type_name()));
   m.bits_per_weight = bpw.get<double>();
 }
 
@@ -147,14 +159,16 @@ TrunkTensorInfo parse_trunk_tensor(const Fields& f, const json& t, const std::st
   const std::string named = fmt::format("{} ({})", where, info.name);
   const std::string format_name = f.string(t, named, "format");
   const auto format = parse_trunk_format(format_name);
-  if (!format) f.bad(named + ".format", fmt::format("\"{}\" is not one of f32, q8g128, q4g128", format_name));
+  if (!format)
+    f.bad(named + ".format", fmt::format("\"{}\" is not one of f32, q8g128, q4g128", format_name));
   info.format = *format;
   const json& shape = f.array(t, named, "shape");
   if (shape.size() != 1 && shape.size() != 2) {
     f.bad(named + ".shape", fmt::format("has {} dimensions; tensors have 1 or 2", shape.size()));
   }
   for (size_t i = 0; i < shape.size(); ++i) {
-    info.shape.push_back(f.as_integer(shape[i], fmt::format("{}.shape[{}]", named, i), 1, kMaxTrunkDim));
+    info.shape.push_back(
+        f.as_integer(shape[i], fmt::format("{}.shape[{}]", named, i), 1, kMaxTrunkDim));
   }
   if (shape.size() == 1 && info.format != TrunkFormat::kF32) {
     f.bad(named, fmt::format("is 1-D but stored as {}; 1-D tensors are f32", format_name));
@@ -169,8 +183,9 @@ TrunkTensorInfo parse_trunk_tensor(const Fields& f, const json& t, const std::st
     f.bad(named + ".offset", fmt::format("{} is not a multiple of {}", info.offset, kTrunkAlign));
   }
   if (info.bytes != info.expected_bytes()) {
-    f.bad(named + ".bytes", fmt::format("is {}, but a {} tensor of shape {} takes {}", info.bytes, format_name,
-                                        fmt::join(info.shape, "x"), info.expected_bytes()));
+    f.bad(named + ".bytes",
+          fmt::format("is {}, but a {} tensor of shape {} takes {}", info.bytes, format_name,
+                      fmt::join(info.shape, "x"), info.expected_bytes()));
   }
   if (info.bytes > trunk_bytes - info.offset) {
     f.bad(named, fmt::format("bytes [{}, {}) run past the end of trunk.bin ({} bytes)", info.offset,
@@ -183,12 +198,13 @@ TrunkTensorInfo parse_trunk_tensor(const Fields& f, const json& t, const std::st
     return info;
   }
   if (info.scale_bytes != info.expected_scale_bytes()) {
-    f.bad(named + ".scale_bytes", fmt::format("is {}, but {} rows of {} groups take {}", info.scale_bytes,
-                                              info.rows, info.groups_per_row(), info.expected_scale_bytes()));
+    f.bad(named + ".scale_bytes",
+          fmt::format("is {}, but {} rows of {} groups take {}", info.scale_bytes, info.rows,
+                      info.groups_per_row(), info.expected_scale_bytes()));
   }
   if (info.scale_bytes > trunk_bytes - info.scale_offset) {
-    f.bad(named, fmt::format("scales [{}, {}) run past the end of trunk.bin ({} bytes)", info.scale_offset,
-                             info.scale_offset + info.scale_bytes, trunk_bytes));
+    f.bad(named, fmt::format("scales [{}, {}) run past the end of trunk.bin ({} bytes)",
+                             info.scale_offset, info.scale_offset + info.scale_bytes, trunk_bytes));
   }
   return info;
 }
@@ -202,9 +218,11 @@ void parse_trunk(const Fields& f, const json& root, Manifest& m) {
   const json& tensors = f.array(trunk, "trunk", "tensors");
   std::set<std::string> names;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    TrunkTensorInfo info = parse_trunk_tensor(f, tensors[i], fmt::format("trunk.tensors[{}]", i), m.trunk_bytes);
+    TrunkTensorInfo info =
+        parse_trunk_tensor(f, tensors[i], fmt::format("trunk.tensors[{}]", i), m.trunk_bytes);
     if (!names.insert(info.name).second) {
-      f.bad(fmt::format("trunk.tensors[{}]", i), fmt::format("repeats the tensor name \"{}\"", info.name));
+      f.bad(fmt::format("trunk.tensors[{}]", i),
+            fmt::format("repeats the tensor name \"{}\"", info.name));
     }
     m.trunk_tensors.push_back(std::move(info));
   }
@@ -215,62 +233,72 @@ void parse_codebooks(const Fields& f, const json& root, Manifest& m) {
   if (f.file_name(f.member(books, "codebooks", "file"), "codebooks.file") != kCodebooksFile) {
     f.bad("codebooks.file", fmt::format("must be \"{}\"", kCodebooksFile));
   }
-  m.codebook_count = static_cast<uint32_t>(f.integer(books, "codebooks", "count", 1, kMaxCodebookCount));
+  m.codebook_count =
+      static_cast<uint32_t>(f.integer(books, "codebooks", "count", 1, kMaxCodebookCount));
   m.codebooks_bytes = f.integer(books, "codebooks", "bytes", 0, UINT64_MAX);
   if (m.codebooks_bytes != uint64_t{m.codebook_count} * kCodebookBytes) {
-    f.bad("codebooks.bytes", fmt::format("is {}, but {} codebooks of {} bytes take {}", m.codebooks_bytes,
-                                         m.codebook_count, kCodebookBytes, m.codebook_count * kCodebookBytes));
+    f.bad("codebooks.bytes",
+          fmt::format("is {}, but {} codebooks of {} bytes take {}", m.codebooks_bytes,
+                      m.codebook_count, kCodebookBytes, m.codebook_count * kCodebookBytes));
   }
 }
 
-MoeLayerInfo parse_moe_layer(const Fields& f, const json& entry, const std::string& where, const Manifest& m) {
+MoeLayerInfo parse_moe_layer(const Fields& f, const json& entry, const std::string& where,
+                             const Manifest& m) {
   MoeLayerInfo layer;
   layer.layer = static_cast<uint32_t>(f.integer(entry, where, "layer", 0, m.layer_count - 1));
   layer.file = f.file_name(f.member(entry, where, "file"), where + ".file");
   if (layer.file != bank_file_name(layer.layer)) {
-    f.bad(where + ".file", fmt::format("is \"{}\"; layer {} is stored in \"{}\"", layer.file, layer.layer,
-                                       bank_file_name(layer.layer)));
+    f.bad(where + ".file", fmt::format("is \"{}\"; layer {} is stored in \"{}\"", layer.file,
+                                       layer.layer, bank_file_name(layer.layer)));
   }
   layer.experts = static_cast<uint32_t>(f.integer(entry, where, "experts", 1, kMaxExpertsPerLayer));
   if (m.top_k > layer.experts) {
     f.bad(where + ".experts", fmt::format("is {}, fewer than top-k {}", layer.experts, m.top_k));
   }
   layer.hidden = static_cast<uint32_t>(f.integer(entry, where, "hidden", 1, kMaxHidden));
-  layer.expert_width = static_cast<uint32_t>(f.integer(entry, where, "expert_width", 1, kMaxExpertWidth));
+  layer.expert_width =
+      static_cast<uint32_t>(f.integer(entry, where, "expert_width", 1, kMaxExpertWidth));
   if (layer.hidden % kRvqVecDim != 0 || layer.expert_width % kRvqVecDim != 0) {
-    f.bad(where, fmt::format("hidden {} and expert_width {} must both be multiples of {}", layer.hidden,
-                             layer.expert_width, kRvqVecDim));
+    f.bad(where, fmt::format("hidden {} and expert_width {} must both be multiples of {}",
+                             layer.hidden, layer.expert_width, kRvqVecDim));
   }
   // RecordLayout works in u32 offsets; refuse shapes whose record would not
   // fit the stride bound before it is computed, so nothing can wrap.
   const RvqMatrixShape gate{layer.expert_width, layer.hidden};
   const RvqMatrixShape down{layer.hidden, layer.expert_width};
   const uint64_t record_bound = kRecordHeaderBytes + 2 * gate.index_bytes() + down.index_bytes() +
-                                3 * kSectionAlign + (2 * gate.rows_padded() + down.rows_padded()) * 2;
+                                3 * kSectionAlign +
+                                (2 * gate.rows_padded() + down.rows_padded()) * 2;
   if (record_bound > kMaxRecordStride) {
-    f.bad(where, fmt::format("hidden {} and expert_width {} need records above the {}-byte limit", layer.hidden,
-                             layer.expert_width, kMaxRecordStride));
+    f.bad(where, fmt::format("hidden {} and expert_width {} need records above the {}-byte limit",
+                             layer.hidden, layer.expert_width, kMaxRecordStride));
   }
   layer.layout = RecordLayout::compute(layer.hidden, layer.expert_width);
-  layer.record_stride = static_cast<uint32_t>(f.integer(entry, where, "record_stride", 1, kMaxRecordStride));
+  layer.record_stride =
+      static_cast<uint32_t>(f.integer(entry, where, "record_stride", 1, kMaxRecordStride));
   if (layer.record_stride % kRecordAlign != 0) {
-    f.bad(where + ".record_stride", fmt::format("{} is not a multiple of {}", layer.record_stride, kRecordAlign));
+    f.bad(where + ".record_stride",
+          fmt::format("{} is not a multiple of {}", layer.record_stride, kRecordAlign));
   }
   if (layer.record_stride != layer.layout.stride) {
-    f.bad(where + ".record_stride", fmt::format("is {}, but a record of hidden {} and expert width {} takes {}",
-                                                layer.record_stride, layer.hidden, layer.expert_width,
-                                                layer.layout.stride));
+    f.bad(where + ".record_stride",
+          fmt::format("is {}, but a record of hidden {} and expert width {} takes {}",
+                      layer.record_stride, layer.hidden, layer.expert_width, layer.layout.stride));
   }
   layer.bytes = f.integer(entry, where, "bytes", 0, UINT64_MAX);
   if (layer.bytes != uint64_t{layer.experts} * layer.record_stride) {
-    f.bad(where + ".bytes", fmt::format("is {}, but {} experts × stride {} = {}", layer.bytes, layer.experts,
-                                        layer.record_stride, uint64_t{layer.experts} * layer.record_stride));
+    f.bad(where + ".bytes",
+          fmt::format("is {}, but {} experts × stride {} = {}", layer.bytes, layer.experts,
+                      layer.record_stride, uint64_t{layer.experts} * layer.record_stride));
   }
-  layer.codebook_base = static_cast<uint32_t>(f.integer(entry, where, "codebook_base", 0, kMaxCodebookCount));
+  layer.codebook_base =
+      static_cast<uint32_t>(f.integer(entry, where, "codebook_base", 0, kMaxCodebookCount));
   if (uint64_t{layer.codebook_base} + kCodebooksPerLayer > m.codebook_count) {
-    f.bad(where + ".codebook_base", fmt::format("is {}; it needs codebooks up to {} but the container has {}",
-                                                layer.codebook_base, layer.codebook_base + kCodebooksPerLayer - 1,
-                                                m.codebook_count));
+    f.bad(where + ".codebook_base",
+          fmt::format("is {}; it needs codebooks up to {} but the container has {}",
+                      layer.codebook_base, layer.codebook_base + kCodebooksPerLayer - 1,
+                      m.codebook_count));
   }
   return layer;
 }
@@ -279,13 +307,15 @@ void parse_moe_layers(const Fields& f, const json& root, Manifest& m) {
   const json& layers = f.array(root, "", "moe_layers");
   if (layers.empty()) f.bad("moe_layers", "is empty; a container holds at least one MoE layer");
   if (layers.size() > m.layer_count) {
-    f.bad("moe_layers", fmt::format("has {} entries but the model has {} layers", layers.size(), m.layer_count));
+    f.bad("moe_layers",
+          fmt::format("has {} entries but the model has {} layers", layers.size(), m.layer_count));
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     MoeLayerInfo layer = parse_moe_layer(f, layers[i], fmt::format("moe_layers[{}]", i), m);
     if (!m.moe_layers.empty() && layer.layer <= m.moe_layers.back().layer) {
       f.bad(fmt::format("moe_layers[{}].layer", i),
-            fmt::format("is {}, not after the previous entry's {}", layer.layer, m.moe_layers.back().layer));
+            fmt::format("is {}, not after the previous entry's {}", layer.layer,
+                        m.moe_layers.back().layer));
     }
     m.moe_layers.push_back(std::move(layer));
   }
@@ -303,7 +333,9 @@ void parse_tokenizer(const Fields& f, const json& root, Manifest& m) {
 
 }  // namespace
 
-std::string bank_file_name(uint32_t layer) { return fmt::format("experts-L{:03}.bin", layer); }
+std::string bank_file_name(uint32_t layer) {
+  return fmt::format("experts-L{:03}.bin", layer);
+}
 
 bool known_arch(std::string_view arch) {
   return std::find(kKnownArchs.begin(), kKnownArchs.end(), arch) != kKnownArchs.end();
@@ -326,22 +358,25 @@ Manifest parse_manifest(std::string_view bytes, const std::string& path) {
     fail("{}: not valid JSON: {}", path, e.what());
   }
   const Fields f(path);
-  if (!root.is_object()) f.bad("the top level", fmt::format("must be an object, found {}", root.type_name()));
+  if (!root.is_object())
+    f.bad("the top level", fmt::format("must be an object, found {}", root.type_name()));
   f.expect_string(root, "", "format", "sluice");
   const uint64_t version = f.integer(root, "", "format_version", 0, UINT64_MAX);
   if (version != kFormatVersion) {
-    fail("{}: format_version {} is not supported (this build reads format_version {})", path, version,
-         kFormatVersion);
+    fail("{}: format_version {} is not supported (this build reads format_version {})", path,
+         version, kFormatVersion);
   }
   Manifest m;
   m.arch = f.string(root, "", "arch");
   if (!known_arch(m.arch)) {
-    fail("{}: unknown arch \"{}\" (this build runs {})", path, m.arch, fmt::join(kKnownArchs, ", "));
+    fail("{}: unknown arch \"{}\" (this build runs {})", path, m.arch,
+         fmt::join(kKnownArchs, ", "));
   }
   parse_config(f, root, m);
   parse_expert_quant(f, root, m);
   const json& source = f.member(root, "", "source");
-  if (!source.is_object()) f.bad("source", fmt::format("must be an object, found {}", source.type_name()));
+  if (!source.is_object())
+    f.bad("source", fmt::format("must be an object, found {}", source.type_name()));
   parse_trunk(f, root, m);
   parse_codebooks(f, root, m);
   parse_moe_layers(f, root, m);

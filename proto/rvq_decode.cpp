@@ -7,15 +7,17 @@
 
 namespace sluice {
 
-Codebooks::Codebooks(uint32_t count, std::vector<float> values) : count_(count), values_(std::move(values)) {
+Codebooks::Codebooks(uint32_t count, std::vector<float> values)
+    : count_(count), values_(std::move(values)) {
   if (values_.size() != size_t{count_} * kRvqEntries * kRvqVecDim) {
-    fail("codebooks: {} floats do not make {} codebooks of {} x {}", values_.size(), count_, kRvqEntries,
-         kRvqVecDim);
+    fail("codebooks: {} floats do not make {} codebooks of {} x {}", values_.size(), count_,
+         kRvqEntries, kRvqVecDim);
   }
 }
 
-std::vector<float> decode_rvq_matrix(const uint8_t* record, const RecordLayout& layout, MatrixKind kind,
-                                     const Codebooks& codebooks, uint32_t codebook_base) {
+std::vector<float> decode_rvq_matrix(const uint8_t* record, const RecordLayout& layout,
+                                     MatrixKind kind, const Codebooks& codebooks,
+                                     uint32_t codebook_base) {
   if (uint64_t{codebook_base} + 3 * kRvqStages > codebooks.count()) {
     fail("codebook base {} needs {} codebooks but only {} are loaded", codebook_base,
          codebook_base + 3 * kRvqStages, codebooks.count());
@@ -31,7 +33,8 @@ std::vector<float> decode_rvq_matrix(const uint8_t* record, const RecordLayout& 
     for (uint32_t v = 0; v < nv; ++v) {
       const float* stage_entry[kRvqStages];
       for (int s = 0; s < kRvqStages; ++s) {
-        stage_entry[s] = codebooks.entry(codebook_id(codebook_base, kind, s), indices[shape.index_position(r, v, s)]);
+        stage_entry[s] = codebooks.entry(codebook_id(codebook_base, kind, s),
+                                         indices[shape.index_position(r, v, s)]);
       }
       for (int j = 0; j < kRvqVecDim; ++j) {
         float sum = stage_entry[0][j];

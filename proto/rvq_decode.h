@@ -37,7 +37,8 @@ inline uint32_t codebook_id(uint32_t codebook_base, MatrixKind kind, int stage) 
 // out per `layout`) to f32 rows × cols, row-major, padding rows dropped:
 // W[r, 8v+j] = f16(scale[r]) · ((C0[i0][j] + C1[i1][j]) + C2[i2][j]).
 // Throws Error when the codebooks do not cover codebook_base + 9.
-std::vector<float> decode_rvq_matrix(const uint8_t* record, const RecordLayout& layout, MatrixKind kind,
-                                     const Codebooks& codebooks, uint32_t codebook_base);
+std::vector<float> decode_rvq_matrix(const uint8_t* record, const RecordLayout& layout,
+                                     MatrixKind kind, const Codebooks& codebooks,
+                                     uint32_t codebook_base);
 
 }  // namespace sluice

@@ -9,9 +9,12 @@ namespace sluice {
 
 const char* trunk_format_name(TrunkFormat format) {
   switch (format) {
-    case TrunkFormat::kF32: return "f32";
-    case TrunkFormat::kQ8G128: return "q8g128";
-    case TrunkFormat::kQ4G128: return "q4g128";
+    case TrunkFormat::kF32:
+      return "f32";
+    case TrunkFormat::kQ8G128:
+      return "q8g128";
+    case TrunkFormat::kQ4G128:
+      return "q4g128";
   }
   return "?";
 }
@@ -30,9 +33,12 @@ uint64_t TrunkTensorInfo::padded_cols() const {
 
 uint64_t TrunkTensorInfo::expected_bytes() const {
   switch (format) {
-    case TrunkFormat::kF32: return rows * cols * sizeof(float);
-    case TrunkFormat::kQ8G128: return rows * padded_cols();
-    case TrunkFormat::kQ4G128: return rows * padded_cols() / 2;
+    case TrunkFormat::kF32:
+      return rows * cols * sizeof(float);
+    case TrunkFormat::kQ8G128:
+      return rows * padded_cols();
+    case TrunkFormat::kQ4G128:
+      return rows * padded_cols() / 2;
   }
   return 0;
 }
@@ -63,7 +69,8 @@ std::vector<float> dequantize(const TrunkTensor& tensor) {
           const uint64_t index = r * padded + c;
           const uint8_t byte = tensor.data()[index / 2];
           const int nibble = (index % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-          value = static_cast<float>(nibble - 8) * f16_to_f32(tensor.scales()[r * groups + c / kTrunkGroup]);
+          value = static_cast<float>(nibble - 8) *
+                  f16_to_f32(tensor.scales()[r * groups + c / kTrunkGroup]);
           break;
         }
       }

@@ -35,7 +35,9 @@ struct TrunkTensorInfo {
 
   // cols rounded up to the 128-wide group for q8g128/q4g128; cols for f32.
   uint64_t padded_cols() const;
-  uint64_t groups_per_row() const { return format == TrunkFormat::kF32 ? 0 : padded_cols() / kTrunkGroup; }
+  uint64_t groups_per_row() const {
+    return format == TrunkFormat::kF32 ? 0 : padded_cols() / kTrunkGroup;
+  }
   // What `bytes` and `scale_bytes` must be for this format and shape.
   uint64_t expected_bytes() const;
   uint64_t expected_scale_bytes() const;

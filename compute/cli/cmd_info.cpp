@@ -1,14 +1,14 @@
 // compute/cli/cmd_info.cpp: `sluice info MODEL [--json]`, what a container
 // holds and what it costs. Reads only the manifest and file sizes (through
 // Container::open); never reads a record or loads the trunk.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "compute/cli/commands.h"
 #include "proto/container.h"
@@ -24,7 +24,8 @@ std::string human_bytes(uint64_t bytes) {
     value /= 1024.0;
     ++unit;
   }
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {} ({} bytes)", value, units[unit], bytes);
+  return unit == 0 ? fmt::format("{} B", bytes)
+                   : fmt::format("{:.2f} {} ({} bytes)", value, units[unit], bytes);
 }
 
 // "5" when every MoE layer agrees, "4-8" when they differ.
@@ -49,10 +50,15 @@ nlohmann::json describe(const Container& c) {
     largest_record = std::max<uint64_t>(largest_record, layer.record_stride);
     const bool direct = c.bank_direct(layer.layer);
     direct_banks += direct;
-    table.push_back({{"layer", layer.layer}, {"file", layer.file}, {"experts", layer.experts},
-                     {"hidden", layer.hidden}, {"expert_width", layer.expert_width},
-                     {"record_bytes", layer.record_stride}, {"bytes", layer.bytes},
-                     {"codebook_base", layer.codebook_base}, {"o_direct", direct}});
+    table.push_back({{"layer", layer.layer},
+                     {"file", layer.file},
+                     {"experts", layer.experts},
+                     {"hidden", layer.hidden},
+                     {"expert_width", layer.expert_width},
+                     {"record_bytes", layer.record_stride},
+                     {"bytes", layer.bytes},
+                     {"codebook_base", layer.codebook_base},
+                     {"o_direct", direct}});
   }
   nlohmann::json files = nlohmann::json::array();
   for (const std::string& name : c.manifest().tokenizer_files) files.push_back(name);
@@ -99,11 +105,13 @@ void print_text(const Container& c, const nlohmann::json& d) {
              layer_range(layers, [](const MoeLayerInfo& l) { return l.experts; }), c.top_k());
   fmt::print("hidden         {} (experts see {})\n", c.hidden_size(),
              layer_range(layers, [](const MoeLayerInfo& l) { return l.hidden; }));
-  fmt::print("expert width   {}\n", layer_range(layers, [](const MoeLayerInfo& l) { return l.expert_width; }));
+  fmt::print("expert width   {}\n",
+             layer_range(layers, [](const MoeLayerInfo& l) { return l.expert_width; }));
   fmt::print("vocabulary     {}\n", c.vocab_size());
-  fmt::print("trunk          {} in {} tensors\n", human_bytes(c.trunk_bytes()), c.trunk_tensors().size());
-  fmt::print("experts        {} in {} banks, {} records\n", human_bytes(c.expert_bytes()), layers.size(),
-             c.record_count());
+  fmt::print("trunk          {} in {} tensors\n", human_bytes(c.trunk_bytes()),
+             c.trunk_tensors().size());
+  fmt::print("experts        {} in {} banks, {} records\n", human_bytes(c.expert_bytes()),
+             layers.size(), c.record_count());
   fmt::print("one record     {}\n", human_bytes(d["largest_record_bytes"].get<uint64_t>()));
   fmt::print("codebooks      {}: {} codebooks shared per {}\n", human_bytes(c.codebooks_bytes()),
              c.manifest().codebook_count, c.manifest().codebook_sharing);
@@ -112,14 +120,16 @@ void print_text(const Container& c, const nlohmann::json& d) {
   fmt::print("tokenizer      {}\n", fmt::join(c.manifest().tokenizer_files, ", "));
   fmt::print("chat template  {}\n", c.chat_template() ? "present" : "none");
   fmt::print("O_DIRECT       {}\n", direct == static_cast<int>(layers.size()) ? "yes"
-                                    : direct == 0 ? "no (the filesystem refused it; reads use the page cache)"
-                                                  : fmt::format("{} of {} banks", direct, layers.size()));
+                                    : direct == 0
+                                        ? "no (the filesystem refused it; reads use the page cache)"
+                                        : fmt::format("{} of {} banks", direct, layers.size()));
 }
 
 }  // namespace
 
 void add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "Describe a converted container: shape, sizes, bits per weight");
+  auto* cmd =
+      app.add_subcommand("info", "Describe a converted container: shape, sizes, bits per weight");
   auto model = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   cmd->add_option("MODEL", *model, "container directory (MODEL.sluice)")->required();

@@ -1,16 +1,15 @@
 // compute/cli/cmd_verify.cpp: `sluice verify MODEL [--json]` reads every
 // expert record with O_DIRECT and checks its header and crc32. It reports
 // damage and exits 1; it never repairs or rewrites anything.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <string>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "compute/cli/commands.h"
 #include "proto/aligned_buffer.h"
@@ -40,7 +39,9 @@ void verify(const std::string& model, bool json) {
     for (uint32_t e = 0; e < layer.experts; ++e) {
       if (auto problem = c.try_read_record(layer.layer, e, buffer.data(), true)) {
         damaged.push_back({{"layer", layer.layer}, {"expert", e}, {"problem", *problem}});
-        if (!json) fmt::print("{}layer {} expert {}: {}\n", progress ? "\r\033[K" : "", layer.layer, e, *problem);
+        if (!json)
+          fmt::print("{}layer {} expert {}: {}\n", progress ? "\r\033[K" : "", layer.layer, e,
+                     *problem);
       }
       ++records;
       bytes += layer.record_stride;
@@ -56,12 +57,15 @@ void verify(const std::string& model, bool json) {
   const double gb_per_s = seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0.0;
   if (progress) fmt::print(stderr, "\r\033[K");
   if (json) {
-    fmt::print("{}\n", nlohmann::json{{"records", records}, {"damaged", damaged}, {"bytes", bytes},
-                                      {"seconds", seconds}, {"gb_per_s", gb_per_s}}
+    fmt::print("{}\n", nlohmann::json{{"records", records},
+                                      {"damaged", damaged},
+                                      {"bytes", bytes},
+                                      {"seconds", seconds},
+                                      {"gb_per_s", gb_per_s}}
                            .dump(2));
   } else {
-    fmt::print("{} records, {} bytes in {:.3f} s ({:.2f} GB/s{}): {}\n", records, bytes, seconds, gb_per_s,
-               c.bank_direct(c.moe_layers().front().layer) ? ", O_DIRECT" : ", buffered",
+    fmt::print("{} records, {} bytes in {:.3f} s ({:.2f} GB/s{}): {}\n", records, bytes, seconds,
+               gb_per_s, c.bank_direct(c.moe_layers().front().layer) ? ", O_DIRECT" : ", buffered",
                damaged.empty() ? "all sound" : fmt::format("{} damaged", damaged.size()));
   }
   if (!damaged.empty()) throw ExitStatus{1};
@@ -70,7 +74,8 @@ void verify(const std::string& model, bool json) {
 }  // namespace
 
 void add_verify_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("verify", "Read every expert record and check its header and crc32");
+  auto* cmd =
+      app.add_subcommand("verify", "Read every expert record and check its header and crc32");
   auto model = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   cmd->add_option("MODEL", *model, "container directory (MODEL.sluice)")->required();

@@ -3,6 +3,9 @@
 // formulas, deliberately not through proto/, so tests check one against the other.
 #include "tests/proto/container_fixture.h"
 
+#include <fmt/format.h>
+#include <zlib.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,15 +14,14 @@
 #include <random>
 #include <stdexcept>
 
-#include <fmt/format.h>
-#include <zlib.h>
-
 namespace sluice::testing {
 namespace {
 
 using nlohmann::json;
 
-uint64_t align(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+uint64_t align(uint64_t value, uint64_t to) {
+  return (value + to - 1) / to * to;
+}
 
 void put_le(std::string& out, uint64_t offset, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out[offset + i] = static_cast<char>((value >> (8 * i)) & 0xff);
@@ -63,7 +65,8 @@ std::string build_record(const Geometry& g, uint32_t layer, uint32_t expert, uin
     for (uint32_t r = 0; r < m.rows; ++r) {
       for (uint32_t v = 0; v < nv; ++v) {
         for (int s = 0; s < 3; ++s) {
-          const uint64_t position = ((uint64_t{r / 16} * nv * 3 + uint64_t{v} * 3 + s) * 16) + r % 16;
+          const uint64_t position =
+              ((uint64_t{r / 16} * nv * 3 + uint64_t{v} * 3 + s) * 16) + r % 16;
           record[g.offsets[k] + position] = static_cast<char>(m.index(r, v, s));
         }
       }
@@ -86,12 +89,13 @@ std::string build_record(const Geometry& g, uint32_t layer, uint32_t expert, uin
   return record;
 }
 
-FixtureTrunkTensor make_trunk_tensor(std::mt19937_64& rng, std::string name, std::string format, uint64_t rows,
-                                     uint64_t cols, bool one_d) {
+FixtureTrunkTensor make_trunk_tensor(std::mt19937_64& rng, std::string name, std::string format,
+                                     uint64_t rows, uint64_t cols, bool one_d) {
   FixtureTrunkTensor t{std::move(name), std::move(format), rows, cols, one_d, {}, {}, {}, 0};
   if (t.format == "f32") {
     std::uniform_int_distribution<int> value(-1000, 1000);
-    for (uint64_t i = 0; i < rows * cols; ++i) t.values.push_back(static_cast<float>(value(rng)) / 256.0f);
+    for (uint64_t i = 0; i < rows * cols; ++i)
+      t.values.push_back(static_cast<float>(value(rng)) / 256.0f);
     return t;
   }
   const int lo = t.format == "q8g128" ? -127 : -8;
@@ -119,7 +123,8 @@ json append_trunk_tensor(std::string& trunk, FixtureTrunkTensor& t) {
   } else if (t.format == "q8g128") {
     data.assign(t.rows * padded, '\0');
     for (uint64_t r = 0; r < t.rows; ++r) {
-      for (uint64_t c = 0; c < t.cols; ++c) data[r * padded + c] = static_cast<char>(t.q[r * t.cols + c]);
+      for (uint64_t c = 0; c < t.cols; ++c)
+        data[r * padded + c] = static_cast<char>(t.q[r * t.cols + c]);
     }
   } else {
     data.assign(t.rows * padded / 2, static_cast<char>(0x88));  // padding nibbles are 8
@@ -128,14 +133,15 @@ json append_trunk_tensor(std::string& trunk, FixtureTrunkTensor& t) {
         const uint64_t i = r * padded + c;
         const auto nibble = static_cast<uint8_t>(t.q[r * t.cols + c] + 8);
         auto byte = static_cast<uint8_t>(data[i / 2]);
-        byte = i % 2 == 0 ? static_cast<uint8_t>((byte & 0xf0) | nibble) : static_cast<uint8_t>((byte & 0x0f) | nibble << 4);
+        byte = i % 2 == 0 ? static_cast<uint8_t>((byte & 0xf0) | nibble)
+                          : static_cast<uint8_t>((byte & 0x0f) | nibble << 4);
         data[i / 2] = static_cast<char>(byte);
       }
     }
   }
   trunk += data;
-  json entry = {{"name", t.name}, {"format", t.format}, {"offset", t.offset}, {"bytes", data.size()},
-                {"scale_offset", 0}, {"scale_bytes", 0}};
+  json entry = {{"name", t.name},       {"format", t.format}, {"offset", t.offset},
+                {"bytes", data.size()}, {"scale_offset", 0},  {"scale_bytes", 0}};
   entry["shape"] = t.one_d ? json::array({t.cols}) : json::array({t.rows, t.cols});
   if (t.format != "f32") {
     const uint64_t scale_offset = align(trunk.size(), 64);
@@ -153,8 +159,10 @@ json append_trunk_tensor(std::string& trunk, FixtureTrunkTensor& t) {
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/sluice-test-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
+  std::string pattern =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/sluice-test-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("mkdtemp failed for " + pattern);
   path_ = pattern;
 }
 
@@ -163,7 +171,9 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-std::string Fixture::bank_path(uint32_t layer) const { return fmt::format("{}/experts-L{:03}.bin", dir, layer); }
+std::string Fixture::bank_path(uint32_t layer) const {
+  return fmt::format("{}/experts-L{:03}.bin", dir, layer);
+}
 
 float fixture_codebook_value(uint32_t id, uint32_t code, uint32_t j) {
   const int stage = static_cast<int>(id % 3);  // bases are multiples of 9
@@ -207,25 +217,34 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
         FixtureMatrix& m = matrices[k];
         m.rows = rows[k];
         m.cols = cols[k];
-        for (size_t i = 0; i < size_t{m.rows} * (m.cols / 8) * 3; ++i) m.indices.push_back(static_cast<uint8_t>(byte(rng)));
-        for (uint32_t r = 0; r < m.rows; ++r) m.scales.push_back(kScaleBits[(r + e + layer * 3 + k) % 8]);
+        for (size_t i = 0; i < size_t{m.rows} * (m.cols / 8) * 3; ++i)
+          m.indices.push_back(static_cast<uint8_t>(byte(rng)));
+        for (uint32_t r = 0; r < m.rows; ++r)
+          m.scales.push_back(kScaleBits[(r + e + layer * 3 + k) % 8]);
       }
       bank += build_record(g, layer, e, 9 * layer, matrices);
       experts.push_back(std::move(matrices));
     }
     write_bytes(fx.bank_path(layer), bank);
-    moe_layers.push_back({{"layer", layer}, {"file", fmt::format("experts-L{:03}.bin", layer)},
-                          {"experts", spec.experts}, {"record_stride", g.stride}, {"bytes", bank.size()},
-                          {"codebook_base", 9 * layer}, {"hidden", spec.hidden},
+    moe_layers.push_back({{"layer", layer},
+                          {"file", fmt::format("experts-L{:03}.bin", layer)},
+                          {"experts", spec.experts},
+                          {"record_stride", g.stride},
+                          {"bytes", bank.size()},
+                          {"codebook_base", 9 * layer},
+                          {"hidden", spec.hidden},
                           {"expert_width", spec.expert_width}});
   }
 
   std::string trunk;
   json tensors = json::array();
-  fx.trunk.push_back(make_trunk_tensor(rng, "model.embed_tokens.weight", "q8g128", spec.vocab, spec.hidden, false));
-  fx.trunk.push_back(make_trunk_tensor(rng, "model.layers.0.self_attn.q_proj.weight", "q4g128", 16, 136, false));
+  fx.trunk.push_back(make_trunk_tensor(rng, "model.embed_tokens.weight", "q8g128", spec.vocab,
+                                       spec.hidden, false));
+  fx.trunk.push_back(
+      make_trunk_tensor(rng, "model.layers.0.self_attn.q_proj.weight", "q4g128", 16, 136, false));
   fx.trunk.push_back(make_trunk_tensor(rng, "model.norm.weight", "f32", 1, spec.hidden, true));
-  fx.trunk.push_back(make_trunk_tensor(rng, "model.layers.0.mlp.gate.weight", "f32", spec.experts, spec.hidden, false));
+  fx.trunk.push_back(make_trunk_tensor(rng, "model.layers.0.mlp.gate.weight", "f32", spec.experts,
+                                       spec.hidden, false));
   for (FixtureTrunkTensor& t : fx.trunk) tensors.push_back(append_trunk_tensor(trunk, t));
   trunk.resize(align(trunk.size(), 64));
   fx.trunk_bytes = trunk.size();
@@ -234,23 +253,41 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
   write_bytes(dir + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\"}}\n");
   write_bytes(dir + "/tokenizer_config.json", "{}\n");
 
-  const json config = {{"architectures", {"OlmoeForCausalLM"}}, {"model_type", "olmoe"},
-                       {"vocab_size", spec.vocab}, {"hidden_size", spec.hidden},
-                       {"intermediate_size", spec.expert_width}, {"num_hidden_layers", spec.layers},
-                       {"num_attention_heads", 4}, {"num_key_value_heads", 4},
-                       {"num_experts", spec.experts}, {"num_experts_per_tok", spec.top_k}};
+  const json config = {{"architectures", {"OlmoeForCausalLM"}},
+                       {"model_type", "olmoe"},
+                       {"vocab_size", spec.vocab},
+                       {"hidden_size", spec.hidden},
+                       {"intermediate_size", spec.expert_width},
+                       {"num_hidden_layers", spec.layers},
+                       {"num_attention_heads", 4},
+                       {"num_key_value_heads", 4},
+                       {"num_experts", spec.experts},
+                       {"num_experts_per_tok", spec.top_k}};
   json manifest = {
-      {"format", "sluice"}, {"format_version", 1}, {"arch", "olmoe"}, {"config", config},
+      {"format", "sluice"},
+      {"format_version", 1},
+      {"arch", "olmoe"},
+      {"config", config},
       {"source", {{"files", json::array()}, {"config_crc32", 0}}},
       {"expert_quant",
-       {{"method", "rvq"}, {"stages", 3}, {"entries", 256}, {"vec_dim", 8}, {"index_bits", 8},
-        {"bits_per_weight", 3.0}, {"row_block", 16}, {"index_layout", "rowblock16.vector.stage.row"},
-        {"scale", "f16_row_absmax"}, {"codebook_sharing", "layer.matrix.stage"},
-        {"kmeans", {{"seed", 1234}, {"sample_vectors", 65536}, {"iterations", 12}, {"init", "kmeans++"}}}}},
+       {{"method", "rvq"},
+        {"stages", 3},
+        {"entries", 256},
+        {"vec_dim", 8},
+        {"index_bits", 8},
+        {"bits_per_weight", 3.0},
+        {"row_block", 16},
+        {"index_layout", "rowblock16.vector.stage.row"},
+        {"scale", "f16_row_absmax"},
+        {"codebook_sharing", "layer.matrix.stage"},
+        {"kmeans",
+         {{"seed", 1234}, {"sample_vectors", 65536}, {"iterations", 12}, {"init", "kmeans++"}}}}},
       {"trunk", {{"file", "trunk.bin"}, {"bytes", trunk.size()}, {"tensors", tensors}}},
-      {"codebooks", {{"file", "codebooks.bin"}, {"bytes", codebooks.size()}, {"count", fx.codebook_count}}},
+      {"codebooks",
+       {{"file", "codebooks.bin"}, {"bytes", codebooks.size()}, {"count", fx.codebook_count}}},
       {"moe_layers", moe_layers},
-      {"tokenizer", {{"files", {"tokenizer.json", "tokenizer_config.json"}}, {"chat_template", nullptr}}}};
+      {"tokenizer",
+       {{"files", {"tokenizer.json", "tokenizer_config.json"}}, {"chat_template", nullptr}}}};
   if (spec.chat_template) manifest["tokenizer"]["chat_template"] = *spec.chat_template;
   write_json(fx.manifest_path(), manifest);
   return fx;
@@ -262,7 +299,9 @@ json read_json(const std::string& path) {
   return json::parse(in);
 }
 
-void write_json(const std::string& path, const json& value) { write_bytes(path, value.dump(2) + "\n"); }
+void write_json(const std::string& path, const json& value) {
+  write_bytes(path, value.dump(2) + "\n");
+}
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -281,6 +320,8 @@ void flip_byte(const std::string& path, uint64_t offset) {
   if (!file) throw std::runtime_error(fmt::format("cannot flip byte {} of {}", offset, path));
 }
 
-void truncate_file(const std::string& path, uint64_t size) { std::filesystem::resize_file(path, size); }
+void truncate_file(const std::string& path, uint64_t size) {
+  std::filesystem::resize_file(path, size);
+}
 
 }  // namespace sluice::testing

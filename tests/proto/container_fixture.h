@@ -5,27 +5,26 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "proto/error.h"
 
 // Check that EXPR throws sluice::Error whose message starts with / contains
 // TEXT; the message is shown when the check fails.
-#define SLUICE_CHECK_ERROR_STARTS(expr, text)                                        \
-  do {                                                                              \
+#define SLUICE_CHECK_ERROR_STARTS(expr, text)                                                    \
+  do {                                                                                           \
     const std::string sluice_message_ = ::sluice::testing::error_message([&] { (void)(expr); }); \
-    INFO("error message: ", sluice_message_);                                       \
-    CHECK(sluice_message_.starts_with(text));                                       \
+    INFO("error message: ", sluice_message_);                                                    \
+    CHECK(sluice_message_.starts_with(text));                                                    \
   } while (0)
-#define SLUICE_CHECK_ERROR_CONTAINS(expr, text)                                      \
-  do {                                                                              \
+#define SLUICE_CHECK_ERROR_CONTAINS(expr, text)                                                  \
+  do {                                                                                           \
     const std::string sluice_message_ = ::sluice::testing::error_message([&] { (void)(expr); }); \
-    INFO("error message: ", sluice_message_);                                       \
-    CHECK(sluice_message_.find(text) != std::string::npos);                         \
+    INFO("error message: ", sluice_message_);                                                    \
+    CHECK(sluice_message_.find(text) != std::string::npos);                                      \
   } while (0)
 
 namespace sluice::testing {
@@ -97,7 +96,8 @@ struct Fixture {
   uint32_t record_stride = 0;
   uint32_t payload_end = 0;
   uint64_t trunk_bytes = 0;
-  std::vector<std::vector<std::array<FixtureMatrix, 3>>> experts;  // [layer][expert][gate, up, down]
+  std::vector<std::vector<std::array<FixtureMatrix, 3>>>
+      experts;  // [layer][expert][gate, up, down]
   std::vector<FixtureTrunkTensor> trunk;
 
   std::string bank_path(uint32_t layer) const;

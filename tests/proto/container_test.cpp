@@ -82,7 +82,9 @@ TEST_CASE("codebooks and trunk tensors load with the values written") {
   REQUIRE(books.count() == fx.codebook_count);
   for (uint32_t id = 0; id < books.count(); ++id) {
     for (uint32_t code = 0; code < 256; code += 37) {
-      for (uint32_t j = 0; j < 8; ++j) CHECK(books.entry(id, static_cast<uint8_t>(code))[j] == testing::fixture_codebook_value(id, code, j));
+      for (uint32_t j = 0; j < 8; ++j)
+        CHECK(books.entry(id, static_cast<uint8_t>(code))[j] ==
+              testing::fixture_codebook_value(id, code, j));
     }
   }
   for (const testing::FixtureTrunkTensor& t : fx.trunk) {
@@ -104,7 +106,8 @@ TEST_CASE("codebooks and trunk tensors load with the values written") {
       }
     }
   }
-  SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("lm_head.weight"), "no tensor \"lm_head.weight\"");
+  SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("lm_head.weight"),
+                              "no tensor \"lm_head.weight\"");
 }
 
 TEST_CASE("records read with O_DIRECT where the file system allows it, and pass every check") {
@@ -119,8 +122,10 @@ TEST_CASE("records read with O_DIRECT where the file system allows it, and pass 
       CHECK(RecordHeader::decode(buffer.data()).expert == e);
     }
   }
-  SLUICE_CHECK_ERROR_CONTAINS(c.read_record(0, fx.spec.experts, buffer.data(), false), "no such expert");
-  SLUICE_CHECK_ERROR_CONTAINS(c.read_record(0, 0, buffer.data() + 64, false), "not 4096-byte aligned");
+  SLUICE_CHECK_ERROR_CONTAINS(c.read_record(0, fx.spec.experts, buffer.data(), false),
+                              "no such expert");
+  SLUICE_CHECK_ERROR_CONTAINS(c.read_record(0, 0, buffer.data() + 64, false),
+                              "not 4096-byte aligned");
   const Container buffered = Container::open(tmp.path(), posix_file_system(), OpenMode::kBuffered);
   CHECK_FALSE(buffered.bank_direct(1));
   CHECK_NOTHROW(buffered.read_record(1, 2, buffer.data(), true));
@@ -133,18 +138,21 @@ TEST_CASE("a flipped header byte on disk is refused on every read") {
   SUBCASE("magic") {
     testing::flip_byte(fx.bank_path(1), fx.record_offset(3) + 0);
     const Container c = Container::open(tmp.path());
-    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 3, buffer.data(), false), "layer 1 expert 3: header magic mismatch");
+    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 3, buffer.data(), false),
+                              "layer 1 expert 3: header magic mismatch");
     CHECK_NOTHROW(c.read_record(1, 2, buffer.data(), true));
   }
   SUBCASE("expert id") {
     testing::flip_byte(fx.bank_path(0), fx.record_offset(2) + 8);
     const Container c = Container::open(tmp.path());
-    SLUICE_CHECK_ERROR_STARTS(c.read_record(0, 2, buffer.data(), false), "layer 0 expert 2: header expert id mismatch");
+    SLUICE_CHECK_ERROR_STARTS(c.read_record(0, 2, buffer.data(), false),
+                              "layer 0 expert 2: header expert id mismatch");
   }
   SUBCASE("an offset") {
     testing::flip_byte(fx.bank_path(0), fx.record_offset(4) + 28);
     const Container c = Container::open(tmp.path());
-    SLUICE_CHECK_ERROR_STARTS(c.read_record(0, 4, buffer.data(), false), "layer 0 expert 4: header down offset mismatch");
+    SLUICE_CHECK_ERROR_STARTS(c.read_record(0, 4, buffer.data(), false),
+                              "layer 0 expert 4: header down offset mismatch");
   }
 }
 
@@ -155,7 +163,8 @@ TEST_CASE("a flipped payload byte passes a plain read and fails a verified one")
   const Container c = Container::open(tmp.path());
   AlignedBuffer buffer(fx.record_stride, 4096);
   CHECK_NOTHROW(c.read_record(1, 3, buffer.data(), false));
-  SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 3, buffer.data(), true), "layer 1 expert 3: checksum mismatch");
+  SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 3, buffer.data(), true),
+                            "layer 1 expert 3: checksum mismatch");
   const auto problem = c.try_read_record(1, 3, buffer.data(), true);
   REQUIRE(problem.has_value());
   CHECK(problem->starts_with("checksum mismatch"));
@@ -171,29 +180,35 @@ TEST_CASE("injected read faults are refused naming the record or file") {
     fs.add({"experts-L000.bin", Fault::kEio, fx.record_offset(2) + 100});
     const Container c = Container::open(tmp.path(), fs);
     CHECK_NOTHROW(c.read_record(0, 1, buffer.data(), true));
-    SLUICE_CHECK_ERROR_CONTAINS(c.read_record(0, 2, buffer.data(), true), "layer 0 expert 2: " + fx.bank_path(0) + ": read of");
+    SLUICE_CHECK_ERROR_CONTAINS(c.read_record(0, 2, buffer.data(), true),
+                                "layer 0 expert 2: " + fx.bank_path(0) + ": read of");
   }
   SUBCASE("short read on a bank") {
     fs.add({"experts-L001.bin", Fault::kShortRead, fx.record_offset(4) + 4000});
     const Container c = Container::open(tmp.path(), fs);
-    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 4, buffer.data(), false), "layer 1 expert 4: short read: 4000 of");
+    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 4, buffer.data(), false),
+                              "layer 1 expert 4: short read: 4000 of");
   }
   SUBCASE("flipped payload byte in flight") {
     fs.add({"experts-L001.bin", Fault::kFlip, fx.record_offset(0) + 200});
     const Container c = Container::open(tmp.path(), fs);
     CHECK_NOTHROW(c.read_record(1, 0, buffer.data(), false));
-    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 0, buffer.data(), true), "layer 1 expert 0: checksum mismatch");
+    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 0, buffer.data(), true),
+                              "layer 1 expert 0: checksum mismatch");
   }
   SUBCASE("flipped header byte in flight") {
     fs.add({"experts-L001.bin", Fault::kFlip, fx.record_offset(1) + 16});
     const Container c = Container::open(tmp.path(), fs);
-    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 1, buffer.data(), false), "layer 1 expert 1: header record stride mismatch");
+    SLUICE_CHECK_ERROR_STARTS(c.read_record(1, 1, buffer.data(), false),
+                              "layer 1 expert 1: header record stride mismatch");
   }
   SUBCASE("EIO on the trunk") {
     fs.add({"trunk.bin", Fault::kEio, fx.trunk[1].offset});
     const Container c = Container::open(tmp.path(), fs);
     CHECK_NOTHROW(c.load_trunk_tensor(fx.trunk[0].name));
-    SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor(fx.trunk[1].name), "trunk tensor \"" + fx.trunk[1].name + "\": " + tmp.path() + "/trunk.bin");
+    SLUICE_CHECK_ERROR_CONTAINS(
+        c.load_trunk_tensor(fx.trunk[1].name),
+        "trunk tensor \"" + fx.trunk[1].name + "\": " + tmp.path() + "/trunk.bin");
   }
   SUBCASE("short read on the trunk") {
     fs.add({"trunk.bin", Fault::kShortRead, fx.trunk[2].offset + 8});
@@ -220,8 +235,9 @@ TEST_CASE("damaged or missing files are refused at open, naming the file") {
   const Fixture fx = testing::write_fixture(tmp.path());
   SUBCASE("truncated bank") {
     testing::truncate_file(fx.bank_path(1), fx.record_stride * 3 + 100);
-    SLUICE_CHECK_ERROR_STARTS(Container::open(tmp.path()), fx.bank_path(1) + ": file is " +
-                                             std::to_string(fx.record_stride * 3 + 100) + " bytes");
+    SLUICE_CHECK_ERROR_STARTS(
+        Container::open(tmp.path()),
+        fx.bank_path(1) + ": file is " + std::to_string(fx.record_stride * 3 + 100) + " bytes");
   }
   SUBCASE("bank longer than the manifest says") {
     testing::truncate_file(fx.bank_path(0), fx.record_stride * (fx.spec.experts + 1));
@@ -250,11 +266,13 @@ TEST_CASE("damaged or missing files are refused at open, naming the file") {
   }
   SUBCASE("missing tokenizer file") {
     std::remove((tmp.path() + "/tokenizer_config.json").c_str());
-    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "tokenizer_config.json: tokenizer file");
+    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()),
+                                "tokenizer_config.json: tokenizer file");
   }
   SUBCASE("missing manifest") {
     std::remove(fx.manifest_path().c_str());
-    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), tmp.path() + ": incomplete container: conversion did not finish");
+    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()),
+                                tmp.path() + ": incomplete container: conversion did not finish");
   }
   SUBCASE("no such directory") {
     SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path() + "/nope.sluice"), "no such container");

@@ -6,9 +6,8 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tests/proto/container_fixture.h"
 
@@ -26,7 +25,8 @@ struct Run {
 Run sluice(const std::string& args, bool with_stderr = false) {
   const char* bin = std::getenv("SLUICE_BIN");
   REQUIRE_MESSAGE(bin != nullptr, "SLUICE_BIN is not set; run through meson test");
-  const std::string command = std::string(bin) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  const std::string command =
+      std::string(bin) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   Run run;
@@ -100,8 +100,9 @@ TEST_CASE("sluice verify passes a sound container") {
 TEST_CASE("sluice verify names every damaged record and exits 1") {
   testing::TempDir tmp;
   const testing::Fixture fx = testing::write_fixture(tmp.path());
-  testing::flip_byte(fx.bank_path(1), fx.record_offset(3) + 500);  // payload: only the crc32 sees it
-  testing::flip_byte(fx.bank_path(0), fx.record_offset(1) + 1);    // header magic
+  testing::flip_byte(fx.bank_path(1),
+                     fx.record_offset(3) + 500);                 // payload: only the crc32 sees it
+  testing::flip_byte(fx.bank_path(0), fx.record_offset(1) + 1);  // header magic
   const Run run = sluice("verify --json " + tmp.path());
   CHECK(run.status == 1);
   const json d = json::parse(run.out);
@@ -127,8 +128,8 @@ TEST_CASE("info and verify refuse a container that is not there or not finished"
   for (const char* command : {"info ", "verify "}) {
     const Run run = sluice(command + tmp.path(), true);
     CHECK(run.status == 1);
-    CHECK(run.out.find("sluice: error: " + tmp.path() + ": incomplete container: conversion did not finish") !=
-          std::string::npos);
+    CHECK(run.out.find("sluice: error: " + tmp.path() +
+                       ": incomplete container: conversion did not finish") != std::string::npos);
   }
   const Run missing = sluice("verify " + tmp.path() + "/absent.sluice", true);
   CHECK(missing.status == 1);

@@ -24,7 +24,9 @@ json valid_manifest() {
   return testing::read_json(fx.manifest_path());
 }
 
-Manifest parse(const json& manifest) { return parse_manifest(manifest.dump(), "M/manifest.json"); }
+Manifest parse(const json& manifest) {
+  return parse_manifest(manifest.dump(), "M/manifest.json");
+}
 
 void refused(const json& manifest, const std::string& message) {
   CAPTURE(message);
@@ -77,8 +79,12 @@ TEST_CASE("version, format and arch are checked first") {
     m["arch"] = "llama";
     refused(m, "unknown arch \"llama\"");
   }
-  SUBCASE("not JSON") { SLUICE_CHECK_ERROR_CONTAINS(parse_manifest("{\"format\": ", "M"), "M: not valid JSON"); }
-  SUBCASE("not an object") { SLUICE_CHECK_ERROR_CONTAINS(parse_manifest("[1, 2]", "M"), "must be an object"); }
+  SUBCASE("not JSON") {
+    SLUICE_CHECK_ERROR_CONTAINS(parse_manifest("{\"format\": ", "M"), "M: not valid JSON");
+  }
+  SUBCASE("not an object") {
+    SLUICE_CHECK_ERROR_CONTAINS(parse_manifest("[1, 2]", "M"), "must be an object");
+  }
 }
 
 TEST_CASE("FORMAT.md bounds are enforced") {
@@ -136,7 +142,9 @@ TEST_CASE("FORMAT.md bounds are enforced") {
   }
   SUBCASE("codebook id out of range") {
     m["moe_layers"][2]["codebook_base"] = 19;
-    refused(m, "moe_layers[2].codebook_base is 19; it needs codebooks up to 27 but the container has 27");
+    refused(
+        m,
+        "moe_layers[2].codebook_base is 19; it needs codebooks up to 27 but the container has 27");
   }
   SUBCASE("codebook bytes disagree with the count") {
     m["codebooks"]["count"] = 28;
@@ -152,7 +160,8 @@ TEST_CASE("FORMAT.md bounds are enforced") {
   }
   SUBCASE("bank file named for another layer") {
     layer0["file"] = "experts-L001.bin";
-    refused(m, "moe_layers[0].file is \"experts-L001.bin\"; layer 0 is stored in \"experts-L000.bin\"");
+    refused(
+        m, "moe_layers[0].file is \"experts-L001.bin\"; layer 0 is stored in \"experts-L000.bin\"");
   }
   SUBCASE("a path out of the container") {
     m["tokenizer"]["files"][0] = "../../etc/passwd";
@@ -164,7 +173,9 @@ TEST_CASE("FORMAT.md bounds are enforced") {
   }
   SUBCASE("tensor offset beyond trunk.bin") {
     tensor0["offset"] = uint64_t{1} << 62;
-    refused(m, "trunk.tensors[0] (model.embed_tokens.weight).offset is 4611686018427387904, above the limit");
+    refused(m,
+            "trunk.tensors[0] (model.embed_tokens.weight).offset is 4611686018427387904, above the "
+            "limit");
   }
   SUBCASE("scales past the end of trunk.bin") {
     tensor0["scale_offset"] = m["trunk"]["bytes"].get<uint64_t>() - 2;
@@ -176,7 +187,9 @@ TEST_CASE("FORMAT.md bounds are enforced") {
   }
   SUBCASE("bytes inconsistent with shape") {
     tensor0["shape"][1] = 200;  // 64 × 256 padded int8 ≠ 64 × 128
-    refused(m, "(model.embed_tokens.weight).bytes is 8192, but a q8g128 tensor of shape 64x200 takes 16384");
+    refused(m,
+            "(model.embed_tokens.weight).bytes is 8192, but a q8g128 tensor of shape 64x200 takes "
+            "16384");
   }
   SUBCASE("scale bytes inconsistent with shape") {
     tensor0["scale_bytes"] = 2;
@@ -256,9 +269,10 @@ TEST_CASE("bad JSON types are refused with a message naming the field") {
 // value; the parser must answer with Error or accept, and never anything else.
 TEST_CASE("hostile values anywhere give an Error, never a crash") {
   const json valid = valid_manifest();
-  const std::vector<json> hostile = {json(0), json(-1), json(UINT64_MAX), json(1e300), json("x"),
-                                     json(nullptr), json::array(), json::object(), json(true),
-                                     json(uint64_t{1} << 32), json(4096)};
+  const std::vector<json> hostile = {
+      json(0),       json(-1),      json(UINT64_MAX), json(1e300), json("x"),
+      json(nullptr), json::array(), json::object(),   json(true),  json(uint64_t{1} << 32),
+      json(4096)};
   std::function<void(const json::json_pointer&, const json&)> visit;
   int cases = 0;
   visit = [&](const json::json_pointer& where, const json& node) {
@@ -278,7 +292,8 @@ TEST_CASE("hostile values anywhere give an Error, never a crash") {
         parse(m);
       } catch (const Error&) {
       } catch (const std::exception& e) {
-        FAIL("replacing ", where.to_string(), " with ", value.dump(), " threw a non-sluice exception: ", e.what());
+        FAIL("replacing ", where.to_string(), " with ", value.dump(),
+             " threw a non-sluice exception: ", e.what());
       }
     }
   };

@@ -44,7 +44,8 @@ TEST_CASE("every matrix of every record decodes to the hand-computed weights") {
       for (int k = 0; k < 3; ++k) {
         const FixtureMatrix& m = fx.experts[layer][e][k];
         const auto kind = static_cast<MatrixKind>(k);
-        const std::vector<float> w = decode_rvq_matrix(record.data(), info.layout, kind, codebooks, info.codebook_base);
+        const std::vector<float> w =
+            decode_rvq_matrix(record.data(), info.layout, kind, codebooks, info.codebook_base);
         REQUIRE(w.size() == size_t{m.rows} * m.cols);
         for (uint32_t r = 0; r < m.rows; ++r) {
           for (uint32_t c = 0; c < m.cols; ++c) {
@@ -60,8 +61,8 @@ TEST_CASE("every matrix of every record decodes to the hand-computed weights") {
       }
     }
   }
-  CHECK(nonzero > 1000);          // the comparison was not vacuous
-  CHECK(subnormal_scaled > 0);    // subnormal f16 scales were exercised
+  CHECK(nonzero > 1000);        // the comparison was not vacuous
+  CHECK(subnormal_scaled > 0);  // subnormal f16 scales were exercised
 }
 
 TEST_CASE("the decoder sums stages in order 0, 1, 2 in f32 before scaling") {
@@ -78,7 +79,8 @@ TEST_CASE("the decoder sums stages in order 0, 1, 2 in f32 before scaling") {
   for (int s = 0; s < 3; ++s) record.data()[layout.gate_off + gate.index_position(0, 0, s)] = 1;
   record.data()[layout.scales_offset(MatrixKind::kGate)] = 0x00;
   record.data()[layout.scales_offset(MatrixKind::kGate) + 1] = 0x40;  // f16 2.0
-  const std::vector<float> w = decode_rvq_matrix(record.data(), layout, MatrixKind::kGate, codebooks, 0);
+  const std::vector<float> w =
+      decode_rvq_matrix(record.data(), layout, MatrixKind::kGate, codebooks, 0);
   CHECK(1.0f + (-1.0f + 1e-8f) == 0.0f);  // the other order really differs
   CHECK(w[0] == 1e-8f * 2.0f);
   CHECK(w[1] == 0.0f);
@@ -88,8 +90,8 @@ TEST_CASE("the decoder refuses codebooks that do not cover the layer") {
   const Codebooks codebooks(9, std::vector<float>(size_t{9} * 256 * 8, 0.0f));
   const RecordLayout layout = RecordLayout::compute(8, 8);
   AlignedBuffer record(layout.stride, 4096);
-  SLUICE_CHECK_ERROR_CONTAINS(decode_rvq_matrix(record.data(), layout, MatrixKind::kDown, codebooks, 1),
-                              "codebook base 1");
+  SLUICE_CHECK_ERROR_CONTAINS(
+      decode_rvq_matrix(record.data(), layout, MatrixKind::kDown, codebooks, 1), "codebook base 1");
   CHECK_THROWS_AS(Codebooks(2, std::vector<float>(100)), Error);
 }
 

@@ -1,12 +1,12 @@
 // tests/proto/sluice_dump_expert.cpp: test tool that decodes one expert
 // matrix with the scalar RVQ decoder and writes it as raw little-endian f32,
 // rows × cols unpadded, for the Python/C++ round-trip test. Never installed.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "proto/aligned_buffer.h"
 #include "proto/container.h"
@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   app.add_option("MODEL", model, "container directory")->required();
   app.add_option("--layer", layer, "model layer index (a MoE layer)")->required();
   app.add_option("--expert", expert, "expert id")->required();
-  app.add_option("--matrix", matrix, "gate, up or down")->required()->check(CLI::IsMember({"gate", "up", "down"}));
+  app.add_option("--matrix", matrix, "gate, up or down")
+      ->required()
+      ->check(CLI::IsMember({"gate", "up", "down"}));
   app.add_option("--out", out, "output file (rows x cols f32)")->required();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -30,10 +32,11 @@ int main(int argc, char** argv) {
     const auto kind = matrix == "gate" ? sluice::MatrixKind::kGate
                       : matrix == "up" ? sluice::MatrixKind::kUp
                                        : sluice::MatrixKind::kDown;
-    const std::vector<float> w =
-        sluice::decode_rvq_matrix(record.data(), info.layout, kind, c.load_codebooks(), info.codebook_base);
+    const std::vector<float> w = sluice::decode_rvq_matrix(record.data(), info.layout, kind,
+                                                           c.load_codebooks(), info.codebook_base);
     std::ofstream file(out, std::ios::binary | std::ios::trunc);
-    file.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * sizeof(float)));
+    file.write(reinterpret_cast<const char*>(w.data()),
+               static_cast<std::streamsize>(w.size() * sizeof(float)));
     if (!file) sluice::fail("{}: cannot write", out);
     const auto& shape = info.layout.matrices[static_cast<int>(kind)];
     fmt::print("{} {}\n", shape.rows, shape.cols);

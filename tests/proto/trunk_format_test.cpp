@@ -10,7 +10,11 @@ namespace sluice {
 namespace {
 
 TrunkTensorInfo info(TrunkFormat format, uint64_t rows, uint64_t cols) {
-  return TrunkTensorInfo{.name = std::string(1, 't'), .format = format, .shape = {rows, cols}, .rows = rows, .cols = cols};
+  return TrunkTensorInfo{.name = std::string(1, 't'),
+                         .format = format,
+                         .shape = {rows, cols},
+                         .rows = rows,
+                         .cols = cols};
 }
 
 TEST_CASE("format names round-trip and unknown names are refused") {
@@ -43,7 +47,7 @@ TEST_CASE("q4g128 puts element 2i in the low nibble and drops padding") {
   REQUIRE(i.expected_bytes() == 128);
   AlignedBuffer data(128, 64);
   std::memset(data.data(), 0x88, 128);
-  data.data()[0] = static_cast<uint8_t>((3 + 8) | (-8 + 8) << 4);  // q0 = 3, q1 = -8
+  data.data()[0] = static_cast<uint8_t>((3 + 8) | (-8 + 8) << 4);   // q0 = 3, q1 = -8
   data.data()[64] = static_cast<uint8_t>((7 + 8) | (-1 + 8) << 4);  // q128 = 7, q129 = -1
   AlignedBuffer scales(4, 64);
   const uint16_t s[2] = {0x3800, 0x4000};  // 0.5 for group 0, 2.0 for group 1
