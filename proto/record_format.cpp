@@ -11,9 +11,7 @@
 namespace sluice {
 namespace {
 
-uint32_t align_up(size_t value, size_t alignment) {
-  return static_cast<uint32_t>((value + alignment - 1) / alignment * alignment);
-}
+size_t align_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 void put_u32(uint8_t* out, uint32_t value) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(value >> (8 * i));
@@ -46,18 +44,29 @@ RecordLayout RecordLayout::compute(uint32_t hidden, uint32_t expert_width) {
   RecordLayout layout;
   layout.matrices = {RvqMatrixShape{expert_width, hidden}, RvqMatrixShape{expert_width, hidden},
                      RvqMatrixShape{hidden, expert_width}};
+  // Offsets are computed in 64 bits and refused when a record would not fit
+  // the header's 32-bit fields, instead of wrapping.
+  size_t offsets[4];
   size_t cursor = kRecordHeaderBytes;
-  layout.gate_off = static_cast<uint32_t>(cursor);
-  cursor = align_up(cursor + layout.matrices[0].index_bytes(), kSectionAlign);
-  layout.up_off = static_cast<uint32_t>(cursor);
-  cursor = align_up(cursor + layout.matrices[1].index_bytes(), kSectionAlign);
-  layout.down_off = static_cast<uint32_t>(cursor);
-  cursor = align_up(cursor + layout.matrices[2].index_bytes(), kSectionAlign);
-  layout.scales_off = static_cast<uint32_t>(cursor);
+  for (int m = 0; m < 3; ++m) {
+    offsets[m] = cursor;
+    cursor = align_up(cursor + layout.matrices[m].index_bytes(), kSectionAlign);
+  }
+  offsets[3] = cursor;
   size_t scale_count = 0;
   for (const auto& m : layout.matrices) scale_count += m.rows_padded();
-  layout.payload_end = static_cast<uint32_t>(cursor + scale_count * sizeof(uint16_t));
-  layout.stride = align_up(layout.payload_end, kRecordAlign);
+  const size_t payload_end = cursor + scale_count * sizeof(uint16_t);
+  const size_t stride = align_up(payload_end, kRecordAlign);
+  if (stride > UINT32_MAX) {
+    fail("expert shape hidden {} x width {} makes a {}-byte record, more than a record header can address", hidden,
+         expert_width, stride);
+  }
+  layout.gate_off = static_cast<uint32_t>(offsets[0]);
+  layout.up_off = static_cast<uint32_t>(offsets[1]);
+  layout.down_off = static_cast<uint32_t>(offsets[2]);
+  layout.scales_off = static_cast<uint32_t>(offsets[3]);
+  layout.payload_end = static_cast<uint32_t>(payload_end);
+  layout.stride = static_cast<uint32_t>(stride);
   return layout;
 }
 
@@ -132,7 +141,10 @@ std::optional<std::string> check_header(const RecordHeader& found, const RecordH
     return fmt::format("layer {} expert {}: header {} mismatch (found {}, expected {})", expected.layer,
                        expected.expert, what, got, want);
   };
-  if (found.magic != kRecordMagic) return problem("magic", found.magic, kRecordMagic);
+  if (found.magic != kRecordMagic) {
+    return fmt::format("layer {} expert {}: header magic mismatch (found 0x{:08x}, expected 0x{:08x})", expected.layer,
+                       expected.expert, found.magic, kRecordMagic);
+  }
   if (found.version != kFormatVersion) return problem("format version", found.version, kFormatVersion);
   if (found.layer != expected.layer) return problem("layer", found.layer, expected.layer);
   if (found.expert != expected.expert) return problem("expert id", found.expert, expected.expert);

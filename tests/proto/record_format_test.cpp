@@ -44,6 +44,11 @@ TEST_CASE("widths that are not multiples of 8 are refused by name") {
   CHECK_THROWS_WITH_AS(RecordLayout::compute(128, 50), doctest::Contains("width 50"), Error);
 }
 
+TEST_CASE("a record too large for the header's 32-bit offsets is refused, not wrapped") {
+  CHECK_THROWS_WITH_AS(RecordLayout::compute(65536, 65536), doctest::Contains("more than a record header"), Error);
+  CHECK(RecordLayout::compute(7168, 2048).stride > 0);  // DeepSeek-V3 experts fit
+}
+
 TEST_CASE("header round trip and checks") {
   const RecordLayout layout = RecordLayout::compute(128, 64);
   RecordHeader header = expected_header(layout, 3, 17, 9);
