@@ -9,7 +9,7 @@
 
 #include "compute/cli/commands.h"
 #include "compute/convert/convert.h"
-#include "compute/convert/parallel.h"
+#include "compute/kernels/thread_pool.h"
 
 namespace sluice::cli {
 
@@ -20,7 +20,7 @@ void add_convert_command(CLI::App& app) {
     bool quiet = false;
   };
   auto flags = std::make_shared<Flags>();
-  flags->options.threads = convert::available_cores();
+  flags->options.threads = static_cast<int>(kernels::available_cores());
   CLI::App* cmd = app.add_subcommand(
       "convert",
       "Convert a Hugging Face checkpoint directory (olmoe or qwen3_moe) into a sluice container. "

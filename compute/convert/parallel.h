@@ -1,20 +1,26 @@
-// compute/convert/parallel.h: runs independent tasks on a few threads.
-// It never decides how work is split: callers cut work into a fixed number
-// of tasks and reduce per-task results in task order, so output never
-// depends on the thread count.
+// compute/convert/parallel.h: runs independent conversion tasks on the
+// kernels' thread pool. It never decides how work is split: callers cut work
+// into a fixed number of tasks and reduce per-task results in task order, so
+// output never depends on the thread count.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
-#include <functional>
+
+#include "compute/kernels/thread_pool.h"
 
 namespace sluice::convert {
 
-// Calls fn(task) once for every task in [0, tasks), on up to `threads`
-// threads. The first exception thrown by a task stops the handing out of
-// further tasks and is rethrown here after every thread has finished.
-void parallel_for(size_t tasks, int threads, const std::function<void(size_t)>& fn);
-
-// Cores this process may run on (its CPU affinity mask), at least 1.
-int available_cores();
+// Calls fn(task) once for every task in [0, tasks) on up to `threads`
+// threads; the first exception a task throws is rethrown here once every
+// thread has finished. Tasks are coarse (an expert, a chunk of rows), so the
+// pool's start-up per call is noise next to the work.
+template <typename Fn>
+void parallel_for(size_t tasks, int threads, Fn&& fn) {
+  kernels::ThreadPool pool(std::clamp<size_t>(static_cast<size_t>(std::max(threads, 1)), 1, std::max<size_t>(tasks, 1)));
+  pool.parallel_for(tasks, 1, [&](size_t begin, size_t end) {
+    for (size_t task = begin; task < end; ++task) fn(task);
+  });
+}
 
 }  // namespace sluice::convert
