@@ -6,12 +6,15 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <new>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "proto/error.h"
 #include "shm/futex.h"
@@ -59,7 +62,12 @@ size_t mailbox_bytes(const MailboxGeometry& geometry) {
   return sizeof(Mailbox::Header) + payload_words(geometry) * sizeof(std::atomic<uint32_t>);
 }
 
-std::string mailbox_path(const std::string& segment_name) { return "/dev/shm/" + segment_name + ".router"; }
+std::string mailbox_path(const std::string& socket_path) {
+  const std::string absolute = std::filesystem::absolute(socket_path).lexically_normal().string();
+  uint64_t hash = 0xcbf29ce484222325;  // FNV-1a: stable across builds and processes
+  for (unsigned char ch : absolute) hash = (hash ^ ch) * 0x100000001b3;
+  return fmt::format("/dev/shm/sluice-router-{:016x}", hash);
+}
 
 Mailbox::Mailbox(void* base, size_t bytes, bool mapped) : base_(base), bytes_(bytes), mapped_(mapped) {}
 

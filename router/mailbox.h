@@ -114,7 +114,9 @@ class Mailbox {
 
 // Bytes of a mailbox of this geometry.
 size_t mailbox_bytes(const MailboxGeometry& geometry);
-// Where the router of daemon segment `segment_name` keeps its mailbox.
-std::string mailbox_path(const std::string& segment_name);
+// Where the router of the sluice-io answering on `socket_path` keeps its
+// mailbox: /dev/shm/sluice-router-<hash of the absolute socket path>. The
+// router, attached clients and `sluice stats` all know the socket.
+std::string mailbox_path(const std::string& socket_path);
 
 }  // namespace sluice::router

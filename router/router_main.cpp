@@ -36,13 +36,13 @@ void log_line(const std::string& text) { fmt::print(stderr, "sluice-router[{}]: 
 int serve(const Options& options) {
   using namespace sluice;
   const std::string socket =
-      options.socket.empty() ? ioworker::default_socket_path(ioworker::kDefaultInstance) : options.socket;
+      ioworker::resolve_socket(options.socket.empty() ? std::string(ioworker::kDefaultInstance) : options.socket);
   ioworker::RpcClient rpc(socket);
   const std::string model = options.model.empty() ? rpc.stats().model : options.model;
   const Container container = Container::open(model);
   const ioworker::Attachment attachment = rpc.attach(container.identity());
   const uint32_t k = options.lookahead ? *options.lookahead : router::lookahead_from_environment();
-  const std::string path = router::mailbox_path(attachment.segment_name);
+  const std::string path = router::mailbox_path(socket);
   const router::Predictor predictor(container);
   auto mailbox = router::Mailbox::create_shared(
       path, {predictor.hidden(), std::max<uint32_t>(options.max_rows, 1), predictor.top_k()}, container.identity());
@@ -72,7 +72,7 @@ int serve(const Options& options) {
 int main(int argc, char** argv) {
   CLI::App app{"sluice-router: lookahead prefetch for a sluice-io group"};
   Options options;
-  app.add_option("--attach", options.socket, "control socket of sluice-io (default: the default instance's)");
+  app.add_option("--attach", options.socket, "control socket of sluice-io, or an instance name (default: 'default')");
   app.add_option("--model", options.model, "the container (default: the one the daemon serves)");
   app.add_option("--lookahead", options.lookahead, "experts guessed per token and layer (default SLUICE_LOOKAHEAD or 6; 0: off)");
   app.add_option("--max-rows", options.max_rows, "tokens per published message (a prefill chunk)")->capture_default_str();

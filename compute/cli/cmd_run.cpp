@@ -14,6 +14,7 @@
 #include "compute/cli/run_options.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
+#include "ioworker/rpc_socket.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/error.h"
 #include "router/engine_tap.h"
@@ -69,6 +70,13 @@ void run(const RunArgs& args) {
       cached->worker()->prefetch(layer, experts, ioworker::PrefetchOrigin::kRouter);
     });
     router_thread->start();
+  } else if (lookahead > 0 && cached != nullptr && !args.engine.attach.empty()) {
+    // Attached: sluice-router, if one serves this daemon, reads our mailbox.
+    mailbox = router::Mailbox::open_shared(router::mailbox_path(ioworker::resolve_socket(args.engine.attach)),
+                                           engine.container().identity());
+    if (mailbox != nullptr && mailbox->geometry().hidden == engine.config().hidden) {
+      tap.set_publisher(&publisher.emplace(*mailbox, false));
+    }
   }
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
   std::vector<int32_t> prompt;

@@ -36,9 +36,9 @@ double read_gbps(const DaemonStats& now, const std::optional<DaemonStats>& previ
 }
 
 // sluice-router's guesses scored against the real routing, from the mailbox it
-// keeps next to the segment; null when no router serves this daemon.
-nlohmann::json router_json(const DaemonStats& s) {
-  const auto mailbox = router::Mailbox::open_shared(router::mailbox_path(s.segment_name), std::nullopt);
+// keeps for this daemon's socket; null when no router serves it.
+nlohmann::json router_json(const std::string& socket) {
+  const auto mailbox = router::Mailbox::open_shared(router::mailbox_path(socket), std::nullopt);
   if (mailbox == nullptr) return nullptr;
   const router::RouterCounters r = mailbox->router_counters();
   nlohmann::json layers = nlohmann::json::array();
@@ -50,7 +50,7 @@ nlohmann::json router_json(const DaemonStats& s) {
           {"prefetches", r.prefetches}, {"prefetched", r.prefetched}, {"layers", layers}};
 }
 
-nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
+nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& previous, const std::string& socket) {
   const auto& c = s.cache;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& layer : c.layers) {
@@ -101,10 +101,10 @@ nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& p
           {"read_latency_us", {{"p50", c.read_p50_us}, {"p90", c.read_p90_us}, {"p99", c.read_p99_us}}},
           {"layers", layers},
           {"clients", clients},
-          {"router", router_json(s)}};
+          {"router", router_json(socket)}};
 }
 
-std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
+std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous, const std::string& socket) {
   const auto& c = s.cache;
   std::string out;
   out += fmt::format("sluice-io pid {} instance '{}' serving {}, up {:.1f} s\n", s.pid, s.instance, s.model,
@@ -133,7 +133,7 @@ std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& prev
     }
     out += "\n";
   }
-  if (const nlohmann::json r = router_json(s); !r.is_null()) {
+  if (const nlohmann::json r = router_json(socket); !r.is_null()) {
     out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped), {} prefetches of {} experts\n",
                        r["pid"].get<int>(), r["lookahead"].get<uint32_t>(), r["messages"].get<uint64_t>(),
                        r["skipped"].get<uint64_t>(), r["prefetches"].get<uint64_t>(), r["prefetched"].get<uint64_t>());
@@ -179,9 +179,9 @@ void add_stats_command(CLI::App& app) {
     if (options->watch == 0) {
       const DaemonStats stats = client.stats();
       if (options->json) {
-        fmt::print("{}\n", to_json(stats, std::nullopt).dump());
+        fmt::print("{}\n", to_json(stats, std::nullopt, socket).dump());
       } else {
-        fmt::print("{}", to_text(stats, std::nullopt));
+        fmt::print("{}", to_text(stats, std::nullopt, socket));
       }
       return;
     }
@@ -191,9 +191,9 @@ void add_stats_command(CLI::App& app) {
     while (true) {
       const DaemonStats stats = client.stats();
       if (terminal) {
-        fmt::print("\033[H\033[2J{}", to_text(stats, previous));  // home, clear, redraw
+        fmt::print("\033[H\033[2J{}", to_text(stats, previous, socket));  // home, clear, redraw
       } else {
-        fmt::print("{}\n", to_json(stats, previous).dump());
+        fmt::print("{}\n", to_json(stats, previous, socket).dump());
       }
       std::fflush(stdout);
       previous = stats;

@@ -1,0 +1,80 @@
+// tests/router/router_process_test.cpp: sluice-router as a process next to a
+// sluice-io: attached `sluice run` publishes to its mailbox, it prefetches and
+// scores, and the output is bit-identical with the router alive, SIGKILLed
+// mid-generation, or lookahead off.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include "router/mailbox.h"
+#include "tests/ctl/tiny_container.h"
+
+using namespace sluice;
+
+namespace {
+
+std::string router_bin() {
+  const char* path = std::getenv("SLUICE_ROUTER_BIN");
+  return path ? path : "sluice-router";
+}
+
+bool wait_for_file(const std::string& path, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::vector<std::string> run_args(const std::string& socket, const std::string& logits, const char* lookahead) {
+  return {testing::sluice_bin(), "run", testing::tiny_container_or_skip(), "--attach", socket, "--prompt-ids",
+          "7,3,9,1,4", "-n", "24", "--temp", "0.7", "--seed", "99", "--threads", "1", "--lookahead", lookahead,
+          "--dump-logits", logits};
+}
+
+}  // namespace
+
+TEST_CASE("a router process prefetches for attached clients and its death changes nothing") {
+  testing::Daemon daemon;
+  std::string why;
+  REQUIRE_MESSAGE(daemon.wait_ready(30, &why), why);
+  const std::string dir = testing::scratch_dir();
+  const std::string mailbox = router::mailbox_path(daemon.socket());
+  const pid_t router = testing::spawn({router_bin(), "--attach", daemon.socket(), "--lookahead", "6"}, dir + "/router.log");
+  REQUIRE_MESSAGE(wait_for_file(mailbox, 30), testing::read_text(dir + "/router.log"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the router maps it and starts waiting
+
+  std::string output;
+  REQUIRE_MESSAGE(testing::run_command(run_args(daemon.socket(), dir + "/on.f32", "6"), &output) == 0, output);
+  std::string stats;
+  REQUIRE(testing::run_command({testing::sluice_bin(), "stats", "--attach", daemon.socket(), "--json"}, &stats) == 0);
+  const nlohmann::json s = nlohmann::json::parse(stats.substr(stats.find('{')));
+  REQUIRE(s.at("router").is_object());
+  CHECK(s["router"]["pid"].get<int>() == router);
+  CHECK(s["router"]["messages"].get<uint64_t>() > 0);
+  CHECK(s["router"]["prefetches"].get<uint64_t>() > 0);
+  CHECK(s["prefetch_requests"].get<uint64_t>() > 0);
+  CHECK_FALSE(s["router"]["layers"].empty());
+
+  // SIGKILL the router while a client generates: the client carries on.
+  const pid_t client = testing::spawn(run_args(daemon.socket(), dir + "/killed.f32", "6"), dir + "/killed.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(router, SIGKILL);
+  CHECK(testing::wait_exit(router, 10) != -1);
+  const int status = testing::wait_exit(client, 120);
+  INFO(testing::read_text(dir + "/killed.log"));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+
+  REQUIRE(testing::run_command(run_args(daemon.socket(), dir + "/off.f32", "0"), &output) == 0);
+  const std::string on = testing::read_text(dir + "/on.f32");
+  CHECK(on.size() > 0);
+  CHECK(testing::read_text(dir + "/killed.f32") == on);
+  CHECK(testing::read_text(dir + "/off.f32") == on);
+  std::filesystem::remove(mailbox);  // the killed router could not remove it
+}
