@@ -60,12 +60,32 @@ bool Lookahead::poll(std::chrono::nanoseconds wait) {
     mailbox_.wait(seen_, wait);
     sequence = mailbox_.read(seen_, message_);
   }
-  if (!sequence) return false;
+  if (!sequence) {
+    recover_if_stuck();
+    return false;
+  }
+  stuck_since_.reset();
   const uint64_t skipped = seen_ == 0 ? 0 : (*sequence - seen_) / 2 - 1;
   seen_ = *sequence;
   handle(message_, *sequence);
   mailbox_.count_router(1, skipped, 0, 0);
   return true;
+}
+
+void Lookahead::recover_if_stuck() {
+  const uint32_t raw = mailbox_.raw_sequence();
+  if ((raw & 1) == 0) {
+    stuck_since_.reset();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!stuck_since_ || stuck_odd_ != raw) {
+    stuck_since_ = now;
+    stuck_odd_ = raw;
+  } else if (now - *stuck_since_ > kDeadWriterAfter) {
+    mailbox_.recover_dead_writer(raw);
+    stuck_since_.reset();
+  }
 }
 
 void Lookahead::handle(const MailboxMessage& message, uint32_t) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -66,6 +67,9 @@ class Lookahead {
 
  private:
   void handle(const MailboxMessage& message, uint32_t sequence);
+  // A sequence left odd this long belongs to a writer that died mid-message.
+  static constexpr std::chrono::seconds kDeadWriterAfter{1};
+  void recover_if_stuck();
   void score(const MailboxMessage& message);
 
   const Predictor& predictor_;
@@ -80,6 +84,8 @@ class Lookahead {
   uint32_t pending_layer_ = 0;
   std::vector<std::vector<uint32_t>> guesses_;
   std::vector<uint32_t> merged_;
+  std::optional<std::chrono::steady_clock::time_point> stuck_since_;
+  uint32_t stuck_odd_ = 0;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::exception_ptr failure_;

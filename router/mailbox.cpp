@@ -221,10 +221,12 @@ std::optional<uint32_t> Mailbox::read(uint32_t seen, MailboxMessage& out) const 
   const MailboxGeometry& g = geometry_;
   Header& h = header();
   const std::atomic<uint32_t>* w = words();
-  for (;;) {
+  // A writer finishes a message in microseconds; one that stays odd for this
+  // many tries has died mid-message (recover_dead_writer() fixes that).
+  for (int spins = 0; spins < 100000; ++spins) {
     const uint32_t before = h.seq.load(std::memory_order_acquire);
     if (before == seen || before == 0) return std::nullopt;
-    if ((before & 1) != 0) continue;  // a writer is mid-message: it finishes in microseconds
+    if ((before & 1) != 0) continue;
     out.step = h.step.load(std::memory_order_relaxed);
     out.layer = h.layer.load(std::memory_order_relaxed);
     const uint32_t rows = h.rows.load(std::memory_order_relaxed);
@@ -247,10 +249,25 @@ std::optional<uint32_t> Mailbox::read(uint32_t seen, MailboxMessage& out) const 
       return before;
     }
   }
+  return std::nullopt;
 }
 
+bool Mailbox::recover_dead_writer(uint32_t odd) {
+  Header& h = header();
+  if ((odd & 1) == 0 || h.seq.load(std::memory_order_acquire) != odd) return false;
+  h.rows.store(0, std::memory_order_relaxed);  // the half-written message reads as nothing
+  uint32_t expected = odd;
+  if (!h.seq.compare_exchange_strong(expected, odd + 1, std::memory_order_release)) return false;
+  shm::futex_wake_all(h.seq);
+  return true;
+}
+
+uint32_t Mailbox::raw_sequence() const { return header().seq.load(std::memory_order_acquire); }
+
 void Mailbox::wait(uint32_t seen, std::chrono::nanoseconds timeout) const {
-  shm::futex_wait(header().seq, seen, timeout);
+  const uint32_t now = header().seq.load(std::memory_order_acquire);
+  if (now != seen && (now & 1) == 0) return;  // a new message is already there
+  shm::futex_wait(header().seq, now, timeout);
 }
 
 void Mailbox::score(uint32_t layer, bool rank1_hit, uint64_t recalled, uint64_t real) {

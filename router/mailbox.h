@@ -89,8 +89,14 @@ class Mailbox {
   // sequence it copied at (retrying while a writer is mid-message), or nullopt
   // when nothing new has been published.
   std::optional<uint32_t> read(uint32_t seen, MailboxMessage& out) const;
-  // Sleeps until the sequence moves from `seen` or the timeout passes.
+  // Sleeps until a message other than `seen` is complete or the timeout passes.
   void wait(uint32_t seen, std::chrono::nanoseconds timeout) const;
+  // The sequence as stored: odd while a writer is mid-message.
+  uint32_t raw_sequence() const;
+  // A writer killed mid-message leaves the sequence odd and every later
+  // publish refused; the reader, having seen `odd` for long enough, ends that
+  // message as empty. False when the sequence has moved on.
+  bool recover_dead_writer(uint32_t odd);
 
   // The router's side: counters readable by anyone mapping the mailbox.
   void score(uint32_t layer, bool rank1_hit, uint64_t recalled, uint64_t real);
