@@ -122,6 +122,19 @@ void run(const RunArgs& args) {
   }
   if (trace) trace->close();
 
+  // The embedded router's guesses against the real routing, over every MoE layer.
+  double guess_p1 = 0, guess_recall = 0;
+  if (mailbox != nullptr) {
+    uint64_t scored = 0, rank1 = 0, recalled = 0, real = 0;
+    for (const router::LayerAccuracy& a : mailbox->accuracy()) {
+      scored += a.scored;
+      rank1 += a.rank1_hits;
+      recalled += a.recalled;
+      real += a.real;
+    }
+    guess_p1 = scored ? double(rank1) / double(scored) : 0.0;
+    guess_recall = real ? double(recalled) / double(real) : 0.0;
+  }
   const double decode_rate = stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0;
   const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0;
   if (args.json) {
@@ -134,12 +147,17 @@ void run(const RunArgs& args) {
                           {"tok_per_s", decode_rate},
                           {"prefill_tok_per_s", prefill_rate},
                           {"experts", experts_json(stats.experts)}};
+    if (router_thread) out["lookahead"] = {{"k", lookahead}, {"precision_at_1", guess_p1}, {"recall", guess_recall}};
     fmt::print("{}\n", out.dump());
   } else {
     fmt::print("{}\n", tail);
     fmt::print(stderr, "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; {}\n",
                stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens, prefill_rate,
                experts_summary(stats.experts));
+    if (router_thread) {
+      fmt::print(stderr, "sluice: lookahead {}: guesses P@1 {:.1f}%, recall {:.1f}% of the real experts\n", lookahead,
+                 100 * guess_p1, 100 * guess_recall);
+    }
   }
 }
 
