@@ -9,6 +9,8 @@
 #include <cstring>
 #include <utility>
 
+#include <unistd.h>
+
 #include "proto/error.h"
 
 namespace sluice::router {
@@ -24,6 +26,11 @@ uint32_t lookahead_from_environment() {
   }
   return k;
 }
+
+// Steps carry the writer's pid above bit 40, so the router never scores one
+// client's guess against another client's routing when several share a mailbox.
+Publisher::Publisher(Mailbox& mailbox, bool prefill)
+    : mailbox_(mailbox), prefill_(prefill), step_(uint64_t(::getpid()) << 40) {}
 
 void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
                         std::span<const uint32_t> experts) {

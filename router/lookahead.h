@@ -30,7 +30,7 @@ uint32_t lookahead_from_environment();
 // evicting a chunk's records before use.
 class Publisher {
  public:
-  Publisher(Mailbox& mailbox, bool prefill) : mailbox_(mailbox), prefill_(prefill) {}
+  Publisher(Mailbox& mailbox, bool prefill);
   // `input` is rows × hidden, `experts` rows × experts_per_row (routing order).
   void publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
                std::span<const uint32_t> experts);

@@ -30,7 +30,7 @@ struct MailboxGeometry {
 // One message: the MoE input of `layer` for `rows` tokens of forward call
 // `step`, and the experts the real router chose for each row.
 struct MailboxMessage {
-  uint64_t step = 0;
+  uint64_t step = 0;  // Publisher: the writer's pid << 40 | its forward-call count
   uint32_t layer = 0;
   uint32_t rows = 0;
   uint32_t experts_per_row = 0;
