@@ -14,12 +14,24 @@
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
 #include "compute/model/memory_plan.h"
+#include "compute/model/model_config.h"
+#include "proto/container.h"
 #include "proto/error.h"
 #include "router/engine_tap.h"
 #include "router/lookahead.h"
 
 namespace sluice::cli {
 namespace {
+
+// The cache a --budget buys under the same rule as `sluice run --budget`
+// (budget − floor + minimum cache at the model's context, at most 4096).
+uint64_t cache_for_budget(const Container& container, const std::string& budget) {
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  PlanRequest request;
+  request.context = std::min<uint32_t>(config.max_positions, 4096);
+  if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
+  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
+}
 
 struct DecodeFlags {
   std::string model;
@@ -144,8 +156,7 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
 }
 
 void run_decode(const DecodeFlags& flags) {
-  if (flags.budget.empty()) fail("--budget is required (a cache smaller than the model's experts)");
-  const uint64_t cache_bytes = parse_size(flags.budget, "--budget");
+  const uint64_t cache_bytes = cache_for_budget(Container::open(flags.model), flags.budget);
   std::vector<Arm> arms;
   if (flags.compare) {
     arms = {{"lookahead off", 0, false}, {"lookahead on", flags.lookahead, false},
@@ -160,7 +171,7 @@ void run_decode(const DecodeFlags& flags) {
   }
 
   if (flags.json) {
-    nlohmann::json out = {{"model", flags.model}, {"cache_bytes", cache_bytes}, {"prompt_tokens", flags.prompt_tokens},
+    nlohmann::json out = {{"model", flags.model}, {"budget", flags.budget}, {"cache_bytes", cache_bytes}, {"prompt_tokens", flags.prompt_tokens},
                           {"tokens", flags.tokens}, {"arms", nlohmann::json::array()}};
     for (const ArmResult& r : results) {
       out["arms"].push_back({{"name", r.arm.name},
@@ -174,8 +185,8 @@ void run_decode(const DecodeFlags& flags) {
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("decode of {} tokens after a {}-token prompt, cache {}\n", flags.tokens, flags.prompt_tokens,
-             format_bytes(cache_bytes));
+  fmt::print("decode of {} tokens after a {}-token prompt, budget {}: cache {}\n", flags.tokens, flags.prompt_tokens,
+             flags.budget, format_bytes(cache_bytes));
   for (const ArmResult& r : results) {
     const PhaseFigures& d = r.decode;
     fmt::print("  {:<30} decode {:.2f} tok/s, {:.1f}% demand hits, {:.2f} MB/token, {:.2f} s waiting",
@@ -192,7 +203,8 @@ void add_bench_decode(CLI::App& bench) {
   auto flags = std::make_shared<DecodeFlags>();
   CLI::App* cmd = bench.add_subcommand("decode", "greedy decode over the expert cache, lookahead off and on");
   cmd->add_option("MODEL", flags->model, "the .sluice container")->required();
-  cmd->add_option("--budget", flags->budget, "cache budget, e.g. 256M")->required();
+  cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run`, e.g. one working set above the floor")
+      ->required();
   cmd->add_flag("--compare-lookahead", flags->compare, "run lookahead off, on, and on in prefill too, in one process");
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();

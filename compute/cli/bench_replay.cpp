@@ -2,6 +2,7 @@
 // driven through the real expert cache (worker and client, no compute), next
 // to LRU and Belady simulated over the same accesses and slot count. Measures,
 // never asserts; the trace decides the accesses, nothing else.
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "compute/cli/commands.h"
 #include "compute/model/memory_plan.h"
+#include "compute/model/model_config.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
@@ -20,6 +22,16 @@
 
 namespace sluice::cli {
 namespace {
+
+// The cache a --budget buys under the same rule as `sluice run --budget`
+// (budget − floor + minimum cache at the model's context, at most 4096).
+uint64_t cache_for_budget(const Container& container, const std::string& budget) {
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  PlanRequest request;
+  request.context = std::min<uint32_t>(config.max_positions, 4096);
+  if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
+  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
+}
 
 struct ReplayFlags {
   std::string trace;
@@ -62,8 +74,7 @@ void run_replay(const ReplayFlags& flags) {
   } else if (flags.policy != "lfru") {
     fail("--policy: '{}' is not lfru or lru", flags.policy);
   }
-  options.cache_bytes = flags.budget.empty() ? ioworker::min_cache_bytes(container, options.max_clients) * 2
-                                             : parse_size(flags.budget, "--budget");
+  options.cache_bytes = cache_for_budget(container, flags.budget);
   ioworker::Worker worker(container, options);
   const uint32_t slots = worker.geometry().slot_count;
 
@@ -114,7 +125,7 @@ void add_bench_replay(CLI::App& bench) {
       "replay", "drive the expert cache with a recorded routing trace (no compute), next to LRU and Belady");
   cmd->add_option("TRACE", flags->trace, "routing trace (JSON lines from `sluice run --trace-out`)")->required();
   cmd->add_option("--model", flags->model, "the .sluice container the trace was recorded on")->required();
-  cmd->add_option("--budget", flags->budget, "cache budget, e.g. 512M (default: twice the minimum cache)");
+  cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run` (default: the plan's)");
   cmd->add_option("--policy", flags->policy, "the cache's eviction policy: lfru or lru")->capture_default_str();
   cmd->add_option("--readers", flags->readers, "reader threads")->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON instead of text");
