@@ -43,7 +43,7 @@ struct Options {
   std::string socket;
   std::string instance = sluice::ioworker::kDefaultInstance;
   uint32_t readers = 4;
-  uint32_t context = 4096;
+  uint32_t context = 0;
   uint32_t max_clients = 16;
   bool verify = false;
 };
@@ -59,7 +59,7 @@ int run(const Options& options) {
   const Container container = Container::open(options.model);
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
   PlanRequest request;
-  request.context = options.context;
+  request.context = config.context_or_default(options.context);
   if (!options.budget.empty()) request.budget_bytes = parse_size(options.budget, "--budget");
   const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
   // The plan's minimum cache counts slots only; the segment also carries its
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   app.add_flag("--verify", options.verify, "Check every record's payload crc32");
   app.add_option("--instance", options.instance, "Instance name: names the segment and the default socket")
       ->capture_default_str();
-  app.add_option("--ctx", options.context, "Context length the plan reserves KV cache for")->capture_default_str();
+  app.add_option("--ctx", options.context, "Context length the plan reserves KV cache for (default: the model's, at most 4096)");
   app.add_option("--max-clients", options.max_clients, "Compute clients that may attach at once")
       ->capture_default_str();
   try {

@@ -18,21 +18,21 @@ namespace sluice::cli {
 void add_plan_command(CLI::App& app) {
   struct Options {
     std::string model;
-    uint32_t context = 4096;
+    uint32_t context = 0;
     std::string budget;
     bool json = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("plan", "Print the memory floor, working set and budget for a container");
   cmd->add_option("MODEL", options->model, "Container directory (NAME.sluice)")->required();
-  cmd->add_option("--ctx", options->context, "Context length the KV cache is sized for")->capture_default_str();
+  cmd->add_option("--ctx", options->context, "Context length the KV cache is sized for (default: the model's, at most 4096)");
   cmd->add_option("--budget", options->budget, "Use this budget (K/M/G/T, 1024-based) instead of choosing one");
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
     const Container container = Container::open(options->model);
     const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
     PlanRequest request;
-    request.context = options->context;
+    request.context = config.context_or_default(options->context);
     if (!options->budget.empty()) request.budget_bytes = parse_size(options->budget, "--budget");
     const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
     if (options->json) {

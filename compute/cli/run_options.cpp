@@ -58,7 +58,7 @@ EngineOptions EngineFlags::options() const {
   options.expert_source = [flags = *this](const Container& container) -> std::unique_ptr<ExpertSource> {
     const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
     PlanRequest request;
-    request.context = flags.context != 0 ? flags.context : std::min<uint32_t>(config.max_positions, 4096);
+    request.context = config.context_or_default(flags.context);
     if (!flags.budget.empty()) request.budget_bytes = parse_size(flags.budget, "--budget");
     const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
     ioworker::WorkerOptions worker;

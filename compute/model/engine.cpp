@@ -14,14 +14,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-uint32_t resolve_context(const ModelConfig& config, uint32_t requested) {
-  if (requested == 0) return std::min<uint32_t>(config.max_positions, 4096);
-  if (requested > config.max_positions) {
-    fail("--ctx {} exceeds the model's max_position_embeddings {}", requested, config.max_positions);
-  }
-  return requested;
-}
-
 }  // namespace
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
@@ -34,7 +26,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   source_ = options.expert_source ? options.expert_source(container_)
                                   : std::make_unique<DirectExpertSource>(container_, options.verify_records);
   const kernels::Exec exec{kernels::isa_from_environment(), &pool_};
-  transformer_ = std::make_unique<Transformer>(config_, weights_, *source_, resolve_context(config_, options.context), exec);
+  transformer_ = std::make_unique<Transformer>(config_, weights_, *source_, config_.context_or_default(options.context), exec);
 }
 
 void Engine::prefill(std::span<const int32_t> tokens, std::span<float> logits) {

@@ -1,6 +1,8 @@
 // compute/model/model_config.cpp: family-specific reading of config.json.
 #include "compute/model/model_config.h"
 
+#include <algorithm>
+
 #include "proto/error.h"
 
 namespace sluice {
@@ -101,6 +103,14 @@ ModelConfig ModelConfig::from_json(const std::string& arch, const nlohmann::json
   }
   c.eos_ids = token_ids(config, "eos_token_id");
   return c;
+}
+
+uint32_t ModelConfig::context_or_default(uint32_t requested) const {
+  if (requested == 0) return std::min<uint32_t>(max_positions, 4096);
+  if (requested > max_positions) {
+    fail("--ctx {} exceeds the model's max_position_embeddings {}", requested, max_positions);
+  }
+  return requested;
 }
 
 }  // namespace sluice

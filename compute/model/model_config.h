@@ -44,6 +44,11 @@ struct ModelConfig {
   // Throws Error naming the key when a value is missing, of the wrong type or
   // out of range, or when the architecture is not one sluice runs.
   static ModelConfig from_json(const std::string& arch, const nlohmann::json& config);
+
+  // The context length every command uses when --ctx is not given (0): the
+  // model's max_position_embeddings, at most 4096. A larger request is an
+  // Error naming --ctx.
+  uint32_t context_or_default(uint32_t requested) const;
 };
 
 }  // namespace sluice

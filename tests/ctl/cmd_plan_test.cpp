@@ -56,7 +56,9 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
 
 TEST_CASE("sluice plan --budget: used as given; under the floor refused with the plan") {
   const json manifest = read_manifest();
-  const uint64_t floor = expected_floor(manifest, 4096);
+  // Without --ctx the plan sizes for the model's own context, at most 4096.
+  const uint64_t ctx = std::min<uint64_t>(manifest["config"]["max_position_embeddings"].get<uint64_t>(), 4096);
+  const uint64_t floor = expected_floor(manifest, ctx);
   std::string output;
   REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", std::to_string(floor + 4096),
                        "--json"},
