@@ -151,6 +151,7 @@ void run(const RunArgs& args) {
     fmt::print("{}\n", out.dump());
   } else {
     fmt::print("{}\n", tail);
+    std::fflush(stdout);  // the text ends before the summary on a shared terminal
     fmt::print(stderr, "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; {}\n",
                stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens, prefill_rate,
                experts_summary(stats.experts));
