@@ -23,16 +23,6 @@
 namespace sluice::cli {
 namespace {
 
-// The cache a --budget buys under the same rule as `sluice run --budget`
-// (budget − floor + minimum cache at the model's context, at most 4096).
-uint64_t cache_for_budget(const Container& container, const std::string& budget) {
-  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-  PlanRequest request;
-  request.context = std::min<uint32_t>(config.max_positions, 4096);
-  if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
-  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
-}
-
 struct DecodeFlags {
   std::string model;
   std::string budget;
@@ -156,7 +146,7 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
 }
 
 void run_decode(const DecodeFlags& flags) {
-  const uint64_t cache_bytes = cache_for_budget(Container::open(flags.model), flags.budget);
+  const uint64_t cache_bytes = cache_bytes_for_budget(Container::open(flags.model), flags.budget);
   std::vector<Arm> arms;
   if (flags.compare) {
     arms = {{"lookahead off", 0, false}, {"lookahead on", flags.lookahead, false},

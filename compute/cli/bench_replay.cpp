@@ -23,16 +23,6 @@
 namespace sluice::cli {
 namespace {
 
-// The cache a --budget buys under the same rule as `sluice run --budget`
-// (budget − floor + minimum cache at the model's context, at most 4096).
-uint64_t cache_for_budget(const Container& container, const std::string& budget) {
-  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-  PlanRequest request;
-  request.context = std::min<uint32_t>(config.max_positions, 4096);
-  if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
-  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
-}
-
 struct ReplayFlags {
   std::string trace;
   std::string model;
@@ -74,7 +64,7 @@ void run_replay(const ReplayFlags& flags) {
   } else if (flags.policy != "lfru") {
     fail("--policy: '{}' is not lfru or lru", flags.policy);
   }
-  options.cache_bytes = cache_for_budget(container, flags.budget);
+  options.cache_bytes = cache_bytes_for_budget(container, flags.budget);
   ioworker::Worker worker(container, options);
   const uint32_t slots = worker.geometry().slot_count;
 

@@ -56,13 +56,8 @@ EngineOptions EngineFlags::options() const {
     return options;
   }
   options.expert_source = [flags = *this](const Container& container) -> std::unique_ptr<ExpertSource> {
-    const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-    PlanRequest request;
-    request.context = config.context_or_default(flags.context);
-    if (!flags.budget.empty()) request.budget_bytes = parse_size(flags.budget, "--budget");
-    const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
     ioworker::WorkerOptions worker;
-    worker.cache_bytes = plan.cache_bytes;
+    worker.cache_bytes = cache_bytes_for_budget(container, flags.budget, flags.context);
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
     worker.quiet = true;

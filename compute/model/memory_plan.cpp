@@ -350,4 +350,12 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
           {"cache_slots", plan.cache_slots}};
 }
 
+uint64_t cache_bytes_for_budget(const Container& container, const std::string& budget, uint32_t context) {
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  PlanRequest request;
+  request.context = config.context_or_default(context);
+  if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
+  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
+}
+
 }  // namespace sluice

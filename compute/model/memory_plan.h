@@ -89,6 +89,12 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
 MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
                        const UsableRam& ram);
 
+// The expert cache a budget buys under the plan rule, at `context` (0: the
+// model's default): `budget` as --budget gives it (empty: the chosen budget),
+// minus the floor, plus the minimum cache. `sluice run` and the benchmarks
+// size their in-process cache with it.
+uint64_t cache_bytes_for_budget(const Container& container, const std::string& budget, uint32_t context = 0);
+
 // Parses a size with an optional K/M/G/T suffix (1024-based, optional
 // trailing "B" or "iB"); `flag` names the option in the error.
 uint64_t parse_size(std::string_view text, std::string_view flag);
