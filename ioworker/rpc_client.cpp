@@ -68,6 +68,16 @@ shm::StatsSnapshot read_snapshot(rpc::Stats::Reader in) {
     out.clients.push_back({client.getId(), client.getPid(), client.getRequests(), client.getHits(),
                            client.getMisses(), client.getWaitSeconds(), client.getHeartbeatAgeSeconds()});
   }
+  const auto lookahead = in.getLookahead();
+  out.lookahead.router_pid = lookahead.getRouterPid();
+  out.lookahead.k = lookahead.getK();
+  out.lookahead.messages = lookahead.getMessages();
+  out.lookahead.skipped = lookahead.getSkipped();
+  out.lookahead.prefetches = lookahead.getPrefetches();
+  out.lookahead.prefetched = lookahead.getPrefetched();
+  for (auto g : lookahead.getLayers()) {
+    out.lookahead.layers.push_back({g.getLayer(), g.getScored(), g.getRank1Hits(), g.getRecalled(), g.getReal()});
+  }
   return out;
 }
 
@@ -145,6 +155,9 @@ Attachment RpcClient::attach(uint64_t identity) {
   out.geometry.index_capacity = g.getIndexCapacity();
   out.geometry.demand_ring_capacity = g.getDemandRingCapacity();
   out.geometry.prefetch_ring_capacity = g.getPrefetchRingCapacity();
+  out.geometry.mailbox_width = g.getMailboxWidth();
+  out.geometry.mailbox_rows = g.getMailboxRows();
+  out.geometry.mailbox_ids = g.getMailboxIds();
   out.segment_bytes = attached.getSegmentBytes();
   out.identity = attached.getIdentity();
   out.session = attached.getSession();

@@ -77,6 +77,22 @@ void fill_stats(const shm::StatsSnapshot& snapshot, rpc::Stats::Builder out) {
     clients[i].setWaitSeconds(client.wait_seconds);
     clients[i].setHeartbeatAgeSeconds(client.heartbeat_age_seconds);
   }
+  auto lookahead = out.initLookahead();
+  lookahead.setRouterPid(snapshot.lookahead.router_pid);
+  lookahead.setK(snapshot.lookahead.k);
+  lookahead.setMessages(snapshot.lookahead.messages);
+  lookahead.setSkipped(snapshot.lookahead.skipped);
+  lookahead.setPrefetches(snapshot.lookahead.prefetches);
+  lookahead.setPrefetched(snapshot.lookahead.prefetched);
+  auto guesses = lookahead.initLayers(static_cast<unsigned>(snapshot.lookahead.layers.size()));
+  for (unsigned i = 0; i < guesses.size(); ++i) {
+    const shm::GuessStats& g = snapshot.lookahead.layers[i];
+    guesses[i].setLayer(g.layer);
+    guesses[i].setScored(g.scored);
+    guesses[i].setRank1Hits(g.rank1_hits);
+    guesses[i].setRecalled(g.recalled);
+    guesses[i].setReal(g.real);
+  }
 }
 
 class Service final : public rpc::SluiceIo::Server {
@@ -121,6 +137,9 @@ class Service final : public rpc::SluiceIo::Server {
     geometry.setIndexCapacity(g.index_capacity);
     geometry.setDemandRingCapacity(g.demand_ring_capacity);
     geometry.setPrefetchRingCapacity(g.prefetch_ring_capacity);
+    geometry.setMailboxWidth(g.mailbox_width);
+    geometry.setMailboxRows(g.mailbox_rows);
+    geometry.setMailboxIds(g.mailbox_ids);
     attached.setSegmentBytes(worker_.segment().mapped_bytes());
     attached.setIdentity(worker_.identity());
     attached.setSession(session);

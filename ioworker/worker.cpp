@@ -46,17 +46,22 @@ void check_container(const Container& container) {
 
 }  // namespace
 
-uint64_t min_cache_bytes(const Container& container, uint32_t max_clients) {
+shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows) {
+  return shm::MailboxShape{container.hidden_size(), std::max<uint32_t>(rows, 1), container.top_k()};
+}
+
+uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
   check_container(container);
   const shm::Geometry g = shm::geometry_for_slots(2 * container.top_k(), largest_stride(container), max_clients,
-                                                  widest_layer(container));
+                                                  widest_layer(container), mailbox_shape(container, mailbox_rows));
   return shm::compute_layout(g).total;
 }
 
-shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients) {
+shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
+                                  uint32_t mailbox_rows) {
   check_container(container);
   return shm::plan_geometry(cache_bytes, largest_stride(container), 2 * container.top_k(), max_clients,
-                            widest_layer(container));
+                            widest_layer(container), mailbox_shape(container, mailbox_rows));
 }
 
 class Worker::Impl {
@@ -107,7 +112,8 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
       options_(options),
       evictor_(options.policy, options.seed),
       depth_(std::max<uint32_t>(options.readers, 1)) {
-  const shm::Geometry geometry = plan_cache_geometry(container, options.cache_bytes, options.max_clients);
+  const shm::Geometry geometry =
+      plan_cache_geometry(container, options.cache_bytes, options.max_clients, options.mailbox_rows);
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
                                       : shm::Segment::create(options.instance, geometry, container.identity());
   const Completion on_complete = [this](const ReadJob& job, std::optional<std::string> problem) {

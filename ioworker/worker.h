@@ -36,17 +36,23 @@ struct WorkerOptions {
   bool verify_crc = false;     // check each record's payload crc32
   bool direct = true;          // O_DIRECT where the filesystem accepts it
   uint32_t max_clients = 16;   // ≤ shm::kMaxClients
+  uint32_t mailbox_rows = 1;   // tokens per lookahead message: 1 (decode), or a prefill chunk
   uint64_t seed = 0x5eed;      // eviction sampling
   bool quiet = false;          // no "O_DIRECT refused" note on stderr
 };
 
+// The mailbox a client of this container publishes lookahead messages in:
+// `rows` rows of the hidden size, top-k expert ids per row.
+shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows);
+
 // The smallest budget that holds the minimum cache (2 × top-k slots of the
 // largest record) with its tables, for `max_clients` clients.
-uint64_t min_cache_bytes(const Container& container, uint32_t max_clients);
+uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows = 1);
 
 // The segment geometry a budget buys for this container. Throws Error naming
 // the budget and the minimum when it holds fewer than 2 × top-k slots.
-shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients);
+shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
+                                  uint32_t mailbox_rows = 1);
 
 class Worker {
  public:

@@ -16,6 +16,9 @@ struct Geometry {
   indexCapacity @4 :UInt32;
   demandRingCapacity @5 :UInt32;
   prefetchRingCapacity @6 :UInt32;
+  mailboxWidth @7 :UInt32;
+  mailboxRows @8 :UInt32;
+  mailboxIds @9 :UInt32;
 }
 
 struct Attached {
@@ -54,6 +57,26 @@ struct ClientStats {
   misses @4 :UInt64;
   waitSeconds @5 :Float64;
   heartbeatAgeSeconds @6 :Float64;
+}
+
+# Lookahead's guesses at one layer against the real routing.
+struct GuessStats {
+  layer @0 :UInt32;
+  scored @1 :UInt64;
+  rank1Hits @2 :UInt64;
+  recalled @3 :UInt64;
+  real @4 :UInt64;
+}
+
+# What the router serving the segment's mailbox has done.
+struct LookaheadStats {
+  routerPid @0 :Int32;       # 0: no router has served it
+  k @1 :UInt32;
+  messages @2 :UInt64;
+  skipped @3 :UInt64;
+  prefetches @4 :UInt64;
+  prefetched @5 :UInt64;
+  layers @6 :List(GuessStats);
 }
 
 # The segment's stats block (shm/stats.h StatsSnapshot) plus what the daemon
@@ -96,6 +119,7 @@ struct Stats {
   readers @33 :UInt32;
   uptimeSeconds @34 :Float64;
   sessions @35 :UInt32;      # attachments not yet detached
+  lookahead @36 :LookaheadStats;
 }
 
 interface SluiceIo {

@@ -29,8 +29,8 @@ uint32_t lookahead_from_environment() {
 
 // Steps carry the writer's pid above bit 40, so the router never scores one
 // client's guess against another client's routing when several share a mailbox.
-Publisher::Publisher(Mailbox& mailbox, bool prefill)
-    : mailbox_(mailbox), prefill_(prefill), step_(uint64_t(::getpid()) << 40) {}
+Publisher::Publisher(const shm::Segment& segment, bool prefill)
+    : segment_(segment), mailbox_(segment), prefill_(prefill), step_(uint64_t(::getpid()) << 40) {}
 
 void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
                         std::span<const uint32_t> experts) {
@@ -39,7 +39,9 @@ void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> in
   started_ = true;
   last_layer_ = layer;
   if (rows > 1 && !prefill_) return;
-  if (rows > mailbox_.geometry().max_rows) return;  // a chunk wider than the mailbox: no lookahead for it
+  if (rows > mailbox_.shape().rows) return;  // a chunk wider than the mailbox: no lookahead for it
+  // No router has ever served this segment: nobody would read the message.
+  if (segment_.stats().lookahead.router_pid.load(std::memory_order_relaxed) == 0) return;
   if (mailbox_.publish(step_, layer, rows, input, experts_per_row, experts)) {
     ++published_;
   } else {
@@ -47,18 +49,27 @@ void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> in
   }
 }
 
-Lookahead::Lookahead(const Predictor& predictor, Mailbox& mailbox, uint32_t k, PrefetchSink sink)
-    : predictor_(predictor), mailbox_(mailbox), k_(k), sink_(std::move(sink)) {
+Lookahead::Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink)
+    : predictor_(predictor),
+      mailbox_(segment),
+      counters_(segment.stats().lookahead),
+      k_(k),
+      sink_(std::move(sink)) {
   if (k_ == 0) fail("router: lookahead of 0 experts (use no router instead)");
-  if (mailbox_.geometry().hidden != predictor_.hidden()) {
-    fail("router: mailbox hidden size {} differs from the model's {}", mailbox_.geometry().hidden, predictor_.hidden());
+  if (mailbox_.shape().width != predictor_.hidden()) {
+    fail("router: the segment's mailbox holds rows of {} values, the model's hidden size is {}",
+         mailbox_.shape().width, predictor_.hidden());
   }
   seen_ = mailbox_.sequence();
+  counters_.k.store(k_, std::memory_order_relaxed);
+  counters_.router_pid.store(::getpid(), std::memory_order_relaxed);
 }
 
 Lookahead::~Lookahead() {
   stopping_ = true;
   if (thread_.joinable()) thread_.join();
+  int32_t mine = ::getpid();
+  counters_.router_pid.compare_exchange_strong(mine, 0, std::memory_order_relaxed);
 }
 
 bool Lookahead::poll(std::chrono::nanoseconds wait) {
@@ -74,8 +85,9 @@ bool Lookahead::poll(std::chrono::nanoseconds wait) {
   stuck_since_.reset();
   const uint64_t skipped = seen_ == 0 ? 0 : (*sequence - seen_) / 2 - 1;
   seen_ = *sequence;
-  handle(message_, *sequence);
-  mailbox_.count_router(1, skipped, 0, 0);
+  handle(message_);
+  counters_.messages.fetch_add(1, std::memory_order_relaxed);
+  counters_.skipped.fetch_add(skipped, std::memory_order_relaxed);
   return true;
 }
 
@@ -95,7 +107,7 @@ void Lookahead::recover_if_stuck() {
   }
 }
 
-void Lookahead::handle(const MailboxMessage& message, uint32_t) {
+void Lookahead::handle(const shm::MailboxMessage& message) {
   score(message);
   pending_ = false;
   const std::optional<uint32_t> next = predictor_.next_moe_layer(message.layer);
@@ -104,7 +116,7 @@ void Lookahead::handle(const MailboxMessage& message, uint32_t) {
   guesses_.resize(message.rows);
   merged_.clear();
   for (uint32_t r = 0; r < message.rows; ++r) {
-    guesses_[r] = predictor_.predict(*next, std::span<const float>(&message.hidden[size_t{r} * hidden], hidden), k_);
+    guesses_[r] = predictor_.predict(*next, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
     for (uint32_t e : guesses_[r]) {
       if (std::find(merged_.begin(), merged_.end(), e) == merged_.end()) merged_.push_back(e);
     }
@@ -113,22 +125,27 @@ void Lookahead::handle(const MailboxMessage& message, uint32_t) {
   pending_step_ = message.step;
   pending_layer_ = *next;
   sink_(*next, merged_);
-  mailbox_.count_router(0, 0, 1, merged_.size());
+  counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
+  counters_.prefetched.fetch_add(merged_.size(), std::memory_order_relaxed);
 }
 
-void Lookahead::score(const MailboxMessage& message) {
+void Lookahead::score(const shm::MailboxMessage& message) {
   if (!pending_ || pending_step_ != message.step || pending_layer_ != message.layer ||
-      guesses_.size() != message.rows || message.experts_per_row == 0) {
+      guesses_.size() != message.rows || message.ids_per_row == 0 || message.layer >= shm::kStatLayers) {
     return;
   }
+  shm::GuessCounters& layer = counters_.layers[message.layer];
   for (uint32_t r = 0; r < message.rows; ++r) {
     const std::vector<uint32_t>& guess = guesses_[r];
-    const auto real = std::span<const uint32_t>(&message.experts[size_t{r} * message.experts_per_row],
-                                                message.experts_per_row);
+    const auto real =
+        std::span<const uint32_t>(&message.ids[size_t{r} * message.ids_per_row], message.ids_per_row);
     const bool rank1 = !guess.empty() && std::find(real.begin(), real.end(), guess[0]) != real.end();
     uint64_t recalled = 0;
     for (uint32_t e : real) recalled += std::find(guess.begin(), guess.end(), e) != guess.end();
-    mailbox_.score(message.layer, rank1, recalled, real.size());
+    layer.scored.fetch_add(1, std::memory_order_relaxed);
+    if (rank1) layer.rank1_hits.fetch_add(1, std::memory_order_relaxed);
+    layer.recalled.fetch_add(recalled, std::memory_order_relaxed);
+    layer.real.fetch_add(real.size(), std::memory_order_relaxed);
   }
 }
 

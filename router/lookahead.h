@@ -1,7 +1,8 @@
-// router/lookahead.h: both ends of lookahead. The Publisher is what a compute
-// client calls per MoE layer; the Lookahead reads the mailbox, guesses the
-// next MoE layer's experts, hands them to a prefetch sink and scores earlier
-// guesses against the real routing. Neither can change what the model computes.
+// router/lookahead.h: both ends of lookahead over the cache segment's
+// mailbox. The Publisher is what a compute client calls per MoE layer; the
+// Lookahead reads the mailbox, guesses the next MoE layer's experts, hands
+// them to a prefetch sink and scores earlier guesses against the real routing
+// in the segment's stats block. Neither can change what the model computes.
 #pragma once
 
 #include <atomic>
@@ -13,8 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "router/mailbox.h"
 #include "router/predictor.h"
+#include "shm/mailbox.h"
+#include "shm/segment.h"
 
 namespace sluice::router {
 
@@ -25,12 +27,14 @@ inline constexpr uint32_t kDefaultLookahead = 6;
 uint32_t lookahead_from_environment();
 
 // The compute client's side: numbers forward calls and publishes each MoE
-// layer's input and real routing. Decode steps (one token) always; chunks of
-// several tokens only with `prefill`, since the reference measured lookahead
-// evicting a chunk's records before use.
+// layer's input and real routing while a router serves the segment. Decode
+// steps (one token) always; chunks of several tokens only with `prefill`,
+// since lookahead evicted a chunk's records before use (bench decode, and the
+// reference engine).
 class Publisher {
  public:
-  Publisher(Mailbox& mailbox, bool prefill);
+  // `segment` must outlive the publisher and have a mailbox.
+  Publisher(const shm::Segment& segment, bool prefill);
   // `input` is rows × hidden, `experts` rows × experts_per_row (routing order).
   void publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
                std::span<const uint32_t> experts);
@@ -38,7 +42,8 @@ class Publisher {
   uint64_t busy() const { return busy_; }  // messages dropped: another writer held the mailbox
 
  private:
-  Mailbox& mailbox_;
+  const shm::Segment& segment_;
+  shm::Mailbox mailbox_;
   bool prefill_;
   uint64_t step_ = 0;
   uint32_t last_layer_ = 0;
@@ -52,8 +57,9 @@ using PrefetchSink = std::function<void(uint32_t layer, std::span<const uint32_t
 
 class Lookahead {
  public:
-  // `k` experts per token (>0). `predictor` and `mailbox` must outlive it.
-  Lookahead(const Predictor& predictor, Mailbox& mailbox, uint32_t k, PrefetchSink sink);
+  // `k` experts per token (>0). `predictor` and `segment` must outlive it.
+  // Registers this process as the segment's router until destroyed.
+  Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink);
   ~Lookahead();
   Lookahead(const Lookahead&) = delete;
   Lookahead& operator=(const Lookahead&) = delete;
@@ -66,18 +72,19 @@ class Lookahead {
   void stop();
 
  private:
-  void handle(const MailboxMessage& message, uint32_t sequence);
+  void handle(const shm::MailboxMessage& message);
   // A sequence left odd this long belongs to a writer that died mid-message.
   static constexpr std::chrono::seconds kDeadWriterAfter{1};
   void recover_if_stuck();
-  void score(const MailboxMessage& message);
+  void score(const shm::MailboxMessage& message);
 
   const Predictor& predictor_;
-  Mailbox& mailbox_;
+  shm::Mailbox mailbox_;
+  shm::LookaheadCounters& counters_;
   uint32_t k_;
   PrefetchSink sink_;
   uint32_t seen_ = 0;
-  MailboxMessage message_;
+  shm::MailboxMessage message_;
   // The guesses made for (pending_step_, pending_layer_), one per row.
   bool pending_ = false;
   uint64_t pending_step_ = 0;

@@ -1,7 +1,8 @@
-// router/predictor.cpp: loads the routers and ranks experts. The softmax and
-// tie rule mirror compute/model/transformer.cpp route() and the logits follow
-// the scalar f32 matvec order of compute/kernels (meson configures router/
-// before compute/, so neither can be linked here); a test holds them together.
+// router/predictor.cpp: loads the routers and ranks experts. The logits come
+// from the same f32 matvec (and instruction set) as the model's; the softmax
+// and tie rule mirror compute/model/transformer.cpp route(), which the router
+// cannot link (compute/model hosts the router, not the other way round); a
+// test holds the two together.
 #include "router/predictor.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "compute/kernels/quant.h"
 #include "proto/container.h"
 #include "proto/error.h"
 
@@ -37,26 +39,8 @@ std::vector<uint32_t> rank_experts(std::span<const float> logits, uint32_t k) {
   return order;
 }
 
-namespace {
-
-// y[r] = Σ_k w[r][k] x[k], k ascending, multiply then add: the documented
-// scalar order of kernels::f32_matvec (built with -ffp-contract=off).
-void matvec(const float* w, uint32_t rows, uint32_t cols, const float* x, float* y) {
-  for (uint32_t r = 0; r < rows; ++r) {
-    const float* row = w + size_t{r} * cols;
-    float sum = 0.0f;
-    for (uint32_t k = 0; k < cols; ++k) {
-      const float product = row[k] * x[k];
-      sum += product;
-    }
-    y[r] = sum;
-  }
-}
-
-}  // namespace
-
 Predictor::Predictor(const Container& container)
-    : hidden_(container.hidden_size()), top_k_(container.top_k()) {
+    : hidden_(container.hidden_size()), top_k_(container.top_k()), exec_{kernels::isa_from_environment(), nullptr} {
   routers_.resize(container.layer_count());
   experts_.assign(container.layer_count(), 0);
   for (const MoeLayerInfo& info : container.moe_layers()) {
@@ -87,7 +71,7 @@ std::vector<uint32_t> Predictor::predict(uint32_t layer, std::span<const float> 
   if (!is_moe(layer)) fail("router: layer {} has no router (dense or out of range)", layer);
   if (input.size() != hidden_) fail("router: input of layer {} has {} values, hidden size is {}", layer, input.size(), hidden_);
   logits_.resize(experts_[layer]);
-  matvec(routers_[layer].data(), experts_[layer], hidden_, input.data(), logits_.data());
+  kernels::f32_matvec(routers_[layer].data(), experts_[layer], hidden_, input.data(), logits_.data(), exec_);
   return rank_experts(logits_, k);
 }
 

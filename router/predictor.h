@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "compute/kernels/dispatch.h"
+
 namespace sluice {
 class Container;
 }
@@ -44,6 +46,7 @@ class Predictor {
   uint32_t top_k_ = 0;
   std::vector<std::vector<float>> routers_;  // by model layer; empty for dense layers
   std::vector<uint32_t> experts_;            // by model layer
+  kernels::Exec exec_;
   mutable std::vector<float> logits_;
 };
 

@@ -1,11 +1,10 @@
 // router/router_main.cpp: sluice-router, the lookahead process of a sluice-io
-// group: attach to the daemon, open the mailbox next to its segment, and turn
-// each published hidden state into a Cap'n Proto prefetch (origin router).
-// It never touches the cache segment and never blocks a compute client.
+// group: attach to the daemon, map its cache segment, read the hidden-state
+// mailbox in it, and turn each published hidden state into a Cap'n Proto
+// prefetch (origin router). It never pins a slot and never blocks a client.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +16,7 @@
 #include "proto/container.h"
 #include "proto/error.h"
 #include "router/lookahead.h"
+#include "shm/segment.h"
 
 namespace {
 
@@ -28,7 +28,6 @@ struct Options {
   std::string socket;
   std::string model;  // default: the container the daemon serves
   std::optional<uint32_t> lookahead;
-  uint32_t max_rows = 64;
 };
 
 void log_line(const std::string& text) { fmt::print(stderr, "sluice-router[{}]: {}\n", ::getpid(), text); }
@@ -41,27 +40,21 @@ int serve(const Options& options) {
   const std::string model = options.model.empty() ? rpc.stats().model : options.model;
   const Container container = Container::open(model);
   const ioworker::Attachment attachment = rpc.attach(container.identity());
+  const auto segment = shm::Segment::attach(attachment.segment_name, container.identity());
   const uint32_t k = options.lookahead ? *options.lookahead : router::lookahead_from_environment();
-  const std::string path = router::mailbox_path(socket);
-  const router::Predictor predictor(container);
-  auto mailbox = router::Mailbox::create_shared(
-      path, {predictor.hidden(), std::max<uint32_t>(options.max_rows, 1), predictor.top_k()}, container.identity());
-  mailbox->set_router(::getpid(), k);
-  log_line(fmt::format("lookahead {} for {} via {}, mailbox {}", k, model, socket, path));
+  log_line(fmt::format("lookahead {} for {} via {}, mailbox in /dev/shm/{}", k, model, socket, attachment.segment_name));
 
   if (k == 0) {
     // Off: stay a quiet member of the group so the supervisor does not restart it.
-    while (!g_stop) ::pause();
+    while (!g_stop && segment->owner_alive()) ::sleep(1);
   } else {
-    router::Lookahead lookahead(predictor, *mailbox, k, [&](uint32_t layer, std::span<const uint32_t> experts) {
+    const router::Predictor predictor(container);
+    router::Lookahead lookahead(predictor, *segment, k, [&](uint32_t layer, std::span<const uint32_t> experts) {
       rpc.prefetch(layer, experts, ioworker::RpcPrefetchOrigin::kRouter);
     });
-    while (!g_stop) lookahead.poll(std::chrono::milliseconds(200));
+    while (!g_stop && segment->owner_alive()) lookahead.poll(std::chrono::milliseconds(200));
   }
-  mailbox->set_router(0, k);
-  // A clean stop takes the mailbox with it; after a crash it stays, so the
-  // restarted router serves the clients that still write to it.
-  std::filesystem::remove(path);
+  if (!g_stop) fail("sluice-io (pid {}) stopped serving /dev/shm/{}", segment->header().owner_pid, attachment.segment_name);
   rpc.detach(attachment.session);
   log_line("stopped");
   return 0;
@@ -75,7 +68,6 @@ int main(int argc, char** argv) {
   app.add_option("--attach", options.socket, "control socket of sluice-io, or an instance name (default: 'default')");
   app.add_option("--model", options.model, "the container (default: the one the daemon serves)");
   app.add_option("--lookahead", options.lookahead, "experts guessed per token and layer (default SLUICE_LOOKAHEAD or 6; 0: off)");
-  app.add_option("--max-rows", options.max_rows, "tokens per published message (a prefill chunk)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   struct sigaction action {};
   action.sa_handler = on_signal;

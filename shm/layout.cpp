@@ -14,6 +14,8 @@ constexpr uint64_t kTableAlign = 64;
 constexpr uint64_t kMaxSlots = uint64_t{1} << 28;
 constexpr uint64_t kMaxRing = uint64_t{1} << 24;
 constexpr uint32_t kMaxPinsPerClient = 4096;  // FORMAT.md: experts per layer ≤ 4096
+constexpr uint32_t kMaxMailboxWidth = 1u << 20;
+constexpr uint32_t kMaxMailboxRows = 4096;
 
 uint64_t align_up(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
@@ -36,6 +38,12 @@ Layout compute_layout(const Geometry& g) {
   for (uint32_t ring : {g.demand_ring_capacity, g.prefetch_ring_capacity}) {
     if (ring == 0 || ring > kMaxRing) fail("cache geometry: ring capacity {} out of range", ring);
   }
+  const bool no_mailbox = g.mailbox_width == 0 && g.mailbox_rows == 0 && g.mailbox_ids == 0;
+  if (!no_mailbox && (g.mailbox_width == 0 || g.mailbox_width > kMaxMailboxWidth || g.mailbox_rows == 0 ||
+                      g.mailbox_rows > kMaxMailboxRows || g.mailbox_ids == 0 || g.mailbox_ids > kMaxPinsPerClient)) {
+    fail("cache geometry: mailbox of {} values × {} rows with {} ids per row out of range", g.mailbox_width,
+         g.mailbox_rows, g.mailbox_ids);
+  }
   Layout l;
   uint64_t at = align_up(sizeof(SegmentHeader), kTableAlign);
   l.stats = at;
@@ -51,12 +59,18 @@ Layout compute_layout(const Geometry& g) {
   at = align_up(at + sizeof(RingHeader) + uint64_t{g.demand_ring_capacity} * sizeof(RingEntry), kTableAlign);
   l.prefetch_ring = at;
   at = align_up(at + sizeof(RingHeader) + uint64_t{g.prefetch_ring_capacity} * sizeof(RingEntry), kTableAlign);
+  l.mailbox = at;
+  if (!no_mailbox) {
+    const uint64_t words = uint64_t{g.mailbox_rows} * (uint64_t{g.mailbox_width} + g.mailbox_ids);
+    at = align_up(at + sizeof(MailboxHeader) + words * sizeof(uint32_t), kTableAlign);
+  }
   l.data = align_up(at, kSlotAlign);
   l.total = l.data + uint64_t{g.slot_count} * g.slot_bytes;
   return l;
 }
 
-Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_clients, uint32_t pins_per_client) {
+Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_clients, uint32_t pins_per_client,
+                            MailboxShape mailbox) {
   Geometry g;
   g.slot_count = slots;
   g.slot_bytes = slot_bytes;
@@ -67,14 +81,17 @@ Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_cl
   g.demand_ring_capacity =
       static_cast<uint32_t>(std::clamp<uint64_t>(uint64_t{max_clients} * pins_per_client, 1, kMaxRing));
   g.prefetch_ring_capacity = static_cast<uint32_t>(std::clamp<uint64_t>(slots, 256, kMaxRing));
+  g.mailbox_width = mailbox.width;
+  g.mailbox_rows = mailbox.rows;
+  g.mailbox_ids = mailbox.ids;
   return g;
 }
 
 Geometry plan_geometry(uint64_t budget, uint32_t slot_bytes, uint32_t min_slots, uint32_t max_clients,
-                       uint32_t pins_per_client) {
+                       uint32_t pins_per_client, MailboxShape mailbox) {
   if (slot_bytes == 0) fail("cache geometry: slot size is zero");
   const auto total_for = [&](uint64_t slots) {
-    return compute_layout(geometry_for_slots(static_cast<uint32_t>(slots), slot_bytes, max_clients, pins_per_client)).total;
+    return compute_layout(geometry_for_slots(static_cast<uint32_t>(slots), slot_bytes, max_clients, pins_per_client, mailbox)).total;
   };
   // The largest slot count whose whole segment fits: bisect, the size grows with the count.
   uint64_t lo = 0, hi = std::min<uint64_t>(kMaxSlots, budget / slot_bytes);
@@ -91,7 +108,7 @@ Geometry plan_geometry(uint64_t budget, uint32_t slot_bytes, uint32_t min_slots,
     fail("cache budget of {} bytes holds {} slots of {} bytes; the minimum is {} slots ({} bytes)", budget, lo,
          slot_bytes, floor_slots, total_for(floor_slots));
   }
-  return geometry_for_slots(static_cast<uint32_t>(lo), slot_bytes, max_clients, pins_per_client);
+  return geometry_for_slots(static_cast<uint32_t>(lo), slot_bytes, max_clients, pins_per_client, mailbox);
 }
 
 }  // namespace sluice::shm

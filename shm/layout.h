@@ -12,7 +12,7 @@
 namespace sluice::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x47534543'49554C53;  // "SLUICESG"
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;  // 2: the hidden-state mailbox and lookahead counters
 inline constexpr size_t kSlotAlign = 4096;  // O_DIRECT reads land in slots
 inline constexpr uint32_t kMaxClients = 64;  // a slot's waiter set is a 64-bit mask
 inline constexpr uint32_t kStatLayers = 256;  // FORMAT.md: layers ≤ 256
@@ -35,8 +35,20 @@ struct Geometry {
   uint32_t index_capacity = 0;    // power of two ≥ 2 × slot_count
   uint32_t demand_ring_capacity = 0;
   uint32_t prefetch_ring_capacity = 0;
-  uint32_t reserved = 0;
+  // The hidden-state mailbox (shm/mailbox.h): values per row, rows per
+  // message, ids per row. All zero: the segment has no mailbox.
+  uint32_t mailbox_width = 0;
+  uint32_t mailbox_rows = 0;
+  uint32_t mailbox_ids = 0;
   bool operator==(const Geometry&) const = default;
+};
+
+// What a mailbox must hold: the compute client's MoE input (width = the
+// model's hidden size) for up to `rows` tokens, and `ids` routed experts per row.
+struct MailboxShape {
+  uint32_t width = 0;
+  uint32_t rows = 0;
+  uint32_t ids = 0;
 };
 
 // Byte offsets from the segment start; every one a multiple of 64, data 4096.
@@ -48,6 +60,7 @@ struct Layout {
   uint64_t index = 0;
   uint64_t demand_ring = 0;
   uint64_t prefetch_ring = 0;
+  uint64_t mailbox = 0;  // a MailboxHeader, then its words; 0 bytes long when absent
   uint64_t data = 0;
   uint64_t total = 0;
   bool operator==(const Layout&) const = default;
@@ -58,13 +71,14 @@ struct Layout {
 Layout compute_layout(const Geometry& geometry);
 
 // The geometry of a cache of `slots` slots, rings sized from it.
-Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_clients, uint32_t pins_per_client);
+Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_clients, uint32_t pins_per_client,
+                            MailboxShape mailbox = {});
 
 // The geometry of the largest cache that fits, segment and all, in `budget`
 // bytes: rings sized from the slot count. Throws Error naming the budget when
 // fewer than `min_slots` slots fit.
 Geometry plan_geometry(uint64_t budget, uint32_t slot_bytes, uint32_t min_slots, uint32_t max_clients,
-                       uint32_t pins_per_client);
+                       uint32_t pins_per_client, MailboxShape mailbox = {});
 
 enum class OwnerState : uint32_t { kStarting = 0, kServing = 1, kStopped = 2, kFailed = 3 };
 
@@ -88,6 +102,25 @@ struct SegmentHeader {
   // Guards the index, the rings, slot keys/pins/waiters and every pin list.
   // Process-shared and robust; never held across I/O or a futex wait.
   pthread_mutex_t lock;
+};
+
+// What lookahead's guesses scored against the real routing of one layer.
+struct GuessCounters {
+  std::atomic<uint64_t> scored{0};      // guesses compared with a real routing
+  std::atomic<uint64_t> rank1_hits{0};  // the guess at rank 1 was among the real experts
+  std::atomic<uint64_t> recalled{0};    // real experts that were among the guess
+  std::atomic<uint64_t> real{0};        // real experts compared
+};
+
+// Written by the router reading the mailbox (sluice-router or the embedded thread).
+struct LookaheadCounters {
+  std::atomic<int32_t> router_pid{0};  // 0: no router has served this segment
+  std::atomic<uint32_t> k{0};          // experts guessed per token and layer
+  std::atomic<uint64_t> messages{0};   // mailbox messages read
+  std::atomic<uint64_t> skipped{0};    // overwritten before the router read them
+  std::atomic<uint64_t> prefetches{0};  // prefetch requests sent
+  std::atomic<uint64_t> prefetched{0};  // experts asked for in them
+  GuessCounters layers[kStatLayers];
 };
 
 struct LayerCounters {
@@ -115,6 +148,7 @@ struct StatsBlock {
   std::atomic<uint64_t> read_ns_total{0};
   std::atomic<uint64_t> latency[kLatencyBuckets] = {};
   LayerCounters layers[kStatLayers];
+  LookaheadCounters lookahead;
 };
 
 enum class ClientState : uint32_t { kFree = 0, kActive = 1 };
@@ -152,6 +186,16 @@ struct alignas(64) SlotEntry {
   uint32_t origin = 0;              // ReadOrigin of the fill
   uint32_t used = 0;                // pinned by a client since it was filled
   char error[88] = {};              // why the fill failed (FAILED only)
+};
+
+// The mailbox's header; `rows × width` value words and `rows × ids` id
+// words follow it. Zero bytes are its valid empty state.
+struct alignas(64) MailboxHeader {
+  std::atomic<uint32_t> seq{0};  // odd while a writer is mid-message; the futex word readers sleep on
+  std::atomic<uint32_t> layer{0};
+  std::atomic<uint32_t> rows{0};
+  std::atomic<uint32_t> ids_per_row{0};
+  std::atomic<uint64_t> step{0};
 };
 
 struct IndexEntry {

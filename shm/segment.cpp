@@ -98,6 +98,12 @@ void Segment::initialize(const Geometry& geometry, uint64_t identity, const std:
   for (uint32_t i = 0; i < geometry.index_capacity; ++i) new (&table[i]) IndexEntry();
   new (&demand_ring()) RingHeader{0, 0, geometry.demand_ring_capacity, 0};
   new (&prefetch_ring()) RingHeader{0, 0, geometry.prefetch_ring_capacity, 0};
+  if (geometry.mailbox_width != 0) {
+    new (base_ + layout_.mailbox) MailboxHeader();
+    auto* words = reinterpret_cast<std::atomic<uint32_t>*>(base_ + layout_.mailbox + sizeof(MailboxHeader));
+    const uint64_t count = uint64_t{geometry.mailbox_rows} * (uint64_t{geometry.mailbox_width} + geometry.mailbox_ids);
+    for (uint64_t i = 0; i < count; ++i) new (&words[i]) std::atomic<uint32_t>(0);
+  }
   // The magic goes last: an attacher that sees it sees a complete segment.
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kSegmentMagic;
@@ -230,6 +236,15 @@ uint8_t* Segment::slot_data(uint32_t index) const {
 IndexEntry* Segment::index_table() const { return reinterpret_cast<IndexEntry*>(base_ + layout_.index); }
 RingHeader& Segment::demand_ring() const { return *reinterpret_cast<RingHeader*>(base_ + layout_.demand_ring); }
 RingHeader& Segment::prefetch_ring() const { return *reinterpret_cast<RingHeader*>(base_ + layout_.prefetch_ring); }
+
+MailboxHeader& Segment::mailbox_header() const {
+  if (geometry_.mailbox_width == 0) fail("cache segment {}: it has no hidden-state mailbox", name_.empty() ? "(embedded)" : name_);
+  return *reinterpret_cast<MailboxHeader*>(base_ + layout_.mailbox);
+}
+
+std::atomic<uint32_t>* Segment::mailbox_words() const {
+  return reinterpret_cast<std::atomic<uint32_t>*>(reinterpret_cast<uint8_t*>(&mailbox_header()) + sizeof(MailboxHeader));
+}
 
 bool Segment::owner_alive() const {
   const auto state = static_cast<OwnerState>(header_->owner_state.load(std::memory_order_acquire));

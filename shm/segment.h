@@ -57,6 +57,10 @@ class Segment {
   IndexEntry* index_table() const;
   RingHeader& demand_ring() const;
   RingHeader& prefetch_ring() const;
+  // The hidden-state mailbox (shm/mailbox.h); throws Error when the geometry has none.
+  MailboxHeader& mailbox_header() const;
+  // rows × width value words, then rows × ids id words.
+  std::atomic<uint32_t>* mailbox_words() const;
 
   // False once the owner has stopped or died: for a named segment, the
   // owner's flock is gone (a system call: call it only on slow paths).

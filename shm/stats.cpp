@@ -29,6 +29,17 @@ double histogram_quantile_us(const uint64_t* counts, uint32_t buckets, double q)
   return latency_bucket_upper_us(buckets - 1);
 }
 
+GuessStats LookaheadStats::total() const {
+  GuessStats sum;
+  for (const GuessStats& g : layers) {
+    sum.scored += g.scored;
+    sum.rank1_hits += g.rank1_hits;
+    sum.recalled += g.recalled;
+    sum.real += g.real;
+  }
+  return sum;
+}
+
 StatsSnapshot read_stats(const Segment& segment) {
   const StatsBlock& s = segment.stats();
   const auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
@@ -75,6 +86,18 @@ StatsSnapshot read_stats(const Segment& segment) {
     out.clients.push_back(ClientStats{c, e.pid, get(e.requests), get(e.hits), get(e.misses),
                                       static_cast<double>(get(e.wait_ns)) * 1e-9,
                                       now > beat ? static_cast<double>(now - beat) * 1e-9 : 0.0});
+  }
+  const LookaheadCounters& la = s.lookahead;
+  out.lookahead.router_pid = la.router_pid.load(std::memory_order_relaxed);
+  out.lookahead.k = la.k.load(std::memory_order_relaxed);
+  out.lookahead.messages = get(la.messages);
+  out.lookahead.skipped = get(la.skipped);
+  out.lookahead.prefetches = get(la.prefetches);
+  out.lookahead.prefetched = get(la.prefetched);
+  for (uint32_t l = 0; l < kStatLayers; ++l) {
+    const GuessCounters& g = la.layers[l];
+    if (get(g.scored) == 0) continue;
+    out.lookahead.layers.push_back(GuessStats{l, get(g.scored), get(g.rank1_hits), get(g.recalled), get(g.real)});
   }
   return out;
 }

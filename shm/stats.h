@@ -27,6 +27,22 @@ struct ClientStats {
   double heartbeat_age_seconds = 0;
 };
 
+// Lookahead's guesses at one layer, scored against the real routing.
+struct GuessStats {
+  uint32_t layer = 0;
+  uint64_t scored = 0, rank1_hits = 0, recalled = 0, real = 0;
+  double precision_at_1() const { return scored ? double(rank1_hits) / double(scored) : 0.0; }
+  double recall() const { return real ? double(recalled) / double(real) : 0.0; }
+};
+
+struct LookaheadStats {
+  int32_t router_pid = 0;  // 0: no router has served the segment
+  uint32_t k = 0;
+  uint64_t messages = 0, skipped = 0, prefetches = 0, prefetched = 0;
+  std::vector<GuessStats> layers;  // layers with any guess scored
+  GuessStats total() const;        // summed over layers (layer field 0)
+};
+
 struct StatsSnapshot {
   uint64_t hits = 0, inflight_hits = 0, misses = 0;
   uint64_t demand_reads = 0, prefetch_reads = 0, prefetch_requests = 0, prefetch_dropped = 0;
@@ -39,6 +55,7 @@ struct StatsSnapshot {
   uint32_t slots_ready = 0, slots_pinned = 0;
   std::vector<LayerStats> layers;    // layers with any traffic
   std::vector<ClientStats> clients;  // active clients
+  LookaheadStats lookahead;
   double hit_rate() const { return hits + misses == 0 ? 0.0 : double(hits) / double(hits + misses); }
 };
 

@@ -15,9 +15,9 @@
 #include "compute/model/engine.h"
 #include "compute/model/memory_plan.h"
 #include "compute/model/model_config.h"
+#include "compute/model/routing_tap.h"
 #include "proto/container.h"
 #include "proto/error.h"
-#include "router/engine_tap.h"
 #include "router/lookahead.h"
 
 namespace sluice::cli {
@@ -79,26 +79,17 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
     ioworker::WorkerOptions worker;
     worker.cache_bytes = cache_bytes;
     worker.quiet = true;
+    worker.mailbox_rows = options.prefill_chunk;  // the arm publishing prefill chunks needs whole chunks
     auto source = CachedExpertSource::embedded(container, worker);
     cached = source.get();
     return source;
   };
   Engine engine(flags.model, options);
-  const uint32_t hidden = engine.config().hidden, vocab = engine.config().vocab;
-  const router::Predictor predictor(engine.container());
-  auto mailbox = router::Mailbox::in_process({hidden, std::max<uint32_t>(options.prefill_chunk, 1), predictor.top_k()},
-                                             engine.container().identity());
-  router::Publisher publisher(*mailbox, arm.in_prefill);
-  std::unique_ptr<router::Lookahead> lookahead;
-  router::EngineTap tap(engine.transformer(), static_cast<uint32_t>(engine.container().moe_layers().size()));
-  if (arm.lookahead > 0) {
-    lookahead = std::make_unique<router::Lookahead>(
-        predictor, *mailbox, arm.lookahead, [&](uint32_t layer, std::span<const uint32_t> experts) {
-          cached->worker()->prefetch(layer, experts, ioworker::PrefetchOrigin::kRouter);
-        });
-    tap.set_publisher(&publisher);
-    lookahead->start();
-  }
+  const uint32_t vocab = engine.config().vocab;
+  RoutingOptions routing_options;
+  routing_options.lookahead = arm.lookahead;
+  routing_options.in_prefill = arm.in_prefill;
+  RoutingSession routing(engine, routing_options);
   const auto counters = [&] { return Counters{cached->stats(), cached->cache_stats()}; };
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
@@ -120,16 +111,10 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
     engine.transformer().forward(std::span<const int32_t>(&best, 1), logits, false);
   }
   result.decode = difference(after_prefill, counters(), seconds_since(t0));
-  if (lookahead) lookahead->stop();
-  uint64_t scored = 0, rank1 = 0, recalled = 0, real = 0;
-  for (const router::LayerAccuracy& a : mailbox->accuracy()) {
-    scored += a.scored;
-    rank1 += a.rank1_hits;
-    recalled += a.recalled;
-    real += a.real;
-  }
-  result.precision_at_1 = scored ? double(rank1) / double(scored) : 0.0;
-  result.recall = real ? double(recalled) / double(real) : 0.0;
+  routing.finish();
+  const shm::GuessStats guesses = routing.guesses();
+  result.precision_at_1 = guesses.precision_at_1();
+  result.recall = guesses.recall();
   return result;
 }
 

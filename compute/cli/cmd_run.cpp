@@ -12,12 +12,10 @@
 
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
-#include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
-#include "ioworker/rpc_socket.h"
+#include "compute/model/routing_tap.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/error.h"
-#include "router/engine_tap.h"
 #include "router/lookahead.h"
 
 namespace sluice::cli {
@@ -43,41 +41,11 @@ void write_row(std::ofstream& out, std::span<const float> row, const std::string
 }
 
 void run(const RunArgs& args) {
-  // Lookahead needs the embedded cache's worker: note it if the flags chose one.
-  EngineOptions options = args.engine.options();
-  CachedExpertSource* cached = nullptr;
-  if (options.expert_source) {
-    options.expert_source = [&cached, inner = options.expert_source](const Container& container) {
-      auto source = inner(container);
-      cached = dynamic_cast<CachedExpertSource*>(source.get());
-      return source;
-    };
-  }
-  Engine engine(args.model, options);
-  router::EngineTap tap(engine.transformer(), static_cast<uint32_t>(engine.container().moe_layers().size()));
-  std::optional<router::TraceWriter> trace;
-  if (!args.trace_out.empty()) tap.set_trace(&trace.emplace(args.trace_out));
-  const uint32_t lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
-  std::optional<router::Predictor> predictor;
-  std::unique_ptr<router::Mailbox> mailbox;
-  std::optional<router::Publisher> publisher;
-  std::optional<router::Lookahead> router_thread;
-  if (lookahead > 0 && cached != nullptr && cached->worker() != nullptr) {
-    predictor.emplace(engine.container());
-    mailbox = router::Mailbox::in_process({engine.config().hidden, 1, engine.config().top_k}, engine.container().identity());
-    tap.set_publisher(&publisher.emplace(*mailbox, false));
-    router_thread.emplace(*predictor, *mailbox, lookahead, [&cached](uint32_t layer, std::span<const uint32_t> experts) {
-      cached->worker()->prefetch(layer, experts, ioworker::PrefetchOrigin::kRouter);
-    });
-    router_thread->start();
-  } else if (lookahead > 0 && cached != nullptr && !args.engine.attach.empty()) {
-    // Attached: sluice-router, if one serves this daemon, reads our mailbox.
-    mailbox = router::Mailbox::open_shared(router::mailbox_path(ioworker::resolve_socket(args.engine.attach)),
-                                           engine.container().identity());
-    if (mailbox != nullptr && mailbox->geometry().hidden == engine.config().hidden) {
-      tap.set_publisher(&publisher.emplace(*mailbox, false));
-    }
-  }
+  Engine engine(args.model, args.engine.options());
+  RoutingOptions routing_options;
+  routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
+  routing_options.trace_out = args.trace_out;
+  RoutingSession routing(engine, routing_options);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
   std::vector<int32_t> prompt;
   if (!args.prompt_ids.empty()) {
@@ -111,7 +79,6 @@ void run(const RunArgs& args) {
         }
         return true;
       });
-  if (router_thread) router_thread->stop();
   const std::string tail = decoder.finish();
   text += tail;
   if (dump.is_open() && !generated.empty()) {
@@ -120,21 +87,10 @@ void run(const RunArgs& args) {
     engine.transformer().forward(std::span<const int32_t>(&generated.back(), 1), logits, false);
     write_row(dump, logits, args.dump_logits);
   }
-  if (trace) trace->close();
+  routing.finish();
 
   // The embedded router's guesses against the real routing, over every MoE layer.
-  double guess_p1 = 0, guess_recall = 0;
-  if (mailbox != nullptr) {
-    uint64_t scored = 0, rank1 = 0, recalled = 0, real = 0;
-    for (const router::LayerAccuracy& a : mailbox->accuracy()) {
-      scored += a.scored;
-      rank1 += a.rank1_hits;
-      recalled += a.recalled;
-      real += a.real;
-    }
-    guess_p1 = scored ? double(rank1) / double(scored) : 0.0;
-    guess_recall = real ? double(recalled) / double(real) : 0.0;
-  }
+  const shm::GuessStats guesses = routing.guesses();
   const double decode_rate = stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0;
   const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0;
   if (args.json) {
@@ -147,7 +103,11 @@ void run(const RunArgs& args) {
                           {"tok_per_s", decode_rate},
                           {"prefill_tok_per_s", prefill_rate},
                           {"experts", experts_json(stats.experts)}};
-    if (router_thread) out["lookahead"] = {{"k", lookahead}, {"precision_at_1", guess_p1}, {"recall", guess_recall}};
+    if (routing.runs_router()) {
+      out["lookahead"] = {{"k", routing_options.lookahead},
+                          {"precision_at_1", guesses.precision_at_1()},
+                          {"recall", guesses.recall()}};
+    }
     fmt::print("{}\n", out.dump());
   } else {
     fmt::print("{}\n", tail);
@@ -155,9 +115,9 @@ void run(const RunArgs& args) {
     fmt::print(stderr, "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; {}\n",
                stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens, prefill_rate,
                experts_summary(stats.experts));
-    if (router_thread) {
-      fmt::print(stderr, "sluice: lookahead {}: guesses P@1 {:.1f}%, recall {:.1f}% of the real experts\n", lookahead,
-                 100 * guess_p1, 100 * guess_recall);
+    if (routing.runs_router()) {
+      fmt::print(stderr, "sluice: lookahead {}: guesses P@1 {:.1f}%, recall {:.1f}% of the real experts\n",
+                 routing_options.lookahead, 100 * guesses.precision_at_1(), 100 * guesses.recall());
     }
   }
 }

@@ -17,7 +17,6 @@
 #include "ioworker/rpc_client.h"
 #include "ioworker/rpc_socket.h"
 #include "proto/error.h"
-#include "router/mailbox.h"
 
 namespace sluice::cli {
 namespace {
@@ -35,22 +34,20 @@ double read_gbps(const DaemonStats& now, const std::optional<DaemonStats>& previ
   return seconds <= 0 ? 0.0 : bytes / seconds / 1e9;
 }
 
-// sluice-router's guesses scored against the real routing, from the mailbox it
-// keeps for this daemon's socket; null when no router serves it.
-nlohmann::json router_json(const std::string& socket) {
-  const auto mailbox = router::Mailbox::open_shared(router::mailbox_path(socket), std::nullopt);
-  if (mailbox == nullptr) return nullptr;
-  const router::RouterCounters r = mailbox->router_counters();
+// The router's guesses scored against the real routing (from the segment's
+// stats block); null when no router has served this daemon.
+nlohmann::json router_json(const shm::LookaheadStats& r) {
+  if (r.router_pid == 0 && r.messages == 0) return nullptr;
   nlohmann::json layers = nlohmann::json::array();
-  for (const router::LayerAccuracy& a : mailbox->accuracy()) {
+  for (const shm::GuessStats& a : r.layers) {
     layers.push_back({{"layer", a.layer}, {"scored", a.scored}, {"precision_at_1", a.precision_at_1()},
                       {"recall", a.recall()}});
   }
-  return {{"pid", r.pid}, {"lookahead", r.lookahead}, {"messages", r.messages}, {"skipped", r.skipped},
+  return {{"pid", r.router_pid}, {"lookahead", r.k}, {"messages", r.messages}, {"skipped", r.skipped},
           {"prefetches", r.prefetches}, {"prefetched", r.prefetched}, {"layers", layers}};
 }
 
-nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& previous, const std::string& socket) {
+nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
   const auto& c = s.cache;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& layer : c.layers) {
@@ -101,10 +98,10 @@ nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& p
           {"read_latency_us", {{"p50", c.read_p50_us}, {"p90", c.read_p90_us}, {"p99", c.read_p99_us}}},
           {"layers", layers},
           {"clients", clients},
-          {"router", router_json(socket)}};
+          {"router", router_json(c.lookahead)}};
 }
 
-std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous, const std::string& socket) {
+std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
   const auto& c = s.cache;
   std::string out;
   out += fmt::format("sluice-io pid {} instance '{}' serving {}, up {:.1f} s\n", s.pid, s.instance, s.model,
@@ -133,7 +130,7 @@ std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& prev
     }
     out += "\n";
   }
-  if (const nlohmann::json r = router_json(socket); !r.is_null()) {
+  if (const nlohmann::json r = router_json(c.lookahead); !r.is_null()) {
     out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped), {} prefetches of {} experts\n",
                        r["pid"].get<int>(), r["lookahead"].get<uint32_t>(), r["messages"].get<uint64_t>(),
                        r["skipped"].get<uint64_t>(), r["prefetches"].get<uint64_t>(), r["prefetched"].get<uint64_t>());
@@ -179,9 +176,9 @@ void add_stats_command(CLI::App& app) {
     if (options->watch == 0) {
       const DaemonStats stats = client.stats();
       if (options->json) {
-        fmt::print("{}\n", to_json(stats, std::nullopt, socket).dump());
+        fmt::print("{}\n", to_json(stats, std::nullopt).dump());
       } else {
-        fmt::print("{}", to_text(stats, std::nullopt, socket));
+        fmt::print("{}", to_text(stats, std::nullopt));
       }
       return;
     }
@@ -191,9 +188,9 @@ void add_stats_command(CLI::App& app) {
     while (true) {
       const DaemonStats stats = client.stats();
       if (terminal) {
-        fmt::print("\033[H\033[2J{}", to_text(stats, previous, socket));  // home, clear, redraw
+        fmt::print("\033[H\033[2J{}", to_text(stats, previous));  // home, clear, redraw
       } else {
-        fmt::print("{}\n", to_json(stats, previous, socket).dump());
+        fmt::print("{}\n", to_json(stats, previous).dump());
       }
       std::fflush(stdout);
       previous = stats;

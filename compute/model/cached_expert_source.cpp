@@ -10,7 +10,7 @@ namespace sluice {
 namespace {
 
 // Two working sets (top-k experts of every MoE layer, twice), at least the minimum.
-uint64_t default_cache_bytes(const Container& container, uint32_t max_clients) {
+uint64_t default_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
   uint32_t stride = 0, widest = 0;
   for (const MoeLayerInfo& info : container.moe_layers()) {
     stride = std::max(stride, info.record_stride);
@@ -18,8 +18,10 @@ uint64_t default_cache_bytes(const Container& container, uint32_t max_clients) {
   }
   const auto slots = static_cast<uint32_t>(2ull * container.top_k() * container.moe_layers().size());
   const uint64_t two_sets =
-      shm::compute_layout(shm::geometry_for_slots(std::max<uint32_t>(slots, 1), stride, max_clients, widest)).total;
-  return std::max(two_sets, ioworker::min_cache_bytes(container, max_clients));
+      shm::compute_layout(shm::geometry_for_slots(std::max<uint32_t>(slots, 1), stride, max_clients, widest,
+                                                  ioworker::mailbox_shape(container, mailbox_rows)))
+          .total;
+  return std::max(two_sets, ioworker::min_cache_bytes(container, max_clients, mailbox_rows));
 }
 
 }  // namespace
@@ -27,7 +29,7 @@ uint64_t default_cache_bytes(const Container& container, uint32_t max_clients) {
 std::unique_ptr<CachedExpertSource> CachedExpertSource::embedded(const Container& container,
                                                                  ioworker::WorkerOptions options) {
   options.instance.clear();
-  if (options.cache_bytes == 0) options.cache_bytes = default_cache_bytes(container, options.max_clients);
+  if (options.cache_bytes == 0) options.cache_bytes = default_cache_bytes(container, options.max_clients, options.mailbox_rows);
   auto worker = std::make_unique<ioworker::Worker>(container, options);
   return std::unique_ptr<CachedExpertSource>(new CachedExpertSource(container, std::move(worker), nullptr));
 }

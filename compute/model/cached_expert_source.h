@@ -39,6 +39,7 @@ class CachedExpertSource final : public ExpertSource {
   // The whole cache's counters (all clients), for run summaries.
   shm::StatsSnapshot cache_stats() const;
   ioworker::Worker* worker() { return worker_.get(); }  // null when attached
+  shm::Segment& segment() { return segment_; }
 
  private:
   CachedExpertSource(const Container& container, std::unique_ptr<ioworker::Worker> worker,

@@ -47,6 +47,7 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   Transformer& transformer() { return *transformer_; }
   const ExpertSource& experts() const { return *source_; }
+  ExpertSource& experts() { return *source_; }
   size_t threads() const { return pool_.size(); }
 
   // Runs `tokens` through the model in chunks of at most prefill_chunk and

@@ -8,8 +8,11 @@
 
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
-#include "router/engine_tap.h"
+#include "compute/model/routing_tap.h"
+#include "ioworker/worker.h"
 #include "router/lookahead.h"
+#include "shm/mailbox.h"
+#include "shm/stats.h"
 #include "tests/ctl/tiny_container.h"
 
 using namespace sluice;
@@ -20,18 +23,24 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
   REQUIRE(container.moe_layers().size() >= 2);
   const Predictor predictor(container);
   const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
-  auto mailbox = Mailbox::in_process({predictor.hidden(), 1, predictor.top_k()}, container.identity());
+  auto segment = shm::Segment::create_anonymous(
+      ioworker::plan_cache_geometry(container, ioworker::min_cache_bytes(container, 2), 2), container.identity());
+  shm::Mailbox mailbox(*segment);
+  const auto accuracy = [&] { return shm::read_stats(*segment).lookahead; };
+  CHECK(accuracy().router_pid == 0);
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
-  Lookahead lookahead(predictor, *mailbox, 3, [&](uint32_t layer, std::span<const uint32_t> experts) {
+  Lookahead lookahead(predictor, *segment, 3, [&](uint32_t layer, std::span<const uint32_t> experts) {
     sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
   });
+  CHECK(accuracy().router_pid == ::getpid());
+  CHECK(accuracy().k == 3);
   CHECK_FALSE(lookahead.poll(std::chrono::milliseconds(0)));
 
   std::vector<float> hidden(predictor.hidden());
   for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::sin(0.37f * static_cast<float>(i));
   std::vector<uint32_t> real_first_ids(predictor.top_k());
   for (uint32_t i = 0; i < predictor.top_k(); ++i) real_first_ids[i] = i;
-  REQUIRE(mailbox->publish(1, first, 1, hidden, predictor.top_k(), real_first_ids));
+  REQUIRE(mailbox.publish(1, first, 1, hidden, predictor.top_k(), real_first_ids));
   REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
   REQUIRE(sent.size() == 1);
   CHECK(sent[0].first == second);
@@ -44,20 +53,20 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
   for (uint32_t e = 0; real.size() < predictor.top_k(); ++e) {
     if (std::find(expected.begin(), expected.end(), e) == expected.end()) real.push_back(e);
   }
-  REQUIRE(mailbox->publish(1, second, 1, hidden, predictor.top_k(), real));
+  REQUIRE(mailbox.publish(1, second, 1, hidden, predictor.top_k(), real));
   REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
-  const auto accuracy = mailbox->accuracy();
-  REQUIRE(accuracy.size() == 1);
-  CHECK(accuracy[0].layer == second);
-  CHECK(accuracy[0].scored == 1);
-  CHECK(accuracy[0].rank1_hits == 1);
-  CHECK(accuracy[0].recalled == 2);
-  CHECK(accuracy[0].real == predictor.top_k());
+  const auto scored = accuracy().layers;
+  REQUIRE(scored.size() == 1);
+  CHECK(scored[0].layer == second);
+  CHECK(scored[0].scored == 1);
+  CHECK(scored[0].rank1_hits == 1);
+  CHECK(scored[0].recalled == 2);
+  CHECK(scored[0].real == predictor.top_k());
   // A guess is scored only against the step it was made for.
-  REQUIRE(mailbox->publish(2, second, 1, hidden, predictor.top_k(), real));
+  REQUIRE(mailbox.publish(2, second, 1, hidden, predictor.top_k(), real));
   REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
-  CHECK(mailbox->accuracy()[0].scored == 1);
-  CHECK(mailbox->router_counters().messages == 3);
+  CHECK(accuracy().layers[0].scored == 1);
+  CHECK(accuracy().messages == 3);
 }
 
 namespace {
@@ -68,7 +77,6 @@ struct Outcome {
   std::vector<int32_t> tokens;
   std::vector<float> logits;  // every row the sampler saw
   shm::StatsSnapshot cache;
-  std::vector<LayerAccuracy> accuracy;
 };
 
 Outcome generate(Mode mode) {
@@ -88,17 +96,9 @@ Outcome generate(Mode mode) {
     return source;
   };
   Engine engine(model, options);
-  const Predictor predictor(engine.container());
-  auto mailbox = Mailbox::in_process({predictor.hidden(), 1, predictor.top_k()}, engine.container().identity());
-  Publisher publisher(*mailbox, false);
-  Lookahead lookahead(predictor, *mailbox, kDefaultLookahead, [&](uint32_t layer, std::span<const uint32_t> experts) {
-    cached->worker()->prefetch(layer, experts, ioworker::PrefetchOrigin::kRouter);
-  });
-  EngineTap tap(engine.transformer(), static_cast<uint32_t>(engine.container().moe_layers().size()));
-  if (mode != Mode::kOff) {
-    tap.set_publisher(&publisher);
-    lookahead.start();
-  }
+  RoutingOptions routing_options;
+  routing_options.lookahead = mode == Mode::kOff ? 0 : kDefaultLookahead;
+  RoutingSession routing(engine, routing_options);
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 7; ++i) prompt.push_back((i * 53 + 11) % static_cast<int32_t>(engine.config().vocab));
   SamplingParams sampling;
@@ -108,12 +108,11 @@ Outcome generate(Mode mode) {
   engine.generate(prompt, 16, sampling, {}, true, [&](int32_t token, std::span<const float> logits) {
     out.tokens.push_back(token);
     out.logits.insert(out.logits.end(), logits.begin(), logits.end());
-    if (mode == Mode::kStopped && out.tokens.size() == 6) lookahead.stop();  // the router dies mid-generation
+    if (mode == Mode::kStopped && out.tokens.size() == 6) routing.finish();  // the router stops mid-generation
     return true;
   });
-  lookahead.stop();
+  routing.finish();
   out.cache = cached->cache_stats();
-  out.accuracy = mailbox->accuracy();
   return out;
 }
 
@@ -137,8 +136,8 @@ TEST_CASE("output is bit-identical with lookahead off, on, and with the router s
   CHECK(on.cache.prefetch_requests > 0);
   CHECK(stopped.cache.prefetch_requests > 0);
   CHECK(stopped.cache.prefetch_requests < on.cache.prefetch_requests);
-  REQUIRE_FALSE(on.accuracy.empty());
-  for (const LayerAccuracy& a : on.accuracy) {
+  REQUIRE_FALSE(on.cache.lookahead.layers.empty());
+  for (const shm::GuessStats& a : on.cache.lookahead.layers) {
     CHECK(a.precision_at_1() >= 0.0);
     CHECK(a.precision_at_1() <= 1.0);
     CHECK(a.recalled <= a.real);
