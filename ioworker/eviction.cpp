@@ -21,7 +21,7 @@ bool evictable(const shm::SlotEntry& slot) {
                             state == shm::SlotState::kEmpty);
 }
 
-std::optional<uint32_t> Evictor::choose(const shm::Segment& segment) {
+std::optional<uint32_t> Evictor::next_empty(const shm::Segment& segment) {
   const uint32_t count = segment.geometry().slot_count;
   while (empty_cursor_ < count) {
     const uint32_t s = empty_cursor_++;
@@ -30,6 +30,28 @@ std::optional<uint32_t> Evictor::choose(const shm::Segment& segment) {
       return s;
     }
   }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> Evictor::choose_cold(const shm::Segment& segment, uint64_t cold_before) {
+  if (auto empty = next_empty(segment)) return empty;
+  const uint32_t count = segment.geometry().slot_count;
+  std::uniform_int_distribution<uint32_t> pick(0, count - 1);
+  std::optional<uint32_t> best;
+  for (int i = 0; i < kSamples; ++i) {
+    const uint32_t s = pick(rng_);
+    const shm::SlotEntry& slot = segment.slot(s);
+    // Cold: untouched lately, and never reused since its fill (one pin, or
+    // an unused guess): a record that has been reused is worth more than a guess.
+    if (!evictable(slot) || slot.last_access >= cold_before || slot.hits > 1) continue;
+    if (!best || better_victim(slot, segment.slot(*best), policy_)) best = s;
+  }
+  return best;
+}
+
+std::optional<uint32_t> Evictor::choose(const shm::Segment& segment) {
+  if (auto empty = next_empty(segment)) return empty;
+  const uint32_t count = segment.geometry().slot_count;
   std::optional<uint32_t> best;
   const auto consider = [&](uint32_t s) {
     const shm::SlotEntry& slot = segment.slot(s);

@@ -98,6 +98,13 @@ class Worker::Impl {
   shm::IndexView index() const;
 
   Evictor evictor_;
+  // A prefetch never evicts a slot accessed within this many clock ticks.
+  // A cache of at least one token's working set keeps what the next token
+  // reuses: protect about one token (a pin per routed expert plus its demand
+  // fills; prefetch fills do not tick). A smaller cache keeps nothing for a
+  // token, so only the layer in flight is protected. bench decode measured
+  // both sides of that line (FORMAT.md has no say: this is policy).
+  uint64_t cold_window_ = 0;
   uint32_t depth_;
   std::deque<shm::RingEntry> demand_;    // scheduler thread only
   std::deque<shm::RingEntry> prefetch_;  // scheduler thread only
@@ -116,6 +123,8 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
       plan_cache_geometry(container, options.cache_bytes, options.max_clients, options.mailbox_rows);
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
                                       : shm::Segment::create(options.instance, geometry, container.identity());
+  const uint64_t working_set = uint64_t{container.top_k()} * container.moe_layers().size();
+  cold_window_ = geometry.slot_count >= working_set ? 2 * working_set : 2ull * container.top_k();
   const Completion on_complete = [this](const ReadJob& job, std::optional<std::string> problem) {
     complete(job, std::move(problem));
   };
@@ -272,7 +281,9 @@ void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
     stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const std::optional<uint32_t> slot = evictor_.choose(*segment_);
+  const uint64_t clock = segment_->header().clock.load(std::memory_order_relaxed);
+  const std::optional<uint32_t> slot =
+      evictor_.choose_cold(*segment_, clock > cold_window_ ? clock - cold_window_ : 0);
   if (!slot) {
     stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -301,7 +312,11 @@ void Worker::Impl::fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pas
   ++s.generation;
   // LFRU: a fresh fill counts one use; a demand pin right after adds its own.
   s.hits = origin == shm::ReadOrigin::kDemand ? 0 : 1;
-  s.last_access = segment_->header().clock.fetch_add(1, std::memory_order_relaxed) + 1;
+  // A speculative fill does not advance the clock: guesses must not make
+  // every other slot look older (and so evictable by the next guess).
+  std::atomic<uint64_t>& clock = segment_->header().clock;
+  s.last_access = origin == shm::ReadOrigin::kDemand ? clock.fetch_add(1, std::memory_order_relaxed) + 1
+                                                     : clock.load(std::memory_order_relaxed);
   s.origin = static_cast<uint32_t>(origin);
   s.used = 0;
   s.waiters = 0;

@@ -76,8 +76,8 @@ class Worker {
   const char* backend_name() const;  // "io_uring" or "threads"
 
   // Queues reads of `experts` of `layer` that are not cached yet, behind every
-  // demand read; dropped (and counted) when no unpinned slot is free or the
-  // queue is full. Thread-safe; never blocks on I/O. Throws Error for a layer
+  // demand read; dropped (and counted) when the queue is full or, when its
+  // turn comes, no slot has gone cold (eviction.h choose_cold). Thread-safe; never blocks on I/O. Throws Error for a layer
   // without experts or an expert out of range.
   void prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin);
 

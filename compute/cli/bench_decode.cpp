@@ -1,7 +1,8 @@
-// compute/cli/bench_decode.cpp: `sluice bench decode`, greedy decode over the
-// embedded expert cache at a given budget, with lookahead off and on (and on
-// in prefill too) in one process, each arm on a fresh cache. Measures, never
-// asserts; the arms must produce the same tokens, which it checks.
+// compute/cli/bench_decode.cpp: `sluice bench decode`, decode (greedy, or a
+// seeded draw) over the embedded expert cache at a given budget, with
+// lookahead off and on (and on in prefill too) in one process, each arm on a
+// fresh cache. Measures, never asserts; the arms must produce the same tokens,
+// which it checks.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "compute/model/memory_plan.h"
 #include "compute/model/model_config.h"
 #include "compute/model/routing_tap.h"
+#include "compute/model/sampler.h"
 #include "proto/container.h"
 #include "proto/error.h"
 #include "router/lookahead.h"
@@ -30,6 +32,8 @@ struct DecodeFlags {
   uint32_t tokens = 32;
   uint32_t prompt_tokens = 64;
   uint32_t lookahead = router::kDefaultLookahead;
+  float temperature = 0.0f;
+  uint64_t seed = 0;
   size_t threads = 0;
   bool json = false;
 };
@@ -104,11 +108,15 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   engine.prefill(prompt, logits);
   const Counters after_prefill = counters();
   result.prefill = difference(start, after_prefill, seconds_since(t0));
+  SamplingParams sampling;
+  sampling.temperature = flags.temperature;
+  sampling.seed = flags.seed;
+  Sampler sampler(sampling);
   t0 = Clock::now();
   for (uint32_t n = 0; n < flags.tokens; ++n) {
-    const auto best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    result.tokens.push_back(best);
-    engine.transformer().forward(std::span<const int32_t>(&best, 1), logits, false);
+    const int32_t next = sampler.sample(logits, result.tokens);
+    result.tokens.push_back(next);
+    engine.transformer().forward(std::span<const int32_t>(&next, 1), logits, false);
   }
   result.decode = difference(after_prefill, counters(), seconds_since(t0));
   routing.finish();
@@ -147,7 +155,8 @@ void run_decode(const DecodeFlags& flags) {
 
   if (flags.json) {
     nlohmann::json out = {{"model", flags.model}, {"budget", flags.budget}, {"cache_bytes", cache_bytes}, {"prompt_tokens", flags.prompt_tokens},
-                          {"tokens", flags.tokens}, {"arms", nlohmann::json::array()}};
+                          {"tokens", flags.tokens}, {"temperature", flags.temperature}, {"seed", flags.seed},
+                          {"arms", nlohmann::json::array()}};
     for (const ArmResult& r : results) {
       out["arms"].push_back({{"name", r.arm.name},
                              {"lookahead", r.arm.lookahead},
@@ -176,7 +185,7 @@ void run_decode(const DecodeFlags& flags) {
 
 void add_bench_decode(CLI::App& bench) {
   auto flags = std::make_shared<DecodeFlags>();
-  CLI::App* cmd = bench.add_subcommand("decode", "greedy decode over the expert cache, lookahead off and on");
+  CLI::App* cmd = bench.add_subcommand("decode", "decode over the expert cache, lookahead off and on");
   cmd->add_option("MODEL", flags->model, "the .sluice container")->required();
   cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run`, e.g. one working set above the floor")
       ->required();
@@ -184,9 +193,18 @@ void add_bench_decode(CLI::App& bench) {
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();
   cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")->capture_default_str();
+  cmd->add_option("--temp", flags->temperature,
+                  "sampling temperature (0: greedy); a seeded draw gives every arm the same tokens")
+      ->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "compute threads (default: SLUICE_THREADS or every core)");
   cmd->add_flag("--json", flags->json, "print JSON instead of text");
-  cmd->callback([flags] { run_decode(*flags); });
+  cmd->callback([flags] {
+    SamplingParams sampling;
+    sampling.temperature = flags->temperature;
+    validate(sampling);
+    run_decode(*flags);
+  });
 }
 
 }  // namespace sluice::cli
