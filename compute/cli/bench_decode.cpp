@@ -34,6 +34,7 @@ struct DecodeFlags {
   uint32_t lookahead = router::kDefaultLookahead;
   float temperature = 0.0f;
   uint64_t seed = 0;
+  uint32_t repeat = 1;
   size_t threads = 0;
   bool json = false;
 };
@@ -83,7 +84,7 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
     ioworker::WorkerOptions worker;
     worker.cache_bytes = cache_bytes;
     worker.quiet = true;
-    worker.mailbox_rows = options.prefill_chunk;  // the arm publishing prefill chunks needs whole chunks
+    worker.mailbox_rows = kPlanChunkTokens;  // every arm: the one publishing prefill chunks needs whole chunks
     auto source = CachedExpertSource::embedded(container, worker);
     cached = source.get();
     return source;
@@ -138,8 +139,38 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"wait_seconds", f.wait_seconds}};
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// One arm's runs, summarized by medians (the machine is shared and noisy).
+struct ArmSummary {
+  double tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0, prefill_seconds = 0, prefill_bytes = 0;
+};
+
+ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
+  std::vector<double> rate, hits, bytes, wait, prefill, prefill_bytes;
+  for (const ArmResult& r : runs) {
+    const PhaseFigures& d = r.decode;
+    rate.push_back(d.seconds > 0 ? tokens / d.seconds : 0.0);
+    hits.push_back(d.requests ? double(d.hits) / double(d.requests) : 0.0);
+    bytes.push_back(tokens ? double(d.bytes_read) / tokens : 0.0);
+    wait.push_back(d.wait_seconds);
+    prefill.push_back(r.prefill.seconds);
+    prefill_bytes.push_back(double(r.prefill.bytes_read));
+  }
+  return {median(rate), median(hits), median(bytes), median(wait), median(prefill), median(prefill_bytes)};
+}
+
 void run_decode(const DecodeFlags& flags) {
-  const uint64_t cache_bytes = cache_bytes_for_budget(Container::open(flags.model), flags.budget);
+  if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
+  const Container container = Container::open(flags.model);
+  // Every arm gets the same segment, with a mailbox wide enough for a prefill chunk.
+  const uint64_t cache_bytes =
+      std::max(cache_bytes_for_budget(container, flags.budget),
+               ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients, kPlanChunkTokens));
   std::vector<Arm> arms;
   if (flags.compare) {
     arms = {{"lookahead off", 0, false}, {"lookahead on", flags.lookahead, false},
@@ -147,37 +178,61 @@ void run_decode(const DecodeFlags& flags) {
   } else {
     arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false}};
   }
-  std::vector<ArmResult> results;
-  for (const Arm& arm : arms) results.push_back(run_arm(flags, arm, cache_bytes));
-  for (const ArmResult& r : results) {
-    if (r.tokens != results.front().tokens) fail("bench decode: '{}' generated other tokens than '{}'", r.arm.name, results.front().arm.name);
+  // Rounds interleave the arms, so drift in the machine's load hits them alike.
+  std::vector<std::vector<ArmResult>> runs(arms.size());
+  for (uint32_t round = 0; round < flags.repeat; ++round) {
+    for (size_t a = 0; a < arms.size(); ++a) {
+      runs[a].push_back(run_arm(flags, arms[a], cache_bytes));
+      if (runs[a].back().tokens != runs[0][0].tokens) {
+        fail("bench decode: '{}' generated other tokens than '{}'", arms[a].name, arms[0].name);
+      }
+    }
   }
+  std::vector<ArmSummary> summaries;
+  for (const auto& arm_runs : runs) summaries.push_back(summarize(arm_runs, flags.tokens));
+  const double off_rate = summaries[0].tok_per_s;
 
   if (flags.json) {
-    nlohmann::json out = {{"model", flags.model}, {"budget", flags.budget}, {"cache_bytes", cache_bytes}, {"prompt_tokens", flags.prompt_tokens},
-                          {"tokens", flags.tokens}, {"temperature", flags.temperature}, {"seed", flags.seed},
+    nlohmann::json out = {{"model", flags.model}, {"budget", flags.budget}, {"cache_bytes", cache_bytes},
+                          {"prompt_tokens", flags.prompt_tokens}, {"tokens", flags.tokens},
+                          {"temperature", flags.temperature}, {"seed", flags.seed}, {"repeat", flags.repeat},
                           {"arms", nlohmann::json::array()}};
-    for (const ArmResult& r : results) {
-      out["arms"].push_back({{"name", r.arm.name},
-                             {"lookahead", r.arm.lookahead},
-                             {"lookahead_in_prefill", r.arm.in_prefill},
-                             {"precision_at_1", r.precision_at_1},
-                             {"recall", r.recall},
-                             {"prefill", phase_json(r.prefill, flags.prompt_tokens)},
-                             {"decode", phase_json(r.decode, flags.tokens)}});
+    for (size_t a = 0; a < arms.size(); ++a) {
+      const ArmSummary& m = summaries[a];
+      nlohmann::json each = nlohmann::json::array();
+      for (const ArmResult& r : runs[a]) {
+        each.push_back({{"prefill", phase_json(r.prefill, flags.prompt_tokens)},
+                        {"decode", phase_json(r.decode, flags.tokens)}});
+      }
+      out["arms"].push_back({{"name", arms[a].name},
+                             {"lookahead", arms[a].lookahead},
+                             {"lookahead_in_prefill", arms[a].in_prefill},
+                             {"precision_at_1", runs[a].back().precision_at_1},
+                             {"recall", runs[a].back().recall},
+                             {"median", {{"decode_tok_per_s", m.tok_per_s},
+                                         {"decode_speedup_vs_first_arm", off_rate > 0 ? m.tok_per_s / off_rate : 0.0},
+                                         {"demand_hit_rate", m.hit_rate},
+                                         {"bytes_read_per_token", m.bytes_per_token},
+                                         {"wait_seconds", m.wait_seconds},
+                                         {"prefill_seconds", m.prefill_seconds},
+                                         {"prefill_bytes_read", m.prefill_bytes}}},
+                             {"runs", each}});
     }
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("decode of {} tokens after a {}-token prompt, budget {}: cache {}\n", flags.tokens, flags.prompt_tokens,
-             flags.budget, format_bytes(cache_bytes));
-  for (const ArmResult& r : results) {
-    const PhaseFigures& d = r.decode;
-    fmt::print("  {:<30} decode {:.2f} tok/s, {:.1f}% demand hits, {:.2f} MB/token, {:.2f} s waiting",
-               r.arm.name, d.seconds > 0 ? flags.tokens / d.seconds : 0.0,
-               d.requests ? 100.0 * d.hits / d.requests : 0.0, d.bytes_read / 1e6 / flags.tokens, d.wait_seconds);
-    if (r.arm.lookahead) fmt::print("; guesses P@1 {:.1f}%, recall {:.1f}%", 100 * r.precision_at_1, 100 * r.recall);
-    fmt::print("; prefill {:.2f} s, {:.1f} MB\n", r.prefill.seconds, r.prefill.bytes_read / 1e6);
+  fmt::print("decode of {} tokens after a {}-token prompt, budget {}: cache {}; medians of {} run{}\n", flags.tokens,
+             flags.prompt_tokens, flags.budget, format_bytes(cache_bytes), flags.repeat, flags.repeat == 1 ? "" : "s");
+  for (size_t a = 0; a < arms.size(); ++a) {
+    const ArmSummary& m = summaries[a];
+    fmt::print("  {:<30} decode {:.2f} tok/s ({:.2f}x), {:.1f}% demand hits, {:.2f} MB/token, {:.2f} s waiting",
+               arms[a].name, m.tok_per_s, off_rate > 0 ? m.tok_per_s / off_rate : 0.0, 100 * m.hit_rate,
+               m.bytes_per_token / 1e6, m.wait_seconds);
+    if (arms[a].lookahead) {
+      fmt::print("; guesses P@1 {:.1f}%, recall {:.1f}%", 100 * runs[a].back().precision_at_1,
+                 100 * runs[a].back().recall);
+    }
+    fmt::print("; prefill {:.2f} s, {:.1f} MB\n", m.prefill_seconds, m.prefill_bytes / 1e6);
   }
 }
 
@@ -197,6 +252,8 @@ void add_bench_decode(CLI::App& bench) {
                   "sampling temperature (0: greedy); a seeded draw gives every arm the same tokens")
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--repeat", flags->repeat, "rounds of every arm, interleaved; figures are medians")
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "compute threads (default: SLUICE_THREADS or every core)");
   cmd->add_flag("--json", flags->json, "print JSON instead of text");
   cmd->callback([flags] {

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "compute/model/model_config.h"
+#include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
 
@@ -355,7 +356,10 @@ uint64_t cache_bytes_for_budget(const Container& container, const std::string& b
   PlanRequest request;
   request.context = config.context_or_default(context);
   if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
-  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
+  const uint64_t planned = plan_memory(container, config, request, read_usable_ram()).cache_bytes;
+  // The plan's minimum cache counts slots only; the segment also carries its
+  // tables, so never ask the worker for less than it needs to start (as sluice-io does).
+  return std::max(planned, ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients));
 }
 
 }  // namespace sluice

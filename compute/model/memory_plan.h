@@ -91,8 +91,9 @@ MemoryPlan plan_memory(const Container& container, const ModelConfig& config, co
 
 // The expert cache a budget buys under the plan rule, at `context` (0: the
 // model's default): `budget` as --budget gives it (empty: the chosen budget),
-// minus the floor, plus the minimum cache. `sluice run` and the benchmarks
-// size their in-process cache with it.
+// minus the floor, plus the minimum cache, and never less than the smallest
+// segment the worker starts with. `sluice run` and the benchmarks size their
+// in-process cache with it.
 uint64_t cache_bytes_for_budget(const Container& container, const std::string& budget, uint32_t context = 0);
 
 // Parses a size with an optional K/M/G/T suffix (1024-based, optional
