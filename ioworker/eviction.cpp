@@ -39,7 +39,7 @@ std::optional<uint32_t> Evictor::choose_cold(const shm::Segment& segment, uint64
   std::uniform_int_distribution<uint32_t> pick(0, count - 1);
   std::optional<uint32_t> best;
   for (int i = 0; i < kSamples; ++i) {
-    const uint32_t s = pick(rng_);
+    const uint32_t s = pick(cold_rng_);
     const shm::SlotEntry& slot = segment.slot(s);
     // Cold: untouched lately, and never reused since its fill (one pin, or
     // an unused guess): a record that has been reused is worth more than a guess.

@@ -16,7 +16,7 @@ namespace sluice::ioworker {
 
 class Evictor {
  public:
-  Evictor(EvictionPolicy policy, uint64_t seed) : policy_(policy), rng_(seed) {}
+  Evictor(EvictionPolicy policy, uint64_t seed) : policy_(policy), rng_(seed), cold_rng_(~seed) {}
   // A slot that may take a new key now, or nothing when every slot is
   // pinned or loading.
   std::optional<uint32_t> choose(const shm::Segment& segment);
@@ -32,6 +32,9 @@ class Evictor {
 
   EvictionPolicy policy_;
   std::mt19937_64 rng_;
+  // Guesses sample from their own stream, so a dropped guess cannot change
+  // which slots demand reads evict (runs with lookahead on and off compare).
+  std::mt19937_64 cold_rng_;
   uint32_t empty_cursor_ = 0;  // slots below it have been filled once
 };
 
