@@ -16,13 +16,13 @@
 #include <kj/exception.h>
 #include <unistd.h>
 
-#include "compute/model/memory_plan.h"
-#include "compute/model/model_config.h"
+#include "ioworker/memory_plan.h"
 #include "ioworker/rpc_server.h"
 #include "ioworker/rpc_socket.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 #include "shm/segment.h"
 
 namespace {

@@ -14,12 +14,12 @@
 #include "compute/cli/commands.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
-#include "compute/model/memory_plan.h"
-#include "compute/model/model_config.h"
 #include "compute/model/routing_tap.h"
 #include "compute/model/sampler.h"
+#include "ioworker/memory_plan.h"
 #include "proto/container.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 #include "router/lookahead.h"
 
 namespace sluice::cli {

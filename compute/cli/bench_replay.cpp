@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "compute/cli/commands.h"
-#include "compute/model/memory_plan.h"
-#include "compute/model/model_config.h"
+#include "ioworker/memory_plan.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 #include "router/replay.h"
 #include "shm/client.h"
 #include "shm/stats.h"

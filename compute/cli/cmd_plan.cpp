@@ -1,5 +1,5 @@
 // compute/cli/cmd_plan.cpp: `sluice plan MODEL [--ctx N] [--budget SIZE]
-// [--json]`: the floor, working set and budget of compute/model/memory_plan.h
+// [--json]`: the floor, working set and budget of ioworker/memory_plan.h
 // for a container. It reads the manifest only; it never loads the trunk.
 #include <cstdio>
 #include <memory>
@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "compute/cli/commands.h"
-#include "compute/model/memory_plan.h"
-#include "compute/model/model_config.h"
+#include "ioworker/memory_plan.h"
 #include "proto/container.h"
+#include "proto/model_config.h"
 
 namespace sluice::cli {
 

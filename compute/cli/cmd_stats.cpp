@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "compute/cli/commands.h"
-#include "compute/model/memory_plan.h"
+#include "ioworker/memory_plan.h"
 #include "ioworker/rpc_client.h"
 #include "ioworker/rpc_socket.h"
 #include "proto/error.h"

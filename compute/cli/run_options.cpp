@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "compute/model/cached_expert_source.h"
-#include "compute/model/memory_plan.h"
+#include "ioworker/memory_plan.h"
 #include "ioworker/rpc_client.h"
 #include "ioworker/rpc_socket.h"
 #include "proto/error.h"

@@ -12,11 +12,11 @@
 
 #include "compute/kernels/thread_pool.h"
 #include "compute/model/expert_source.h"
-#include "compute/model/model_config.h"
 #include "compute/model/sampler.h"
 #include "compute/model/transformer.h"
 #include "compute/model/weights.h"
 #include "proto/container.h"
+#include "proto/model_config.h"
 
 namespace sluice {
 

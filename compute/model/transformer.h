@@ -15,8 +15,8 @@
 #include "compute/kernels/thread_pool.h"
 #include "compute/model/attention.h"
 #include "compute/model/expert_source.h"
-#include "compute/model/model_config.h"
 #include "compute/model/weights.h"
+#include "proto/model_config.h"
 
 namespace sluice {
 

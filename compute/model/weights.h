@@ -11,8 +11,8 @@
 #include "compute/kernels/dispatch.h"
 #include "compute/kernels/quant.h"
 #include "compute/kernels/rvq.h"
-#include "compute/model/model_config.h"
 #include "proto/container.h"
+#include "proto/model_config.h"
 
 namespace sluice {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <unistd.h>
 
-#include "compute/model/memory_plan.h"
-#include "compute/model/model_config.h"
+#include "ioworker/memory_plan.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;

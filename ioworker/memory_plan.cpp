@@ -1,7 +1,7 @@
-// compute/model/memory_plan.cpp: the floor, working set and budget rule of
+// ioworker/memory_plan.cpp: the floor, working set and budget rule of
 // design.md ("Memory: floor, budget, cache") and the cgroup walk behind usable
 // RAM. Pure arithmetic over the manifest and a few small /proc and /sys files.
-#include "compute/model/memory_plan.h"
+#include "ioworker/memory_plan.h"
 
 #include <algorithm>
 #include <cctype>
@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
-#include "compute/model/model_config.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 
 namespace sluice {
 namespace {

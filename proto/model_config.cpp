@@ -1,5 +1,5 @@
-// compute/model/model_config.cpp: family-specific reading of config.json.
-#include "compute/model/model_config.h"
+// proto/model_config.cpp: family-specific reading of config.json.
+#include "proto/model_config.h"
 
 #include <algorithm>
 

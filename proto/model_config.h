@@ -1,4 +1,4 @@
-// compute/model/model_config.h: the hyperparameters of one model, read from
+// proto/model_config.h: the hyperparameters of one model, read from
 // the checkpoint's config.json (kept verbatim in the container manifest) and
 // checked. Nothing here touches weights.
 #pragma once

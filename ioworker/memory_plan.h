@@ -1,4 +1,4 @@
-// compute/model/memory_plan.h: how much RAM a container needs at a context
+// ioworker/memory_plan.h: how much RAM a container needs at a context
 // length (the floor), one token's expert working set, the RAM this process may
 // use (physical memory and every cgroup limit above it) and the budget chosen
 // from them. It only reads the manifest and /proc, /sys: it never allocates

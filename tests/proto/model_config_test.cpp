@@ -1,8 +1,8 @@
 // Reading config.json: family differences, dense-layer rules, refusals by key.
 #include <doctest/doctest.h>
 
-#include "compute/model/model_config.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 
 using namespace sluice;
 using nlohmann::json;
