@@ -209,6 +209,10 @@ PlanInputs plan_inputs(const Container& container) {
   for (const auto& layer : container.moe_layers()) {
     inputs.record_stride = std::max<uint64_t>(inputs.record_stride, layer.record_stride);
   }
+  if (inputs.moe_layers > 0) {
+    inputs.cache_tables_bytes = ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients) -
+                                2 * inputs.top_k * inputs.record_stride;
+  }
   return inputs;
 }
 
@@ -230,7 +234,8 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   plan.scratch_bytes = plan_scratch_bytes(config, request.context, kPlanChunkTokens);
   plan.record_stride = inputs.record_stride;
   const uint64_t top_k = inputs.top_k;
-  plan.min_cache_bytes = 2 * top_k * plan.record_stride;
+  plan.cache_tables_bytes = inputs.cache_tables_bytes;
+  plan.min_cache_bytes = 2 * top_k * plan.record_stride + plan.cache_tables_bytes;
   plan.floor_bytes = plan.trunk_bytes + plan.kv_bytes + plan.scratch_bytes + plan.min_cache_bytes;
   plan.working_set_bytes = top_k * inputs.moe_layers * plan.record_stride;
   plan.physical_bytes = ram.physical_bytes;
@@ -257,7 +262,7 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
     }
   }
   plan.cache_bytes = plan.budget_bytes - plan.floor_bytes + plan.min_cache_bytes;
-  plan.cache_slots = plan.cache_bytes / plan.record_stride;
+  plan.cache_slots = (plan.cache_bytes - plan.cache_tables_bytes) / plan.record_stride;
   return plan;
 }
 
@@ -309,7 +314,9 @@ std::string describe_plan(const MemoryPlan& plan) {
   line("trunk + codebooks", plan.trunk_bytes);
   line("kv cache", plan.kv_bytes);
   line("scratch", plan.scratch_bytes);
-  line("minimum cache", plan.min_cache_bytes, fmt::format("(2 x top-k slots of {})", format_bytes(plan.record_stride)));
+  line("minimum cache", plan.min_cache_bytes,
+       fmt::format("(2 x top-k slots of {}, and {} of cache tables)", format_bytes(plan.record_stride),
+                   format_bytes(plan.cache_tables_bytes)));
   line("floor", plan.floor_bytes);
   line("working set", plan.working_set_bytes, "(one token's experts: top-k x MoE layers x record)");
   line("physical memory", plan.physical_bytes);
@@ -339,6 +346,7 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
           {"scratch_bytes", plan.scratch_bytes},
           {"record_stride", plan.record_stride},
           {"min_cache_bytes", plan.min_cache_bytes},
+          {"cache_tables_bytes", plan.cache_tables_bytes},
           {"floor_bytes", plan.floor_bytes},
           {"working_set_bytes", plan.working_set_bytes},
           {"physical_bytes", plan.physical_bytes},
@@ -356,10 +364,7 @@ uint64_t cache_bytes_for_budget(const Container& container, const std::string& b
   PlanRequest request;
   request.context = config.context_or_default(context);
   if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
-  const uint64_t planned = plan_memory(container, config, request, read_usable_ram()).cache_bytes;
-  // The plan's minimum cache counts slots only; the segment also carries its
-  // tables, so never ask the worker for less than it needs to start (as sluice-io does).
-  return std::max(planned, ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients));
+  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
 }
 
 }  // namespace sluice

@@ -27,7 +27,8 @@ struct MemoryPlan {
   uint64_t kv_bytes = 0;         // layers × ctx × kv_heads × head_dim × 2 (K, V) × 4 (f32)
   uint64_t scratch_bytes = 0;    // see plan_scratch_bytes()
   uint64_t record_stride = 0;    // largest record stride of any MoE layer
-  uint64_t min_cache_bytes = 0;  // 2 × top-k slots of record_stride
+  uint64_t cache_tables_bytes = 0;  // the segment's own tables (header, stats, clients, index, rings, mailbox)
+  uint64_t min_cache_bytes = 0;  // 2 × top-k slots of record_stride, plus the tables
   uint64_t floor_bytes = 0;      // trunk + kv + scratch + min cache
   uint64_t working_set_bytes = 0;  // top-k × MoE layers × record_stride
   // What the budget was chosen against.
@@ -39,7 +40,7 @@ struct MemoryPlan {
   uint32_t working_sets = 0;     // whole working sets above the floor (0..3), when chosen
   bool budget_given = false;     // --budget, used as given
   uint64_t cache_bytes = 0;      // budget − floor + min cache
-  uint64_t cache_slots = 0;      // cache_bytes / record_stride
+  uint64_t cache_slots = 0;      // about (cache_bytes − tables) / record_stride
 };
 
 // RAM this process may use, and which limit set it.
@@ -72,6 +73,7 @@ struct PlanInputs {
   uint64_t top_k = 0;
   uint64_t moe_layers = 0;
   uint64_t record_stride = 0;   // the largest of any MoE layer
+  uint64_t cache_tables_bytes = 0;  // a segment of the minimum cache, less its slots
 };
 PlanInputs plan_inputs(const Container& container);
 
@@ -91,9 +93,8 @@ MemoryPlan plan_memory(const Container& container, const ModelConfig& config, co
 
 // The expert cache a budget buys under the plan rule, at `context` (0: the
 // model's default): `budget` as --budget gives it (empty: the chosen budget),
-// minus the floor, plus the minimum cache, and never less than the smallest
-// segment the worker starts with. `sluice run` and the benchmarks size their
-// in-process cache with it.
+// minus the floor, plus the minimum cache. `sluice run` and the benchmarks
+// size their in-process cache with it.
 uint64_t cache_bytes_for_budget(const Container& container, const std::string& budget, uint32_t context = 0);
 
 // Parses a size with an optional K/M/G/T suffix (1024-based, optional

@@ -17,8 +17,10 @@ namespace {
 
 json read_manifest() { return json::parse(read_text(tiny_container_or_skip() + "/manifest.json")); }
 
-// trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx`.
-uint64_t expected_floor(const json& manifest, uint64_t ctx) {
+// trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx`; the plan
+// adds the cache segment's own tables (checked against the worker in
+// memory_plan_test).
+uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables) {
   const json& config = manifest["config"];
   const uint64_t layers = config["num_hidden_layers"], heads = config["num_attention_heads"];
   const uint64_t kv_heads = config["num_key_value_heads"], hidden = config["hidden_size"];
@@ -32,7 +34,7 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx) {
   const uint64_t activations =
       chunk * (4 * hidden + 2 * heads * head_dim + 2 * kv_heads * head_dim + experts + top_k * hidden + 3 * width);
   const uint64_t scratch = (activations + chunk * (2 * hidden + width) * 96 + heads * ctx + vocab) * 4;
-  return resident + kv + scratch + 2 * top_k * stride;
+  return resident + kv + scratch + 2 * top_k * stride + tables;
 }
 
 }  // namespace
@@ -42,7 +44,10 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   std::string output;
   REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--json"}, &output) == 0);
   const json plan = json::parse(output);
-  CHECK(plan["floor_bytes"].get<uint64_t>() == expected_floor(manifest, 128));
+  const uint64_t tables = plan["cache_tables_bytes"].get<uint64_t>();
+  CHECK(tables > 0);
+  CHECK(tables < 4 * 1024 * 1024);  // header, stats, 16 clients, index, rings, mailbox of a tiny model
+  CHECK(plan["floor_bytes"].get<uint64_t>() == expected_floor(manifest, 128, tables));
   uint64_t stride = 0;
   for (const auto& layer : manifest["moe_layers"]) stride = std::max<uint64_t>(stride, layer["record_stride"]);
   const uint64_t top_k = manifest["config"]["num_experts_per_tok"];
@@ -51,15 +56,16 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   // The tiny model fits many times over on any test machine.
   CHECK(plan["working_sets"].get<int>() == 3);
   CHECK(plan["budget_bytes"].get<uint64_t>() ==
-        expected_floor(manifest, 128) + 3 * plan["working_set_bytes"].get<uint64_t>());
+        expected_floor(manifest, 128, tables) + 3 * plan["working_set_bytes"].get<uint64_t>());
 }
 
 TEST_CASE("sluice plan --budget: used as given; under the floor refused with the plan") {
   const json manifest = read_manifest();
   // Without --ctx the plan sizes for the model's own context, at most 4096.
   const uint64_t ctx = std::min<uint64_t>(manifest["config"]["max_position_embeddings"].get<uint64_t>(), 4096);
-  const uint64_t floor = expected_floor(manifest, ctx);
   std::string output;
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--json"}, &output) == 0);
+  const uint64_t floor = expected_floor(manifest, ctx, json::parse(output)["cache_tables_bytes"].get<uint64_t>());
   REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", std::to_string(floor + 4096),
                        "--json"},
                       &output) == 0);

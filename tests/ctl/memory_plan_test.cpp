@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include "ioworker/memory_plan.h"
+#include "ioworker/worker.h"
+#include "proto/container.h"
 #include "proto/error.h"
 #include "proto/model_config.h"
+#include "tests/ctl/tiny_container.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;
@@ -120,6 +123,24 @@ TEST_CASE("plan: floor and working set follow the formula") {
   request.context = 512;
   const MemoryPlan longer = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
   CHECK(longer.floor_bytes == expected_floor(512));
+}
+
+TEST_CASE("plan: the floor's minimum cache is a whole segment, so a budget at the floor starts a worker") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  PlanRequest request;
+  request.context = 256;
+  const MemoryPlan chosen = plan_memory(container, config, request, ram_of(64 * kGiB));
+  CHECK(chosen.cache_tables_bytes > 0);
+  CHECK(chosen.min_cache_bytes == ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients));
+  request.budget_bytes = chosen.floor_bytes;
+  const MemoryPlan at_floor = plan_memory(container, config, request, ram_of(64 * kGiB));
+  CHECK(at_floor.cache_bytes == chosen.min_cache_bytes);
+  ioworker::WorkerOptions options;
+  options.cache_bytes = at_floor.cache_bytes;
+  options.quiet = true;
+  const ioworker::Worker worker(container, options);
+  CHECK(worker.geometry().slot_count == 2 * container.top_k());
 }
 
 TEST_CASE("plan: the budget steps down in whole working sets under 7/8 of usable RAM") {
