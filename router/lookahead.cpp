@@ -40,13 +40,9 @@ void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> in
   last_layer_ = layer;
   if (rows > 1 && !prefill_) return;
   if (rows > mailbox_.shape().rows) return;  // a chunk wider than the mailbox: no lookahead for it
-  // No router has ever served this segment: nobody would read the message.
+  // No router serves this segment: nobody would read the message.
   if (segment_.stats().lookahead.router_pid.load(std::memory_order_relaxed) == 0) return;
-  if (mailbox_.publish(step_, layer, rows, input, experts_per_row, experts)) {
-    ++published_;
-  } else {
-    ++busy_;
-  }
+  mailbox_.publish(step_, layer, rows, input, experts_per_row, experts);
 }
 
 Lookahead::Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink)

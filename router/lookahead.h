@@ -36,10 +36,10 @@ class Publisher {
   // `segment` must outlive the publisher and have a mailbox.
   Publisher(const shm::Segment& segment, bool prefill);
   // `input` is rows × hidden, `experts` rows × experts_per_row (routing order).
+  // A message another client is writing at that moment is dropped: the
+  // publisher never waits.
   void publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
                std::span<const uint32_t> experts);
-  uint64_t published() const { return published_; }
-  uint64_t busy() const { return busy_; }  // messages dropped: another writer held the mailbox
 
  private:
   const shm::Segment& segment_;
@@ -48,8 +48,6 @@ class Publisher {
   uint64_t step_ = 0;
   uint32_t last_layer_ = 0;
   bool started_ = false;
-  uint64_t published_ = 0;
-  uint64_t busy_ = 0;
 };
 
 // Called with a guess: the next MoE layer and its experts (distinct, best first).
