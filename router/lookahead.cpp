@@ -107,7 +107,7 @@ void Lookahead::handle(const shm::MailboxMessage& message) {
   score(message);
   pending_ = false;
   const std::optional<uint32_t> next = predictor_.next_moe_layer(message.layer);
-  if (!next || message.layer >= predictor_.layer_count()) return;
+  if (!next) return;
   const uint32_t hidden = predictor_.hidden();
   guesses_.resize(message.rows);
   merged_.clear();

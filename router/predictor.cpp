@@ -39,13 +39,22 @@ std::vector<uint32_t> rank_experts(std::span<const float> logits, uint32_t k) {
   return order;
 }
 
+Predictor::Predictor(uint32_t hidden, uint32_t top_k, std::vector<std::span<const float>> routers)
+    : hidden_(hidden), top_k_(top_k), routers_(std::move(routers)), exec_{kernels::isa_from_environment(), nullptr} {
+  if (hidden_ == 0) fail("router: hidden size 0");
+  for (uint32_t l = 0; l < routers_.size(); ++l) {
+    if (routers_[l].size() % hidden_ != 0) {
+      fail("router: layer {} router has {} values, not a multiple of the hidden size {}", l, routers_[l].size(), hidden_);
+    }
+  }
+}
+
 Predictor::Predictor(const Container& container)
     : hidden_(container.hidden_size()), top_k_(container.top_k()), exec_{kernels::isa_from_environment(), nullptr} {
-  routers_.resize(container.layer_count());
-  experts_.assign(container.layer_count(), 0);
+  loaded_.resize(container.layer_count());
   for (const MoeLayerInfo& info : container.moe_layers()) {
-    if (info.layer >= routers_.size()) {
-      fail("{}: MoE layer {} is beyond the model's {} layers", container.dir(), info.layer, routers_.size());
+    if (info.layer >= loaded_.size()) {
+      fail("{}: MoE layer {} is beyond the model's {} layers", container.dir(), info.layer, loaded_.size());
     }
     const std::string name = fmt::format("model.layers.{}.mlp.gate.weight", info.layer);
     const TrunkTensor tensor = container.load_trunk_tensor(name);
@@ -53,12 +62,10 @@ Predictor::Predictor(const Container& container)
       fail("{}: router tensor {} is [{}, {}], expected f32 [{}, {}]", container.dir(), name, tensor.rows(),
            tensor.cols(), info.experts, hidden_);
     }
-    routers_[info.layer] = dequantize(tensor);
-    experts_[info.layer] = info.experts;
+    loaded_[info.layer] = dequantize(tensor);
   }
+  routers_.assign(loaded_.begin(), loaded_.end());
 }
-
-uint32_t Predictor::experts(uint32_t layer) const { return layer < experts_.size() ? experts_[layer] : 0; }
 
 std::optional<uint32_t> Predictor::next_moe_layer(uint32_t layer) const {
   for (uint32_t next = layer + 1; next < routers_.size(); ++next) {
@@ -70,8 +77,9 @@ std::optional<uint32_t> Predictor::next_moe_layer(uint32_t layer) const {
 std::vector<uint32_t> Predictor::predict(uint32_t layer, std::span<const float> input, uint32_t k) const {
   if (!is_moe(layer)) fail("router: layer {} has no router (dense or out of range)", layer);
   if (input.size() != hidden_) fail("router: input of layer {} has {} values, hidden size is {}", layer, input.size(), hidden_);
-  logits_.resize(experts_[layer]);
-  kernels::f32_matvec(routers_[layer].data(), experts_[layer], hidden_, input.data(), logits_.data(), exec_);
+  const auto experts = static_cast<uint32_t>(routers_[layer].size() / hidden_);
+  logits_.resize(experts);
+  kernels::f32_matvec(routers_[layer].data(), experts, hidden_, input.data(), logits_.data(), exec_);
   return rank_experts(logits_, k);
 }
 

@@ -27,12 +27,17 @@ class Predictor {
   // (and nothing else). Throws Error naming the tensor when one is missing or
   // its shape disagrees with the manifest.
   explicit Predictor(const Container& container);
+  // Borrows routers a model already holds: `routers[l]` is layer l's f32
+  // [experts, hidden] matrix, empty for a dense layer. They must outlive it.
+  Predictor(uint32_t hidden, uint32_t top_k, std::vector<std::span<const float>> routers);
+  // Copies would point into the original's loaded routers.
+  Predictor(const Predictor&) = delete;
+  Predictor& operator=(const Predictor&) = delete;
 
   uint32_t hidden() const { return hidden_; }
   uint32_t top_k() const { return top_k_; }
   uint32_t layer_count() const { return static_cast<uint32_t>(routers_.size()); }
   bool is_moe(uint32_t layer) const { return layer < routers_.size() && !routers_[layer].empty(); }
-  uint32_t experts(uint32_t layer) const;
   // The first MoE layer after `layer`, if any: whose experts a hidden state
   // published at `layer` is used to guess.
   std::optional<uint32_t> next_moe_layer(uint32_t layer) const;
@@ -44,8 +49,8 @@ class Predictor {
  private:
   uint32_t hidden_ = 0;
   uint32_t top_k_ = 0;
-  std::vector<std::vector<float>> routers_;  // by model layer; empty for dense layers
-  std::vector<uint32_t> experts_;            // by model layer
+  std::vector<std::vector<float>> loaded_;      // the routers, when loaded from a container
+  std::vector<std::span<const float>> routers_;  // by model layer; empty for dense layers
   kernels::Exec exec_;
   mutable std::vector<float> logits_;
 };

@@ -46,6 +46,7 @@ class Engine {
   const Container& container() const { return container_; }
   const ModelConfig& config() const { return config_; }
   Transformer& transformer() { return *transformer_; }
+  const ModelWeights& weights() const { return weights_; }
   const ExpertSource& experts() const { return *source_; }
   ExpertSource& experts() { return *source_; }
   size_t threads() const { return pool_.size(); }
