@@ -42,9 +42,13 @@ int serve(const Options& options) {
   const ioworker::Attachment attachment = rpc.attach(container.identity());
   const auto segment = shm::Segment::attach(attachment.segment_name, container.identity());
   const uint32_t k = options.lookahead ? *options.lookahead : router::lookahead_from_environment();
-  log_line(fmt::format("lookahead {} for {} via {}, mailbox in /dev/shm/{}", k, model, socket, attachment.segment_name));
+  // Said once the router reads the mailbox (clients publish from then on).
+  const auto ready = [&] {
+    log_line(fmt::format("lookahead {} for {} via {}, mailbox in /dev/shm/{}", k, model, socket, attachment.segment_name));
+  };
 
   if (k == 0) {
+    ready();
     // Off: stay a quiet member of the group so the supervisor does not restart it.
     while (!g_stop && segment->owner_alive()) ::sleep(1);
   } else {
@@ -52,6 +56,7 @@ int serve(const Options& options) {
     router::Lookahead lookahead(predictor, *segment, k, [&](uint32_t layer, std::span<const uint32_t> experts) {
       rpc.prefetch(layer, experts, ioworker::RpcPrefetchOrigin::kRouter);
     });
+    ready();
     while (!g_stop && segment->owner_alive()) lookahead.poll(std::chrono::milliseconds(200));
   }
   if (!g_stop) fail("sluice-io (pid {}) stopped serving /dev/shm/{}", segment->header().owner_pid, attachment.segment_name);
