@@ -200,25 +200,23 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_
   return (activations + tables + scores + config.vocab) * sizeof(float);
 }
 
-PlanInputs plan_inputs(const Container& container) {
+PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
   PlanInputs inputs;
   inputs.model = container.dir();
   inputs.resident_bytes = container.trunk_bytes() + container.codebooks_bytes();
   inputs.top_k = container.top_k();
   inputs.moe_layers = container.moe_layers().size();
-  for (const auto& layer : container.moe_layers()) {
-    inputs.record_stride = std::max<uint64_t>(inputs.record_stride, layer.record_stride);
-  }
+  inputs.record_stride = container.largest_record_stride();
   if (inputs.moe_layers > 0) {
-    inputs.cache_tables_bytes = ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients) -
-                                2 * inputs.top_k * inputs.record_stride;
+    inputs.cache_tables_bytes =
+        ioworker::min_cache_bytes(container, max_clients, mailbox_rows) - 2 * inputs.top_k * inputs.record_stride;
   }
   return inputs;
 }
 
 MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
                        const UsableRam& ram) {
-  return plan_memory(plan_inputs(container), config, request, ram);
+  return plan_memory(plan_inputs(container, request.max_clients, request.mailbox_rows), config, request, ram);
 }
 
 MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, const PlanRequest& request,
@@ -359,12 +357,13 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
           {"cache_slots", plan.cache_slots}};
 }
 
-uint64_t cache_bytes_for_budget(const Container& container, const std::string& budget, uint32_t context) {
+MemoryPlan plan_for(const Container& container, const std::string& budget, uint32_t context, const PlanRequest& shape) {
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-  PlanRequest request;
+  PlanRequest request = shape;
   request.context = config.context_or_default(context);
+  request.budget_bytes.reset();
   if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
-  return plan_memory(container, config, request, read_usable_ram()).cache_bytes;
+  return plan_memory(container, config, request, read_usable_ram());
 }
 
 }  // namespace sluice

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ioworker/worker.h"
+
 namespace sluice {
 
 class Container;
@@ -75,11 +77,16 @@ struct PlanInputs {
   uint64_t record_stride = 0;   // the largest of any MoE layer
   uint64_t cache_tables_bytes = 0;  // a segment of the minimum cache, less its slots
 };
-PlanInputs plan_inputs(const Container& container);
+// The segment's tables are sized for `max_clients` clients and a mailbox of
+// `mailbox_rows` rows.
+PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_t mailbox_rows);
 
 struct PlanRequest {
   uint32_t context = 4096;
   std::optional<uint64_t> budget_bytes;  // as given by --budget
+  // The segment the cache lives in (read by the Container overload only).
+  uint32_t max_clients = ioworker::WorkerOptions{}.max_clients;
+  uint32_t mailbox_rows = ioworker::WorkerOptions{}.mailbox_rows;
 };
 
 // The floor and working set of `container` at request.context, and the
@@ -91,11 +98,13 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
 MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
                        const UsableRam& ram);
 
-// The expert cache a budget buys under the plan rule, at `context` (0: the
-// model's default): `budget` as --budget gives it (empty: the chosen budget),
-// minus the floor, plus the minimum cache. `sluice run` and the benchmarks
-// size their in-process cache with it.
-uint64_t cache_bytes_for_budget(const Container& container, const std::string& budget, uint32_t context = 0);
+// The plan as the commands ask for it: `budget` as --budget gives it (empty:
+// choose one), at `context` as --ctx gives it (0: the model's default), for
+// a segment of `shape` (its budget_bytes and context are ignored). Its
+// cache_bytes is what `sluice run`, sluice-io and the benchmarks size the
+// cache with.
+MemoryPlan plan_for(const Container& container, const std::string& budget, uint32_t context = 0,
+                    const PlanRequest& shape = {});
 
 // Parses a size with an optional K/M/G/T suffix (1024-based, optional
 // trailing "B" or "iB"); `flag` names the option in the error.

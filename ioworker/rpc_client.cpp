@@ -133,7 +133,6 @@ RpcClient::RpcClient(const std::string& socket_path, std::chrono::milliseconds t
 
 RpcClient::~RpcClient() = default;
 
-const std::string& RpcClient::socket_path() const { return impl_->socket_path; }
 
 Attachment RpcClient::attach(uint64_t identity) {
   auto request = impl_->daemon.attachRequest();
@@ -182,7 +181,6 @@ uint32_t RpcClient::prefetch(uint32_t layer, std::span<const uint32_t> experts, 
   switch (origin) {
     case RpcPrefetchOrigin::kRouter: request.setOrigin(rpc::PrefetchOrigin::ROUTER); break;
     case RpcPrefetchOrigin::kClient: request.setOrigin(rpc::PrefetchOrigin::CLIENT); break;
-    case RpcPrefetchOrigin::kHotlist: request.setOrigin(rpc::PrefetchOrigin::HOTLIST); break;
   }
   return impl_->wait(request.send(), "prefetch").getQueued();
 }

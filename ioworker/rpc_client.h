@@ -16,7 +16,7 @@
 
 namespace sluice::ioworker {
 
-enum class RpcPrefetchOrigin { kRouter, kClient, kHotlist };
+enum class RpcPrefetchOrigin { kRouter, kClient };
 
 // What a successful attach hands back.
 struct Attachment {
@@ -56,7 +56,6 @@ class RpcClient {
   RpcClient(const RpcClient&) = delete;
   RpcClient& operator=(const RpcClient&) = delete;
 
-  const std::string& socket_path() const;
   // Attaches this process (its pid) for the container `identity`. Throws
   // Error with the daemon's reason when it serves another container.
   Attachment attach(uint64_t identity);

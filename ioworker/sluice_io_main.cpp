@@ -2,7 +2,6 @@
 // create the segment and worker, serve the control socket until SIGINT or
 // SIGTERM. Every resource is an RAII object, so no exit path (signal or
 // error) leaves a socket or a segment behind.
-#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -22,7 +21,6 @@
 #include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
-#include "proto/model_config.h"
 #include "shm/segment.h"
 
 namespace {
@@ -57,15 +55,10 @@ int run(const Options& options) {
   if (options.readers == 0 || options.readers > 64) fail("--readers {}: must be 1 to 64", options.readers);
 
   const Container container = Container::open(options.model);
-  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-  PlanRequest request;
-  request.context = config.context_or_default(options.context);
-  if (!options.budget.empty()) request.budget_bytes = parse_size(options.budget, "--budget");
-  const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
-  // The plan's minimum cache counts slots only; the segment also carries its
-  // tables, so never ask the worker for less than it needs to start.
-  const uint64_t cache_bytes =
-      std::max(plan.cache_bytes, ioworker::min_cache_bytes(container, options.max_clients));
+  PlanRequest shape;
+  shape.max_clients = options.max_clients;
+  const MemoryPlan plan = plan_for(container, options.budget, options.context, shape);
+  const uint64_t cache_bytes = plan.cache_bytes;
 
   ioworker::ListeningSocket socket(socket_path);
   ioworker::WorkerOptions worker_options;

@@ -28,18 +28,6 @@ using shm::SlotState;
 constexpr auto kTick = std::chrono::milliseconds(100);  // reaping and heartbeat period
 constexpr uint64_t kReapIntervalNs = 100'000'000;
 
-uint32_t largest_stride(const Container& container) {
-  uint32_t stride = 0;
-  for (const MoeLayerInfo& info : container.moe_layers()) stride = std::max(stride, info.record_stride);
-  return stride;
-}
-
-uint32_t widest_layer(const Container& container) {
-  uint32_t experts = 0;
-  for (const MoeLayerInfo& info : container.moe_layers()) experts = std::max(experts, info.experts);
-  return experts;
-}
-
 void check_container(const Container& container) {
   if (container.moe_layers().empty()) fail("{}: the container has no expert layers, nothing to cache", container.dir());
 }
@@ -50,18 +38,23 @@ shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows) {
   return shm::MailboxShape{container.hidden_size(), std::max<uint32_t>(rows, 1), container.top_k()};
 }
 
-uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
+uint64_t cache_bytes_for_slots(const Container& container, uint32_t slots, uint32_t max_clients,
+                               uint32_t mailbox_rows) {
   check_container(container);
-  const shm::Geometry g = shm::geometry_for_slots(2 * container.top_k(), largest_stride(container), max_clients,
-                                                  widest_layer(container), mailbox_shape(container, mailbox_rows));
+  const shm::Geometry g = shm::geometry_for_slots(slots, container.largest_record_stride(), max_clients,
+                                                  container.widest_moe_layer(), mailbox_shape(container, mailbox_rows));
   return shm::compute_layout(g).total;
+}
+
+uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
+  return cache_bytes_for_slots(container, 2 * container.top_k(), max_clients, mailbox_rows);
 }
 
 shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
                                   uint32_t mailbox_rows) {
   check_container(container);
-  return shm::plan_geometry(cache_bytes, largest_stride(container), 2 * container.top_k(), max_clients,
-                            widest_layer(container), mailbox_shape(container, mailbox_rows));
+  return shm::plan_geometry(cache_bytes, container.largest_record_stride(), 2 * container.top_k(), max_clients,
+                            container.widest_moe_layer(), mailbox_shape(container, mailbox_rows));
 }
 
 class Worker::Impl {

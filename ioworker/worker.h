@@ -45,6 +45,11 @@ struct WorkerOptions {
 // `rows` rows of the hidden size, top-k expert ids per row.
 shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows);
 
+// The bytes of a whole segment of `slots` slots for this container: slots
+// of the largest record and every table.
+uint64_t cache_bytes_for_slots(const Container& container, uint32_t slots, uint32_t max_clients,
+                               uint32_t mailbox_rows = 1);
+
 // The smallest budget that holds the minimum cache (2 × top-k slots of the
 // largest record) with its tables, for `max_clients` clients.
 uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows = 1);

@@ -112,6 +112,18 @@ uint64_t Container::record_count() const {
   return total;
 }
 
+uint32_t Container::largest_record_stride() const {
+  uint32_t stride = 0;
+  for (const MoeLayerInfo& layer : manifest_.moe_layers) stride = std::max(stride, layer.record_stride);
+  return stride;
+}
+
+uint32_t Container::widest_moe_layer() const {
+  uint32_t experts = 0;
+  for (const MoeLayerInfo& layer : manifest_.moe_layers) experts = std::max(experts, layer.experts);
+  return experts;
+}
+
 bool Container::bank_direct(uint32_t layer) const {
   return banks_[moe_index(layer)]->direct();
 }

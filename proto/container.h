@@ -52,6 +52,8 @@ class Container {
   uint64_t codebooks_bytes() const { return manifest_.codebooks_bytes; }
   uint64_t expert_bytes() const;  // all banks
   uint64_t record_count() const;  // all banks
+  uint32_t largest_record_stride() const;  // of any bank: the size of a cache slot
+  uint32_t widest_moe_layer() const;       // most experts of any MoE layer
   // Whether reads of layer `layer`'s bank bypass the page cache.
   bool bank_direct(uint32_t layer) const;
 

@@ -61,8 +61,7 @@ Layout compute_layout(const Geometry& g) {
   at = align_up(at + sizeof(RingHeader) + uint64_t{g.prefetch_ring_capacity} * sizeof(RingEntry), kTableAlign);
   l.mailbox = at;
   if (!no_mailbox) {
-    const uint64_t words = uint64_t{g.mailbox_rows} * (uint64_t{g.mailbox_width} + g.mailbox_ids);
-    at = align_up(at + sizeof(MailboxHeader) + words * sizeof(uint32_t), kTableAlign);
+    at = align_up(at + sizeof(MailboxHeader) + mailbox_word_count(g) * sizeof(uint32_t), kTableAlign);
   }
   l.data = align_up(at, kSlotAlign);
   l.total = l.data + uint64_t{g.slot_count} * g.slot_bytes;

@@ -66,6 +66,11 @@ struct Layout {
   bool operator==(const Layout&) const = default;
 };
 
+// 32-bit words after the MailboxHeader: rows × width values, then rows × ids ids.
+inline uint64_t mailbox_word_count(const Geometry& g) {
+  return uint64_t{g.mailbox_rows} * (uint64_t{g.mailbox_width} + g.mailbox_ids);
+}
+
 // Throws Error when the geometry cannot describe a segment (zero slots,
 // misaligned slot size, too many clients, capacities out of range).
 Layout compute_layout(const Geometry& geometry);

@@ -100,9 +100,8 @@ void Segment::initialize(const Geometry& geometry, uint64_t identity, const std:
   new (&prefetch_ring()) RingHeader{0, 0, geometry.prefetch_ring_capacity, 0};
   if (geometry.mailbox_width != 0) {
     new (base_ + layout_.mailbox) MailboxHeader();
-    auto* words = reinterpret_cast<std::atomic<uint32_t>*>(base_ + layout_.mailbox + sizeof(MailboxHeader));
-    const uint64_t count = uint64_t{geometry.mailbox_rows} * (uint64_t{geometry.mailbox_width} + geometry.mailbox_ids);
-    for (uint64_t i = 0; i < count; ++i) new (&words[i]) std::atomic<uint32_t>(0);
+    std::atomic<uint32_t>* words = mailbox_words();
+    for (uint64_t i = 0; i < mailbox_word_count(geometry); ++i) new (&words[i]) std::atomic<uint32_t>(0);
   }
   // The magic goes last: an attacher that sees it sees a complete segment.
   std::atomic_thread_fence(std::memory_order_release);

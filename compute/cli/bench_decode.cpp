@@ -19,7 +19,6 @@
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
 #include "proto/error.h"
-#include "proto/model_config.h"
 #include "router/lookahead.h"
 
 namespace sluice::cli {
@@ -139,12 +138,6 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"wait_seconds", f.wait_seconds}};
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // One arm's runs, summarized by medians (the machine is shared and noisy).
 struct ArmSummary {
   double tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0, prefill_seconds = 0, prefill_bytes = 0;
@@ -167,9 +160,11 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
 void run_decode(const DecodeFlags& flags) {
   if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
   const Container container = Container::open(flags.model);
-  // Every arm gets the same segment, with a mailbox wide enough for a prefill chunk.
+  // Every arm gets the same segment, with a mailbox wide enough for a prefill
+  // chunk; --budget means what it means to `sluice run`, so at the floor the
+  // wider mailbox may take the segment a little over it.
   const uint64_t cache_bytes =
-      std::max(cache_bytes_for_budget(container, flags.budget),
+      std::max(plan_for(container, flags.budget).cache_bytes,
                ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients, kPlanChunkTokens));
   std::vector<Arm> arms;
   if (flags.compare) {

@@ -48,13 +48,11 @@ RawResult raw_reads(const Container& container, uint32_t threads, double seconds
     pool.emplace_back([&, t] {
       try {
         std::vector<std::unique_ptr<RandomAccessFile>> banks;
-        uint32_t stride = 0;
         for (const auto& layer : layers) {
           banks.push_back(posix_file_system().open(container.dir() + "/" + layer.file, OpenMode::kDirect));
           if (!banks.back()->direct()) direct = false;
-          stride = std::max(stride, layer.record_stride);
         }
-        AlignedBuffer buffer(stride, 4096);
+        AlignedBuffer buffer(container.largest_record_stride(), 4096);
         std::mt19937_64 rng(0x10b0 + t);
         while (Clock::now() < deadline) {
           const size_t bank = rng() % layers.size();
@@ -142,12 +140,6 @@ DaemonResult daemon_reads(const Container& container, uint32_t readers, ioworker
   return result;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // One round: the raw figure at 1, 2 and 4 threads (the best counts), then the
 // worker, back to back, so both see the disk in the same mood.
 struct Round {
@@ -183,8 +175,7 @@ void add_bench_io(CLI::App& bench) {
       ->capture_default_str();
   cmd->callback([flags] {
     const Container container = Container::open(flags->model);
-    uint64_t stride = 0;
-    for (const auto& layer : container.moe_layers()) stride = std::max<uint64_t>(stride, layer.record_stride);
+    const uint64_t stride = container.largest_record_stride();
     bool all_direct = true;
     std::vector<Round> rounds(flags->rounds);
     for (Round& round : rounds) {

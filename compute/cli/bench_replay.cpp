@@ -15,7 +15,6 @@
 #include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
-#include "proto/model_config.h"
 #include "router/replay.h"
 #include "shm/client.h"
 #include "shm/stats.h"
@@ -64,7 +63,7 @@ void run_replay(const ReplayFlags& flags) {
   } else if (flags.policy != "lfru") {
     fail("--policy: '{}' is not lfru or lru", flags.policy);
   }
-  options.cache_bytes = cache_bytes_for_budget(container, flags.budget);
+  options.cache_bytes = plan_for(container, flags.budget).cache_bytes;
   ioworker::Worker worker(container, options);
   const uint32_t slots = worker.geometry().slot_count;
 

@@ -1,6 +1,7 @@
 // compute/cli/cmd_bench.cpp: `sluice bench` and its subcommands. Each one is a
 // single add_bench_<name> function wired in add_bench_command (kernels lives
 // here; io, decode and replay get their own files). Measures, never asserts.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -89,6 +90,12 @@ void add_bench_kernels(CLI::App& bench) {
 }
 
 }  // namespace
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n == 0 ? 0.0 : n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
 
 void add_bench_replay(CLI::App& bench);  // bench_replay.cpp
 void add_bench_decode(CLI::App& bench);  // bench_decode.cpp

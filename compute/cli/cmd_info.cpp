@@ -11,21 +11,15 @@
 #include <vector>
 
 #include "compute/cli/commands.h"
+#include "ioworker/memory_plan.h"
 #include "proto/container.h"
 
 namespace sluice::cli {
 namespace {
 
+// format_bytes, with the exact count beside anything of a KiB or more.
 std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{} B", bytes)
-                   : fmt::format("{:.2f} {} ({} bytes)", value, units[unit], bytes);
+  return bytes < 1024 ? format_bytes(bytes) : fmt::format("{} ({} bytes)", format_bytes(bytes), bytes);
 }
 
 // "5" when every MoE layer agrees, "4-8" when they differ.
@@ -42,12 +36,11 @@ std::string layer_range(const std::vector<MoeLayerInfo>& layers, Get get) {
 nlohmann::json describe(const Container& c) {
   const auto& layers = c.moe_layers();
   uint64_t weights = 0;
-  uint64_t largest_record = 0;
+  const uint64_t largest_record = c.largest_record_stride();
   int direct_banks = 0;
   nlohmann::json table = nlohmann::json::array();
   for (const MoeLayerInfo& layer : layers) {
     weights += uint64_t{layer.experts} * 3 * layer.hidden * layer.expert_width;
-    largest_record = std::max<uint64_t>(largest_record, layer.record_stride);
     const bool direct = c.bank_direct(layer.layer);
     direct_banks += direct;
     table.push_back({{"layer", layer.layer},

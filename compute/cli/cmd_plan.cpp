@@ -11,7 +11,6 @@
 #include "compute/cli/commands.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
-#include "proto/model_config.h"
 
 namespace sluice::cli {
 
@@ -29,12 +28,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--budget", options->budget, "Use this budget (K/M/G/T, 1024-based) instead of choosing one");
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
-    const Container container = Container::open(options->model);
-    const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-    PlanRequest request;
-    request.context = config.context_or_default(options->context);
-    if (!options->budget.empty()) request.budget_bytes = parse_size(options->budget, "--budget");
-    const MemoryPlan plan = plan_memory(container, config, request, read_usable_ram());
+    const MemoryPlan plan = plan_for(Container::open(options->model), options->budget, options->context);
     if (options->json) {
       fmt::print("{}\n", plan_to_json(plan).dump());
     } else {

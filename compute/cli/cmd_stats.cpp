@@ -36,8 +36,10 @@ double read_gbps(const DaemonStats& now, const std::optional<DaemonStats>& previ
 
 // The router's guesses scored against the real routing (from the segment's
 // stats block); null when no router has served this daemon.
+bool router_served(const shm::LookaheadStats& r) { return r.router_pid != 0 || r.messages != 0; }
+
 nlohmann::json router_json(const shm::LookaheadStats& r) {
-  if (r.router_pid == 0 && r.messages == 0) return nullptr;
+  if (!router_served(r)) return nullptr;
   nlohmann::json layers = nlohmann::json::array();
   for (const shm::GuessStats& a : r.layers) {
     layers.push_back({{"layer", a.layer}, {"scored", a.scored}, {"precision_at_1", a.precision_at_1()},
@@ -130,15 +132,13 @@ std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& prev
     }
     out += "\n";
   }
-  if (const nlohmann::json r = router_json(c.lookahead); !r.is_null()) {
+  if (const shm::LookaheadStats& r = c.lookahead; router_served(r)) {
     out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped), {} prefetches of {} experts\n",
-                       r["pid"].get<int>(), r["lookahead"].get<uint32_t>(), r["messages"].get<uint64_t>(),
-                       r["skipped"].get<uint64_t>(), r["prefetches"].get<uint64_t>(), r["prefetched"].get<uint64_t>());
-    if (!r["layers"].empty()) {
+                       r.router_pid, r.k, r.messages, r.skipped, r.prefetches, r.prefetched);
+    if (!r.layers.empty()) {
       out += "  guesses    ";
-      for (const auto& a : r["layers"]) {
-        out += fmt::format(" L{} P@1 {:.0f}% recall {:.0f}%", a["layer"].get<uint32_t>(),
-                           100 * a["precision_at_1"].get<double>(), 100 * a["recall"].get<double>());
+      for (const shm::GuessStats& a : r.layers) {
+        out += fmt::format(" L{} P@1 {:.0f}% recall {:.0f}%", a.layer, 100 * a.precision_at_1(), 100 * a.recall());
       }
       out += "\n";
     }
@@ -168,10 +168,8 @@ void add_stats_command(CLI::App& app) {
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
     if (options->watch < 0) fail("--watch {}: must be a positive number of seconds", options->watch);
-    // Same rule as `sluice run --attach`: a bare name is an instance.
-    const std::string target = options->socket.empty() ? std::string(ioworker::kDefaultInstance) : options->socket;
-    const std::string socket =
-        target.find('/') == std::string::npos ? ioworker::default_socket_path(target) : target;
+    const std::string socket = ioworker::resolve_socket(
+        options->socket.empty() ? std::string(ioworker::kDefaultInstance) : options->socket);
     ioworker::RpcClient client(socket);
     if (options->watch == 0) {
       const DaemonStats stats = client.stats();

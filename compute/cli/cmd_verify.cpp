@@ -26,9 +26,7 @@ double seconds_since(Clock::time_point start) {
 
 void verify(const std::string& model, bool json) {
   const Container c = Container::open(model, posix_file_system(), OpenMode::kDirect);
-  uint32_t largest = 0;
-  for (const MoeLayerInfo& layer : c.moe_layers()) largest = std::max(largest, layer.record_stride);
-  AlignedBuffer buffer(largest, kRecordAlign);
+  AlignedBuffer buffer(c.largest_record_stride(), kRecordAlign);
   const bool progress = ::isatty(STDERR_FILENO) == 1;
   const uint64_t total = c.record_count();
   nlohmann::json damaged = nlohmann::json::array();

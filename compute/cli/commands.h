@@ -2,6 +2,8 @@
 // registers itself on the application here; main.cpp only wires them.
 #pragma once
 
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace sluice::cli {
@@ -22,5 +24,9 @@ void add_stats_command(CLI::App& app);
 void add_bench_io(CLI::App& bench);  // `sluice bench io`, in bench_io.cpp
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+
+// The benchmarks report medians (the machine is shared and noisy): of an even
+// count, the mean of the middle two. 0 when empty.
+double median(std::vector<double> values);
 
 }  // namespace sluice::cli

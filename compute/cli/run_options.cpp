@@ -57,7 +57,7 @@ EngineOptions EngineFlags::options() const {
   }
   options.expert_source = [flags = *this](const Container& container) -> std::unique_ptr<ExpertSource> {
     ioworker::WorkerOptions worker;
-    worker.cache_bytes = cache_bytes_for_budget(container, flags.budget, flags.context);
+    worker.cache_bytes = plan_for(container, flags.budget, flags.context).cache_bytes;
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
     worker.quiet = true;

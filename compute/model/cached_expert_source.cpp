@@ -9,19 +9,11 @@
 namespace sluice {
 namespace {
 
-// Two working sets (top-k experts of every MoE layer, twice), at least the minimum.
+// Two working sets (top-k experts of every MoE layer, twice): never under
+// the minimum of 2 × top-k slots, since a container has at least one MoE layer.
 uint64_t default_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
-  uint32_t stride = 0, widest = 0;
-  for (const MoeLayerInfo& info : container.moe_layers()) {
-    stride = std::max(stride, info.record_stride);
-    widest = std::max(widest, info.experts);
-  }
   const auto slots = static_cast<uint32_t>(2ull * container.top_k() * container.moe_layers().size());
-  const uint64_t two_sets =
-      shm::compute_layout(shm::geometry_for_slots(std::max<uint32_t>(slots, 1), stride, max_clients, widest,
-                                                  ioworker::mailbox_shape(container, mailbox_rows)))
-          .total;
-  return std::max(two_sets, ioworker::min_cache_bytes(container, max_clients, mailbox_rows));
+  return ioworker::cache_bytes_for_slots(container, slots, max_clients, mailbox_rows);
 }
 
 }  // namespace

@@ -10,13 +10,9 @@ namespace sluice {
 
 DirectExpertSource::DirectExpertSource(const Container& container, bool verify_crc)
     : container_(container), verify_crc_(verify_crc) {
-  uint32_t largest_stride = 0;
   bool all_direct = !container.moe_layers().empty();
-  for (const MoeLayerInfo& layer : container.moe_layers()) {
-    largest_stride = std::max(largest_stride, layer.record_stride);
-    all_direct = all_direct && container.bank_direct(layer.layer);
-  }
-  buffer_ = AlignedBuffer(largest_stride, kRecordAlign);
+  for (const MoeLayerInfo& layer : container.moe_layers()) all_direct = all_direct && container.bank_direct(layer.layer);
+  buffer_ = AlignedBuffer(container.largest_record_stride(), kRecordAlign);
   stats_.direct_io = all_direct;
 }
 
