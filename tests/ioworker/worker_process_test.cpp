@@ -21,18 +21,11 @@ using namespace sluice;
 using namespace sluice::ioworker;
 using sluice::testing::FixtureContainer;
 using sluice::testing::header_problem;
+using sluice::testing::options_for;
 using sluice::testing::ShmGuard;
+using sluice::testing::wait_until;
 
 namespace {
-
-WorkerOptions named_options(const Container& container, const std::string& instance, uint32_t slots) {
-  WorkerOptions options;
-  options.instance = instance;
-  options.cache_bytes = sluice::testing::budget_for_slots(container, slots);
-  options.readers = 2;
-  options.quiet = true;
-  return options;
-}
 
 // A client process's whole life: attach, run `tokens` random tokens through
 // both layers, recheck every header. Exit code 0, or 1 on a wrong record.
@@ -54,16 +47,6 @@ int client_process(const std::string& name, const Container& container, int seed
     }
   }
   return 0;
-}
-
-template <typename Predicate>
-void wait_until(Predicate done) {
-  // A bound so a regression fails instead of hanging; not a timing assertion.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!done()) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 struct Pipe {
@@ -88,7 +71,7 @@ struct Pipe {
 TEST_CASE("four client processes on a cache of two working sets never see a wrong expert") {
   FixtureContainer fc;
   ShmGuard guard(sluice::testing::unique_instance("four"));
-  Worker worker(fc.container, named_options(fc.container, guard.instance(), 8));
+  Worker worker(fc.container, options_for(fc.container, 8, IoBackend::kAuto, guard.instance()));
   std::vector<pid_t> children;
   for (int c = 0; c < 4; ++c) {
     children.push_back(sluice::testing::fork_child(
@@ -105,7 +88,7 @@ TEST_CASE("four client processes on a cache of two working sets never see a wron
 TEST_CASE("a client SIGKILLed mid-layer has its pins released and its requests dropped") {
   FixtureContainer fc;
   ShmGuard guard(sluice::testing::unique_instance("kill"));
-  Worker worker(fc.container, named_options(fc.container, guard.instance(), 4));
+  Worker worker(fc.container, options_for(fc.container, 4, IoBackend::kAuto, guard.instance()));
   Pipe ready;
   const pid_t victim = sluice::testing::fork_child([&] {
     auto segment = shm::Segment::attach(worker.segment_name(), fc.container.identity());
@@ -144,7 +127,7 @@ TEST_CASE("a client waiting on a daemon that was SIGKILLed fails with a clear er
   ShmGuard guard(sluice::testing::unique_instance("daemon"));
   Pipe ready;
   const pid_t daemon = sluice::testing::fork_child([&] {
-    Worker worker(fc.container, named_options(fc.container, guard.instance(), 4));
+    Worker worker(fc.container, options_for(fc.container, 4, IoBackend::kAuto, guard.instance()));
     ready.signal();
     ::pause();
     return 0;
@@ -177,7 +160,7 @@ TEST_CASE("a client is refused by a daemon serving another model") {
   const Container other = Container::open(other_dir.path());
   REQUIRE(other.identity() != fc.container.identity());
   ShmGuard guard(sluice::testing::unique_instance("ident"));
-  Worker worker(fc.container, named_options(fc.container, guard.instance(), 4));
+  Worker worker(fc.container, options_for(fc.container, 4, IoBackend::kAuto, guard.instance()));
   CHECK_THROWS_WITH_AS(shm::Segment::attach(worker.segment_name(), other.identity()),
                        doctest::Contains("serves another model"), Error);
   CHECK_NOTHROW(shm::Segment::attach(worker.segment_name(), fc.container.identity()));

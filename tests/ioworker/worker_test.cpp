@@ -22,17 +22,10 @@ using namespace sluice::ioworker;
 using sluice::testing::budget_for_slots;
 using sluice::testing::FixtureContainer;
 using sluice::testing::header_problem;
+using sluice::testing::options_for;
+using sluice::testing::wait_until;
 
 namespace {
-
-WorkerOptions options_for(const Container& container, uint32_t slots, IoBackend backend = IoBackend::kAuto) {
-  WorkerOptions options;
-  options.cache_bytes = budget_for_slots(container, slots);
-  options.backend = backend;
-  options.readers = 2;
-  options.quiet = true;
-  return options;
-}
 
 // Requests `experts` of `layer`, checks and consumes every one; returns how
 // many were handed out. Fails the test on a wrong record.
@@ -48,15 +41,6 @@ size_t consume(shm::Client& client, const Container& container, uint32_t layer, 
   return experts.size();
 }
 
-template <typename Predicate>
-void wait_until(Predicate done) {
-  // A bound so a broken build fails instead of hanging; not a timing assertion.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!done()) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
 
 }  // namespace
 

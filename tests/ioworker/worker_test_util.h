@@ -1,11 +1,16 @@
 // tests/ioworker/worker_test_util.h: a fixture container with a worker over
-// it, the budget for an exact slot count, and the check every test client
-// applies to a slot it was handed: the header must name what it asked for.
+// it, the budget for an exact slot count, the worker options the tests share,
+// a bounded wait, and the check every test client applies to a slot it was
+// handed: the header must name what it asked for.
 #pragma once
 
+#include <doctest/doctest.h>
+
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "ioworker/worker.h"
 #include "proto/container.h"
@@ -31,13 +36,41 @@ struct FixtureContainer {
 };
 
 // The budget whose plan holds exactly `slots` slots.
+// Worked out here from the manifest, not with the worker's helpers, so the
+// tests check them.
 inline uint64_t budget_for_slots(const Container& container, uint32_t slots, uint32_t max_clients = 16) {
   uint32_t stride = 0, widest = 0;
   for (const MoeLayerInfo& info : container.moe_layers()) {
     stride = std::max(stride, info.record_stride);
     widest = std::max(widest, info.experts);
   }
-  return shm::compute_layout(shm::geometry_for_slots(slots, stride, max_clients, widest)).total;
+  const shm::MailboxShape mailbox{container.hidden_size(), 1, container.top_k()};
+  return shm::compute_layout(shm::geometry_for_slots(slots, stride, max_clients, widest, mailbox)).total;
+}
+
+// Options of a worker of exactly `slots` slots and two readers; `instance`
+// empty: an anonymous segment.
+inline ioworker::WorkerOptions options_for(const Container& container, uint32_t slots,
+                                           ioworker::IoBackend backend = ioworker::IoBackend::kAuto,
+                                           const std::string& instance = "") {
+  ioworker::WorkerOptions options;
+  options.instance = instance;
+  options.cache_bytes = budget_for_slots(container, slots);
+  options.backend = backend;
+  options.readers = 2;
+  options.quiet = true;
+  return options;
+}
+
+// Polls `done`; the bound makes a broken build fail instead of hang (it is
+// not a timing assertion).
+template <typename Predicate>
+void wait_until(Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done()) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 // Empty when the record header in `data` is exactly the one of (layer, expert).

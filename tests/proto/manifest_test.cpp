@@ -15,13 +15,17 @@ namespace {
 
 using nlohmann::json;
 
-// A valid manifest, written by the fixture.
+// A valid manifest, written by the fixture once (doctest reruns a test case
+// per SUBCASE); each caller gets its own copy to break.
 json valid_manifest() {
-  testing::TempDir tmp;
-  testing::FixtureSpec spec;
-  spec.layers = 3;
-  const testing::Fixture fx = testing::write_fixture(tmp.path(), spec);
-  return testing::read_json(fx.manifest_path());
+  static const json manifest = [] {
+    testing::TempDir tmp;
+    testing::FixtureSpec spec;
+    spec.layers = 3;
+    const testing::Fixture fx = testing::write_fixture(tmp.path(), spec);
+    return testing::read_json(fx.manifest_path());
+  }();
+  return manifest;
 }
 
 Manifest parse(const json& manifest) {

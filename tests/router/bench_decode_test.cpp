@@ -4,8 +4,6 @@
 // It measures nothing here: speed belongs to the benchmark, not to tests.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-
 #include <nlohmann/json.hpp>
 
 #include "tests/ctl/tiny_container.h"
@@ -27,24 +25,11 @@ nlohmann::json run_json(const std::vector<std::string>& argv) {
 // Four MoE layers at the floor: a cache below one token's working set, where
 // guesses may fill cold slots (the shared tiny container has only two layers).
 const std::string& four_layer_container() {
-  static const std::string path = [] {
-    const std::string dir = testing::scratch_dir();
-    std::string output;
-    const std::string generator = std::string(std::getenv("SLUICE_SOURCE_ROOT")) + "/scripts/make_tiny_checkpoint.py";
-    REQUIRE_MESSAGE(testing::run_command({"/usr/bin/python3", generator, "olmoe", dir + "/four", "--set",
-                                          "num_hidden_layers=4"},
-                                         &output) == 0,
-                    output);
-    REQUIRE_MESSAGE(testing::run_command({testing::sluice_bin(), "convert", dir + "/four", dir + "/four.sluice"},
-                                         &output) == 0,
-                    output);
-    return dir + "/four.sluice";
-  }();
+  static const std::string path = testing::make_tiny_container_or_skip("four", {"--set", "num_hidden_layers=4"});
   return path;
 }
 
 TEST_CASE("bench decode compares lookahead off and on over interleaved rounds") {
-  testing::tiny_container_or_skip();  // skips where the shared fixture cannot be made either
   const std::string& model = four_layer_container();
   const nlohmann::json plan = run_json({testing::sluice_bin(), "plan", model, "--json"});
   const std::string budget = std::to_string(plan.at("floor_bytes").get<uint64_t>());
@@ -79,7 +64,7 @@ TEST_CASE("bench decode compares lookahead off and on over interleaved rounds") 
 }
 
 TEST_CASE("bench decode refuses zero rounds and a budget under the floor") {
-  const std::string& model = testing::tiny_container_or_skip();
+  const std::string& model = four_layer_container();
   std::string output;
   CHECK(testing::run_command({testing::sluice_bin(), "bench", "decode", model, "--budget", "1G", "--repeat", "0"},
                              &output) != 0);
