@@ -190,13 +190,11 @@ UsableRam read_usable_ram(const std::string& root) {
 
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk) {
   const uint64_t hidden = config.hidden;
-  const uint64_t width = std::max(config.expert_width, config.dense_width);
-  const uint64_t q_width = uint64_t{config.heads} * config.head_dim;
-  const uint64_t kv_width = uint64_t{config.kv_heads} * config.head_dim;
-  const uint64_t activations =
-      chunk * (4 * hidden + 2 * q_width + 2 * kv_width + config.experts + uint64_t{config.top_k} * hidden + 3 * width);
+  const uint64_t width = std::max({config.expert_width, config.dense_width, config.shared_width});
+  const uint64_t activations = chunk * (4 * hidden + config.mixer_scratch_floats() + config.experts +
+                                        uint64_t{config.top_k} * hidden + 3 * width);
   const uint64_t tables = chunk * (2 * hidden + width) * 96;
-  const uint64_t scores = uint64_t{config.heads} * context;
+  const uint64_t scores = uint64_t{config.attention_heads()} * context;
   return (activations + tables + scores + config.vocab) * sizeof(float);
 }
 
@@ -228,7 +226,7 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   MemoryPlan plan;
   plan.context = request.context;
   plan.trunk_bytes = inputs.resident_bytes;
-  plan.kv_bytes = uint64_t{config.layers} * request.context * config.kv_heads * config.head_dim * 2 * sizeof(float);
+  plan.kv_bytes = config.state_floats_per_token() * request.context * sizeof(float);
   plan.scratch_bytes = plan_scratch_bytes(config, request.context, kPlanChunkTokens);
   plan.record_stride = inputs.record_stride;
   const uint64_t top_k = inputs.top_k;

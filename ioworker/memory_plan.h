@@ -26,7 +26,7 @@ struct MemoryPlan {
   uint32_t context = 0;
   // The floor: everything but the cache, plus the smallest cache that works.
   uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin, both resident
-  uint64_t kv_bytes = 0;         // layers × ctx × kv_heads × head_dim × 2 (K, V) × 4 (f32)
+  uint64_t kv_bytes = 0;         // the mixers' state: ctx × state floats per token (ModelConfig) × 4 (f32)
   uint64_t scratch_bytes = 0;    // see plan_scratch_bytes()
   uint64_t record_stride = 0;    // largest record stride of any MoE layer
   uint64_t cache_tables_bytes = 0;  // the segment's own tables (header, stats, clients, index, rings, mailbox)
@@ -62,10 +62,11 @@ struct UsableRam {
 UsableRam read_usable_ram(const std::string& root = "");
 
 // Scratch estimate for a `chunk`-token prefill at `context`, f32 throughout:
-// activations chunk × (4·hidden + 2·heads·head_dim + 2·kv_heads·head_dim +
-// experts + top_k·hidden + 3·width) where width = max(expert_width,
-// dense_width); RVQ lookup tables chunk × (2·hidden + width) × 96 (3 stages ×
-// 256 entries per 8 columns); attention scores heads × context; logits vocab.
+// activations chunk × (4·hidden + the mixer's scratch (ModelConfig::
+// mixer_scratch_floats) + experts + top_k·hidden + 3·width) where width =
+// max(expert_width, dense_width, shared_width); RVQ lookup tables chunk ×
+// (2·hidden + width) × 96 (3 stages × 256 entries per 8 columns); attention
+// scores heads × context; logits vocab.
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk);
 
 // What the plan needs from a container's manifest.

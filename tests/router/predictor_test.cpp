@@ -10,17 +10,6 @@
 
 using namespace sluice;
 
-TEST_CASE("rank_experts: descending probability, lower id first on ties") {
-  const std::vector<float> logits = {0.5f, 2.0f, 2.0f, -1.0f, 1.0f};
-  CHECK(router::rank_experts(logits, 3) == std::vector<uint32_t>{1, 2, 4});
-  CHECK(router::rank_experts(logits, 9).size() == 5);
-  // Distinct logits that round to the same probability tie like the model's
-  // router: by id (exp(-1e-8) is 1.0f), though expert 1's logit is larger.
-  const std::vector<float> close = {0.0f, 1e-8f, -5.0f};
-  REQUIRE(close[1] > close[0]);
-  CHECK(router::rank_experts(close, 1) == std::vector<uint32_t>{0});
-}
-
 TEST_CASE("the predictor's top-K equals the real router's top-K on the real input") {
   const std::string& model = testing::tiny_container_or_skip();
   EngineOptions options;

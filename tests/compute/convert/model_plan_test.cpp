@@ -47,7 +47,7 @@ TEST_CASE("OLMoE: whole-vector q/k norms, every layer MoE, formats by role") {
   CHECK(find(plan, "model.layers.1.mlp.gate.weight")->shape == std::vector<uint64_t>{8, 128});
   CHECK(find(plan, "model.norm.weight")->format == TrunkFormat::kF32);
   CHECK(plan.trunk.size() == 1 + 2 * 9 + 2);
-  CHECK(expert_tensor_name(1, 7, MatrixKind::kDown) == "model.layers.1.mlp.experts.7.down_proj.weight");
+  CHECK(expert_tensor_name(plan.config, 1, 7, MatrixKind::kDown) == "model.layers.1.mlp.experts.7.down_proj.weight");
 }
 
 TEST_CASE("Qwen3: explicit head_dim, per-head norms, dense layers into the trunk") {
