@@ -11,11 +11,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, container, safetensors  # noqa: E402
+from sluicepy import SluiceError, container, mla, routing, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 
 _DESCRIPTION = """\
-Run OLMoE / Qwen3-MoE in f32 from the published equations and dump logits.
+Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral in f32 from the
+published equations and dump logits. A checkpoint's fp8 weights are dequantized
+by their block scales; a container's weights are the engine's quantized ones.
+Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
 
 Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
   row 0      logits at the prompt's last position;
@@ -23,7 +26,8 @@ Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
 Generated token i is chosen from row i-1: greedy (--temp 0) takes the lowest
 id among equal maxima; --temp T>0 samples softmax(row/T) with a torch generator
 seeded by --seed (not the engine's sampler; compare logits at --temp 0 only).
-Routing takes the top-k softmax probabilities; ties go to the lower expert id.
+Routing ties go to the lower expert id. MLA runs in its expanded form (full
+keys and values per head, as HF caches) unless --mla absorbed.
 """
 
 
@@ -70,7 +74,9 @@ def relative_errors(quantized, original):
     """Frobenius ||Q - W|| / ||W|| summarised per expert matrix kind and trunk format."""
     groups = {}
     for name, q in quantized.items():
-        w = original[name]
+        w = original.get(name)
+        if w is None:
+            raise SluiceError(f"--compare: the checkpoint lacks tensor {name} that the container holds")
         err = float(np.linalg.norm(q - w) / max(np.linalg.norm(w), 1e-30))
         kind = name.rsplit(".", 2)[-2] if ".experts." in name else "trunk:" + name.split(".")[-2]
         groups.setdefault(kind, []).append(err)
@@ -78,16 +84,17 @@ def relative_errors(quantized, original):
             for k, v in sorted(groups.items())}
 
 
-def compare(model_path, hf_dir, prompt, steps):
+def compare(model_path, hf_dir, prompt, steps, **options):
     """Quantization cost: the container's greedy run against the original
     weights teacher-forced on the same tokens."""
     if not is_container(model_path):
         raise SluiceError(f"--compare: {model_path} is not a sluice container")
     qconfig, qweights = load_weights(model_path)
     config, weights = load_weights(hf_dir)
-    q_logits, tokens = generate(MoeModel(qconfig, qweights), prompt, steps)
+    q_logits, tokens = generate(MoeModel(qconfig, qweights, **options), prompt, steps)
     with torch.no_grad():
-        full = MoeModel(config, weights).forward(prompt + tokens, MoeModel(config, weights).new_cache())
+        original = MoeModel(config, weights, **options)
+        full = original.forward(prompt + tokens, original.new_cache())
     ref = full[len(prompt) - 1:]
     diff = (q_logits - ref).abs()
     return {"tokens": tokens, "rows": int(ref.shape[0]),
@@ -108,6 +115,11 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help='print {"tokens": [...]} instead of ids')
     parser.add_argument("--no-kv-cache", action="store_true",
                         help="recompute the whole sequence at every step (checks the cache)")
+    parser.add_argument("--mla", choices=mla.FORMS, default=mla.EXPANDED,
+                        help="DeepSeek/K2 attention form (both give the same logits up to rounding)")
+    parser.add_argument("--group-exclusion", choices=routing.EXCLUSIONS, default=routing.EXCLUDE_ZERO,
+                        help="DeepSeek/K2 routing: score of experts in unkept groups before the final top-k "
+                             "(zero: the released HF code; neg-inf: DeepSeek's inference script)")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "
@@ -121,11 +133,12 @@ def main(argv=None):
             raise SluiceError(f"--prompt-ids {args.prompt_ids!r}: expected comma-separated integers") from None
         if not prompt or args.n < 0:
             raise SluiceError("--prompt-ids needs at least one id and -n must be >= 0")
+        options = {"mla_form": args.mla, "exclusion": args.group_exclusion}
         if args.compare:
-            print(json.dumps(compare(args.model, args.compare, prompt, args.n), indent=2))
+            print(json.dumps(compare(args.model, args.compare, prompt, args.n, **options), indent=2))
             return 0
         config, weights = load_weights(args.model)
-        logits, tokens = generate(MoeModel(config, weights), prompt, args.n, args.temp, args.seed,
+        logits, tokens = generate(MoeModel(config, weights, **options), prompt, args.n, args.temp, args.seed,
                                   not args.no_kv_cache)
         if args.dump_logits:
             logits.numpy().astype("<f4").tofile(args.dump_logits)
