@@ -1,0 +1,160 @@
+# tests/scripts/test_families.py: sluicepy.families reads a config the way the
+# family's Hugging Face config class does: each missing key takes the class
+# default (written out below from the transformers / released remote-code
+# classes), nulls and aliases behave as there, and keys that would change the
+# math and are not implemented are refused by name.
+import copy
+import unittest
+
+import helpers  # noqa: F401  (makes scripts/ importable)
+
+from sluicepy import SluiceError, families
+
+_DEEPSEEK = {
+    "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+    "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+    "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "moe_layer_freq": 1, "norm_topk_prob": True, "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid", "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False, "rope_theta": 10000.0, "rope_interleave": True, "attention_bias": False,
+    "num_nextn_predict_layers": 1, "bos_token_id": 0, "eos_token_id": 1,
+}
+# Value after resolve() when the key is absent from the family's tiny config.
+EXPECTED = {
+    "olmoe": {"vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
+              "num_attention_heads": 16, "max_position_embeddings": 4096,
+              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "clip_qkv": None, "num_experts_per_tok": 8,
+              "num_experts": 64, "norm_topk_prob": False, "tie_word_embeddings": False,
+              "eos_token_id": 50279, "pad_token_id": 1, "bos_token_id": None},
+    "qwen3_moe": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+                  "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 32,
+                  "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+                  "use_sliding_window": False, "sliding_window": None, "decoder_sparse_step": 1,
+                  "moe_intermediate_size": 768, "num_experts_per_tok": 8, "num_experts": 128,
+                  "norm_topk_prob": False, "mlp_only_layers": [], "tie_word_embeddings": False},
+    "deepseek_v3": _DEEPSEEK,
+    "kimi_k2": _DEEPSEEK,
+    "mixtral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "head_dim": 32, "max_position_embeddings": 131072,
+                "rms_norm_eps": 1e-5, "rope_theta": 1e6, "sliding_window": None, "num_experts_per_tok": 2,
+                "num_local_experts": 8, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False},
+}
+
+
+# K2's tiny single group cannot take DeepSeek's 8 groups / 4 kept: give it a base that can.
+BASE = {"kimi_k2": {"n_routed_experts": 32, "n_group": 8, "topk_group": 4}}
+
+
+def tiny(family, **changes):
+    config = families.tiny_config(family)
+    config.update(changes)
+    return config
+
+
+class DefaultsTest(unittest.TestCase):
+    def test_each_missing_key_takes_the_class_default(self):
+        for family, expected in EXPECTED.items():
+            for key, want in expected.items():
+                with self.subTest(family=family, key=key):
+                    config = tiny(family, **BASE.get(family, {}))
+                    config.pop(key, None)
+                    self.assertEqual(families.resolve(config)[key], want)
+
+    def test_missing_kv_heads_differs_by_family(self):
+        # OLMoE's class default is None (= the head count); Qwen3's is 4, Mixtral's 8, DeepSeek's 128.
+        for family, heads, want in (("olmoe", 8, 8), ("qwen3_moe", 8, 4), ("mixtral", 32, 8), ("deepseek_v3", 4, 128)):
+            with self.subTest(family=family):
+                config = tiny(family, num_attention_heads=heads if family != "deepseek_v3" else 128)
+                config.pop("num_key_value_heads")
+                self.assertEqual(families.resolve(config)["num_key_value_heads"], want)
+
+    def test_nulls_that_the_classes_replace_and_the_others(self):
+        for family in families.FAMILIES:
+            with self.subTest(family=family):
+                self.assertEqual(families.resolve(tiny(family, num_key_value_heads=None))["num_key_value_heads"], 4)
+                with self.assertRaisesRegex(SluiceError, "rms_norm_eps is null"):
+                    families.resolve(tiny(family, rms_norm_eps=None))
+        self.assertEqual(families.resolve(tiny("qwen3_moe", head_dim=None))["head_dim"], 32)
+        self.assertEqual(families.resolve(tiny("mixtral", head_dim=None))["head_dim"], 32)
+        self.assertEqual(families.resolve(tiny("qwen3_moe", mlp_only_layers=None))["mlp_only_layers"], [])
+        self.assertIsNone(families.resolve(tiny("deepseek_v3", q_lora_rank=None))["q_lora_rank"])
+        # Qwen3 ignores its window unless use_sliding_window.
+        self.assertIsNone(families.resolve(tiny("qwen3_moe", sliding_window=64))["sliding_window"])
+
+    def test_aliases_set_the_canonical_key(self):
+        config = tiny("mixtral", num_experts=6)
+        del config["num_local_experts"]
+        self.assertEqual(families.resolve(config)["num_local_experts"], 6)
+        config = tiny("deepseek_v3", num_local_experts=16)
+        del config["n_routed_experts"]
+        self.assertEqual(families.num_experts(families.resolve(config)), 16)
+        with self.assertRaisesRegex(SluiceError, "num_experts 6 and num_local_experts 4 disagree"):
+            families.resolve(tiny("mixtral", num_experts=6))
+
+    def test_rope_parameters_dict_equals_rope_theta_and_rope_scaling(self):
+        old = families.resolve(tiny("deepseek_v3"))
+        config = tiny("deepseek_v3", rope_parameters=dict(tiny("deepseek_v3")["rope_scaling"], rope_type="yarn",
+                                                          rope_theta=10000.0))
+        del config["rope_theta"], config["rope_scaling"]
+        new = families.resolve(config)
+        self.assertEqual((new["rope_theta"], new["rope_scaling"]), (old["rope_theta"], old["rope_scaling"]))
+        self.assertEqual(old["rope_scaling"]["factor"], 40.0)
+        plain = families.resolve(tiny("mixtral", rope_parameters={"rope_type": "default", "rope_theta": 5e5}))
+        self.assertEqual((plain["rope_theta"], plain["rope_scaling"]), (5e5, None))
+        no_original = copy.deepcopy(tiny("kimi_k2"))
+        del no_original["rope_scaling"]["original_max_position_embeddings"]
+        self.assertEqual(families.resolve(no_original)["rope_scaling"]["original_max_position_embeddings"], 2560)
+
+
+class RefusalTest(unittest.TestCase):
+    def refused(self, message, family, **changes):
+        with self.assertRaisesRegex(SluiceError, message):
+            families.resolve(tiny(family, **changes))
+
+    def test_unimplemented_keys_are_refused_by_name(self):
+        for family in families.FAMILIES:
+            with self.subTest(family=family):
+                self.refused("attention_bias true", family, attention_bias=True)
+                self.refused("hidden_act 'gelu'", family, hidden_act="gelu")
+                self.refused("partial_rotary_factor 0.5", family, partial_rotary_factor=0.5)
+                self.refused("rope_scaling type 'linear'", family, rope_scaling={"type": "linear", "factor": 2.0})
+        self.refused("use_sliding_window true", "qwen3_moe", use_sliding_window=True)
+        self.refused("model_type 'llama'", "mixtral", model_type="llama")
+
+    def test_inconsistent_deepseek_configs_are_refused_naming_the_key(self):
+        self.refused("scoring_func 'softmax'", "deepseek_v3", scoring_func="softmax")
+        self.refused("topk_method 'greedy'", "kimi_k2", topk_method="greedy")
+        self.refused("n_routed_experts 16 must split into n_group 3", "deepseek_v3", n_group=3)
+        self.refused("n_routed_experts 16 must split into n_group 16 groups of at least 2", "deepseek_v3", n_group=16)
+        self.refused("topk_group 5 exceeds n_group 4", "deepseek_v3", topk_group=5)
+        self.refused("num_experts_per_tok 5 exceeds the 4 experts of the topk_group", "deepseek_v3", topk_group=1,
+                     num_experts_per_tok=5)
+        self.refused("kv_lora_rank must be a positive integer", "deepseek_v3", kv_lora_rank=0)
+        self.refused("qk_rope_head_dim 15 must be even", "deepseek_v3", qk_rope_head_dim=15)
+        self.refused("num_experts_per_tok 13 exceeds the 12 experts", "kimi_k2", num_experts_per_tok=13)
+        self.refused("num_attention_heads 4 is not a multiple of num_key_value_heads 3", "mixtral",
+                     num_key_value_heads=3)
+
+
+class LayoutTest(unittest.TestCase):
+    def test_layer_types(self):
+        c = families.resolve(tiny("deepseek_v3", num_hidden_layers=6, first_k_dense_replace=2, moe_layer_freq=2))
+        self.assertEqual([families.is_moe_layer(c, i) for i in range(6)], [False, False, True, False, True, False])
+        c = families.resolve(tiny("mixtral"))
+        self.assertEqual(families.expert_names(c, 1, 3), ("model.layers.1.block_sparse_moe.experts.3.w1.weight",
+                                                          "model.layers.1.block_sparse_moe.experts.3.w3.weight",
+                                                          "model.layers.1.block_sparse_moe.experts.3.w2.weight"))
+
+    def test_fp8_tensor_rule(self):
+        yes = ["model.layers.1.self_attn.q_a_proj.weight", "model.layers.1.self_attn.kv_b_proj.weight",
+               "model.layers.0.mlp.down_proj.weight", "model.layers.2.mlp.shared_experts.up_proj.weight",
+               "model.layers.2.mlp.experts.7.gate_proj.weight", "model.layers.1.self_attn.o_proj.weight"]
+        no = ["model.embed_tokens.weight", "lm_head.weight", "model.layers.1.mlp.gate.weight",
+              "model.layers.1.mlp.gate.e_score_correction_bias", "model.layers.1.self_attn.kv_a_layernorm.weight",
+              "model.norm.weight"]
+        self.assertEqual([families.is_fp8_tensor(n) for n in yes + no], [True] * len(yes) + [False] * len(no))
+
+
+if __name__ == "__main__":
+    unittest.main()
