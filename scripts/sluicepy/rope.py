@@ -26,7 +26,9 @@ def yarn_range(scaling, dim, base):
 
 
 def frequencies(dim, base, scaling=None, dtype=torch.float32):
-    """(inverse frequencies [dim/2], cos/sin multiplier). With YaRN:
+    """(inverse frequencies [dim/2], cos/sin multiplier). With YaRN (the config's
+    `factor`, as transformers v5 and DeepSeek's remote code use it; 4.5x used
+    max_position_embeddings / original instead, equal in every real checkpoint):
     θ'_i = θ_i·(1 − ramp_i) + (θ_i / f)·ramp_i and the multiplier
     mscale(f, m) / mscale(f, m_all) when both are set, else mscale(f, 1)
     (transformers' rule; DeepSeek's remote code differs only when one is missing)."""

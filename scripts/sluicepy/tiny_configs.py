@@ -44,9 +44,12 @@ TINY = {
         "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": 2,
         "torch_dtype": "bfloat16"},
     "deepseek_v3": _DEEPSEEK_TINY,
-    # §7.4: as 7.3 with K2 semantics (12 experts, one group, K2's scaling and YaRN).
+    # §7.4: as 7.3 with K2 semantics (12 experts, one group, K2's scaling and YaRN), and
+    # max_position_embeddings 2048 = 64 x 32: transformers 4.5x replaced the YaRN factor by
+    # max_position_embeddings / original_max_position_embeddings, v5 and the remote code keep
+    # `factor`; with the ratio equal to the factor (as in the real checkpoints) all agree.
     "kimi_k2": dict(_DEEPSEEK_TINY, model_type="kimi_k2", n_routed_experts=12, n_group=1, topk_group=1,
-                    routed_scaling_factor=2.827, rope_theta=50000.0,
+                    routed_scaling_factor=2.827, rope_theta=50000.0, max_position_embeddings=2048,
                     rope_scaling={"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 64,
                                   "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
     "mixtral": {

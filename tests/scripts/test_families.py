@@ -104,7 +104,7 @@ class DefaultsTest(unittest.TestCase):
         self.assertEqual((plain["rope_theta"], plain["rope_scaling"]), (5e5, None))
         no_original = copy.deepcopy(tiny("kimi_k2"))
         del no_original["rope_scaling"]["original_max_position_embeddings"]
-        self.assertEqual(families.resolve(no_original)["rope_scaling"]["original_max_position_embeddings"], 2560)
+        self.assertEqual(families.resolve(no_original)["rope_scaling"]["original_max_position_embeddings"], 2048)
 
 
 class RefusalTest(unittest.TestCase):
