@@ -108,6 +108,23 @@ class FamiliesReferenceTest(unittest.TestCase):
             self.assertEqual(cost["relative_weight_error"]["trunk:kv_b_proj"]["max"], 0.0)
             self.assertGreater(cost["relative_weight_error"]["gate_proj"]["max"], 0.0)
 
+    def test_cli_refuses_a_bad_config_naming_the_key(self):
+        with helpers.scratch() as d:
+            bad = helpers.make_checkpoint(os.path.join(d, "ds"), "deepseek_v3")
+            path = os.path.join(bad, "config.json")
+            with open(path) as f:
+                config = json.load(f)
+            config["scoring_func"] = "softmax"
+            with open(path, "w") as f:
+                json.dump(config, f)
+            result = helpers.run_script("reference.py", bad, "--prompt-ids", "1,2", check=False)
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("scoring_func 'softmax' is not supported", result.stderr)
+            result = helpers.run_script("make_tiny_checkpoint.py", "deepseek_v3", os.path.join(d, "g"),
+                                        "--set", "n_group=3", check=False)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("n_routed_experts 16 must split into n_group 3", result.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
