@@ -123,13 +123,16 @@ class MlaModelTest(unittest.TestCase):
         cls.tmp = helpers.scratch()
         cls.dirs = {f: helpers.make_checkpoint(os.path.join(cls.tmp.name, f), f, "--seed", "3", "--dtype", "f32")
                     for f in ("deepseek_v3", "kimi_k2")}
+        # No query LoRA (q_proj directly) and the half-split rope layout (rope_interleave false).
+        cls.variant = helpers.make_checkpoint(os.path.join(cls.tmp.name, "variant"), "deepseek_v3", "--dtype", "f32",
+                                              "--set", "q_lora_rank=null", "--set", "rope_interleave=false")
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
     def test_absorbed_equals_expanded_in_f64(self):
-        for family, directory in self.dirs.items():
+        for family, directory in [*self.dirs.items(), ("variant", self.variant)]:
             with self.subTest(family=family):
                 config, weights = reference.load_weights(directory)
                 runs = {}

@@ -2,6 +2,8 @@
 # Kimi K2 and Mixtral checkpoints: cached decode equals recomputation, the MTP
 # layer is ignored, fp8 checkpoints dequantize, Mixtral's window boundary, and a
 # container holding the original trunk (HF names, f32) reads like the checkpoint.
+import contextlib
+import io
 import json
 import os
 import unittest
@@ -12,9 +14,19 @@ import torch
 import helpers  # noqa: I100  (first: makes scripts/ importable)
 import container_writer
 from sluicepy import container, families, mla, models
+import make_tiny_checkpoint
 import reference
 
 PROMPT = [5, 17, 200, 3, 88, 41, 9, 300, 12, 77, 150, 6, 250, 33, 101, 64]
+
+
+def run_main(main, *argv):
+    """A script's main() in this process (the CLI path without a fresh interpreter):
+    (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
 
 
 class FamiliesReferenceTest(unittest.TestCase):
@@ -98,12 +110,14 @@ class FamiliesReferenceTest(unittest.TestCase):
             rows = {}
             for form in mla.FORMS:
                 out = os.path.join(d, form + ".f32")
-                helpers.run_script("reference.py", path, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "3",
-                                   "--mla", form, "--group-exclusion", "neg-inf", "--dump-logits", out)
+                code, _, _ = run_main(reference.main, path, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "3",
+                                      "--mla", form, "--group-exclusion", "neg-inf", "--dump-logits", out)
+                self.assertEqual(code, 0)
                 rows[form] = np.fromfile(out, dtype="<f4").reshape(4, 512)
             self.assertLess(float(np.abs(rows[mla.EXPANDED] - rows[mla.ABSORBED]).max()), 1e-5)
-            cost = json.loads(helpers.run_script("reference.py", path, "--prompt-ids", "1,2,3", "-n", "2",
-                                                 "--compare", self.dirs["kimi_k2"]).stdout)
+            code, stdout, _ = run_main(reference.main, path, "--prompt-ids", "1,2,3", "-n", "2",
+                                       "--compare", self.dirs["kimi_k2"])
+            cost = json.loads(stdout)
             self.assertEqual(cost["rows"], 3)
             self.assertEqual(cost["relative_weight_error"]["trunk:kv_b_proj"]["max"], 0.0)
             self.assertGreater(cost["relative_weight_error"]["gate_proj"]["max"], 0.0)
@@ -117,13 +131,13 @@ class FamiliesReferenceTest(unittest.TestCase):
             config["scoring_func"] = "softmax"
             with open(path, "w") as f:
                 json.dump(config, f)
-            result = helpers.run_script("reference.py", bad, "--prompt-ids", "1,2", check=False)
-            self.assertEqual(result.returncode, 1)
-            self.assertIn("scoring_func 'softmax' is not supported", result.stderr)
-            result = helpers.run_script("make_tiny_checkpoint.py", "deepseek_v3", os.path.join(d, "g"),
-                                        "--set", "n_group=3", check=False)
-            self.assertNotEqual(result.returncode, 0)
-            self.assertIn("n_routed_experts 16 must split into n_group 3", result.stderr)
+            code, _, stderr = run_main(reference.main, bad, "--prompt-ids", "1,2")
+            self.assertEqual(code, 1)
+            self.assertIn("scoring_func 'softmax' is not supported", stderr)
+            code, _, stderr = run_main(make_tiny_checkpoint.main, "deepseek_v3", os.path.join(d, "g"),
+                                       "--set", "n_group=3")
+            self.assertEqual(code, 1)
+            self.assertIn("n_routed_experts 16 must split into n_group 3", stderr)
 
 
 if __name__ == "__main__":
