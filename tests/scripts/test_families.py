@@ -7,8 +7,7 @@ import copy
 import unittest
 
 import helpers  # noqa: F401  (makes scripts/ importable)
-
-from sluicepy import SluiceError, families
+from sluicepy import SluiceError, families, fp8
 
 _DEEPSEEK = {
     "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
@@ -145,6 +144,43 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(families.expert_names(c, 1, 3), ("model.layers.1.block_sparse_moe.experts.3.w1.weight",
                                                           "model.layers.1.block_sparse_moe.experts.3.w3.weight",
                                                           "model.layers.1.block_sparse_moe.experts.3.w2.weight"))
+
+    def test_real_sizes_give_the_shapes_and_scales_of_section_3_2(self):
+        # DeepSeek-V3's dims are the class defaults; K2 changes experts, heads, dense layers, groups.
+        k2 = {"n_routed_experts": 384, "num_attention_heads": 64, "num_key_value_heads": 64,
+              "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}
+        for name, changes, heads, experts, dense in (("DeepSeek-V3", {}, 128, 256, 3), ("Kimi K2", k2, 64, 384, 1)):
+            with self.subTest(model=name):
+                config = dict({"model_type": "deepseek_v3" if not changes else "kimi_k2"}, **changes)
+                shapes = families.tensor_shapes(config)
+                p = f"model.layers.{dense}."
+                want = {"self_attn.q_a_proj.weight": ([1536, 7168], [12, 56]),
+                        "self_attn.q_b_proj.weight": ([heads * 192, 1536], [heads * 192 // 128, 12]),
+                        "self_attn.kv_a_proj_with_mqa.weight": ([576, 7168], [5, 56]),
+                        "self_attn.kv_b_proj.weight": ([heads * 256, 512], [heads * 2, 4]),
+                        "self_attn.o_proj.weight": ([7168, heads * 128], [56, heads]),
+                        "mlp.gate.weight": ([experts, 7168], None),
+                        "mlp.experts.0.gate_proj.weight": ([2048, 7168], [16, 56]),
+                        "mlp.experts.0.down_proj.weight": ([7168, 2048], [56, 16]),
+                        "mlp.shared_experts.up_proj.weight": ([2048, 7168], [16, 56])}
+                for n, (shape, scale) in want.items():
+                    self.assertEqual(shapes[p + n], shape, n)
+                    if scale is not None:
+                        self.assertEqual(fp8.scale_shape(shape), scale, n)
+                self.assertEqual(shapes["model.layers.0.mlp.gate_proj.weight"], [18432, 7168])
+                self.assertEqual(fp8.scale_shape([18432, 7168]), [144, 56])
+                self.assertEqual(shapes[p + "mlp.gate.e_score_correction_bias"], [experts])
+                c = families.resolve(config)
+                self.assertEqual(sum(families.is_moe_layer(c, i) for i in range(61)), 61 - dense)
+                self.assertNotIn("model.layers.61.enorm.weight", shapes)
+                self.assertIn("model.layers.61.enorm.weight", families.mtp_tensor_shapes(config))
+
+    def test_mixtral_real_sizes_of_section_5(self):
+        shapes = families.tensor_shapes({"model_type": "mixtral"})  # the class defaults are Mixtral-8x7B
+        self.assertEqual(shapes["model.layers.31.self_attn.k_proj.weight"], [1024, 4096])
+        self.assertEqual(shapes["model.layers.31.block_sparse_moe.gate.weight"], [8, 4096])
+        self.assertEqual(shapes["model.layers.31.block_sparse_moe.experts.7.w2.weight"], [4096, 14336])
+        self.assertEqual(shapes["lm_head.weight"], [32000, 4096])
 
     def test_fp8_tensor_rule(self):
         yes = ["model.layers.1.self_attn.q_a_proj.weight", "model.layers.1.self_attn.kv_b_proj.weight",
