@@ -49,12 +49,25 @@ def load_weights(path):
     return config, safetensors.load_checkpoint(path)
 
 
-def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True):
-    """Returns (logits [1 + steps, vocab], generated token ids)."""
+def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None):
+    """Returns (logits [1 + steps, vocab], generated token ids). `routes`, when a
+    list, receives one {"tok": position, "layers": [[expert ids], ...]} per token fed
+    (the layout of `sluice run --trace-out`; needs the cache)."""
+    if routes is not None and not use_cache:
+        raise SluiceError("--trace-out needs the KV cache (drop --no-kv-cache)")
     generator = torch.Generator().manual_seed(seed)
     cache = model.new_cache()
+
+    def feed(ids):
+        start, trace = cache.length, None if routes is None else []
+        logits = model.forward(ids, cache, trace)
+        if trace is not None:
+            routes.extend({"tok": start + t, "layers": [chosen[t].tolist() for _, chosen, _ in trace]}
+                          for t in range(len(ids)))
+        return logits
+
     with torch.no_grad():
-        rows = [model.forward(prompt, cache)[-1]]
+        rows = [feed(prompt)[-1]]
         tokens = []
         for _ in range(steps):
             last = rows[-1]
@@ -64,7 +77,7 @@ def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True):
                 token = int(torch.argmax(last))  # first index among equal maxima
             tokens.append(token)
             if use_cache:
-                rows.append(model.forward([token], cache)[-1])
+                rows.append(feed([token])[-1])
             else:
                 rows.append(model.forward(prompt + tokens, model.new_cache())[-1])
     return torch.stack(rows), tokens
@@ -115,6 +128,9 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help='print {"tokens": [...]} instead of ids')
     parser.add_argument("--no-kv-cache", action="store_true",
                         help="recompute the whole sequence at every step (checks the cache)")
+    parser.add_argument("--trace-out", metavar="FILE",
+                        help="write the routing as JSON lines, one per token fed: "
+                             '{"tok": N, "layers": [[expert ids, largest weight first], ...]} (as sluice run)')
     parser.add_argument("--mla", choices=mla.FORMS, default=mla.EXPANDED,
                         help="DeepSeek/K2 attention form (both give the same logits up to rounding)")
     parser.add_argument("--group-exclusion", choices=routing.EXCLUSIONS, default=routing.EXCLUDE_ZERO,
@@ -138,8 +154,12 @@ def main(argv=None):
             print(json.dumps(compare(args.model, args.compare, prompt, args.n, **options), indent=2))
             return 0
         config, weights = load_weights(args.model)
+        routes = [] if args.trace_out else None
         logits, tokens = generate(MoeModel(config, weights, **options), prompt, args.n, args.temp, args.seed,
-                                  not args.no_kv_cache)
+                                  not args.no_kv_cache, routes)
+        if args.trace_out:
+            with open(args.trace_out, "w") as f:
+                f.writelines(json.dumps(row) + "\n" for row in routes)
         if args.dump_logits:
             logits.numpy().astype("<f4").tofile(args.dump_logits)
         print(json.dumps({"tokens": tokens}) if args.json else ",".join(map(str, tokens)))

@@ -122,6 +122,21 @@ class FamiliesReferenceTest(unittest.TestCase):
             self.assertEqual(cost["relative_weight_error"]["trunk:kv_b_proj"]["max"], 0.0)
             self.assertGreater(cost["relative_weight_error"]["gate_proj"]["max"], 0.0)
 
+    def test_routing_trace_lists_each_tokens_experts_within_the_kept_groups(self):
+        with helpers.scratch() as d:
+            out = os.path.join(d, "trace.jsonl")
+            code, _, _ = run_main(reference.main, self.dirs["deepseek_v3"], "--prompt-ids",
+                                       ",".join(map(str, PROMPT)), "-n", "4", "--trace-out", out)
+            self.assertEqual(code, 0)
+            with open(out) as f:
+                rows = [json.loads(line) for line in f]
+        self.assertEqual([r["tok"] for r in rows], list(range(len(PROMPT) + 4)))
+        for row in rows:
+            self.assertEqual(len(row["layers"]), 3)  # MoE layers 1, 2, 3
+            for ids in row["layers"]:
+                self.assertEqual(len(set(ids)), 4)
+                self.assertLessEqual(len({e // 4 for e in ids}), 2)  # 4 groups of 4, topk_group 2
+
     def test_cli_refuses_a_bad_config_naming_the_key(self):
         with helpers.scratch() as d:
             bad = helpers.make_checkpoint(os.path.join(d, "ds"), "deepseek_v3")
