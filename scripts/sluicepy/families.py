@@ -1,8 +1,11 @@
 # scripts/sluicepy/families.py: what each supported family's checkpoint holds:
 # the Hugging Face config-class defaults (one table), the keys refused by name,
 # the tiny configs (tiny_configs.py), tensor names and shapes, layer types. No weights, no math.
+import argparse
 import copy
+import json
 import math
+import sys
 
 from . import SluiceError
 from .tiny_configs import TINY
@@ -347,3 +350,34 @@ def init_std_and_mean(config, name):
     if name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):  # router: logits spread about ±2
         return 0.0, 2.0 / math.sqrt(config["hidden_size"])
     return 0.0, 0.02
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m sluicepy.families",
+                                     description="The Hugging Face class defaults, and a config as they read it "
+                                                 "(for checking another parser key by key).")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    sub.add_parser("defaults", help='print {"defaults": {family: {key: value}}, "aliases": {...}} as JSON')
+    p = sub.add_parser("resolve", help="print CONFIG as resolved (defaults filled, aliases mapped) as JSON")
+    p.add_argument("config", help="a config.json")
+    args = parser.parse_args(argv)
+    try:
+        if args.mode == "defaults":
+            print(json.dumps({"defaults": CLASS_DEFAULTS, "aliases": ALIASES}, indent=1))
+            return 0
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SluiceError(f"{args.config}: {e}") from None
+        if not isinstance(config, dict):
+            raise SluiceError(f"{args.config}: not a JSON object")
+        print(json.dumps(resolve(config), indent=1))
+    except SluiceError as e:
+        print(f"sluicepy.families: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

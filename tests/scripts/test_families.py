@@ -4,6 +4,8 @@
 # classes), nulls and aliases behave as there, and keys that would change the
 # math and are not implemented are refused by name.
 import copy
+import json
+import os
 import unittest
 
 import helpers  # noqa: F401  (makes scripts/ importable)
@@ -190,6 +192,24 @@ class LayoutTest(unittest.TestCase):
               "model.layers.1.mlp.gate.e_score_correction_bias", "model.layers.1.self_attn.kv_a_layernorm.weight",
               "model.norm.weight"]
         self.assertEqual([families.is_fp8_tensor(n) for n in yes + no], [True] * len(yes) + [False] * len(no))
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_resolve_and_defaults_print_json(self):
+        with helpers.scratch() as d:
+            path = os.path.join(d, "config.json")
+            with open(path, "w") as f:
+                json.dump({"model_type": "qwen3_moe", "num_key_value_heads": None}, f)
+            out = json.loads(helpers.run_script(None, "-m", "sluicepy.families", "resolve", path).stdout)
+            self.assertEqual((out["num_key_value_heads"], out["norm_topk_prob"], out["head_dim"]), (32, False, 64))
+            with open(path, "w") as f:
+                json.dump({"model_type": "deepseek_v3", "scoring_func": "softmax"}, f)
+            result = helpers.run_script(None, "-m", "sluicepy.families", "resolve", path, check=False)
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("scoring_func 'softmax'", result.stderr)
+        table = json.loads(helpers.run_script(None, "-m", "sluicepy.families", "defaults").stdout)
+        self.assertEqual(table["defaults"]["olmoe"]["rms_norm_eps"], 1e-5)
+        self.assertEqual(table["aliases"]["mixtral"], {"num_experts": "num_local_experts"})
 
 
 if __name__ == "__main__":
