@@ -87,7 +87,7 @@ def family_of(config):
     return family
 
 
-def _rope(config, family):
+def _rope(config):
     """(theta, scaling dict or None) from rope_theta/rope_scaling or a rope_parameters dict."""
     params = config.get("rope_parameters")
     if params is not None:
@@ -150,7 +150,7 @@ def resolve(config):
         raise SluiceError("config.json: attention_bias true is not supported (no bias tensors)")
     if family == "qwen3_moe" and c["use_sliding_window"]:
         raise SluiceError("config.json: use_sliding_window true is not supported for qwen3_moe")
-    c["rope_theta"], c["rope_scaling"] = _rope(c, family)
+    c["rope_theta"], c["rope_scaling"] = _rope(c)
     c.pop("rope_parameters", None)
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
                 "num_experts_per_tok"):
