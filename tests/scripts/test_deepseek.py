@@ -73,6 +73,22 @@ class YarnTest(unittest.TestCase):
         self.assertAlmostEqual(float(out[3]), math.sin(angle), places=12)
         self.assertAlmostEqual(float(out.abs().sum() - out[2].abs() - out[3].abs()), 0.0, places=12)
 
+    def test_hf_layout_permutes_evens_then_odds_and_keeps_dot_products(self):
+        # HF (rope_interleave) reorders the 64 dims as all evens then all odds and rotates
+        # half-split: the same vector, permuted, so q·k is the same in either layout (§0.5).
+        gen = torch.Generator().manual_seed(1)
+        q, k = torch.randn(5, 2, 16, generator=gen, dtype=torch.float64), torch.randn(5, 1, 16, generator=gen,
+                                                                                      dtype=torch.float64)
+        inv_freq, multiplier = rope.frequencies(16, 10000.0, yarn(40.0, 32, 1, 64), torch.float64)
+        cos, sin = rope.cos_sin(torch.arange(5), inv_freq, multiplier)
+        def hf_layout(x):
+            return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
+        ours_q, ours_k = rope.rotate_adjacent(q, cos, sin), rope.rotate_adjacent(k, cos, sin)
+        hf_q, hf_k = rope.rotate_half_split(hf_layout(q), cos, sin), rope.rotate_half_split(hf_layout(k), cos, sin)
+        torch.testing.assert_close(hf_q, hf_layout(ours_q), rtol=0, atol=1e-14)
+        torch.testing.assert_close(torch.einsum("thd,shd->hts", hf_q, hf_k.expand(5, 2, 16)),
+                                   torch.einsum("thd,shd->hts", ours_q, ours_k.expand(5, 2, 16)), rtol=0, atol=1e-13)
+
 
 def logit(p):
     return math.log(p / (1 - p))
