@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "proto/container.h"
 #include "proto/error.h"
 #include "proto/model_config.h"
+#include "proto/record_format.h"
+#include "proto/tensor_inventory.h"
 
 namespace sluice {
 namespace {
@@ -212,6 +215,52 @@ PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_
   return inputs;
 }
 
+PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint32_t max_clients,
+                       uint32_t mailbox_rows) {
+  PlanInputs inputs;
+  inputs.model = name;
+  const std::vector<MoeLayerSpec> moe = moe_inventory(config);
+  inputs.resident_bytes = trunk_file_bytes(trunk_inventory(config)) +
+                          moe.size() * kMatrixKinds.size() * kRvqStages * kCodebookBytes;
+  inputs.top_k = config.top_k;
+  inputs.moe_layers = moe.size();
+  if (!moe.empty()) {
+    inputs.record_stride = RecordLayout::compute(config.hidden, config.expert_width).stride;
+    const ioworker::CacheShape shape{static_cast<uint32_t>(inputs.record_stride), config.experts, config.hidden,
+                                     config.top_k};
+    inputs.cache_tables_bytes = ioworker::cache_bytes_for_slots(shape, 2 * config.top_k, max_clients, mailbox_rows) -
+                                2 * inputs.top_k * inputs.record_stride;
+  }
+  return inputs;
+}
+
+nlohmann::json model_breakdown(const ModelConfig& config) {
+  std::map<std::string, uint64_t> bytes;
+  uint64_t trunk_params = 0;
+  for (const TensorSpec& t : trunk_inventory(config)) {
+    const char* component = "attention";
+    switch (t.role) {
+      case TensorRole::kEmbed: component = "embeddings"; break;
+      case TensorRole::kLmHead: component = "lm_head"; break;
+      case TensorRole::kDenseGate: case TensorRole::kDenseUp: case TensorRole::kDenseDown: component = "dense_ffn"; break;
+      case TensorRole::kRouter: case TensorRole::kRouterBias: component = "routers"; break;
+      case TensorRole::kSharedGate: case TensorRole::kSharedUp: case TensorRole::kSharedDown: component = "shared_experts"; break;
+      case TensorRole::kInputNorm: case TensorRole::kPostAttentionNorm: case TensorRole::kFinalNorm: component = "norms"; break;
+      default: break;
+    }
+    bytes[component] += trunk_tensor_bytes(t);
+    trunk_params += t.elements();
+  }
+  const uint64_t expert_params = 3ull * config.hidden * config.expert_width;
+  const uint64_t routed = expert_params * config.experts * config.moe_layers();
+  nlohmann::json trunk = nlohmann::json::object();
+  for (const auto& [component, n] : bytes) trunk[component] = n;
+  return {{"trunk_bytes_by_component", trunk},
+          {"params_total", trunk_params + routed},
+          {"params_routed_experts", routed},
+          {"params_active_per_token", trunk_params + expert_params * config.top_k * config.moe_layers()}};
+}
+
 MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
                        const UsableRam& ram) {
   return plan_memory(plan_inputs(container, request.max_clients, request.mailbox_rows), config, request, ram);
@@ -357,11 +406,20 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
 
 MemoryPlan plan_for(const Container& container, const std::string& budget, uint32_t context, const PlanRequest& shape) {
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  return plan_for(&container, config, container.dir(), budget, context, std::nullopt, shape);
+}
+
+MemoryPlan plan_for(const Container* container, const ModelConfig& config, const std::string& name,
+                    const std::string& budget, uint32_t context, std::optional<uint64_t> ram,
+                    const PlanRequest& shape) {
   PlanRequest request = shape;
   request.context = config.context_or_default(context);
   request.budget_bytes.reset();
   if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
-  return plan_memory(container, config, request, read_usable_ram());
+  UsableRam usable = ram ? UsableRam{*ram, *ram, "--ram"} : read_usable_ram();
+  const PlanInputs inputs = container ? plan_inputs(*container, request.max_clients, request.mailbox_rows)
+                                      : plan_inputs(config, name, request.max_clients, request.mailbox_rows);
+  return plan_memory(inputs, config, request, usable);
 }
 
 }  // namespace sluice

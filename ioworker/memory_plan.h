@@ -81,6 +81,17 @@ struct PlanInputs {
 // The segment's tables are sized for `max_clients` clients and a mailbox of
 // `mailbox_rows` rows.
 PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_t mailbox_rows);
+// The same from a Hugging Face config alone, before anything is downloaded:
+// the trunk and codebooks as the converter would write them, records of
+// the family's expert shape. `name` names the config in errors.
+PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint32_t max_clients,
+                       uint32_t mailbox_rows);
+
+// The trunk as the converter stores it, by component (embeddings, lm_head,
+// attention, dense_ffn, routers, shared_experts, norms), and the parameter
+// counts: total, routed experts, and active per token (trunk + top-k
+// experts of every MoE layer).
+nlohmann::json model_breakdown(const ModelConfig& config);
 
 struct PlanRequest {
   uint32_t context = 4096;
@@ -105,6 +116,11 @@ MemoryPlan plan_memory(const Container& container, const ModelConfig& config, co
 // cache_bytes is what `sluice run`, sluice-io and the benchmarks size the
 // cache with.
 MemoryPlan plan_for(const Container& container, const std::string& budget, uint32_t context = 0,
+                    const PlanRequest& shape = {});
+// The same for a machine of `ram` bytes (std::nullopt: this one) and, when
+// `container` is null, for `config` alone.
+MemoryPlan plan_for(const Container* container, const ModelConfig& config, const std::string& name,
+                    const std::string& budget, uint32_t context, std::optional<uint64_t> ram,
                     const PlanRequest& shape = {});
 
 // Parses a size with an optional K/M/G/T suffix (1024-based, optional

@@ -39,7 +39,7 @@ std::string supported_architectures() {
 
 ModelConfig ModelConfig::from_json(const std::string& arch, const nlohmann::json& config, const std::string& where) {
   const FamilySpec* family = find_family(arch);
-  if (family == nullptr) fail("architecture '{}' is not supported (supported: {})", arch, supported_architectures());
+  if (family == nullptr) fail("{}: model_type {} is not supported (supported: {})", where, arch, supported_architectures());
   const ConfigReader reader(config, where);
   ModelConfig c;
   c.arch = arch;
