@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # The engine against the PyTorch reference on tiny checkpoints of each family
 # (and DeepSeek-V3 from fp8 sources with a multi-token-prediction layer):
+# the plan from config.json alone equals the plan of the converted container;
 # logits after a 16-token prompt and after each of 8 greedy steps agree to
 # 1e-4 (max abs) with scripts/reference.py reading the same container, and the
 # greedy tokens are identical. Also prints what the quantization costs against
@@ -71,6 +72,15 @@ def check_family(name, family, work, failures, *variant):
         print(f"{name}: prefill chunk {chunk} vs 64: max |diff| {diff_chunk:.3g}")
         if not diff_chunk <= TOLERANCE:
             failures.append(f"{name}: prefill in chunks of {chunk} differs by {diff_chunk:.3g}")
+
+    # The plan from the config alone equals the plan of the converted container.
+    for ctx in ("64", "256"):
+        from_config = json.loads(run(SLUICE, "plan", "--config", os.path.join(checkpoint, "config.json"), "--ctx", ctx,
+                                     "--ram", "16G", "--json"))
+        from_container = json.loads(run(SLUICE, "plan", container, "--ctx", ctx, "--ram", "16G", "--json"))
+        differing = sorted(k for k in from_container if from_config.get(k) != from_container[k])
+        if differing:
+            failures.append(f"{name}: plan --config differs from the container's plan at ctx {ctx} in {differing}")
 
     # What the quantization costs: the original weights teacher-forced on the
     # container's greedy tokens (reported, not bounded).
