@@ -1,6 +1,6 @@
 // tests/router/predictor_test.cpp: the router's predictor, loaded from a real
 // (tiny) container, ranks experts exactly as the model's router does when it
-// is given the same input; ties and bad inputs.
+// is given the same input (softmax and sigmoid grouped routers); bad inputs.
 #include <doctest/doctest.h>
 
 #include "compute/model/engine.h"
@@ -10,8 +10,11 @@
 
 using namespace sluice;
 
-TEST_CASE("the predictor's top-K equals the real router's top-K on the real input") {
-  const std::string& model = testing::tiny_container_or_skip();
+namespace {
+
+// Runs a short generation and checks every guess made from the real MoE
+// input against the routing the model chose.
+void check_guesses_equal_routing(const std::string& model) {
   EngineOptions options;
   options.threads = 1;
   options.prefill_chunk = 4;
@@ -51,6 +54,16 @@ TEST_CASE("the predictor's top-K equals the real router's top-K on the real inpu
     CHECK(std::equal(s.real.begin(), s.real.end(), wider.begin()));
   }
   CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the predictor's top-K equals the real router's top-K on the real input: softmax routing") {
+  check_guesses_equal_routing(testing::tiny_container_or_skip());
+}
+
+TEST_CASE("the predictor's top-K equals the real router's top-K: sigmoid routing with bias and groups") {
+  check_guesses_equal_routing(testing::make_tiny_container_or_skip("deepseek", {"--seed", "3"}, "deepseek_v3"));
 }
 
 TEST_CASE("layers without a router and inputs of the wrong size are refused") {
