@@ -4,6 +4,7 @@
 #include "compute/tokenizer/tokenizer.h"
 
 #include <cstdint>
+#include <variant>
 
 #include "compute/tokenizer/tokenizer_impl.h"
 #include "compute/tokenizer/unicode.h"
@@ -23,7 +24,7 @@ void encode_plain(const Tokenizer::Impl& impl, std::string_view text, std::vecto
   for (const Piece& piece : pieces) {
     bytes.clear();
     for (uint32_t i = piece.begin; i < piece.end; ++i) append_utf8(bytes, chars[i]);
-    impl.model.encode(bytes, out);
+    std::visit([&](const auto& model) { model.encode(bytes, out); }, impl.model);
   }
 }
 
@@ -98,12 +99,18 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) c
   return repair_utf8(decode_bytes(ids, skip_special));
 }
 
-std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
+std::optional<TokenId> Tokenizer::Impl::find_token(std::string_view token) const {
   const std::string key(token);
-  if (auto it = impl_->added_vocab.find(key); it != impl_->added_vocab.end()) return it->second;
-  if (auto it = impl_->model_vocab.find(key); it != impl_->model_vocab.end()) return it->second;
+  if (auto it = added_vocab.find(key); it != added_vocab.end()) return it->second;
+  if (const auto* ranks = std::get_if<RankBpe>(&model)) {
+    const auto bytes = byte_level_to_bytes(token);
+    return bytes ? ranks->find(*bytes) : std::nullopt;
+  }
+  if (auto it = model_vocab.find(key); it != model_vocab.end()) return it->second;
   return std::nullopt;
 }
+
+std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const { return impl_->find_token(token); }
 
 std::optional<std::string> Tokenizer::id_to_token(TokenId id) const {
   if (id < 0 || static_cast<size_t>(id) >= impl_->entries.size() || !impl_->entries[id].present) {
