@@ -10,6 +10,11 @@
 //   node tiktoken_reference.js ENCODING encode < inputs.jsonl > outputs.jsonl
 //     input line:  {"b64": "<base64 of the UTF-8 bytes, possibly broken>"}
 //     output line: {"markup": [ids], "content": [ids], "text_b64": "...", "decoded_b64": "..."}
+//   node tiktoken_reference.js kimi split < inputs.jsonl > outputs.jsonl
+//     output line: {"pieces_b64": ["...", ...]}: the pieces Kimi's pattern
+//     splits the text into, run by V8's own regex engine. The `v` flag gives
+//     JavaScript the class intersection (&&) the pattern needs; (?i:...) is
+//     spelled out, with U+017F for s as Rust's Unicode case folding has it.
 // "markup" recognises the encoding's special tokens, "content" none of them.
 // Bytes become a JS string through WHATWG's TextDecoder (U+FFFD per maximal
 // invalid subpart); text_b64 is that string re-encoded; decoded_b64 is
@@ -22,12 +27,33 @@ const { Tiktoken } = require("js-tiktoken/lite");
 
 const encodings = ["cl100k_base", "o200k_base"];
 const [name, command, dir] = process.argv.slice(2);
-if (!encodings.includes(name) || !["export", "encode"].includes(command) || (command === "export" && !dir)) {
-  process.stderr.write(`usage: tiktoken_reference.js {${encodings.join("|")}} {export DIR|encode}\n`);
+const kimi = name === "kimi" && command === "split";
+if (!kimi && (!encodings.includes(name) || !["export", "encode"].includes(command) || (command === "export" && !dir))) {
+  process.stderr.write(`usage: tiktoken_reference.js {${encodings.join("|")}} {export DIR|encode} | kimi split\n`);
   process.exit(2);
 }
-const ranks = require(`js-tiktoken/ranks/${name}`);
 
+function kimiPattern() {
+  const upper = String.raw`[[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]&&[^\p{Script=Han}]]`;
+  const lower = String.raw`[[\p{Ll}\p{Lm}\p{Lo}\p{M}]&&[^\p{Script=Han}]]`;
+  const contraction = String.raw`(?:'[sS\u017F]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])`;
+  const word = String.raw`[^\r\n\p{L}\p{N}]?`;
+  return new RegExp(
+    [
+      String.raw`[\p{Script=Han}]+`,
+      `${word}${upper}*${lower}+${contraction}?`,
+      `${word}${upper}+${lower}*${contraction}?`,
+      String.raw`\p{N}{1,3}`,
+      String.raw` ?[^\s\p{L}\p{N}]+[\r\n]*`,
+      String.raw`\s*[\r\n]+`,
+      String.raw`\s+(?!\S)`,
+      String.raw`\s+`,
+    ].join("|"),
+    "vg"
+  );
+}
+
+const ranks = kimi ? null : require(`js-tiktoken/ranks/${name}`);
 if (command === "export") {
   // bpe_ranks is compressed: lines of "<tag> <first rank> <base64 token>...".
   const lines = [];
@@ -46,13 +72,19 @@ if (command === "export") {
   process.exit(0);
 }
 
-const enc = new Tiktoken(ranks);
+const enc = kimi ? null : new Tiktoken(ranks);
+const split = kimi ? kimiPattern() : null;
 const decoder = new TextDecoder("utf-8", { fatal: false });
 const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
 const out = [];
 lines.on("line", (line) => {
   if (line.length === 0) return;
   const text = decoder.decode(Buffer.from(JSON.parse(line).b64, "base64"));
+  if (kimi) {
+    const pieces = [...text.matchAll(split)].map((m) => Buffer.from(m[0], "utf8").toString("base64"));
+    out.push(JSON.stringify({ pieces_b64: pieces }));
+    return;
+  }
   const content = enc.encode(text, [], []);
   out.push(
     JSON.stringify({

@@ -1,7 +1,8 @@
 // tests/compute/tokenizer/tiktoken_reference_test.cpp: the tiktoken path
 // against js-tiktoken (an implementation no one here wrote) with its bundled
 // cl100k_base and o200k_base ranks, written out as tiktoken.model files at
-// test time, on >1,000 generated strings. Skips (exit 77) only when
+// test time, and Kimi's split pattern against V8's regex engine, on >1,000
+// generated strings. Skips (exit 77) only when
 // tests/npm/node_modules/js-tiktoken or node is missing.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -126,7 +127,53 @@ void compare_with_js_tiktoken(const std::string& encoding, TiktokenPattern patte
                    << " with special tokens) compared");
 }
 
+std::vector<std::string> kimi_pieces(const std::string& text) {
+  std::u32string chars;
+  sluice::tokenizer::decode_utf8(sluice::tokenizer::repair_utf8(text), chars);
+  std::vector<sluice::tokenizer::Piece> pieces;
+  sluice::tokenizer::PreTokenizer({{sluice::tokenizer::PreTokenizerStep::Kind::kSplit, SplitPattern::kKimi, false,
+                                    false}})
+      .split(chars, pieces);
+  std::vector<std::string> out;
+  for (const auto& p : pieces) {
+    std::string s;
+    for (uint32_t i = p.begin; i < p.end; ++i) sluice::tokenizer::append_utf8(s, chars[i]);
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("Kimi's split pattern: the same pieces as V8's regex engine running it") {
+  const TempDir dir;
+  const auto inputs = tiktoken_inputs();
+  {
+    std::ofstream in(fs::path(dir.path) / "in.jsonl", std::ios::binary);
+    for (const auto& s : inputs) in << "{\"b64\":\"" << base64_encode(s) << "\"}\n";
+  }
+  node("kimi split < '" + dir.path + "/in.jsonl' > '" + dir.path + "/out.jsonl'");
+  std::ifstream out(fs::path(dir.path) / "out.jsonl", std::ios::binary);
+  size_t compared = 0, mismatches = 0, pieces = 0;
+  std::string line;
+  while (std::getline(out, line) && mismatches < 10) {
+    REQUIRE(compared < inputs.size());
+    const auto j = nlohmann::json::parse(line);
+    std::vector<std::string> expected;
+    for (const auto& p : j["pieces_b64"]) expected.push_back(base64_decode(p.get<std::string>()));
+    CAPTURE(compared);
+    CAPTURE(inputs[compared]);
+    const auto got = kimi_pieces(inputs[compared]);
+    CHECK_MESSAGE(got == expected, "got " << nlohmann::json(got).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace)
+                                          << "\nV8  " << nlohmann::json(expected).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace));
+    if (got != expected) ++mismatches;
+    pieces += got.size();
+    ++compared;
+  }
+  CHECK(mismatches == 0);
+  CHECK(compared == inputs.size());
+  MESSAGE("Kimi split: " << compared << " strings, " << pieces << " pieces compared");
+}
 
 TEST_CASE("cl100k_base: same ids as js-tiktoken, decode inverts encode") {
   compare_with_js_tiktoken("cl100k_base", TiktokenPattern::kCl100k, SplitPattern::kCl100k);
