@@ -42,7 +42,8 @@ std::optional<Json> read_json(const fs::path& path) {
 
 bool is_container_file(const std::string& name) {
   return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" || name == "tokenizer.json" ||
-         name == "tokenizer_config.json" || (name.starts_with("experts-L") && name.ends_with(".bin")) ||
+         name == "tiktoken.model" || name == "tokenizer_config.json" ||
+         (name.starts_with("experts-L") && name.ends_with(".bin")) ||
          name.ends_with(".tmp");
 }
 
