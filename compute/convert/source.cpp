@@ -16,7 +16,8 @@ constexpr uint64_t kMaxConfigBytes = 16ull << 20;
 constexpr uint64_t kMaxTokenizerBytes = 512ull << 20;
 // tiktoken.model is Kimi's tokenizer; it is copied only when there is no
 // tokenizer.json, which the loader would prefer.
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tiktoken.model", "tokenizer_config.json"};
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tiktoken.model",
+                                           "tokenizer_config.json"};
 
 uint32_t crc_of(const std::string& text) {
   return static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));

@@ -4,10 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/tokenizer.h"
 #include "compute/tokenizer/unicode.h"
@@ -31,7 +30,8 @@ class Reader {
     }
   }
 
-  const nlohmann::json& member(const nlohmann::json& object, const char* key, std::string_view where) const {
+  const nlohmann::json& member(const nlohmann::json& object, const char* key,
+                               std::string_view where) const {
     if (!object.is_object()) fail("{}: {} is not an object", file_, where);
     const auto it = object.find(key);
     if (it == object.end()) fail("{}: {} has no \"{}\"", file_, where, key);
@@ -45,7 +45,8 @@ class Reader {
     return s;
   }
 
-  bool bool_or(const nlohmann::json& object, const char* key, bool fallback, std::string_view where) const {
+  bool bool_or(const nlohmann::json& object, const char* key, bool fallback,
+               std::string_view where) const {
     const auto it = object.find(key);
     if (it == object.end() || it->is_null()) return fallback;
     if (!it->is_boolean()) fail("{}: {}.{} is not a boolean", file_, where, key);
@@ -55,7 +56,8 @@ class Reader {
   TokenId id_of(const nlohmann::json& value, std::string_view what) const {
     if (!value.is_number_integer()) fail("{}: {} is not an integer id", file_, what);
     const auto id = value.get<int64_t>();
-    if (id < 0 || id > kMaxTokenId) fail("{}: {} is {}, outside 0..{}", file_, what, id, kMaxTokenId);
+    if (id < 0 || id > kMaxTokenId)
+      fail("{}: {} is {}, outside 0..{}", file_, what, id, kMaxTokenId);
     return static_cast<TokenId>(id);
   }
 

@@ -198,8 +198,12 @@ class Matcher {
 
  private:
   // [^\r\n\p{L}\p{N}], the optional character before a word.
-  bool is_word_prefix(size_t i) const { return i < n_ && !is_line_break(i) && !is(i, kLetter | kNumber); }
-  bool in(size_t i, uint16_t mask, uint16_t excluded) const { return is(i, mask) && !is(i, excluded); }
+  bool is_word_prefix(size_t i) const {
+    return i < n_ && !is_line_break(i) && !is(i, kLetter | kNumber);
+  }
+  bool in(size_t i, uint16_t mask, uint16_t excluded) const {
+    return is(i, mask) && !is(i, excluded);
+  }
 
   // [Upper]*[Lower]+(contraction)? from `j`: one past its end, or 0. The
   // greedy [Upper]* gives back characters until a [Lower] follows it, so
@@ -242,7 +246,6 @@ class Matcher {
     if (is(i, kSpace)) return spaces_with_line_breaks(i);
     return 0;
   }
-
 
   std::u32string_view t_;
   size_t n_;

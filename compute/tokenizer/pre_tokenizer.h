@@ -1,6 +1,7 @@
 // compute/tokenizer/pre_tokenizer.h: splits normalized text into the pieces
 // BPE runs on, with hand-written matchers for the exact split regexes of the
-// supported families (tokenizer.json Split regexes and tiktoken patterns). An unrecognised regex is refused, never approximated.
+// supported families (tokenizer.json Split regexes and tiktoken patterns). An unrecognised regex is
+// refused, never approximated.
 #pragma once
 
 #include <cstdint>

@@ -17,15 +17,18 @@ void RankBpe::reserve(size_t count, size_t total_bytes) {
   while (slots < count * 2) slots *= 2;  // load factor at most 1/2
   if (slots > slots_.size()) {
     slots_.assign(slots, kEmpty);
-    for (size_t r = 0; r < size(); ++r) slots_[slot_of(bytes(static_cast<TokenId>(r)))] = static_cast<uint32_t>(r);
+    for (size_t r = 0; r < size(); ++r)
+      slots_[slot_of(bytes(static_cast<TokenId>(r)))] = static_cast<uint32_t>(r);
   }
 }
 
-void RankBpe::grow() { reserve(std::max<size_t>(size() * 2, 512), arena_.size()); }
+void RankBpe::grow() {
+  reserve(std::max<size_t>(size() * 2, 512), arena_.size());
+}
 
 size_t RankBpe::slot_of(std::string_view key) const {
   const size_t mask = slots_.size() - 1;
-  for (size_t i = std::hash<std::string_view>{}(key) & mask;; i = (i + 1) & mask) {
+  for (size_t i = std::hash<std::string_view>{}(key)&mask;; i = (i + 1) & mask) {
     if (slots_[i] == kEmpty || bytes(static_cast<TokenId>(slots_[i])) == key) return i;
   }
 }
@@ -35,7 +38,8 @@ std::optional<TokenId> RankBpe::add(std::string_view token) {
   if ((size() + 1) * 2 > slots_.size()) grow();
   const size_t slot = slot_of(token);
   if (slots_[slot] != kEmpty) return static_cast<TokenId>(slots_[slot]);
-  if (arena_.size() + token.size() > UINT32_MAX) fail("tokenizer: tiktoken ranks hold more than 4 GiB of bytes");
+  if (arena_.size() + token.size() > UINT32_MAX)
+    fail("tokenizer: tiktoken ranks hold more than 4 GiB of bytes");
   const auto rank = static_cast<TokenId>(size());
   slots_[slot] = static_cast<uint32_t>(rank);
   arena_.append(token);
@@ -69,7 +73,8 @@ void RankBpe::encode(std::string_view piece, std::vector<TokenId>& out) const {
   alive.assign(n, 1);
   for (uint32_t i = 0; i < n; ++i) {
     const auto byte = static_cast<uint8_t>(piece[i]);
-    if (byte_ranks_[byte] < 0) fail("tokenizer: the tiktoken ranks have no token for byte 0x{:02X}", byte);
+    if (byte_ranks_[byte] < 0)
+      fail("tokenizer: the tiktoken ranks have no token for byte 0x{:02X}", byte);
     part_rank[i] = byte_ranks_[byte];
     next[i] = i + 1;
     prev[i] = i - 1;  // wraps for i == 0; never read there

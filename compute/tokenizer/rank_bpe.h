@@ -41,9 +41,9 @@ class RankBpe {
   size_t slot_of(std::string_view bytes) const;
   void grow();
 
-  std::string arena_;              // every token's bytes, in rank order
+  std::string arena_;                 // every token's bytes, in rank order
   std::vector<uint32_t> offsets_{0};  // rank r spans arena_[offsets_[r], offsets_[r + 1])
-  std::vector<uint32_t> slots_;    // open addressing over byte strings: rank or kEmpty
+  std::vector<uint32_t> slots_;       // open addressing over byte strings: rank or kEmpty
   std::array<TokenId, 256> byte_ranks_ = [] {
     std::array<TokenId, 256> a{};
     a.fill(-1);

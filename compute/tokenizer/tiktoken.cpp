@@ -5,7 +5,6 @@
 #include <array>
 #include <charconv>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/json_reader.h"
@@ -78,26 +77,34 @@ class RankFileReader {
       ++line_number;
       if (line.empty()) continue;
       const size_t space = line.find(' ');
-      if (space == std::string_view::npos || space == 0 || line.find(' ', space + 1) != std::string_view::npos) {
-        fail("{}:{}: expected `base64 rank` (two fields, one space), got {}", name_, line_number, shown(line));
+      if (space == std::string_view::npos || space == 0 ||
+          line.find(' ', space + 1) != std::string_view::npos) {
+        fail("{}:{}: expected `base64 rank` (two fields, one space), got {}", name_, line_number,
+             shown(line));
       }
       const std::string_view rank_text = line.substr(space + 1);
       uint64_t rank = 0;
-      const auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+      const auto [end, ec] =
+          std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
       if (ec != std::errc() || end != rank_text.data() + rank_text.size()) {
         fail("{}:{}: rank {} is not a non-negative integer", name_, line_number, shown(rank_text));
       }
       if (rank >= n) {
-        fail("{}:{}: rank {} leaves the ids not dense: the file has {} tokens, so its ranks must be 0..{}", name_,
-             line_number, rank, n, n - 1);
+        fail(
+            "{}:{}: rank {} leaves the ids not dense: the file has {} tokens, so its ranks must be "
+            "0..{}",
+            name_, line_number, rank, n, n - 1);
       }
       RankLine& slot = by_rank[rank];
-      if (slot.line != 0) fail("{}:{}: rank {} was already given on line {}", name_, line_number, rank, slot.line);
+      if (slot.line != 0)
+        fail("{}:{}: rank {} was already given on line {}", name_, line_number, rank, slot.line);
       const size_t before = decoded.size();
       if (!decode_base64(line.substr(0, space), decoded)) {
-        fail("{}:{}: token {} is not valid base64", name_, line_number, shown(line.substr(0, space)));
+        fail("{}:{}: token {} is not valid base64", name_, line_number,
+             shown(line.substr(0, space)));
       }
-      slot = {line_number, static_cast<uint32_t>(before), static_cast<uint32_t>(decoded.size() - before)};
+      slot = {line_number, static_cast<uint32_t>(before),
+              static_cast<uint32_t>(decoded.size() - before)};
     }
   }
 
@@ -106,7 +113,9 @@ class RankFileReader {
   std::string_view next_line(size_t& pos) const {
     const char* start = text_.data() + pos;
     const void* newline = std::memchr(start, '\n', text_.size() - pos);
-    const size_t end = newline ? static_cast<size_t>(static_cast<const char*>(newline) - text_.data()) : text_.size();
+    const size_t end = newline
+                           ? static_cast<size_t>(static_cast<const char*>(newline) - text_.data())
+                           : text_.size();
     std::string_view line = text_.substr(pos, end - pos);
     if (line.ends_with('\r')) line.remove_suffix(1);
     pos = end + 1;
@@ -142,7 +151,8 @@ void read_ranks(std::string_view text, std::string_view name, Tokenizer::Impl& i
     const RankLine& r = by_rank[rank];
     const std::string_view bytes = std::string_view(decoded).substr(r.offset, r.length);
     if (const auto earlier = ranks.add(bytes)) {
-      fail("{}:{}: token repeats the bytes of rank {} on line {}", name, r.line, *earlier, by_rank[*earlier].line);
+      fail("{}:{}: token repeats the bytes of rank {} on line {}", name, r.line, *earlier,
+           by_rank[*earlier].line);
     }
     auto& entry = impl.entries[rank];
     entry.present = true;
@@ -179,10 +189,11 @@ void read_specials(const json* config, std::string_view config_name, Tokenizer::
       const std::string where = fmt::format("added_tokens_decoder[{}]", json(key).dump());
       TokenId id = -1;
       const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
-      if (ec != std::errc() || end != key.data() + key.size()) fail("{}: {}: the key is not an id", config_name, where);
+      if (ec != std::errc() || end != key.data() + key.size())
+        fail("{}: {}: the key is not an id", config_name, where);
       if (id < first || id > last) {
-        fail("{}: {}: id {} is outside the special ids {}..{} that follow the {} ranks", config_name, where, id, first,
-             last, first);
+        fail("{}: {}: id {} is outside the special ids {}..{} that follow the {} ranks",
+             config_name, where, id, first, last, first);
       }
       AddedToken& token = specials[static_cast<size_t>(id - first)];
       token.content = r.string_of(r.member(node, "content", where), where + ".content");
@@ -222,10 +233,12 @@ SplitPattern split_pattern_of(TiktokenPattern pattern) {
 
 }  // namespace
 
-Tokenizer Tokenizer::from_tiktoken(std::string_view ranks, std::string_view ranks_name, std::string_view config_json,
-                                   std::string_view config_name, TiktokenPattern pattern) {
+Tokenizer Tokenizer::from_tiktoken(std::string_view ranks, std::string_view ranks_name,
+                                   std::string_view config_json, std::string_view config_name,
+                                   TiktokenPattern pattern) {
   auto impl = std::make_unique<Impl>();
-  impl->pre_tokenizer = PreTokenizer({{PreTokenizerStep::Kind::kSplit, split_pattern_of(pattern), false, false}});
+  impl->pre_tokenizer =
+      PreTokenizer({{PreTokenizerStep::Kind::kSplit, split_pattern_of(pattern), false, false}});
   read_ranks(ranks, ranks_name, *impl);
   if (config_json.empty()) {
     read_specials(nullptr, config_name, *impl);

@@ -110,7 +110,9 @@ std::optional<TokenId> Tokenizer::Impl::find_token(std::string_view token) const
   return std::nullopt;
 }
 
-std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const { return impl_->find_token(token); }
+std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
+  return impl_->find_token(token);
+}
 
 std::optional<std::string> Tokenizer::id_to_token(TokenId id) const {
   if (id < 0 || static_cast<size_t>(id) >= impl_->entries.size() || !impl_->entries[id].present) {

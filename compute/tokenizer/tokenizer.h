@@ -52,7 +52,8 @@ class Tokenizer {
                                  TiktokenPattern pattern = TiktokenPattern::kKimi,
                                  FileSystem& fs = posix_file_system());
   static Tokenizer from_tiktoken(std::string_view ranks, std::string_view ranks_name,
-                                 std::string_view config_json = {}, std::string_view config_name = {},
+                                 std::string_view config_json = {},
+                                 std::string_view config_name = {},
                                  TiktokenPattern pattern = TiktokenPattern::kKimi);
 
   Tokenizer(Tokenizer&&) noexcept;

@@ -60,13 +60,16 @@ void read_token_config(const json& config, std::string_view config_name, Tokeniz
   impl.bos = config_token(c, config, "bos_token", impl);
   impl.eos = config_token(c, config, "eos_token", impl);
   impl.add_bos = c.bool_or(config, "add_bos_token", false, "the top level");
-  if (impl.add_bos && !impl.bos) fail("{}: add_bos_token is true but bos_token is not set", config_name);
+  if (impl.add_bos && !impl.bos)
+    fail("{}: add_bos_token is true but bos_token is not set", config_name);
 }
 
-Tokenizer Tokenizer::load(const std::string& tokenizer_path, const std::string& config_path, FileSystem& fs) {
+Tokenizer Tokenizer::load(const std::string& tokenizer_path, const std::string& config_path,
+                          FileSystem& fs) {
   const std::string text = read_file(fs, tokenizer_path);
   const std::string config = config_path.empty() ? std::string() : read_file(fs, config_path);
-  if (is_json_tokenizer(tokenizer_path, text)) return from_json(text, tokenizer_path, config, config_path);
+  if (is_json_tokenizer(tokenizer_path, text))
+    return from_json(text, tokenizer_path, config, config_path);
   return from_tiktoken(text, tokenizer_path, config, config_path, TiktokenPattern::kKimi);
 }
 

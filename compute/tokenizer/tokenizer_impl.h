@@ -3,14 +3,13 @@
 // (tokenizer.cpp). Private to this folder; other rooms include tokenizer.h only.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "compute/tokenizer/added_tokens.h"
 #include "compute/tokenizer/bpe.h"
@@ -49,6 +48,7 @@ struct Tokenizer::Impl {
 
 // Applies tokenizer_config.json's bos_token, eos_token and add_bos_token to
 // `impl`, whose tokens must already be loaded. Throws Error naming the file.
-void read_token_config(const nlohmann::json& config, std::string_view config_name, Tokenizer::Impl& impl);
+void read_token_config(const nlohmann::json& config, std::string_view config_name,
+                       Tokenizer::Impl& impl);
 
 }  // namespace sluice::tokenizer

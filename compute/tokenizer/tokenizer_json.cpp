@@ -3,7 +3,6 @@
 // range-checked; anything it cannot honour exactly is refused by name.
 #include <algorithm>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/json_reader.h"
@@ -197,7 +196,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   read_model(r, r.member(root, "model", "the top level"), *impl);
   read_added_tokens(r, root, *impl);
 
-  if (!config_json.empty()) read_token_config(parse_config(config_json, config_name), config_name, *impl);
+  if (!config_json.empty())
+    read_token_config(parse_config(config_json, config_name), config_name, *impl);
   return Tokenizer(std::move(impl));
 }
 

@@ -2,14 +2,14 @@
 // and NFC on top of ICU. Never hands out a code point it did not validate.
 #include "compute/tokenizer/unicode.h"
 
-#include <array>
-#include <memory>
-#include <vector>
-
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/uscript.h>
+
+#include <array>
+#include <memory>
+#include <vector>
 
 #include "proto/error.h"
 

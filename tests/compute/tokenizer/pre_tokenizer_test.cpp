@@ -115,7 +115,8 @@ TEST_CASE("Kimi split: Han runs are pieces of their own; o200k keeps them inside
 }
 
 TEST_CASE("Kimi split: words break where lowercase turns to uppercase") {
-  CHECK(split(kKimi, "HelloWorld getHTTP HTTPServer") == V{"Hello", "World", " get", "HTTP", " HTTPServer"});
+  CHECK(split(kKimi, "HelloWorld getHTTP HTTPServer") ==
+        V{"Hello", "World", " get", "HTTP", " HTTPServer"});
   // Lt heads a word; Lm and marks count as both cases; a word may end on them.
   CHECK(split(kKimi, "ǅemal Aʰ e\u0301 \u0301A") == V{"ǅemal", " Aʰ", " e\u0301", " \u0301", "A"});
   // The optional first character is anything but CR, LF, a letter or a number.

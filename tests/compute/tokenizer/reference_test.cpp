@@ -4,18 +4,16 @@
 // Skips (exit 77) only when tests/npm/node_modules or node is missing.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/tokenizer.h"
 #include "compute/tokenizer/unicode.h"

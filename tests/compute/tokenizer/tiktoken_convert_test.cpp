@@ -3,7 +3,6 @@
 // container whose manifest names it and whose tokenizer `sluice tokenize`
 // loads. Runs make_tiny_checkpoint.py and the sluice binary.
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <array>
@@ -11,10 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/tokenizer.h"
 #include "tests/compute/tokenizer/tiny_tokenizer.h"
@@ -59,7 +57,8 @@ struct Checkpoint {
     char dir_template[] = "/tmp/sluice-tiktoken-convert-XXXXXX";
     dir = mkdtemp(dir_template);
     src = dir + "/src";
-    const std::string make = env("PYTHON", "/usr/bin/python3") + " '" + env("SLUICE_SOURCE_ROOT", ".") +
+    const std::string make = env("PYTHON", "/usr/bin/python3") + " '" +
+                             env("SLUICE_SOURCE_ROOT", ".") +
                              "/scripts/make_tiny_checkpoint.py' olmoe '" + src + "' > /dev/null";
     REQUIRE_MESSAGE(std::system(make.c_str()) == 0, make);
     std::ofstream(src + "/tiktoken.model", std::ios::binary) << ranks;
@@ -68,8 +67,8 @@ struct Checkpoint {
   ~Checkpoint() { fs::remove_all(dir); }
 
   nlohmann::json convert(const std::string& out) const {
-    const auto [ok, output] =
-        run("'" + sluice + "' convert '" + src + "' '" + out + "' -q --kmeans-sample 4096 --kmeans-iters 4");
+    const auto [ok, output] = run("'" + sluice + "' convert '" + src + "' '" + out +
+                                  "' -q --kmeans-sample 4096 --kmeans-iters 4");
     REQUIRE_MESSAGE(ok, output);
     return nlohmann::json::parse(read_text(out + "/manifest.json"));
   }
@@ -81,7 +80,8 @@ TEST_CASE_FIXTURE(Checkpoint, "without tokenizer.json, tiktoken.model is copied,
   fs::remove(src + "/tokenizer.json");
   const std::string out = dir + "/out";
   const auto manifest = convert(out);
-  CHECK(manifest["tokenizer"]["files"] == nlohmann::json::array({"tiktoken.model", "tokenizer_config.json"}));
+  CHECK(manifest["tokenizer"]["files"] ==
+        nlohmann::json::array({"tiktoken.model", "tokenizer_config.json"}));
   CHECK(read_text(out + "/tiktoken.model") == ranks);
   CHECK(read_text(out + "/tokenizer_config.json") == config);
   CHECK(!fs::exists(out + "/tokenizer.json"));
@@ -95,6 +95,7 @@ TEST_CASE_FIXTURE(Checkpoint, "without tokenizer.json, tiktoken.model is copied,
 TEST_CASE_FIXTURE(Checkpoint, "with tokenizer.json beside it, tiktoken.model is left out") {
   const std::string out = dir + "/out";
   const auto manifest = convert(out);
-  CHECK(manifest["tokenizer"]["files"] == nlohmann::json::array({"tokenizer.json", "tokenizer_config.json"}));
+  CHECK(manifest["tokenizer"]["files"] ==
+        nlohmann::json::array({"tokenizer.json", "tokenizer_config.json"}));
   CHECK(!fs::exists(out + "/tiktoken.model"));
 }

@@ -3,6 +3,7 @@
 // 256 specials named from a config) and, when js-tiktoken is installed, the
 // real o200k_base ranks (199,998). Prints one JSON object per file; run with
 // `meson test --benchmark`.
+#include <fmt/format.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,11 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/tokenizer.h"
 #include "tests/compute/tokenizer/tiny_tokenizer.h"
@@ -41,7 +40,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void measure(const std::string& name, const std::string& ranks, const std::string& config, TiktokenPattern pattern) {
+void measure(const std::string& name, const std::string& ranks, const std::string& config,
+             TiktokenPattern pattern) {
   std::vector<double> wall, cpu;
   size_t vocab = 0;
   for (int run = 0; run < kRuns; ++run) {
@@ -52,10 +52,12 @@ void measure(const std::string& name, const std::string& ranks, const std::strin
     cpu.push_back(cpu_seconds() - cpu_start);
     vocab = tok.vocab_size();
   }
-  fmt::print("{{\"file\": \"{}\", \"bytes\": {}, \"vocab\": {}, \"runs\": {}, \"load_wall_ms_median\": {:.1f}, "
-             "\"load_wall_ms_min\": {:.1f}, \"load_cpu_ms_median\": {:.1f}}}\n",
-             name, fs::file_size(ranks), vocab, kRuns, median(wall) * 1e3, *std::min_element(wall.begin(), wall.end()) * 1e3,
-             median(cpu) * 1e3);
+  fmt::print(
+      "{{\"file\": \"{}\", \"bytes\": {}, \"vocab\": {}, \"runs\": {}, \"load_wall_ms_median\": "
+      "{:.1f}, "
+      "\"load_wall_ms_min\": {:.1f}, \"load_cpu_ms_median\": {:.1f}}}\n",
+      name, fs::file_size(ranks), vocab, kRuns, median(wall) * 1e3,
+      *std::min_element(wall.begin(), wall.end()) * 1e3, median(cpu) * 1e3);
 }
 
 }  // namespace
@@ -69,19 +71,20 @@ int main() {
   }
   std::ofstream(dir + "/tiktoken.model", std::ios::binary) << tiny::kimi_sized_ranks();
   std::ofstream(dir + "/tokenizer_config.json")
-      << nlohmann::json({{"added_tokens_decoder", decoder}, {"eos_token", "<|named_163585|>"}}).dump();
-  measure("synthetic kimi-sized tiktoken.model", dir + "/tiktoken.model", dir + "/tokenizer_config.json",
-          TiktokenPattern::kKimi);
+      << nlohmann::json({{"added_tokens_decoder", decoder}, {"eos_token", "<|named_163585|>"}})
+             .dump();
+  measure("synthetic kimi-sized tiktoken.model", dir + "/tiktoken.model",
+          dir + "/tokenizer_config.json", TiktokenPattern::kKimi);
 
   const char* root = std::getenv("SLUICE_SOURCE_ROOT");
   const fs::path npm = fs::path(root ? root : ".") / "tests" / "npm";
   const std::string o200k = dir + "/o200k";
   fs::create_directory(o200k);
-  const std::string command =
-      "node '" + (npm / "tiktoken_reference.js").string() + "' o200k_base export '" + o200k + "' 2> /dev/null";
+  const std::string command = "node '" + (npm / "tiktoken_reference.js").string() +
+                              "' o200k_base export '" + o200k + "' 2> /dev/null";
   if (fs::exists(npm / "node_modules" / "js-tiktoken") && std::system(command.c_str()) == 0) {
-    measure("o200k_base from js-tiktoken", o200k + "/tiktoken.model", o200k + "/tokenizer_config.json",
-            TiktokenPattern::kO200k);
+    measure("o200k_base from js-tiktoken", o200k + "/tiktoken.model",
+            o200k + "/tokenizer_config.json", TiktokenPattern::kO200k);
   }
   fs::remove_all(dir);
   return 0;

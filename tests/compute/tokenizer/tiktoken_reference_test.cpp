@@ -6,18 +6,16 @@
 // tests/npm/node_modules/js-tiktoken or node is missing.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/pre_tokenizer.h"
 #include "compute/tokenizer/tokenizer.h"
@@ -57,7 +55,8 @@ struct TempDir {
 };
 
 void node(const std::string& args) {
-  const std::string command = "node '" + (npm_dir() / "tiktoken_reference.js").string() + "' " + args;
+  const std::string command =
+      "node '" + (npm_dir() / "tiktoken_reference.js").string() + "' " + args;
   REQUIRE_MESSAGE(std::system(command.c_str()) == 0, "js-tiktoken failed: " << command);
 }
 
@@ -66,22 +65,26 @@ void node(const std::string& args) {
 // o200k's '/' after punctuation, contractions in every case.
 std::vector<std::string> tiktoken_inputs() {
   std::vector<std::string> inputs = make_inputs(20261129);
-  for (const char* s : {"HTTPServer getHTTPResponse XMLHttpRequest iPhone McDonald'S", "\u01C5emal \u01C8 \u01CBx",
-                        "A\u02B0 \u02B0a \u02B0", "e\u0301\u0301 \u0301A \u0301", "!\n/path x//\n//y ?/\n\n/",
-                        "\u4E2D\u6587ABC\u6D4B\u8BD5abc \u4E2D\u0301", "I'M WE'LL don'T they'Re it'\u017F",
-                        "\u3007\u4E00\u4E8C \u4EBA\u3005", " \u4E2D\t\u4E2D\n\u4E2D", "12345 \u0663\u0664\u0665\u0666"}) {
+  for (const char* s :
+       {"HTTPServer getHTTPResponse XMLHttpRequest iPhone McDonald'S", "\u01C5emal \u01C8 \u01CBx",
+        "A\u02B0 \u02B0a \u02B0", "e\u0301\u0301 \u0301A \u0301", "!\n/path x//\n//y ?/\n\n/",
+        "\u4E2D\u6587ABC\u6D4B\u8BD5abc \u4E2D\u0301", "I'M WE'LL don'T they'Re it'\u017F",
+        "\u3007\u4E00\u4E8C \u4EBA\u3005", " \u4E2D\t\u4E2D\n\u4E2D",
+        "12345 \u0663\u0664\u0665\u0666"}) {
     inputs.emplace_back(s);
   }
   return inputs;
 }
 
-void compare_with_js_tiktoken(const std::string& encoding, TiktokenPattern pattern, SplitPattern split) {
+void compare_with_js_tiktoken(const std::string& encoding, TiktokenPattern pattern,
+                              SplitPattern split) {
   const TempDir dir;
   node(encoding + " export '" + dir.path + "'");
   // The matcher implements the very pattern the package ships.
-  CHECK(read_text(fs::path(dir.path) / "pattern.txt") == sluice::tokenizer::tiktoken_pattern_text(split));
-  const Tokenizer tok = Tokenizer::load_tiktoken(dir.path + "/tiktoken.model", dir.path + "/tokenizer_config.json",
-                                                 pattern);
+  CHECK(read_text(fs::path(dir.path) / "pattern.txt") ==
+        sluice::tokenizer::tiktoken_pattern_text(split));
+  const Tokenizer tok = Tokenizer::load_tiktoken(dir.path + "/tiktoken.model",
+                                                 dir.path + "/tokenizer_config.json", pattern);
   REQUIRE(tok.eos_id().has_value());
   CHECK(tok.is_special(*tok.eos_id()));
 
@@ -123,16 +126,16 @@ void compare_with_js_tiktoken(const std::string& encoding, TiktokenPattern patte
   CHECK(mismatches == 0);
   CHECK(compared == inputs.size());
   CHECK(with_specials > 0);  // the markup path really met special-token text
-  MESSAGE(encoding << ": " << compared << " strings (" << invalid << " with broken UTF-8, " << with_specials
-                   << " with special tokens) compared");
+  MESSAGE(encoding << ": " << compared << " strings (" << invalid << " with broken UTF-8, "
+                   << with_specials << " with special tokens) compared");
 }
 
 std::vector<std::string> kimi_pieces(const std::string& text) {
   std::u32string chars;
   sluice::tokenizer::decode_utf8(sluice::tokenizer::repair_utf8(text), chars);
   std::vector<sluice::tokenizer::Piece> pieces;
-  sluice::tokenizer::PreTokenizer({{sluice::tokenizer::PreTokenizerStep::Kind::kSplit, SplitPattern::kKimi, false,
-                                    false}})
+  sluice::tokenizer::PreTokenizer(
+      {{sluice::tokenizer::PreTokenizerStep::Kind::kSplit, SplitPattern::kKimi, false, false}})
       .split(chars, pieces);
   std::vector<std::string> out;
   for (const auto& p : pieces) {
@@ -164,8 +167,12 @@ TEST_CASE("Kimi's split pattern: the same pieces as V8's regex engine running it
     CAPTURE(compared);
     CAPTURE(inputs[compared]);
     const auto got = kimi_pieces(inputs[compared]);
-    CHECK_MESSAGE(got == expected, "got " << nlohmann::json(got).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace)
-                                          << "\nV8  " << nlohmann::json(expected).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace));
+    CHECK_MESSAGE(
+        got == expected,
+        "got " << nlohmann::json(got).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace)
+               << "\nV8  "
+               << nlohmann::json(expected).dump(-1, ' ', true,
+                                                nlohmann::json::error_handler_t::replace));
     if (got != expected) ++mismatches;
     pieces += got.size();
     ++compared;
@@ -185,8 +192,10 @@ TEST_CASE("o200k_base: same ids as js-tiktoken, decode inverts encode") {
 
 int main(int argc, char** argv) {
   if (!fs::exists(npm_dir() / "node_modules" / "js-tiktoken")) {
-    std::fprintf(stderr, "SKIP: %s/node_modules/js-tiktoken is missing; run scripts/setup (npm ci in tests/npm)\n",
-                 npm_dir().c_str());
+    std::fprintf(
+        stderr,
+        "SKIP: %s/node_modules/js-tiktoken is missing; run scripts/setup (npm ci in tests/npm)\n",
+        npm_dir().c_str());
     return 77;
   }
   if (std::system("node --version > /dev/null 2>&1") != 0) {

@@ -3,16 +3,14 @@
 // of bad line, the 256 special ids (Kimi's layout), and how a file or a
 // container picks the tiktoken path.
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/error.h"
@@ -127,12 +125,13 @@ TEST_CASE("Kimi's layout: 163,584 ranks, specials 163584..163839 from tokenizer_
                                 {"163839", "[PAD]"}};
   nlohmann::json decoder = nlohmann::json::object();
   for (const auto& [id, content] : named.items()) {
-    decoder[id] = {{"content", content}, {"lstrip", false}, {"normalized", false}, {"rstrip", false},
-                   {"single_word", false}, {"special", true}};
+    decoder[id] = {{"content", content}, {"lstrip", false},      {"normalized", false},
+                   {"rstrip", false},    {"single_word", false}, {"special", true}};
   }
-  const nlohmann::json config = {{"added_tokens_decoder", decoder}, {"bos_token", "[BOS]"}, {"eos_token", "[EOS]"}};
-  const Tokenizer tok = Tokenizer::from_tiktoken(tiny::kimi_sized_ranks(), "tiktoken.model", config.dump(),
-                                                 "tokenizer_config.json");
+  const nlohmann::json config = {
+      {"added_tokens_decoder", decoder}, {"bos_token", "[BOS]"}, {"eos_token", "[EOS]"}};
+  const Tokenizer tok = Tokenizer::from_tiktoken(tiny::kimi_sized_ranks(), "tiktoken.model",
+                                                 config.dump(), "tokenizer_config.json");
   CHECK(tok.vocab_size() == 163840);
   CHECK(tok.bos_id() == 163584);
   CHECK(tok.eos_id() == 163585);
@@ -152,27 +151,33 @@ TEST_CASE("Kimi's layout: 163,584 ranks, specials 163584..163839 from tokenizer_
 TEST_CASE("every line of the rank file is checked, and the error names the file and line") {
   const std::string good = tiny::tiktoken_ranks({});
   CHECK(load_error("") == "bad.model: no tokens (expected lines of `base64 rank`)");
-  CHECK(load_error(good + "YWI=\n") == "bad.model:257: expected `base64 rank` (two fields, one space), got \"YWI=\"");
+  CHECK(load_error(good + "YWI=\n") ==
+        "bad.model:257: expected `base64 rank` (two fields, one space), got \"YWI=\"");
   CHECK(load_error(good + "YWI=  256\n").find("bad.model:257: expected `base64 rank`") == 0);
-  CHECK(load_error(good + "YWI= 25x\n") == "bad.model:257: rank \"25x\" is not a non-negative integer");
-  CHECK(load_error(good + "YWI= -256\n") == "bad.model:257: rank \"-256\" is not a non-negative integer");
+  CHECK(load_error(good + "YWI= 25x\n") ==
+        "bad.model:257: rank \"25x\" is not a non-negative integer");
+  CHECK(load_error(good + "YWI= -256\n") ==
+        "bad.model:257: rank \"-256\" is not a non-negative integer");
   CHECK(load_error(good + "YW= 256\n") == "bad.model:257: token \"YW=\" is not valid base64");
   CHECK(load_error(good + "Y*I= 256\n") == "bad.model:257: token \"Y*I=\" is not valid base64");
   CHECK(load_error(good + "Y=I= 256\n") == "bad.model:257: token \"Y=I=\" is not valid base64");
   CHECK(load_error(good + "YWI= 255\n") == "bad.model:257: rank 255 was already given on line 256");
   CHECK(load_error(good + "YWI= 257\n") ==
-        "bad.model:257: rank 257 leaves the ids not dense: the file has 257 tokens, so its ranks must be 0..256");
-  CHECK(load_error(good + "YQ== 256\n") == "bad.model:257: token repeats the bytes of rank 97 on line 98");
+        "bad.model:257: rank 257 leaves the ids not dense: the file has 257 tokens, so its ranks "
+        "must be 0..256");
+  CHECK(load_error(good + "YQ== 256\n") ==
+        "bad.model:257: token repeats the bytes of rank 97 on line 98");
   // Without byte 0xFF (rank 255) nothing containing it could be encoded.
   const std::string no_ff = good.substr(0, good.rfind("/w== 255\n")) + "YWI= 255\n";
-  CHECK(load_error(no_ff) == "bad.model: no token for the single byte 0xFF; byte-level BPE needs all 256");
+  CHECK(load_error(no_ff) ==
+        "bad.model: no token for the single byte 0xFF; byte-level BPE needs all 256");
 }
 
 TEST_CASE("blank lines and CRLF line ends are read as tiktoken reads them; order does not matter") {
   std::string crlf;
   for (int b = 255; b >= 0; --b) {
-    crlf += sluice::test_inputs::base64_encode(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) +
-            "\r\n\r\n";
+    crlf += sluice::test_inputs::base64_encode(std::string(1, static_cast<char>(b))) + " " +
+            std::to_string(b) + "\r\n\r\n";
   }
   const Tokenizer tok = Tokenizer::from_tiktoken(crlf + "YWI= 256", "crlf.model");
   CHECK(tok.encode("ab!") == Ids{256, '!'});
@@ -182,11 +187,13 @@ TEST_CASE("blank lines and CRLF line ends are read as tiktoken reads them; order
 
 TEST_CASE("tokenizer_config.json's special names are checked") {
   CHECK(load_error(kRanks, R"({"added_tokens_decoder": {"12": {"content": "<x>"}}})") ==
-        "bad_config.json: added_tokens_decoder[\"12\"]: id 12 is outside the special ids 261..516 that follow the 261 "
+        "bad_config.json: added_tokens_decoder[\"12\"]: id 12 is outside the special ids 261..516 "
+        "that follow the 261 "
         "ranks");
   CHECK(load_error(kRanks, R"({"added_tokens_decoder": {"abc": {"content": "<x>"}}})") ==
         "bad_config.json: added_tokens_decoder[\"abc\"]: the key is not an id");
-  CHECK(load_error(kRanks, R"({"added_tokens_decoder": {"261": {"content": "<|reserved_token_262|>"}}})") ==
+  CHECK(load_error(kRanks,
+                   R"({"added_tokens_decoder": {"261": {"content": "<|reserved_token_262|>"}}})") ==
         "bad_config.json: special ids 261 and 262 are both named \"<|reserved_token_262|>\"");
   CHECK(load_error(kRanks, R"({"added_tokens_decoder": {"261": {"special": true}}})") ==
         "bad_config.json: added_tokens_decoder[\"261\"] has no \"content\"");
@@ -195,18 +202,23 @@ TEST_CASE("tokenizer_config.json's special names are checked") {
   CHECK(load_error(kRanks, "[1]") == "bad_config.json: the top level is not an object");
 }
 
-TEST_CASE("a rank file is found by content, and a container without tokenizer.json uses its tiktoken.model") {
+TEST_CASE(
+    "a rank file is found by content, and a container without tokenizer.json uses its "
+    "tiktoken.model") {
   const TempDir dir;
   const std::string ranks = dir.write("ranks.model", kRanks);
   CHECK(Tokenizer::load(ranks).encode("abcx") == Ids{257, 'x'});
-  CHECK(Tokenizer::load_tiktoken(ranks, "", TiktokenPattern::kO200k).encode("abcx") == Ids{257, 'x'});
+  CHECK(Tokenizer::load_tiktoken(ranks, "", TiktokenPattern::kO200k).encode("abcx") ==
+        Ids{257, 'x'});
   // A .json name is always read as JSON, whatever it holds.
   const std::string misnamed = dir.write("ranks.json", kRanks);
-  CHECK_THROWS_WITH_AS(Tokenizer::load(misnamed), doctest::Contains("ranks.json: not valid JSON"), sluice::Error);
+  CHECK_THROWS_WITH_AS(Tokenizer::load(misnamed), doctest::Contains("ranks.json: not valid JSON"),
+                       sluice::Error);
 
   dir.write("manifest.json", "{}");
   dir.write("tiktoken.model", kRanks);
-  dir.write("tokenizer_config.json", R"({"added_tokens_decoder": {"262": {"content": "<|im_end|>"}}})");
+  dir.write("tokenizer_config.json",
+            R"({"added_tokens_decoder": {"262": {"content": "<|im_end|>"}}})");
   const Tokenizer tok = Tokenizer::load_from_container(dir.path);
   CHECK(tok.encode_with_specials("abcx<|im_end|>") == Ids{257, 'x', 262});
   // Both present: tokenizer.json wins, as for every other family.

@@ -4,11 +4,10 @@
 // worked out by hand.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/bpe.h"
 #include "tests/compute/tokenizer/reference_inputs.h"
@@ -62,9 +61,11 @@ inline std::string tiktoken_ranks(const std::vector<std::string>& extra) {
   std::string out;
   int rank = 0;
   for (int b = 0; b < 256; ++b) {
-    out += sluice::test_inputs::base64_encode(std::string(1, static_cast<char>(b))) + " " + std::to_string(rank++) + "\n";
+    out += sluice::test_inputs::base64_encode(std::string(1, static_cast<char>(b))) + " " +
+           std::to_string(rank++) + "\n";
   }
-  for (const auto& t : extra) out += sluice::test_inputs::base64_encode(t) + " " + std::to_string(rank++) + "\n";
+  for (const auto& t : extra)
+    out += sluice::test_inputs::base64_encode(t) + " " + std::to_string(rank++) + "\n";
   return out;
 }
 
