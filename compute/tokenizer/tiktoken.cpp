@@ -239,6 +239,7 @@ Tokenizer Tokenizer::from_tiktoken(std::string_view ranks, std::string_view rank
   auto impl = std::make_unique<Impl>();
   impl->pre_tokenizer =
       PreTokenizer({{PreTokenizerStep::Kind::kSplit, split_pattern_of(pattern), false, false}});
+  impl->kimi_chunks = pattern == TiktokenPattern::kKimi;
   read_ranks(ranks, ranks_name, *impl);
   if (config_json.empty()) {
     read_specials(nullptr, config_name, *impl);

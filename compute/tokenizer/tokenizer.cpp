@@ -45,13 +45,11 @@ void encode_section(const Tokenizer::Impl& impl, std::string_view raw, bool spec
   }
 }
 
-std::vector<TokenId> encode_text(const Tokenizer::Impl& impl, std::string_view text, bool specials) {
-  const std::string valid = repair_utf8(text);
-  std::vector<TokenId> out;
-  out.reserve(valid.size() / 3 + 4);
+void encode_chunk(const Tokenizer::Impl& impl, std::string_view valid, bool specials,
+                  std::vector<TokenId>& out) {
   if (!specials || impl.raw_added.empty()) {
     encode_section(impl, valid, specials, out);
-    return out;
+    return;
   }
   std::vector<Segment> segments;
   impl.raw_added.split(valid, segments);
@@ -59,9 +57,56 @@ std::vector<TokenId> encode_text(const Tokenizer::Impl& impl, std::string_view t
     if (s.token >= 0) {
       out.push_back(impl.raw_added.token(s.token).id);
     } else {
-      encode_section(impl, std::string_view(valid).substr(s.begin, s.end - s.begin), specials, out);
+      encode_section(impl, valid.substr(s.begin, s.end - s.begin), specials, out);
     }
   }
+}
+
+// tokenization_kimi.py hands tiktoken at most 400,000 code points at a time
+// and cuts every run of more than 25,000 spaces or non-spaces (str.isspace);
+// neither the pattern nor a special token reaches across a cut.
+constexpr size_t kKimiWindow = 400000;
+constexpr size_t kKimiMaxRun = 25000;
+
+void cut_as_kimi_does(std::string_view valid, std::vector<std::string_view>& chunks) {
+  size_t window_start = 0, slice_start = 0, in_window = 0, run = 0;
+  bool run_is_space = false;
+  for (size_t i = 0; i < valid.size();) {
+    size_t length = 0;
+    const char32_t c = code_point_at(valid, i, length);
+    if (in_window == kKimiWindow) {
+      chunks.push_back(valid.substr(slice_start, i - slice_start));
+      window_start = slice_start = i;
+      in_window = 0;
+    }
+    const bool space = is_python_space(c);
+    if (i == window_start || space != run_is_space) {
+      run = 1;
+      run_is_space = space;
+    } else if (++run > kKimiMaxRun) {
+      chunks.push_back(valid.substr(slice_start, i - slice_start));
+      slice_start = i;
+      run = 1;
+    }
+    ++in_window;
+    i += length;
+  }
+  chunks.push_back(valid.substr(slice_start));
+}
+
+std::vector<TokenId> encode_text(const Tokenizer::Impl& impl, std::string_view text,
+                                 bool specials) {
+  const std::string valid = repair_utf8(text);
+  std::vector<TokenId> out;
+  out.reserve(valid.size() / 3 + 4);
+  // A text of at most kKimiMaxRun bytes has no run to cut.
+  if (!impl.kimi_chunks || valid.size() <= kKimiMaxRun) {
+    encode_chunk(impl, valid, specials, out);
+    return out;
+  }
+  std::vector<std::string_view> chunks;
+  cut_as_kimi_does(valid, chunks);
+  for (std::string_view chunk : chunks) encode_chunk(impl, chunk, specials, out);
   return out;
 }
 

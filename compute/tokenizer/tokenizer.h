@@ -21,7 +21,7 @@ using TokenId = int32_t;
 
 // The split pattern a tiktoken rank file goes with; the file does not say.
 enum class TiktokenPattern {
-  kKimi,    // Kimi K2 / Kimi-Linear (tokenization_kimi.py)
+  kKimi,    // Kimi K2 / Kimi-Linear, with tokenization_kimi.py's cuts of long texts and runs
   kCl100k,  // OpenAI cl100k_base
   kO200k,   // OpenAI o200k_base
 };

@@ -40,6 +40,7 @@ struct Tokenizer::Impl {
   std::optional<TokenId> bos;
   std::optional<TokenId> eos;
   bool add_bos = false;
+  bool kimi_chunks = false;  // cut long texts and runs as tokenization_kimi.py does
 
   // token_to_id: an added token's content, or a vocabulary token as
   // tokenizer.json spells it (byte-level characters).

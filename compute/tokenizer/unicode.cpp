@@ -174,6 +174,12 @@ void decode_utf8(std::string_view valid, std::u32string& out) {
   }
 }
 
+char32_t code_point_at(std::string_view valid, size_t at, size_t& length) {
+  const Utf8Step step = next_utf8(valid, at);
+  length = step.length;
+  return step.code_point;
+}
+
 void append_utf8(std::string& out, char32_t c) {
   if (c < 0x80) {
     out.push_back(static_cast<char>(c));
@@ -195,6 +201,14 @@ void append_utf8(std::string& out, char32_t c) {
 uint16_t char_classes(char32_t c) {
   if (c < 0x10000) return bmp_classes()[c];
   return classify_with_icu(c);
+}
+
+bool is_python_space(char32_t c) {
+  const auto cp = static_cast<UChar32>(c);
+  if (u_charType(cp) == U_SPACE_SEPARATOR) return true;
+  const UCharDirection direction = u_charDirection(cp);
+  return direction == U_WHITE_SPACE_NEUTRAL || direction == U_BLOCK_SEPARATOR ||
+         direction == U_SEGMENT_SEPARATOR;
 }
 
 std::string nfc(std::string_view valid) {

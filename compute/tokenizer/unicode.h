@@ -30,6 +30,8 @@ size_t complete_utf8_prefix(std::string_view bytes);
 // Decodes well-formed UTF-8 (callers repair first) into code points.
 void decode_utf8(std::string_view valid, std::u32string& out);
 void append_utf8(std::string& out, char32_t code_point);
+// The code point of well-formed UTF-8 starting at byte `at`, and its length.
+char32_t code_point_at(std::string_view valid, size_t at, size_t& length);
 
 // Character classes the recognised pre-tokenizer patterns are made of.
 enum CharClass : uint16_t {
@@ -45,6 +47,11 @@ enum CharClass : uint16_t {
   kHan = 1 << 9,          // \p{Han}: Script=Han, as Rust's regex reads a bare script name
 };
 uint16_t char_classes(char32_t c);
+
+// Python's str.isspace(): general category Zs or bidirectional class WS, B or
+// S. Wider than White_Space (it counts U+001C..U+001F); tokenization_kimi.py
+// cuts long runs by it.
+bool is_python_space(char32_t c);
 
 // Canonical composition (NFC) of well-formed UTF-8.
 std::string nfc(std::string_view valid);

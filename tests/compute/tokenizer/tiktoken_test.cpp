@@ -71,6 +71,32 @@ TEST_CASE("merging joins the adjacent pair whose concatenation has the lowest ra
   CHECK(tok.decode(Ids{257, 'x', 260}) == "abcxxyz");
 }
 
+TEST_CASE(
+    "Kimi cuts runs of more than 25,000 spaces or non-spaces, and texts every 400,000 code "
+    "points") {
+  const Tokenizer kimi = tiny_tiktoken();
+  const Tokenizer o200k =
+      Tokenizer::from_tiktoken(kRanks, "tiny.model", "", "", TiktokenPattern::kO200k);
+  // 25,001 non-spaces: the cut falls between the a and b of the last "ab".
+  const std::string run = std::string(24999, 'c') + "ab";
+  Ids cut(24999, 'c');
+  Ids whole = cut;
+  cut.insert(cut.end(), {'a', 'b'});
+  whole.push_back(258);
+  CHECK(kimi.encode(run) == cut);
+  CHECK(o200k.encode(run) == whole);
+  // 400,002 code points of "ab ": the window ends after the a of the last one.
+  std::string text;
+  Ids windowed = {258};
+  for (int i = 0; i < 133334; ++i) text += "ab ";
+  for (int i = 0; i < 133332; ++i) windowed.insert(windowed.end(), {' ', 258});
+  Ids unwindowed = windowed;
+  windowed.insert(windowed.end(), {' ', 'a', 'b', ' '});
+  unwindowed.insert(unwindowed.end(), {' ', 258, ' '});
+  CHECK(kimi.encode(text) == windowed);
+  CHECK(o200k.encode(text) == unwindowed);
+}
+
 TEST_CASE("ranks are ids and byte-level spellings name them") {
   const Tokenizer tok = tiny_tiktoken();
   CHECK(tok.vocab_size() == 261 + 256);

@@ -103,6 +103,18 @@ TEST_CASE("whitespace is the White_Space property") {
   CHECK(!(char_classes(U'\u001F') & kSpace));
 }
 
+TEST_CASE("Python's str.isspace is wider than White_Space") {
+  for (char32_t c :
+       {U' ', U'\t', U'\n', U'\x1C', U'\x1F', U'\u0085', U'\u00A0', U'\u2028', U'\u3000'}) {
+    CAPTURE(static_cast<uint32_t>(c));
+    CHECK(is_python_space(c));
+  }
+  for (char32_t c : {U'a', U'\u200B', U'\uFEFF', U'\x1B', U'_'}) {
+    CAPTURE(static_cast<uint32_t>(c));
+    CHECK(!is_python_space(c));
+  }
+}
+
 TEST_CASE("NFC composes canonical sequences") {
   CHECK(nfc("e\u0301") == "\u00E9");
   CHECK(nfc("\u212B") == "\u00C5");             // ANGSTROM SIGN -> A WITH RING
