@@ -1,6 +1,7 @@
 // compute/tokenizer/tokenizer.cpp: encode (repair, Kimi's cuts, added tokens,
-// normalize, pre-tokenize, BPE by merges or tiktoken ranks) and decode. Content text never reaches the added-token
-// matchers, so it can never become a control token.
+// normalize, pre-tokenize, BPE by merges or tiktoken ranks) and decode.
+// Content text never reaches the added-token matchers, so it can never become
+// a control token.
 #include "compute/tokenizer/tokenizer.h"
 
 #include <cstdint>
