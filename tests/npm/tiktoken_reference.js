@@ -86,9 +86,12 @@ lines.on("line", (line) => {
     return;
   }
   const content = enc.encode(text, [], []);
+  // Every special token of both encodings starts with "<|"; without one in
+  // the text, encode takes the very same path either way (halves the time).
+  const markup = text.includes("<|") ? enc.encode(text, "all") : content;
   out.push(
     JSON.stringify({
-      markup: enc.encode(text, "all"),
+      markup,
       content,
       text_b64: Buffer.from(text, "utf8").toString("base64"),
       decoded_b64: Buffer.from(enc.decode(content), "utf8").toString("base64"),
