@@ -41,9 +41,9 @@ std::optional<Json> read_json(const fs::path& path) {
 }
 
 bool is_container_file(const std::string& name) {
-  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" || name == "tokenizer.json" ||
-         name == "tokenizer_config.json" || (name.starts_with("experts-L") && name.ends_with(".bin")) ||
-         name.ends_with(".tmp");
+  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" ||
+         name == "tokenizer.json" || name == "tiktoken.model" || name == "tokenizer_config.json" ||
+         (name.starts_with("experts-L") && name.ends_with(".bin")) || name.ends_with(".tmp");
 }
 
 // Removes what a conversion writes (the manifest first, so the directory

@@ -14,7 +14,10 @@ namespace {
 
 constexpr uint64_t kMaxConfigBytes = 16ull << 20;
 constexpr uint64_t kMaxTokenizerBytes = 512ull << 20;
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"};
+// tiktoken.model is Kimi's tokenizer; it is copied only when there is no
+// tokenizer.json, which the loader would prefer.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tiktoken.model",
+                                           "tokenizer_config.json"};
 
 uint32_t crc_of(const std::string& text) {
   return static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
@@ -91,7 +94,13 @@ Source open_source(FileSystem& fs, const std::string& dir) {
   for (const char* name : kTokenizerFiles) {
     const std::string path = dir + "/" + name;
     if (!fs.exists(path)) continue;
+    const bool ranks = std::string(name) == "tiktoken.model";
+    if (ranks && fs.exists(dir + "/tokenizer.json")) continue;
     std::string bytes = read_small_file(fs, path, kMaxTokenizerBytes);
+    if (ranks) {
+      source.tokenizer_files.emplace_back(name, std::move(bytes));
+      continue;
+    }
     nlohmann::json parsed;
     try {
       parsed = nlohmann::json::parse(bytes);
