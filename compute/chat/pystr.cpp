@@ -124,7 +124,7 @@ std::vector<Text> split(const Text& s, const std::optional<std::string>& sep, in
   skip_space();
   while (i < b.size()) {
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-      out.push_back(strip(s.substr(i), std::nullopt, StripSide::kRight));
+      out.push_back(s.substr(i));  // Python keeps the remainder's trailing whitespace
       return out;
     }
     const size_t begin = i;
@@ -146,7 +146,7 @@ std::vector<Text> rsplit(const Text& s, const std::optional<std::string>& sep, i
     while (k > 0 && space(k - 1)) --k;
     while (k > 0) {
       if (static_cast<int64_t>(out.size()) == maxsplit) {
-        out.push_back(strip(s.substr(0, at[k]), std::nullopt, StripSide::kLeft));
+        out.push_back(s.substr(0, at[k]));  // and rsplit its leading whitespace
         break;
       }
       const size_t end = k;

@@ -323,6 +323,7 @@ void Renderer::render_for(const Node& n) {
     ~Restore() { std::swap(current, saved); }
   } restore{scope_, loop_scope};
 
+  const std::shared_ptr<Scope> loop_scope_of_for = scope_;
   List items;
   if (n.condition) {
     for (Value& item : all) {
@@ -354,9 +355,16 @@ void Renderer::render_for(const Node& n) {
             if (args.positional.empty()) throw EvalError("no items for cycling given");
             return args.positional[static_cast<size_t>(i) % args.positional.size()];
           }));
+    // Each iteration starts from the scope outside the loop, as in jinja2:
+    // a set inside the body does not carry over to the next iteration.
+    auto iteration = std::make_shared<Scope>();
+    iteration->parent = loop_scope_of_for;
+    scope_ = iteration;
     scope_->set("loop", std::move(loop));
     assign(n.targets, items[static_cast<size_t>(i)]);
-    if (render_body(n.body) == Flow::kBreak) break;
+    const Flow flow = render_body(n.body);
+    scope_ = loop_scope_of_for;
+    if (flow == Flow::kBreak) break;
   }
   if (length == 0) render_body(n.else_body);
 }

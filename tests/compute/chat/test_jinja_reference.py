@@ -236,6 +236,23 @@ class JinjaReference(unittest.TestCase):
             with self.subTest(template=name):
                 self.assertGreaterEqual(identical, 200, f"{name}: only {identical} identical renders")
 
+    def test_feature_snippets_render_identically(self):
+        # snippets.jinja exercises each construct of the subset once: literals
+        # and Python printing, undefined, operators, slicing, string and dict
+        # methods, filters, tests, loops, scoping, macros and whitespace control.
+        path = os.path.join(HERE, "snippets.jinja")
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        context = {"x": {"a": 1}, "s": "héllo wORLD", "items": [3, 1, 2, 3, 5], "d": {"a": 1, "b": "two", "c": [1, 2]},
+                   "people": [{"name": "ann", "age": 40}, {"name": "bob", "age": 20}], "u": "ünï \u2028 \x01 \"q\""}
+        case = {"template": path, "messages": [{"role": "user", "content": "hi"}], "extra": context}
+        expected = hf_render(hf_environment().from_string(source), case)
+        [got] = run_harness([case])
+        self.assertTrue(got["ok"], got.get("error"))
+        for number, (want, have) in enumerate(zip(expected.split("\n"), got["text"].split("\n")), 1):
+            self.assertEqual(have, want, f"snippets.jinja output line {number}")
+        self.assertEqual(got["text"], expected)
+
     def test_hugging_face_shaped_messages_render_identically(self):
         self.compare(openai_shape=False)
 
