@@ -28,9 +28,10 @@ void Text::append(const Text& other) {
 
 void Text::append(std::string_view s, bool tainted) {
   if (s.empty()) return;
-  if (tainted && taint_.empty()) taint_.assign(bytes_.size(), false);
+  const bool track = tainted || !taint_.empty();
+  if (track && taint_.size() != bytes_.size()) taint_.assign(bytes_.size(), false);
   bytes_ += s;
-  if (!taint_.empty()) taint_.insert(taint_.end(), s.size(), tainted);
+  if (track) taint_.insert(taint_.end(), s.size(), tainted);
 }
 
 Text Text::substr(size_t pos, size_t count) const {
