@@ -2,10 +2,11 @@
 // tests, the Python methods of str/dict/list that chat templates use, and
 // Hugging Face's globals (raise_exception, strftime_now, range, namespace).
 // Like ImmutableSandboxedEnvironment, nothing here mutates a list or dict.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
-#include <fmt/format.h>
 
 #include "compute/chat/pystr.h"
 #include "compute/chat/renderer.h"
@@ -18,7 +19,8 @@ constexpr int64_t kMaxRange = 100000;  // jinja2.sandbox.MAX_RANGE
 using Fn = std::function<Value(CallArgs&, Renderer&)>;
 
 const std::string& need_string(const Value& v, std::string_view what) {
-  if (!v.is_string()) throw EvalError(fmt::format("{} must be a string, not {}", what, type_name(v)));
+  if (!v.is_string())
+    throw EvalError(fmt::format("{} must be a string, not {}", what, type_name(v)));
   return v.str();
 }
 
@@ -45,7 +47,8 @@ bool affix_matches(const Value& self, const Value& affix, bool prefix) {
   auto one = [&](const std::string& a) {
     const std::string& s = self.str();
     if (a.size() > s.size()) return false;
-    return prefix ? s.compare(0, a.size(), a) == 0 : s.compare(s.size() - a.size(), a.size(), a) == 0;
+    return prefix ? s.compare(0, a.size(), a) == 0
+                  : s.compare(s.size() - a.size(), a.size(), a) == 0;
   };
   if (affix.is_list()) {
     for (const Value& a : affix.items()) {
@@ -56,7 +59,8 @@ bool affix_matches(const Value& self, const Value& affix, bool prefix) {
   return one(need_string(affix, prefix ? "startswith argument" : "endswith argument"));
 }
 
-Value join(Renderer& r, const List& items, const Text& separator, const std::optional<std::string>& attribute) {
+Value join(Renderer& r, const List& items, const Text& separator,
+           const std::optional<std::string>& attribute) {
   Text out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i) out.append(separator);
@@ -78,7 +82,9 @@ Value string_method(const Value& self, const std::string& name) {
     });
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    const StripSide side = name == "strip" ? StripSide::kBoth : name == "lstrip" ? StripSide::kLeft : StripSide::kRight;
+    const StripSide side = name == "strip"    ? StripSide::kBoth
+                           : name == "lstrip" ? StripSide::kLeft
+                                              : StripSide::kRight;
     return bind([self, side, label](CallArgs& a, Renderer&) {
       auto chars = optional_string(a.take(0, "chars"), label + " argument");
       a.expect_consumed(label);
@@ -104,8 +110,8 @@ Value string_method(const Value& self, const std::string& name) {
       for (size_t i = 0; i < s.size();) {
         const char32_t c = decode_at(s, i);
         const size_t len = utf8_length_at(s, i);
-        if (c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
-            c == 0x2028 || c == 0x2029) {
+        if (c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+            c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029) {
           lines.push_back(self.text().substr(begin, i - begin));
           i += (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ? 2 : len;
           begin = i;
@@ -125,11 +131,13 @@ Value string_method(const Value& self, const std::string& name) {
       a.expect_consumed(label);
       if (!old || !repl) throw EvalError(label + "() takes at least 2 arguments");
       need_string(*repl, "replacement");
-      return Value(replace(self.text(), need_string(*old, "old"), repl->text(), count ? need_int(*count, "count") : -1));
+      return Value(replace(self.text(), need_string(*old, "old"), repl->text(),
+                           count ? need_int(*count, "count") : -1));
     });
   }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "isdigit" ||
-      name == "isalpha" || name == "isspace" || name == "isupper" || name == "islower" || name == "isalnum") {
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
+      name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isupper" ||
+      name == "islower" || name == "isalnum") {
     return bind([self, name, label](CallArgs& a, Renderer&) -> Value {
       a.expect_consumed(label);
       if (name == "upper") return Value(change_case(self.text(), Case::kUpper));
@@ -147,10 +155,12 @@ Value string_method(const Value& self, const std::string& name) {
         if (name == "isalnum") all = all && (ascii_letter || (c >= '0' && c <= '9'));
         if (name == "isspace") all = all && is_space(c);
       }
-      if (name == "isupper") return Value(change_case(self.text(), Case::kLower).str() != s &&
-                                          change_case(self.text(), Case::kUpper).str() == s);
-      if (name == "islower") return Value(change_case(self.text(), Case::kUpper).str() != s &&
-                                          change_case(self.text(), Case::kLower).str() == s);
+      if (name == "isupper")
+        return Value(change_case(self.text(), Case::kLower).str() != s &&
+                     change_case(self.text(), Case::kUpper).str() == s);
+      if (name == "islower")
+        return Value(change_case(self.text(), Case::kUpper).str() != s &&
+                     change_case(self.text(), Case::kLower).str() == s);
       return Value(all);
     });
   }
@@ -165,11 +175,15 @@ Value string_method(const Value& self, const std::string& name) {
       if (name == "count") {
         if (sub.empty()) return Value(static_cast<int64_t>(code_point_count(s) + 1));
         int64_t n = 0;
-        for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
+        for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size()))
+          ++n;
         return Value(n);
       }
-      if (name == "removeprefix") return Value(s.compare(0, sub.size(), sub) == 0 ? self.text().substr(sub.size()) : self.text());
-      const bool ends = sub.size() <= s.size() && s.compare(s.size() - sub.size(), sub.size(), sub) == 0;
+      if (name == "removeprefix")
+        return Value(s.compare(0, sub.size(), sub) == 0 ? self.text().substr(sub.size())
+                                                        : self.text());
+      const bool ends =
+          sub.size() <= s.size() && s.compare(s.size() - sub.size(), sub.size(), sub) == 0;
       return Value(ends ? self.text().substr(0, s.size() - sub.size()) : self.text());
     });
   }
@@ -193,9 +207,12 @@ Value dict_method(const Value& self, const std::string& name) {
       a.expect_consumed(label);
       List out;
       for (const auto& [k, v] : self.dict().entries) {
-        if (name == "items") out.push_back(Value::list({Value(k), v}));
-        else if (name == "keys") out.emplace_back(k);
-        else out.push_back(v);
+        if (name == "items")
+          out.push_back(Value::list({Value(k), v}));
+        else if (name == "keys")
+          out.emplace_back(k);
+        else
+          out.push_back(v);
       }
       return Value::list(std::move(out));
     });
@@ -220,7 +237,8 @@ Value dict_method(const Value& self, const std::string& name) {
       });
     }
   }
-  if (name == "copy") return Value::function(label, [self](CallArgs&, Renderer&) {
+  if (name == "copy")
+    return Value::function(label, [self](CallArgs&, Renderer&) {
       Value d = Dict::make();
       d.dict().entries = self.dict().entries;
       return d;
@@ -246,7 +264,8 @@ Value list_method(const Value& self, const std::string& name) {
       return Value(n);
     });
   }
-  static const char* const kMutating[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
+  static const char* const kMutating[] = {"append", "extend",  "insert", "pop",
+                                          "remove", "reverse", "sort",   "clear"};
   for (const char* m : kMutating) {
     if (name == m) {
       return Value::function(label, [name](CallArgs&, Renderer&) -> Value {
@@ -268,27 +287,30 @@ Value method(const Value& object, const std::string& name) {
 
 void add_globals(Scope& scope) {
   scope.set("range", Value::function("range", [](CallArgs& a, Renderer&) {
-    std::vector<int64_t> n;
-    for (const Value& v : a.positional) n.push_back(need_int(v, "range() argument"));
-    if (n.empty() || n.size() > 3 || !a.keyword.empty()) throw EvalError("range expected 1 to 3 integer arguments");
-    const int64_t start = n.size() == 1 ? 0 : n[0];
-    const int64_t stop = n.size() == 1 ? n[0] : n[1];
-    const int64_t step = n.size() == 3 ? n[2] : 1;
-    if (step == 0) throw EvalError("range() arg 3 must not be zero");
-    List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (static_cast<int64_t>(out.size()) >= kMaxRange) {
-        throw EvalError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-      }
-      out.emplace_back(i);
-    }
-    return Value::list(std::move(out));
-  }));
+              std::vector<int64_t> n;
+              for (const Value& v : a.positional) n.push_back(need_int(v, "range() argument"));
+              if (n.empty() || n.size() > 3 || !a.keyword.empty())
+                throw EvalError("range expected 1 to 3 integer arguments");
+              const int64_t start = n.size() == 1 ? 0 : n[0];
+              const int64_t stop = n.size() == 1 ? n[0] : n[1];
+              const int64_t step = n.size() == 3 ? n[2] : 1;
+              if (step == 0) throw EvalError("range() arg 3 must not be zero");
+              List out;
+              for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                if (static_cast<int64_t>(out.size()) >= kMaxRange) {
+                  throw EvalError(
+                      "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+                }
+                out.emplace_back(i);
+              }
+              return Value::list(std::move(out));
+            }));
   auto make_dict = [](bool is_namespace) {
     return [is_namespace](CallArgs& a, Renderer&) {
       Value d = Dict::make(is_namespace);
       for (const Value& p : a.positional) {
-        if (!p.is_dict()) throw EvalError("namespace() and dict() take a mapping or keyword arguments");
+        if (!p.is_dict())
+          throw EvalError("namespace() and dict() take a mapping or keyword arguments");
         for (const auto& [k, v] : p.dict().entries) d.dict().set(k, v);
       }
       for (const auto& [k, v] : a.keyword) d.dict().set(Text::markup(k), v);
@@ -297,21 +319,24 @@ void add_globals(Scope& scope) {
   };
   scope.set("namespace", Value::function("namespace", make_dict(true)));
   scope.set("dict", Value::function("dict", make_dict(false)));
-  scope.set("raise_exception", Value::function("raise_exception", [](CallArgs& a, Renderer&) -> Value {
-    std::optional<Value> message = a.take(0, "message");
-    throw EvalError(message ? to_text(*message).str() : std::string("raise_exception called"), true);
-  }));
+  scope.set("raise_exception",
+            Value::function("raise_exception", [](CallArgs& a, Renderer&) -> Value {
+              std::optional<Value> message = a.take(0, "message");
+              throw EvalError(
+                  message ? to_text(*message).str() : std::string("raise_exception called"), true);
+            }));
   scope.set("strftime_now", Value::function("strftime_now", [](CallArgs& a, Renderer&) {
-    std::optional<Value> format = a.take(0, "format");
-    a.expect_consumed("strftime_now");
-    if (!format) throw EvalError("strftime_now() takes a format");
-    const std::time_t now = std::time(nullptr);
-    std::tm local{};
-    localtime_r(&now, &local);
-    char buf[512];
-    const size_t n = std::strftime(buf, sizeof buf, need_string(*format, "format").c_str(), &local);
-    return Value::markup(std::string_view(buf, n));
-  }));
+              std::optional<Value> format = a.take(0, "format");
+              a.expect_consumed("strftime_now");
+              if (!format) throw EvalError("strftime_now() takes a format");
+              const std::time_t now = std::time(nullptr);
+              std::tm local{};
+              localtime_r(&now, &local);
+              char buf[512];
+              const size_t n =
+                  std::strftime(buf, sizeof buf, need_string(*format, "format").c_str(), &local);
+              return Value::markup(std::string_view(buf, n));
+            }));
 }
 
 }  // namespace sluice::chat

@@ -5,6 +5,7 @@
 #include "compute/chat/chat_template.h"
 
 #include <fmt/format.h>
+
 #include <unordered_map>
 
 #include "compute/chat/renderer.h"
@@ -60,7 +61,8 @@ void visit(const Body& body, const std::function<void(const Expr&)>& fn) {
 bool reads_field(const Expr* e, std::string_view attribute) {
   if (!e) return false;
   if (e->kind == Expr::Kind::kAttribute) return e->name == attribute;
-  if (e->kind == Expr::Kind::kItem && e->args[1]->kind == Expr::Kind::kLiteral && e->args[1]->value.is_string()) {
+  if (e->kind == Expr::Kind::kItem && e->args[1]->kind == Expr::Kind::kLiteral &&
+      e->args[1]->value.is_string()) {
     return e->args[1]->value.str() == attribute;
   }
   return false;
@@ -88,7 +90,8 @@ ChatTemplate ChatTemplate::parse(std::string_view source, std::string name) {
     program->body = chat::parse(source);
   } catch (const EvalError& e) {
     auto [line, what] = split_line(e.what());
-    throw ChatTemplateError(fmt::format("chat template {} line {}: {}", t.name_, line, what), line, false, what);
+    throw ChatTemplateError(fmt::format("chat template {} line {}: {}", t.name_, line, what), line,
+                            false, what);
   }
   t.program_ = std::move(program);
   return t;
@@ -112,8 +115,9 @@ Rendered ChatTemplate::render(const ChatInput& input, const RenderLimits& limits
   try {
     renderer.render(program_->body, out);
   } catch (const EvalError& e) {
-    throw ChatTemplateError(fmt::format("chat template {} line {}: {}", name_, renderer.line(), e.what()),
-                            renderer.line(), e.raised, e.what());
+    throw ChatTemplateError(
+        fmt::format("chat template {} line {}: {}", name_, renderer.line(), e.what()),
+        renderer.line(), e.raised, e.what());
   }
   Rendered rendered;
   const std::string& s = out.str();
@@ -129,43 +133,51 @@ Rendered ChatTemplate::render(const ChatInput& input, const RenderLimits& limits
 
 bool ChatTemplate::tests_none_on(std::string_view attribute) const {
   return any_expr(*program_, [&](const Expr& e) {
-    return e.kind == Expr::Kind::kTest && e.name == "none" && reads_field(e.args[0].get(), attribute);
+    return e.kind == Expr::Kind::kTest && e.name == "none" &&
+           reads_field(e.args[0].get(), attribute);
   });
 }
 
 bool ChatTemplate::filters_attribute(std::string_view attribute, std::string_view filter) const {
   return any_expr(*program_, [&](const Expr& e) {
-    return e.kind == Expr::Kind::kFilter && e.name == filter && reads_field(e.args[0].get(), attribute);
+    return e.kind == Expr::Kind::kFilter && e.name == filter &&
+           reads_field(e.args[0].get(), attribute);
   });
 }
 
 bool ChatTemplate::tests_string_on(std::string_view attribute) const {
   return any_expr(*program_, [&](const Expr& e) {
-    return e.kind == Expr::Kind::kTest && e.name == "string" && reads_field(e.args[0].get(), attribute);
+    return e.kind == Expr::Kind::kTest && e.name == "string" &&
+           reads_field(e.args[0].get(), attribute);
   });
 }
 
 nlohmann::ordered_json special_tokens_from_config(const nlohmann::ordered_json& config) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   if (!config.is_object()) return out;
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
     auto it = config.find(key);
     if (it == config.end()) continue;
     if (it->is_string()) out[key] = *it;
-    if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out[key] = (*it)["content"];
+    if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+      out[key] = (*it)["content"];
   }
   if (auto it = config.find("additional_special_tokens"); it != config.end() && it->is_array()) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const auto& t : *it) {
-      if (t.is_string()) list.push_back(t);
-      else if (t.is_object() && t.contains("content") && t["content"].is_string()) list.push_back(t["content"]);
+      if (t.is_string())
+        list.push_back(t);
+      else if (t.is_object() && t.contains("content") && t["content"].is_string())
+        list.push_back(t["content"]);
     }
     out["additional_special_tokens"] = list;
   }
   return out;
 }
 
-std::vector<tokenizer::TokenId> tokenize(const tokenizer::Tokenizer& tok, const Rendered& rendered) {
+std::vector<tokenizer::TokenId> tokenize(const tokenizer::Tokenizer& tok,
+                                         const Rendered& rendered) {
   using tokenizer::TokenId;
   // An id is a control token when its text, read as markup, is that one id
   // but read as content is not: an added token, whatever its special flag.
@@ -199,7 +211,8 @@ std::vector<tokenizer::TokenId> tokenize(const tokenizer::Tokenizer& tok, const 
       const std::string& bytes = tok.token_bytes(id);
       const size_t at = seg.text.find(bytes, pos);
       if (at == std::string::npos) {
-        fail("chat template: control token {} ({}) matched in markup but not found in it", id, bytes);
+        fail("chat template: control token {} ({}) matched in markup but not found in it", id,
+             bytes);
       }
       pending.append(seg.text, pos, at - pos);
       flush();

@@ -6,12 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/error.h"
@@ -44,7 +43,7 @@ struct ChatInput {
 struct RenderLimits {
   size_t max_output_bytes = size_t{16} << 20;
   int max_call_depth = 64;
-  uint64_t max_steps = 20'000'000;
+  uint64_t max_steps = 2'000'000;  // real templates take thousands
 };
 
 // One run of rendered text, wholly markup or wholly content.
@@ -89,6 +88,7 @@ nlohmann::ordered_json special_tokens_from_config(const nlohmann::ordered_json& 
 // encoded with Tokenizer::encode, so for benign content the ids equal
 // encode_with_specials of the whole text, as Hugging Face tokenizes it. No
 // BOS is added: templates that want one write it.
-std::vector<tokenizer::TokenId> tokenize(const tokenizer::Tokenizer& tokenizer, const Rendered& rendered);
+std::vector<tokenizer::TokenId> tokenize(const tokenizer::Tokenizer& tokenizer,
+                                         const Rendered& rendered);
 
 }  // namespace sluice::chat

@@ -1,9 +1,10 @@
 // compute/chat/filters.cpp: jinja2's builtin filters and tests as chat
 // templates use them, with Hugging Face's tojson (json.dumps, no HTML
 // escaping). A filter never mutates its input; results keep provenance.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 
 #include "compute/chat/pystr.h"
 #include "compute/chat/renderer.h"
@@ -13,34 +14,47 @@ namespace {
 
 size_t length_of(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return code_point_count(v.str());
-    case Value::Kind::kList: return v.items().size();
-    case Value::Kind::kDict: return v.dict().entries.size();
-    default: throw EvalError(fmt::format("object of type '{}' has no len()", type_name(v)));
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return code_point_count(v.str());
+    case Value::Kind::kList:
+      return v.items().size();
+    case Value::Kind::kDict:
+      return v.dict().entries.size();
+    default:
+      throw EvalError(fmt::format("object of type '{}' has no len()", type_name(v)));
   }
 }
 
-Text text_of(const Value& v) { return to_text(v); }
+Text text_of(const Value& v) {
+  return to_text(v);
+}
 
 std::optional<std::string> string_arg(const std::optional<Value>& v) {
   if (!v || v->is_none()) return std::nullopt;
-  if (!v->is_string()) throw EvalError(fmt::format("expected a string argument, got {}", type_name(*v)));
+  if (!v->is_string())
+    throw EvalError(fmt::format("expected a string argument, got {}", type_name(*v)));
   return v->str();
 }
 
 JsonStyle json_style(CallArgs& a) {
   JsonStyle style;
-  if (std::optional<Value> ascii = a.take(SIZE_MAX, "ensure_ascii")) style.ensure_ascii = truthy(*ascii);
+  if (std::optional<Value> ascii = a.take(SIZE_MAX, "ensure_ascii"))
+    style.ensure_ascii = truthy(*ascii);
   std::optional<Value> indent = a.take(0, "indent");
   if (indent && !indent->is_none()) {
-    if (indent->is_string()) style.indent = indent->str();
-    else if (indent->kind() == Value::Kind::kInt) style.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ');
-    else throw EvalError("tojson indent must be an integer or a string");
+    if (indent->is_string())
+      style.indent = indent->str();
+    else if (indent->kind() == Value::Kind::kInt)
+      style.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ');
+    else
+      throw EvalError("tojson indent must be an integer or a string");
     style.item_separator.assign(1, ',');
   }
   if (std::optional<Value> seps = a.take(SIZE_MAX, "separators"); seps && !seps->is_none()) {
-    if (!seps->is_list() || seps->items().size() != 2 || !seps->items()[0].is_string() || !seps->items()[1].is_string()) {
+    if (!seps->is_list() || seps->items().size() != 2 || !seps->items()[0].is_string() ||
+        !seps->items()[1].is_string()) {
       throw EvalError("tojson separators must be a pair of strings");
     }
     style.item_separator = seps->items()[0].str();
@@ -65,14 +79,16 @@ Value select_items(Renderer& r, const Value& input, CallArgs& a, bool by_attribu
   std::optional<std::string> attribute;
   size_t next = 0;
   if (by_attribute) {
-    if (a.positional.empty() || !a.positional[0].is_string()) throw EvalError("selectattr needs an attribute name");
+    if (a.positional.empty() || !a.positional[0].is_string())
+      throw EvalError("selectattr needs an attribute name");
     attribute = a.positional[0].str();
     next = 1;
   }
   std::optional<std::string> test;
   if (a.positional.size() > next) test = string_arg(a.positional[next]);
-  List test_args(a.positional.begin() + static_cast<ptrdiff_t>(std::min(a.positional.size(), next + 1)),
-                 a.positional.end());
+  List test_args(
+      a.positional.begin() + static_cast<ptrdiff_t>(std::min(a.positional.size(), next + 1)),
+      a.positional.end());
   List out;
   for (const Value& item : items) {
     const Value subject = attribute ? r.attribute(item, *attribute) : item;
@@ -86,8 +102,12 @@ Value html_escape(const Value& v) {
   Text out;
   for (size_t i = 0; i < t.size(); ++i) {
     const char c = t.str()[i];
-    const char* repl = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;"
-                       : c == '\'' ? "&#39;" : nullptr;
+    const char* repl = c == '&'    ? "&amp;"
+                       : c == '<'  ? "&lt;"
+                       : c == '>'  ? "&gt;"
+                       : c == '"'  ? "&#34;"
+                       : c == '\'' ? "&#39;"
+                                   : nullptr;
     out.append(repl ? std::string_view(repl) : std::string_view(&t.str()[i], 1), t.tainted_at(i));
   }
   return Value(std::move(out));
@@ -100,7 +120,8 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     a.expect_consumed(name);
     return v;
   };
-  if (name == "length" || name == "count") return done(Value(static_cast<int64_t>(length_of(input))));
+  if (name == "length" || name == "count")
+    return done(Value(static_cast<int64_t>(length_of(input))));
   if (name == "tojson") return Value(to_json(input, json_style(a)));
   if (name == "safe") return done(input);
   if (name == "string") return done(Value(text_of(input)));
@@ -137,12 +158,14 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     std::optional<Value> dflt = a.take(0, "default_value");
     std::optional<Value> boolean = a.take(1, "boolean");
     const bool replace_falsy = boolean && truthy(*boolean);
-    if (input.is_undefined() || (replace_falsy && !truthy(input))) return done(dflt ? *dflt : Value::markup(""));
+    if (input.is_undefined() || (replace_falsy && !truthy(input)))
+      return done(dflt ? *dflt : Value::markup(""));
     return done(input);
   }
   if (name == "first" || name == "last") {
     List items = r.iterate(input);
-    if (items.empty()) return done(Value::undefined(fmt::format("No {} item, sequence was empty.", name)));
+    if (items.empty())
+      return done(Value::undefined(fmt::format("No {} item, sequence was empty.", name)));
     return done(name == "first" ? items.front() : items.back());
   }
   if (name == "list") return done(Value::list(r.iterate(input)));
@@ -159,7 +182,9 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
   }
   if (name == "items") {
     if (input.is_undefined()) return done(Value::list());
-    if (!input.is_dict()) throw EvalError(fmt::format("can only get item pairs from a mapping, not {}", type_name(input)));
+    if (!input.is_dict())
+      throw EvalError(
+          fmt::format("can only get item pairs from a mapping, not {}", type_name(input)));
     List out;
     for (const auto& [k, v] : input.dict().entries) out.push_back(Value::list({Value(k), v}));
     return done(Value::list(std::move(out)));
@@ -167,7 +192,9 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
   if (name == "int" || name == "float") {
     std::optional<Value> dflt = a.take(0, "default");
     const Value fallback = dflt ? *dflt : name == "int" ? Value(0) : Value(0.0);
-    if (input.is_number()) return done(name == "int" ? Value(static_cast<int64_t>(input.as_float())) : Value(input.as_float()));
+    if (input.is_number())
+      return done(name == "int" ? Value(static_cast<int64_t>(input.as_float()))
+                                : Value(input.as_float()));
     if (input.is_string()) {
       try {
         size_t used = 0;
@@ -185,8 +212,11 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     return done(fallback);
   }
   if (name == "abs") {
-    if (!input.is_number()) throw EvalError(fmt::format("bad operand type for abs(): '{}'", type_name(input)));
-    return done(input.kind() == Value::Kind::kFloat ? Value(std::fabs(input.as_float())) : Value(static_cast<int64_t>(std::llabs(input.as_int()))));
+    if (!input.is_number())
+      throw EvalError(fmt::format("bad operand type for abs(): '{}'", type_name(input)));
+    return done(input.kind() == Value::Kind::kFloat
+                    ? Value(std::fabs(input.as_float()))
+                    : Value(static_cast<int64_t>(std::llabs(input.as_int()))));
   }
   if (name == "round") {
     std::optional<Value> precision = a.take(0, "precision");
@@ -194,8 +224,10 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     const double scale = std::pow(10.0, precision ? static_cast<double>(precision->as_int()) : 0.0);
     return done(Value(std::round(input.as_float() * scale) / scale));
   }
-  if (name == "select" || name == "reject") return select_items(r, input, a, false, name == "select");
-  if (name == "selectattr" || name == "rejectattr") return select_items(r, input, a, true, name == "selectattr");
+  if (name == "select" || name == "reject")
+    return select_items(r, input, a, false, name == "select");
+  if (name == "selectattr" || name == "rejectattr")
+    return select_items(r, input, a, true, name == "selectattr");
   if (name == "map") {
     List items = r.iterate(input);
     List out;
@@ -207,7 +239,8 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
       }
       return done(Value::list(std::move(out)));
     }
-    if (a.positional.empty() || !a.positional[0].is_string()) throw EvalError("map needs a filter name or attribute=");
+    if (a.positional.empty() || !a.positional[0].is_string())
+      throw EvalError("map needs a filter name or attribute=");
     const std::string filter = a.positional[0].str();
     for (const Value& item : items) {
       CallArgs inner;
@@ -221,14 +254,17 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     std::optional<Value> width = a.take(0, "width");
     std::optional<Value> first = a.take(1, "first");
     std::optional<Value> blank = a.take(2, "blank");
-    Text pad = width && width->is_string() ? width->text()
-                                           : Text::markup(std::string(static_cast<size_t>(width ? width->as_int() : 4), ' '));
+    Text pad =
+        width && width->is_string()
+            ? width->text()
+            : Text::markup(std::string(static_cast<size_t>(width ? width->as_int() : 4), ' '));
     const Text s = text_of(input);
     std::vector<Text> lines = split(s, std::string("\n"), -1);
     Text out;
     for (size_t i = 0; i < lines.size(); ++i) {
       if (i) out.append_markup("\n");
-      const bool indent_it = (i > 0 || (first && truthy(*first))) && (!lines[i].empty() || (blank && truthy(*blank)));
+      const bool indent_it =
+          (i > 0 || (first && truthy(*first))) && (!lines[i].empty() || (blank && truthy(*blank)));
       if (indent_it) out.append(pad);
       out.append(lines[i]);
     }
@@ -243,13 +279,20 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     if (name == "unique") {
       List out;
       for (const Value& v : items) {
-        if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return equals(key(o), key(v)); })) out.push_back(v);
+        if (std::none_of(out.begin(), out.end(),
+                         [&](const Value& o) { return equals(key(o), key(v)); }))
+          out.push_back(v);
       }
       return done(Value::list(std::move(out)));
     }
-    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) { return less_than(key(x), key(y)); });
-    if (name == "min") return done(items.empty() ? Value::undefined("No aggregated item, sequence was empty.") : items.front());
-    if (name == "max") return done(items.empty() ? Value::undefined("No aggregated item, sequence was empty.") : items.back());
+    std::stable_sort(items.begin(), items.end(),
+                     [&](const Value& x, const Value& y) { return less_than(key(x), key(y)); });
+    if (name == "min")
+      return done(items.empty() ? Value::undefined("No aggregated item, sequence was empty.")
+                                : items.front());
+    if (name == "max")
+      return done(items.empty() ? Value::undefined("No aggregated item, sequence was empty.")
+                                : items.back());
     if (reverse && truthy(*reverse)) std::reverse(items.begin(), items.end());
     return done(Value::list(std::move(items)));
   }
@@ -260,8 +303,9 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     for (const Value& v : r.iterate(input)) {
       const Value x = attribute ? r.attribute(v, *attribute) : v;
       if (!x.is_number() || !total.is_number()) throw EvalError("sum filter needs numbers");
-      total = total.kind() == Value::Kind::kFloat || x.kind() == Value::Kind::kFloat ? Value(total.as_float() + x.as_float())
-                                                                                      : Value(total.as_int() + x.as_int());
+      total = total.kind() == Value::Kind::kFloat || x.kind() == Value::Kind::kFloat
+                  ? Value(total.as_float() + x.as_float())
+                  : Value(total.as_int() + x.as_int());
     }
     return done(total);
   }
@@ -286,15 +330,18 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, CallArgs& 
   if (name == "float") return v.kind() == K::kFloat;
   if (name == "mapping") return v.is_dict() && !v.dict().is_namespace;
   if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-  if (name == "sequence") return v.is_string() || v.is_list() || (v.is_dict() && !v.dict().is_namespace);
+  if (name == "sequence")
+    return v.is_string() || v.is_list() || (v.is_dict() && !v.dict().is_namespace);
   if (name == "callable") return v.is_callable();
   if (name == "odd" || name == "even") {
-    if (v.kind() != K::kInt && v.kind() != K::kBool) throw EvalError(fmt::format("test '{}' needs an integer", name));
+    if (v.kind() != K::kInt && v.kind() != K::kBool)
+      throw EvalError(fmt::format("test '{}' needs an integer", name));
     return (v.as_int() % 2 != 0) == (name == "odd");
   }
   if (name == "divisibleby") {
     const Value d = arg();
-    if (!d.is_number() || !v.is_number() || d.as_float() == 0.0) throw EvalError("divisibleby needs non-zero numbers");
+    if (!d.is_number() || !v.is_number() || d.as_float() == 0.0)
+      throw EvalError("divisibleby needs non-zero numbers");
     return std::fmod(v.as_float(), d.as_float()) == 0.0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, arg());
@@ -318,7 +365,8 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, CallArgs& 
     if (v.is_none() || v.is_undefined()) return true;
     if (v.kind() == K::kBool) return v.as_bool() == other.as_bool();
     // CPython shares the objects of small ints.
-    if (v.kind() == K::kInt) return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
+    if (v.kind() == K::kInt)
+      return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
     if (v.is_list()) return &v.items() == &other.items();
     if (v.is_dict()) return &v.dict() == &other.dict();
     return false;

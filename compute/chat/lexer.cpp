@@ -31,7 +31,9 @@ std::string normalise_newlines(std::string_view source) {
   return out;
 }
 
-bool is_space_at(const std::string& s, size_t i) { return is_space(decode_at(s, i)); }
+bool is_space_at(const std::string& s, size_t i) {
+  return is_space(decode_at(s, i));
+}
 
 size_t skip_spaces(const std::string& s, size_t i) {
   while (i < s.size() && is_space_at(s, i)) i += utf8_length_at(s, i);
@@ -64,28 +66,57 @@ std::string unescape(std::string_view body, int line) {
         v = v * 16 + static_cast<uint32_t>(std::stoi(std::string(1, body[i + k]), nullptr, 16));
       }
       i += digits;
-      if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) lex_error(line, "escape out of the Unicode range");
+      if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        lex_error(line, "escape out of the Unicode range");
       tokenizer::append_utf8(out, static_cast<char32_t>(v));
     };
     switch (c) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         if (c >= '0' && c <= '7') {
           uint32_t v = static_cast<uint32_t>(c - '0');
-          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
+          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
+               ++k) {
             v = v * 8 + static_cast<uint32_t>(body[++i] - '0');
           }
           tokenizer::append_utf8(out, static_cast<char32_t>(v));
@@ -120,10 +151,12 @@ class Lexer {
       end = rstrip_end(s_, begin, end);
     } else if (sign != '+' && !is_variable) {
       const size_t newline = s_.rfind('\n', end == 0 ? 0 : end - 1);
-      const size_t line_begin = (newline == std::string::npos || newline < begin) ? begin : newline + 1;
+      const size_t line_begin =
+          (newline == std::string::npos || newline < begin) ? begin : newline + 1;
       if ((line_begin > begin || line_starting_) && line_begin < end) {
         bool blank = true;
-        for (size_t i = line_begin; i < end; i += utf8_length_at(s_, i)) blank = blank && is_space_at(s_, i);
+        for (size_t i = line_begin; i < end; i += utf8_length_at(s_, i))
+          blank = blank && is_space_at(s_, i);
         if (blank) end = line_begin;
       }
     }
@@ -170,7 +203,8 @@ class Lexer {
       ++tag;
     }
     const char kind = s_[tag + 1];
-    const char sign = (tag + 2 < s_.size() && (s_[tag + 2] == '-' || s_[tag + 2] == '+')) ? s_[tag + 2] : 0;
+    const char sign =
+        (tag + 2 < s_.size() && (s_[tag + 2] == '-' || s_[tag + 2] == '+')) ? s_[tag + 2] : 0;
     size_t raw_end = 0;
     if (kind == '%' && raw_begin_at(tag, raw_end)) {
       emit_data(pos_, tag, sign, false);
@@ -222,21 +256,26 @@ class Lexer {
 
   void tag_body(bool is_variable) {
     const int start_line = line_;
-    tokens_.push_back({is_variable ? Token::Kind::kVariableBegin : Token::Kind::kBlockBegin, "", line_});
+    tokens_.push_back(
+        {is_variable ? Token::Kind::kVariableBegin : Token::Kind::kBlockBegin, "", line_});
     int depth = 0;
     for (;;) {
-      if (pos_ >= s_.size()) lex_error(start_line, is_variable ? "unexpected end of template, expected '}}'"
-                                                              : "unexpected end of template, expected '%}'");
+      if (pos_ >= s_.size())
+        lex_error(start_line, is_variable ? "unexpected end of template, expected '}}'"
+                                          : "unexpected end of template, expected '%}'");
       if (depth == 0) {
         size_t close = 0;
         if (is_variable) {
-          if (s_.compare(pos_, 3, "-}}") == 0) close = skip_spaces(s_, pos_ + 3) - pos_;
-          else if (s_.compare(pos_, 2, "}}") == 0) close = 2;
+          if (s_.compare(pos_, 3, "-}}") == 0)
+            close = skip_spaces(s_, pos_ + 3) - pos_;
+          else if (s_.compare(pos_, 2, "}}") == 0)
+            close = 2;
         } else {
           close = block_end_at(pos_);
         }
         if (close) {
-          tokens_.push_back({is_variable ? Token::Kind::kVariableEnd : Token::Kind::kBlockEnd, "", line_});
+          tokens_.push_back(
+              {is_variable ? Token::Kind::kVariableEnd : Token::Kind::kBlockEnd, "", line_});
           line_starting_ = s_[pos_ + close - 1] == '\n';
           advance_to(pos_ + close);
           return;
@@ -251,15 +290,16 @@ class Lexer {
         number();
       } else if (isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t end = pos_;
-        while (end < s_.size() && (isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_')) ++end;
+        while (end < s_.size() && (isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_'))
+          ++end;
         tokens_.push_back({Token::Kind::kName, s_.substr(pos_, end - pos_), line_});
         advance_to(end);
       } else if (c == '\'' || c == '"') {
         string_literal();
       } else {
-        static const char* const kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%",
-                                                 "~", "[", "]", "(", ")", "{", "}", ">", "<", "=", ".", ":",
-                                                 "|", ",", ";"};
+        static const char* const kOperators[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/",
+                                                 "*",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                                 ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
         std::string op;
         for (const char* candidate : kOperators) {
           if (s_.compare(pos_, std::char_traits<char>::length(candidate), candidate) == 0) {
@@ -279,13 +319,16 @@ class Lexer {
   void number() {
     auto digits = [&](size_t i) {
       const size_t begin = i;
-      while (i < s_.size() && (isdigit(static_cast<unsigned char>(s_[i])) || (s_[i] == '_' && i > begin))) ++i;
+      while (i < s_.size() &&
+             (isdigit(static_cast<unsigned char>(s_[i])) || (s_[i] == '_' && i > begin)))
+        ++i;
       return i;
     };
     size_t end = digits(pos_);
     bool is_float = false;
     const bool after_dot = pos_ > 0 && s_[pos_ - 1] == '.';
-    if (!after_dot && end + 1 < s_.size() && s_[end] == '.' && isdigit(static_cast<unsigned char>(s_[end + 1]))) {
+    if (!after_dot && end + 1 < s_.size() && s_[end] == '.' &&
+        isdigit(static_cast<unsigned char>(s_[end + 1]))) {
       end = digits(end + 1);
       is_float = true;
     }
@@ -301,8 +344,10 @@ class Lexer {
     std::erase(text, '_');
     Token t{is_float ? Token::Kind::kFloat : Token::Kind::kInteger, text, line_};
     try {
-      if (is_float) t.number = std::stod(text);
-      else t.integer = std::stoll(text);
+      if (is_float)
+        t.number = std::stod(text);
+      else
+        t.integer = std::stoll(text);
     } catch (const std::exception&) {
       lex_error(line_, fmt::format("number {} is out of range", text));
     }
@@ -315,7 +360,8 @@ class Lexer {
     size_t i = pos_ + 1;
     while (i < s_.size() && s_[i] != quote) i += s_[i] == '\\' ? 2 : 1;
     if (i >= s_.size()) lex_error(line_, "unterminated string literal");
-    tokens_.push_back({Token::Kind::kString, unescape(std::string_view(s_).substr(pos_ + 1, i - pos_ - 1), line_),
+    tokens_.push_back({Token::Kind::kString,
+                       unescape(std::string_view(s_).substr(pos_ + 1, i - pos_ - 1), line_),
                        line_});
     advance_to(i + 1);
   }
@@ -329,6 +375,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex(std::string_view source) { return Lexer(normalise_newlines(source)).run(); }
+std::vector<Token> lex(std::string_view source) {
+  return Lexer(normalise_newlines(source)).run();
+}
 
 }  // namespace sluice::chat

@@ -18,7 +18,8 @@ using json = nlohmann::ordered_json;
 std::string content_text(const json& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) {
-    fail("{}.content must be a string, an array of parts or null, found {}", where, content.type_name());
+    fail("{}.content must be a string, an array of parts or null, found {}", where,
+         content.type_name());
   }
   std::string out;
   for (size_t j = 0; j < content.size(); ++j) {
@@ -43,17 +44,22 @@ std::string content_text(const json& content, const std::string& where) {
   return out;
 }
 
-json normalize_tool_call(const json& call, const std::string& where, const NormalizeOptions& options) {
+json normalize_tool_call(const json& call, const std::string& where,
+                         const NormalizeOptions& options) {
   if (!call.is_object()) fail("{} must be an object", where);
   json out = call;
   if (!out.contains("type") || out["type"].is_null()) out["type"] = "function";
-  if (!out.contains("function") || !out["function"].is_object()) fail("{}.function must be an object", where);
+  if (!out.contains("function") || !out["function"].is_object())
+    fail("{}.function must be an object", where);
   json& function = out["function"];
-  if (!function.contains("name") || !function["name"].is_string()) fail("{}.function.name must be a string", where);
-  if (!function.contains("arguments") || function["arguments"].is_null()) function["arguments"] = json::object();
+  if (!function.contains("name") || !function["name"].is_string())
+    fail("{}.function.name must be a string", where);
+  if (!function.contains("arguments") || function["arguments"].is_null())
+    function["arguments"] = json::object();
   json& arguments = function["arguments"];
   if (!arguments.is_string() && !arguments.is_object()) {
-    fail("{}.function.arguments must be a JSON string or an object, found {}", where, arguments.type_name());
+    fail("{}.function.arguments must be a JSON string or an object, found {}", where,
+         arguments.type_name());
   }
   if (options.arguments == NormalizeOptions::Arguments::kString && arguments.is_object()) {
     // Python's json.dumps layout, so the text matches what tojson would print.
@@ -61,7 +67,10 @@ json normalize_tool_call(const json& call, const std::string& where, const Norma
   } else if (options.arguments == NormalizeOptions::Arguments::kObject && arguments.is_string()) {
     json parsed = json::parse(arguments.get<std::string>(), nullptr, false);
     if (parsed.is_discarded() || !parsed.is_object()) {
-      fail("{}.function.arguments is not a JSON object: this template needs the arguments as an object", where);
+      fail(
+          "{}.function.arguments is not a JSON object: this template needs the arguments as an "
+          "object",
+          where);
     }
     arguments = std::move(parsed);
   }
@@ -97,10 +106,13 @@ json normalize_messages(const json& messages, const NormalizeOptions& options) {
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
       if (!m["tool_calls"].is_array()) fail("{}.tool_calls must be an array", where);
       for (size_t j = 0; j < m["tool_calls"].size(); ++j) {
-        calls.push_back(normalize_tool_call(m["tool_calls"][j], fmt::format("{}.tool_calls[{}]", where, j), options));
+        calls.push_back(normalize_tool_call(m["tool_calls"][j],
+                                            fmt::format("{}.tool_calls[{}]", where, j), options));
       }
-      if (calls.empty()) m.erase("tool_calls");
-      else m["tool_calls"] = calls;
+      if (calls.empty())
+        m.erase("tool_calls");
+      else
+        m["tool_calls"] = calls;
     } else {
       m.erase("tool_calls");
     }
@@ -112,7 +124,8 @@ json normalize_messages(const json& messages, const NormalizeOptions& options) {
     } else {
       m["content"] = text;
     }
-    if (m.contains("reasoning_content") && m["reasoning_content"].is_null()) m.erase("reasoning_content");
+    if (m.contains("reasoning_content") && m["reasoning_content"].is_null())
+      m.erase("reasoning_content");
     out.push_back(std::move(m));
   }
   return out;

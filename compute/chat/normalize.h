@@ -26,6 +26,7 @@ struct NormalizeOptions {
 NormalizeOptions normalize_options_for(const ChatTemplate& tmpl);
 
 // Throws Error naming the message and field ("messages[2].content[1]: ...").
-nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages, const NormalizeOptions& options);
+nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages,
+                                          const NormalizeOptions& options);
 
 }  // namespace sluice::chat

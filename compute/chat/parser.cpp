@@ -33,7 +33,9 @@ class Parser {
     if (i_ + 1 < t_.size()) ++i_;
     return t;
   }
-  bool at_op(std::string_view op) const { return peek().kind == TK::kOperator && peek().text == op; }
+  bool at_op(std::string_view op) const {
+    return peek().kind == TK::kOperator && peek().text == op;
+  }
   bool at_name(std::string_view name, size_t ahead = 0) const {
     return peek(ahead).kind == TK::kName && peek(ahead).text == name;
   }
@@ -55,16 +57,22 @@ class Parser {
     return next().text;
   }
   void expect_block_end() {
-    if (peek().kind != TK::kBlockEnd) error(fmt::format("expected end of statement block, found {}", describe(peek())));
+    if (peek().kind != TK::kBlockEnd)
+      error(fmt::format("expected end of statement block, found {}", describe(peek())));
     next();
   }
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case TK::kEnd: return "end of template";
-      case TK::kBlockEnd: return "'%}'";
-      case TK::kVariableEnd: return "'}}'";
-      case TK::kString: return "a string";
-      default: return "'" + t.text + "'";
+      case TK::kEnd:
+        return "end of template";
+      case TK::kBlockEnd:
+        return "'%}'";
+      case TK::kVariableEnd:
+        return "'}}'";
+      case TK::kString:
+        return "a string";
+      default:
+        return "'" + t.text + "'";
     }
   }
 
@@ -83,7 +91,8 @@ class Parser {
     for (;;) {
       const Token& t = peek();
       if (t.kind == TK::kEnd) {
-        if (!ends.empty()) error(fmt::format("unexpected end of template, expected '{}'", ends.back()));
+        if (!ends.empty())
+          error(fmt::format("unexpected end of template, expected '{}'", ends.back()));
         return body;
       }
       if (t.kind == TK::kData) {
@@ -94,7 +103,8 @@ class Parser {
         next();
         auto n = node(Node::Kind::kOutput);
         n->expr = expression();
-        if (peek().kind != TK::kVariableEnd) error(fmt::format("expected '}}}}', found {}", describe(peek())));
+        if (peek().kind != TK::kVariableEnd)
+          error(fmt::format("expected '}}}}', found {}", describe(peek())));
         next();
         body.push_back(std::move(n));
       } else {
@@ -385,9 +395,12 @@ class Parser {
       case TK::kName: {
         next();
         auto e = expr(Expr::Kind::kLiteral, t.line);
-        if (t.text == "true" || t.text == "True") e->value = Value(true);
-        else if (t.text == "false" || t.text == "False") e->value = Value(false);
-        else if (t.text == "none" || t.text == "None") e->value = Value::none();
+        if (t.text == "true" || t.text == "True")
+          e->value = Value(true);
+        else if (t.text == "false" || t.text == "False")
+          e->value = Value(false);
+        else if (t.text == "none" || t.text == "None")
+          e->value = Value::none();
         else {
           e->kind = Expr::Kind::kName;
           e->name = t.text;
@@ -449,7 +462,8 @@ class Parser {
           return dict;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     error(fmt::format("unexpected {}", describe(t)));
   }
@@ -563,8 +577,8 @@ class Parser {
           call_args(*t);
         } else if ((a.kind == TK::kName || a.kind == TK::kString || a.kind == TK::kInteger ||
                     a.kind == TK::kFloat || at_op("[") || at_op("{")) &&
-                   !at_name("else") && !at_name("or") && !at_name("and") && !at_name("if") && !at_name("in") &&
-                   !at_name("is") && !at_name("not")) {
+                   !at_name("else") && !at_name("or") && !at_name("and") && !at_name("if") &&
+                   !at_name("in") && !at_name("is") && !at_name("not")) {
           t->args.push_back(postfix(primary()));
         }
         e = std::move(t);
@@ -583,6 +597,8 @@ class Parser {
 
 }  // namespace
 
-Body parse(std::string_view source) { return Parser(lex(source)).parse_template(); }
+Body parse(std::string_view source) {
+  return Parser(lex(source)).parse_template();
+}
 
 }  // namespace sluice::chat

@@ -3,9 +3,10 @@
 // as Python counts them, never bytes.
 #include "compute/chat/pystr.h"
 
-#include <algorithm>
 #include <unicode/uchar.h>
 #include <unicode/ustring.h>
+
+#include <algorithm>
 
 #include "compute/tokenizer/unicode.h"
 
@@ -46,8 +47,8 @@ std::vector<size_t> code_point_offsets(std::string_view s) {
 bool is_space(char32_t c) {
   if ((c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20)) return true;
   if (c < 0x85) return false;
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool is_printable(char32_t c) {
@@ -60,13 +61,15 @@ bool is_printable(char32_t c) {
     case U_UNASSIGNED:
     case U_LINE_SEPARATOR:
     case U_PARAGRAPH_SEPARATOR:
-    case U_SPACE_SEPARATOR: return false;
-    default: return true;
+    case U_SPACE_SEPARATOR:
+      return false;
+    default:
+      return true;
   }
 }
 
-std::vector<size_t> slice_indices(size_t n, std::optional<int64_t> start, std::optional<int64_t> stop,
-                                  std::optional<int64_t> step) {
+std::vector<size_t> slice_indices(size_t n, std::optional<int64_t> start,
+                                  std::optional<int64_t> stop, std::optional<int64_t> step) {
   const int64_t st = step.value_or(1);
   if (st == 0) throw EvalError("slice step cannot be zero");
   const auto len = static_cast<int64_t>(n);
@@ -78,9 +81,11 @@ std::vector<size_t> slice_indices(size_t n, std::optional<int64_t> start, std::o
   };
   std::vector<size_t> out;
   if (st > 0) {
-    for (int64_t i = clamp(start, 0), e = clamp(stop, len); i < e; i += st) out.push_back(static_cast<size_t>(i));
+    for (int64_t i = clamp(start, 0), e = clamp(stop, len); i < e; i += st)
+      out.push_back(static_cast<size_t>(i));
   } else {
-    for (int64_t i = clamp(start, len - 1), e = clamp(stop, -1); i > e; i += st) out.push_back(static_cast<size_t>(i));
+    for (int64_t i = clamp(start, len - 1), e = clamp(stop, -1); i > e; i += st)
+      out.push_back(static_cast<size_t>(i));
   }
   return out;
 }
@@ -89,7 +94,9 @@ Text strip(const Text& s, const std::optional<std::string>& chars, StripSide sid
   const std::string& b = s.str();
   std::u32string set;
   if (chars) tokenizer::decode_utf8(tokenizer::repair_utf8(*chars), set);
-  auto strippable = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : is_space(c); };
+  auto strippable = [&](char32_t c) {
+    return chars ? set.find(c) != std::u32string::npos : is_space(c);
+  };
   const std::vector<size_t> at = code_point_offsets(b);
   size_t first = 0;
   size_t last = at.size() - 1;  // code point index one past the kept range
@@ -283,7 +290,7 @@ Text jinja_title(const Text& s) {
   bool word_start = true;
   return remap(s, [&](size_t, char32_t c) {
     const bool separator = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_space(c);
-    std::string out = separator ? map_code_point(c, Case::kLower)
+    std::string out = separator    ? map_code_point(c, Case::kLower)
                       : word_start ? map_code_point(c, Case::kUpper)
                                    : map_code_point(c, Case::kLower);
     if (separator) {

@@ -26,8 +26,8 @@ bool is_printable(char32_t c);  // str.isprintable
 
 // Python slicing s[start:stop:step] over a sequence of `n` items; returns the
 // chosen indices. Throws EvalError for step 0.
-std::vector<size_t> slice_indices(size_t n, std::optional<int64_t> start, std::optional<int64_t> stop,
-                                  std::optional<int64_t> step);
+std::vector<size_t> slice_indices(size_t n, std::optional<int64_t> start,
+                                  std::optional<int64_t> stop, std::optional<int64_t> step);
 
 // str.strip/lstrip/rstrip; `chars` nullopt strips whitespace.
 enum class StripSide { kBoth, kLeft, kRight };

@@ -4,8 +4,9 @@
 // every step so no template can run away.
 #include "compute/chat/renderer.h"
 
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "compute/chat/pystr.h"
 
@@ -34,123 +35,6 @@ namespace {
 
 [[noreturn]] void undefined_error(const Value& v) {
   throw EvalError(v.undefined_hint().empty() ? "value is undefined" : v.undefined_hint());
-}
-
-[[noreturn]] void type_error(const std::string& op, const Value& a, const Value& b) {
-  throw EvalError(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
-}
-
-int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
-Value arithmetic(const std::string& op, const Value& a, const Value& b) {
-  if (a.is_undefined()) undefined_error(a);
-  if (b.is_undefined()) undefined_error(b);
-  using K = Value::Kind;
-  if (op == "+") {
-    if (a.is_string() && b.is_string()) {
-      Text t = a.text();
-      t.append(b.text());
-      return Value(std::move(t));
-    }
-    if (a.is_list() && b.is_list()) {
-      List items = a.items();
-      items.insert(items.end(), b.items().begin(), b.items().end());
-      return Value::list(std::move(items));
-    }
-    if (a.is_string() || b.is_string()) {
-      if (a.is_string()) throw EvalError(fmt::format("can only concatenate str (not \"{}\") to str", type_name(b)));
-    }
-  }
-  if (op == "*") {
-    const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
-    const Value* count = seq == &a ? &b : &a;
-    if (seq && (count->kind() == K::kInt || count->kind() == K::kBool)) {
-      const int64_t n = count->as_int();
-      if (n > 0 && (seq->is_string() ? seq->str().size() : seq->items().size()) * static_cast<uint64_t>(n) > (1u << 26)) {
-        throw EvalError("repetition result too large");
-      }
-      if (seq->is_string()) {
-        Text t;
-        for (int64_t i = 0; i < n; ++i) t.append(seq->text());
-        return Value(std::move(t));
-      }
-      List items;
-      for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->items().begin(), seq->items().end());
-      return Value::list(std::move(items));
-    }
-  }
-  if (!a.is_number() || !b.is_number()) type_error(op, a, b);
-  const bool floats = a.kind() == K::kFloat || b.kind() == K::kFloat;
-  if (op == "/") {
-    if (b.as_float() == 0.0) throw EvalError("division by zero");
-    return Value(a.as_float() / b.as_float());
-  }
-  if (floats) {
-    const double x = a.as_float(), y = b.as_float();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
-    if (op == "**") return Value(std::pow(x, y));
-    if (y == 0.0) throw EvalError("float division by zero");
-    if (op == "//") return Value(std::floor(x / y));
-    if (op == "%") {
-      double m = std::fmod(x, y);
-      if (m != 0.0 && ((m < 0) != (y < 0))) m += y;
-      return Value(m);
-    }
-  } else {
-    const int64_t x = a.as_int(), y = b.as_int();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
-    if (op == "**") {
-      if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
-      int64_t r = 1;
-      for (int64_t i = 0; i < y && i < 64; ++i) r *= x;
-      return Value(r);
-    }
-    if (y == 0) throw EvalError("integer division or modulo by zero");
-    if (op == "//") return Value(floor_div(x, y));
-    if (op == "%") return Value(x - floor_div(x, y) * y);
-  }
-  type_error(op, a, b);
-}
-
-bool contains(const Value& container, const Value& needle) {
-  switch (container.kind()) {
-    case Value::Kind::kUndefined: return false;
-    case Value::Kind::kString:
-      if (!needle.is_string()) {
-        throw EvalError(fmt::format("'in <string>' requires string as left operand, not {}", type_name(needle)));
-      }
-      return container.str().find(needle.str()) != std::string::npos;
-    case Value::Kind::kList:
-      for (const Value& item : container.items()) {
-        if (equals(item, needle)) return true;
-      }
-      return false;
-    case Value::Kind::kDict:
-      return needle.is_string() && container.dict().find(needle.str()) != nullptr;
-    default:
-      throw EvalError(fmt::format("argument of type '{}' is not iterable", type_name(container)));
-  }
-}
-
-bool compare(const std::string& op, const Value& a, const Value& b) {
-  if (op == "==") return equals(a, b);
-  if (op == "!=") return !equals(a, b);
-  if (op == "in") return contains(b, a);
-  if (op == "not in") return !contains(b, a);
-  if (a.is_undefined()) undefined_error(a);
-  if (b.is_undefined()) undefined_error(b);
-  if (op == "<") return less_than(a, b);
-  if (op == ">") return less_than(b, a);
-  if (op == "<=") return less_than(a, b) || equals(a, b);
-  return less_than(b, a) || equals(a, b);
 }
 
 std::optional<int64_t> slice_bound(const Value& v) {
@@ -206,15 +90,21 @@ Renderer::Flow Renderer::render_node(const Node& n) {
   step();
   line_ = n.line;
   switch (n.kind) {
-    case Node::Kind::kText: emit(Text::markup(n.text)); break;
-    case Node::Kind::kOutput: emit(to_text(eval(*n.expr))); break;
+    case Node::Kind::kText:
+      emit(Text::markup(n.text));
+      break;
+    case Node::Kind::kOutput:
+      emit(to_text(eval(*n.expr)));
+      break;
     case Node::Kind::kIf:
       for (const auto& [condition, body] : n.branches) {
         if (!condition || truthy(eval(*condition))) return render_body(body);
         line_ = n.line;
       }
       break;
-    case Node::Kind::kFor: render_for(n); break;
+    case Node::Kind::kFor:
+      render_for(n);
+      break;
     case Node::Kind::kSet: {
       Value v = eval(*n.expr);
       if (!n.attribute.empty()) {
@@ -234,18 +124,23 @@ Renderer::Flow Renderer::render_node(const Node& n) {
       scope_->set(n.targets[0], std::move(v));
       break;
     }
-    case Node::Kind::kMacro: scope_->set(n.name, define_macro(n, scope_, n.name)); break;
+    case Node::Kind::kMacro:
+      scope_->set(n.name, define_macro(n, scope_, n.name));
+      break;
     case Node::Kind::kCallBlock: {
       const Expr& call_expr = *n.expr;
       Value callee = eval(*call_expr.args[0]);
       CallArgs args;
-      for (size_t i = 1; i < call_expr.args.size(); ++i) args.positional.push_back(eval(*call_expr.args[i]));
+      for (size_t i = 1; i < call_expr.args.size(); ++i)
+        args.positional.push_back(eval(*call_expr.args[i]));
       for (const auto& [k, e] : call_expr.kwargs) args.keyword.emplace_back(k, eval(*e));
       args.keyword.emplace_back("caller", define_macro(n, scope_, "caller"));
       emit(to_text(call(callee, args)));
       break;
     }
-    case Node::Kind::kFilterBlock: emit(to_text(eval_filter_node(*n.filter, Value(capture(n.body))))); break;
+    case Node::Kind::kFilterBlock:
+      emit(to_text(eval_filter_node(*n.filter, Value(capture(n.body)))));
+      break;
     case Node::Kind::kWith: {
       auto inner = std::make_shared<Scope>();
       inner->parent = scope_;
@@ -261,9 +156,12 @@ Renderer::Flow Renderer::render_node(const Node& n) {
       std::swap(scope_, inner);
       return flow;
     }
-    case Node::Kind::kScope: return render_body(n.body);
-    case Node::Kind::kBreak: return Flow::kBreak;
-    case Node::Kind::kContinue: return Flow::kContinue;
+    case Node::Kind::kScope:
+      return render_body(n.body);
+    case Node::Kind::kBreak:
+      return Flow::kBreak;
+    case Node::Kind::kContinue:
+      return Flow::kContinue;
   }
   return Flow::kNormal;
 }
@@ -284,15 +182,18 @@ void Renderer::assign(const std::vector<std::string>& targets, const Value& v) {
   }
   List items = iterate(v);
   if (items.size() != targets.size()) {
-    throw EvalError(fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
+    throw EvalError(
+        fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
   }
   for (size_t i = 0; i < targets.size(); ++i) scope_->set(targets[i], items[i]);
 }
 
 List Renderer::iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.items();
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.items();
     case Value::Kind::kDict: {
       List keys;
       for (const auto& [k, unused] : v.dict().entries) keys.emplace_back(k);
@@ -308,7 +209,8 @@ List Renderer::iterate(const Value& v) {
       }
       return chars;
     }
-    default: throw EvalError(fmt::format("'{}' object is not iterable", type_name(v)));
+    default:
+      throw EvalError(fmt::format("'{}' object is not iterable", type_name(v)));
   }
 }
 
@@ -371,23 +273,32 @@ void Renderer::render_for(const Node& n) {
 
 Value Renderer::define_macro(const Node& n, std::shared_ptr<Scope> scope, const std::string& name) {
   const Node* node = &n;
-  return Value::function(name, [node, scope, name](CallArgs& args, Renderer& r) {
+  // Weak: the macro is usually stored in the very scope it closes over, and
+  // a strong pointer would make that a cycle that outlives the render.
+  std::weak_ptr<Scope> weak_scope = scope;
+  return Value::function(name, [node, weak_scope, name](CallArgs& args, Renderer& r) {
+    std::shared_ptr<Scope> scope = weak_scope.lock();
+    if (!scope) throw EvalError(fmt::format("macro '{}' called after its scope ended", name));
     if (r.call_depth_ >= r.limits_.max_call_depth) {
       throw EvalError(fmt::format("macro calls nested deeper than {}", r.limits_.max_call_depth));
     }
     auto frame = std::make_shared<Scope>();
     frame->parent = scope;
     if (args.positional.size() > node->params.size()) {
-      throw EvalError(fmt::format("macro '{}' takes not more than {} argument(s)", name, node->params.size()));
+      throw EvalError(
+          fmt::format("macro '{}' takes not more than {} argument(s)", name, node->params.size()));
     }
     for (size_t i = 0; i < node->params.size(); ++i) {
       const auto& [param, dflt] = node->params[i];
       std::optional<Value> v = args.take(i, param);
-      frame->set(param, v ? *v : dflt ? r.eval(*dflt) : Value::undefined(fmt::format("'{}' is undefined", param)));
+      frame->set(param, v      ? *v
+                        : dflt ? r.eval(*dflt)
+                               : Value::undefined(fmt::format("'{}' is undefined", param)));
     }
     if (std::optional<Value> caller = args.take(SIZE_MAX, "caller")) frame->set("caller", *caller);
     if (!args.keyword.empty()) {
-      throw EvalError(fmt::format("macro '{}' has no argument '{}'", name, args.keyword.front().first));
+      throw EvalError(
+          fmt::format("macro '{}' has no argument '{}'", name, args.keyword.front().first));
     }
     ++r.call_depth_;
     std::swap(r.scope_, frame);
@@ -409,7 +320,8 @@ Value Renderer::define_macro(const Node& n, std::shared_ptr<Scope> scope, const 
 
 Value Renderer::call(const Value& callee, CallArgs& args) {
   if (callee.is_undefined()) undefined_error(callee);
-  if (!callee.is_callable()) throw EvalError(fmt::format("'{}' object is not callable", type_name(callee)));
+  if (!callee.is_callable())
+    throw EvalError(fmt::format("'{}' object is not callable", type_name(callee)));
   return callee.callable().call(args, *this);
 }
 
@@ -421,11 +333,13 @@ Value Renderer::attribute(const Value& object, const std::string& name) {
       if (!m.is_undefined()) return m;
     }
     if (const Value* v = object.dict().find(name)) return *v;
-    return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(object), name));
+    return Value::undefined(
+        fmt::format("'{}' object has no attribute '{}'", type_name(object), name));
   }
   Value m = method(object, name);
   if (!m.is_undefined()) return m;
-  return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(object), name));
+  return Value::undefined(
+      fmt::format("'{}' object has no attribute '{}'", type_name(object), name));
 }
 
 Value Renderer::item(const Value& object, const Value& key) {
@@ -440,27 +354,31 @@ Value Renderer::item(const Value& object, const Value& key) {
     if (i >= 0 && static_cast<size_t>(i) < n) {
       if (object.is_list()) return object.items()[static_cast<size_t>(i)];
       const std::vector<size_t> at = code_point_offsets(object.str());
-      return Value(object.text().substr(at[static_cast<size_t>(i)], at[static_cast<size_t>(i) + 1] -
-                                                                         at[static_cast<size_t>(i)]));
+      return Value(object.text().substr(
+          at[static_cast<size_t>(i)], at[static_cast<size_t>(i) + 1] - at[static_cast<size_t>(i)]));
     }
   }
   if (key.is_string()) {
     Value m = object.is_dict() && object.dict().is_namespace ? Value() : method(object, key.str());
     if (!m.is_undefined()) return m;
   }
-  return Value::undefined(fmt::format("'{}' object has no element {}", type_name(object), repr(key).str()));
+  return Value::undefined(
+      fmt::format("'{}' object has no element {}", type_name(object), repr(key).str()));
 }
 
 Value Renderer::filter(const std::string& name, Value input, CallArgs& args) {
   return apply_filter(*this, name, std::move(input), args);
 }
 
-bool Renderer::test(const std::string& name, const Value& v, CallArgs& args) { return apply_test(*this, name, v, args); }
+bool Renderer::test(const std::string& name, const Value& v, CallArgs& args) {
+  return apply_test(*this, name, v, args);
+}
 
 Value Renderer::eval(const Expr& e) {
   line_ = e.line;
   switch (e.kind) {
-    case Expr::Kind::kLiteral: return e.value;
+    case Expr::Kind::kLiteral:
+      return e.value;
     case Expr::Kind::kName: {
       if (Value* v = scope_->find(e.name)) return *v;
       return Value::undefined(fmt::format("'{}' is undefined", e.name));
@@ -480,7 +398,8 @@ Value Renderer::eval(const Expr& e) {
       }
       return d;
     }
-    case Expr::Kind::kAttribute: return attribute(eval(*e.args[0]), e.name);
+    case Expr::Kind::kAttribute:
+      return attribute(eval(*e.args[0]), e.name);
     case Expr::Kind::kItem: {
       Value object = eval(*e.args[0]);
       return item(object, eval(*e.args[1]));
@@ -490,7 +409,8 @@ Value Renderer::eval(const Expr& e) {
       if (object.is_undefined()) undefined_error(object);
       std::optional<int64_t> bound[3];
       for (int k = 0; k < 3; ++k) {
-        if (e.args[static_cast<size_t>(k) + 1]) bound[k] = slice_bound(eval(*e.args[static_cast<size_t>(k) + 1]));
+        if (e.args[static_cast<size_t>(k) + 1])
+          bound[k] = slice_bound(eval(*e.args[static_cast<size_t>(k) + 1]));
       }
       if (object.is_list()) {
         List out;
@@ -537,11 +457,14 @@ Value Renderer::eval(const Expr& e) {
     case Expr::Kind::kPlus: {
       Value v = eval(*e.args[0]);
       if (v.is_undefined()) undefined_error(v);
-      if (!v.is_number()) throw EvalError(fmt::format("bad operand type for unary -: '{}'", type_name(v)));
-      if (e.kind == Expr::Kind::kPlus) return v.kind() == Value::Kind::kFloat ? v : Value(v.as_int());
+      if (!v.is_number())
+        throw EvalError(fmt::format("bad operand type for unary -: '{}'", type_name(v)));
+      if (e.kind == Expr::Kind::kPlus)
+        return v.kind() == Value::Kind::kFloat ? v : Value(v.as_int());
       return v.kind() == Value::Kind::kFloat ? Value(-v.as_float()) : Value(-v.as_int());
     }
-    case Expr::Kind::kNot: return Value(!truthy(eval(*e.args[0])));
+    case Expr::Kind::kNot:
+      return Value(!truthy(eval(*e.args[0])));
     case Expr::Kind::kBinary: {
       Value a = eval(*e.args[0]);
       Value b = eval(*e.args[1]);
@@ -551,7 +474,7 @@ Value Renderer::eval(const Expr& e) {
         t.append(to_text(b));
         return Value(std::move(t));
       }
-      return arithmetic(e.name, a, b);
+      return binary_operator(e.name, a, b);
     }
     case Expr::Kind::kAnd: {
       Value a = eval(*e.args[0]);
@@ -566,7 +489,7 @@ Value Renderer::eval(const Expr& e) {
       for (size_t i = 0; i < e.ops.size(); ++i) {
         Value right = eval(*e.args[i + 1]);
         line_ = e.line;
-        if (!compare(e.ops[i], left, right)) return Value(false);
+        if (!compare_values(e.ops[i], left, right)) return Value(false);
         left = std::move(right);
       }
       return Value(true);
@@ -574,7 +497,8 @@ Value Renderer::eval(const Expr& e) {
     case Expr::Kind::kCondition: {
       if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
       if (e.args[2]) return eval(*e.args[2]);
-      return Value::undefined("the inline if-expression evaluated to false and no else section was defined");
+      return Value::undefined(
+          "the inline if-expression evaluated to false and no else section was defined");
     }
   }
   return Value();

@@ -14,8 +14,19 @@
 namespace sluice::chat {
 
 struct Token {
-  enum class Kind { kData, kVariableBegin, kVariableEnd, kBlockBegin, kBlockEnd, kName, kString, kInteger, kFloat,
-                    kOperator, kEnd };
+  enum class Kind {
+    kData,
+    kVariableBegin,
+    kVariableEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInteger,
+    kFloat,
+    kOperator,
+    kEnd
+  };
   Kind kind;
   std::string text;  // data, name, operator, or the decoded string literal
   int line;
@@ -33,25 +44,25 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral,   // value
-    kName,      // name
-    kList,      // args
-    kTuple,     // args
-    kDict,      // args: key, value, key, value...
-    kAttribute, // args[0].name
-    kItem,      // args[0][args[1]]
-    kSlice,     // args[0][args[1]:args[2]:args[3]] (null where absent)
-    kCall,      // args[0](args[1:], kwargs)
-    kFilter,    // name(args[0], args[1:], kwargs); args[0] null in a filter block
-    kTest,      // args[0] is name(args[1:]); negated for "is not"
-    kNegate,    // -args[0]
-    kPlus,      // +args[0]
-    kNot,       // not args[0]
-    kBinary,    // args[0] name args[1]: + - * / // % ** ~
+    kLiteral,    // value
+    kName,       // name
+    kList,       // args
+    kTuple,      // args
+    kDict,       // args: key, value, key, value...
+    kAttribute,  // args[0].name
+    kItem,       // args[0][args[1]]
+    kSlice,      // args[0][args[1]:args[2]:args[3]] (null where absent)
+    kCall,       // args[0](args[1:], kwargs)
+    kFilter,     // name(args[0], args[1:], kwargs); args[0] null in a filter block
+    kTest,       // args[0] is name(args[1:]); negated for "is not"
+    kNegate,     // -args[0]
+    kPlus,       // +args[0]
+    kNot,        // not args[0]
+    kBinary,     // args[0] name args[1]: + - * / // % ** ~
     kAnd,
     kOr,
-    kCompare,   // args[0] ops[0] args[1] ops[1] args[2] ...
-    kCondition, // args[1] if args[0] else args[2] (args[2] may be null)
+    kCompare,    // args[0] ops[0] args[1] ops[1] args[2] ...
+    kCondition,  // args[1] if args[0] else args[2] (args[2] may be null)
   };
   Kind kind;
   int line;
@@ -69,17 +80,17 @@ using Body = std::vector<NodePtr>;
 
 struct Node {
   enum class Kind {
-    kText,       // text
-    kOutput,     // {{ expr }}
-    kIf,         // branches (condition null for else)
-    kFor,        // targets in expr [if condition] body [else else_body]
-    kSet,        // targets = expr, or targets[0].attribute = expr
-    kSetBlock,   // targets[0] = rendered body, through filter if set
-    kMacro,      // name(params) body
-    kCallBlock,  // expr (a call) with caller(params) = body
-    kFilterBlock,// filter (args[0] null) applied to rendered body
-    kWith,       // params assigned in a new scope, then body
-    kScope,      // body rendered as is ({% generation %})
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // branches (condition null for else)
+    kFor,          // targets in expr [if condition] body [else else_body]
+    kSet,          // targets = expr, or targets[0].attribute = expr
+    kSetBlock,     // targets[0] = rendered body, through filter if set
+    kMacro,        // name(params) body
+    kCallBlock,    // expr (a call) with caller(params) = body
+    kFilterBlock,  // filter (args[0] null) applied to rendered body
+    kWith,         // params assigned in a new scope, then body
+    kScope,        // body rendered as is ({% generation %})
     kBreak,
     kContinue,
   };

@@ -3,10 +3,11 @@
 // byte for byte from every input string to every output string.
 #include "compute/chat/value.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fmt/format.h>
 
 #include "compute/chat/pystr.h"
 
@@ -41,14 +42,17 @@ Text Text::substr(size_t pos, size_t count) const {
   out.bytes_ = bytes_.substr(pos, count);
   if (!taint_.empty()) {
     auto first = taint_.begin() + static_cast<ptrdiff_t>(pos);
-    if (std::find(first, first + static_cast<ptrdiff_t>(count), true) != first + static_cast<ptrdiff_t>(count)) {
+    if (std::find(first, first + static_cast<ptrdiff_t>(count), true) !=
+        first + static_cast<ptrdiff_t>(count)) {
       out.taint_.assign(first, first + static_cast<ptrdiff_t>(count));
     }
   }
   return out;
 }
 
-Value Value::list(List items) { return Value(std::make_shared<List>(std::move(items))); }
+Value Value::list(List items) {
+  return Value(std::make_shared<List>(std::move(items)));
+}
 
 Value Value::function(std::string name, std::function<Value(CallArgs&, Renderer&)> fn) {
   return Value(std::make_shared<Callable>(Callable{std::move(name), std::move(fn)}));
@@ -108,21 +112,31 @@ void CallArgs::expect_consumed(std::string_view function) const {
                                 consumed_positional, positional.size()));
   }
   if (!keyword.empty()) {
-    throw EvalError(fmt::format("{}() got an unexpected keyword argument '{}'", function, keyword.front().first));
+    throw EvalError(fmt::format("{}() got an unexpected keyword argument '{}'", function,
+                                keyword.front().first));
   }
 }
 
 std::string type_name(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kNone: return "NoneType";
-    case Value::Kind::kBool: return "bool";
-    case Value::Kind::kInt: return "int";
-    case Value::Kind::kFloat: return "float";
-    case Value::Kind::kString: return "str";
-    case Value::Kind::kList: return "list";
-    case Value::Kind::kDict: return v.dict().is_namespace ? "Namespace" : "dict";
-    case Value::Kind::kCallable: return "function";
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "NoneType";
+    case Value::Kind::kBool:
+      return "bool";
+    case Value::Kind::kInt:
+      return "int";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "str";
+    case Value::Kind::kList:
+      return "list";
+    case Value::Kind::kDict:
+      return v.dict().is_namespace ? "Namespace" : "dict";
+    case Value::Kind::kCallable:
+      return "function";
   }
   return "object";
 }
@@ -130,14 +144,22 @@ std::string type_name(const Value& v) {
 bool truthy(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return false;
-    case Value::Kind::kBool: return v.as_bool();
-    case Value::Kind::kInt: return v.as_int() != 0;
-    case Value::Kind::kFloat: return v.as_float() != 0.0;
-    case Value::Kind::kString: return !v.str().empty();
-    case Value::Kind::kList: return !v.items().empty();
-    case Value::Kind::kDict: return v.dict().is_namespace || !v.dict().entries.empty();
-    case Value::Kind::kCallable: return true;
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.as_bool();
+    case Value::Kind::kInt:
+      return v.as_int() != 0;
+    case Value::Kind::kFloat:
+      return v.as_float() != 0.0;
+    case Value::Kind::kString:
+      return !v.str().empty();
+    case Value::Kind::kList:
+      return !v.items().empty();
+    case Value::Kind::kDict:
+      return v.dict().is_namespace || !v.dict().entries.empty();
+    case Value::Kind::kCallable:
+      return true;
   }
   return false;
 }
@@ -164,7 +186,8 @@ std::string python_float_repr(double d) {
   if (point > -4 && point <= 16) {
     if (point <= 0) return sign + "0." + std::string(static_cast<size_t>(-point), '0') + digits;
     if (point >= n) return sign + digits + std::string(static_cast<size_t>(point - n), '0') + ".0";
-    return sign + digits.substr(0, static_cast<size_t>(point)) + "." + digits.substr(static_cast<size_t>(point));
+    return sign + digits.substr(0, static_cast<size_t>(point)) + "." +
+           digits.substr(static_cast<size_t>(point));
   }
   std::string mantissa = digits.substr(0, 1);
   if (n > 1) mantissa += "." + digits.substr(1);
@@ -194,7 +217,7 @@ void repr_string(const Text& s, Text& out) {
     } else if (c == '\t') {
       piece = "\\t";
     } else if (!is_printable(c)) {
-      piece = c < 0x100 ? fmt::format("\\x{:02x}", static_cast<uint32_t>(c))
+      piece = c < 0x100     ? fmt::format("\\x{:02x}", static_cast<uint32_t>(c))
               : c < 0x10000 ? fmt::format("\\u{:04x}", static_cast<uint32_t>(c))
                             : fmt::format("\\U{:08x}", static_cast<uint32_t>(c));
     } else {
@@ -208,7 +231,9 @@ void repr_string(const Text& s, Text& out) {
 
 void repr_into(const Value& v, Text& out) {
   switch (v.kind()) {
-    case Value::Kind::kString: repr_string(v.text(), out); return;
+    case Value::Kind::kString:
+      repr_string(v.text(), out);
+      return;
     case Value::Kind::kList: {
       out.append_markup("[");
       bool first = true;
@@ -235,7 +260,9 @@ void repr_into(const Value& v, Text& out) {
       if (v.dict().is_namespace) out.append_markup(">");
       return;
     }
-    default: out.append(to_text(v)); return;
+    default:
+      out.append(to_text(v));
+      return;
   }
 }
 
@@ -243,14 +270,22 @@ void repr_into(const Value& v, Text& out) {
 
 Text to_text(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kNone: return Text::markup("None");
-    case Value::Kind::kBool: return Text::markup(v.as_bool() ? "True" : "False");
-    case Value::Kind::kInt: return Text::markup(std::to_string(v.as_int()));
-    case Value::Kind::kFloat: return Text::markup(python_float_repr(v.as_float()));
-    case Value::Kind::kString: return v.text();
-    case Value::Kind::kCallable: return Text::markup("<function " + v.callable().name + ">");
-    default: return repr(v);
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kNone:
+      return Text::markup("None");
+    case Value::Kind::kBool:
+      return Text::markup(v.as_bool() ? "True" : "False");
+    case Value::Kind::kInt:
+      return Text::markup(std::to_string(v.as_int()));
+    case Value::Kind::kFloat:
+      return Text::markup(python_float_repr(v.as_float()));
+    case Value::Kind::kString:
+      return v.text();
+    case Value::Kind::kCallable:
+      return Text::markup("<function " + v.callable().name + ">");
+    default:
+      return repr(v);
   }
 }
 
@@ -269,8 +304,10 @@ bool equals(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case K::kUndefined:
-    case K::kNone: return true;
-    case K::kString: return a.str() == b.str();
+    case K::kNone:
+      return true;
+    case K::kString:
+      return a.str() == b.str();
     case K::kList: {
       const List& x = a.items();
       const List& y = b.items();
@@ -291,8 +328,10 @@ bool equals(const Value& a, const Value& b) {
       }
       return true;
     }
-    case K::kCallable: return &a.callable() == &b.callable();
-    default: return false;
+    case K::kCallable:
+      return &a.callable() == &b.callable();
+    default:
+      return false;
   }
 }
 
@@ -311,7 +350,8 @@ bool less_than(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  throw EvalError(fmt::format("'<' not supported between instances of '{}' and '{}'", type_name(a), type_name(b)));
+  throw EvalError(fmt::format("'<' not supported between instances of '{}' and '{}'", type_name(a),
+                              type_name(b)));
 }
 
 namespace {
@@ -326,13 +366,27 @@ void json_string(const Text& s, const JsonStyle& style, Text& out) {
     const bool tainted = s.tainted_at(i);
     std::string piece;
     switch (c) {
-      case '"': piece = "\\\""; break;
-      case '\\': piece = "\\\\"; break;
-      case '\n': piece = "\\n"; break;
-      case '\r': piece = "\\r"; break;
-      case '\t': piece = "\\t"; break;
-      case '\b': piece = "\\b"; break;
-      case '\f': piece = "\\f"; break;
+      case '"':
+        piece = "\\\"";
+        break;
+      case '\\':
+        piece = "\\\\";
+        break;
+      case '\n':
+        piece = "\\n";
+        break;
+      case '\r':
+        piece = "\\r";
+        break;
+      case '\t':
+        piece = "\\t";
+        break;
+      case '\b':
+        piece = "\\b";
+        break;
+      case '\f':
+        piece = "\\f";
+        break;
       default:
         if (c < 0x20) {
           piece = fmt::format("\\u{:04x}", static_cast<uint32_t>(c));
@@ -361,16 +415,25 @@ void json_into(const Value& v, const JsonStyle& style, int depth, Text& out) {
     for (int i = 0; i < level; ++i) out.append_markup(*style.indent);
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: out.append_markup("null"); return;
-    case Value::Kind::kBool: out.append_markup(v.as_bool() ? "true" : "false"); return;
-    case Value::Kind::kInt: out.append_markup(std::to_string(v.as_int())); return;
+    case Value::Kind::kNone:
+      out.append_markup("null");
+      return;
+    case Value::Kind::kBool:
+      out.append_markup(v.as_bool() ? "true" : "false");
+      return;
+    case Value::Kind::kInt:
+      out.append_markup(std::to_string(v.as_int()));
+      return;
     case Value::Kind::kFloat: {
       const double d = v.as_float();
-      out.append_markup(std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity")
-                                                              : python_float_repr(d));
+      out.append_markup(std::isnan(d)   ? "NaN"
+                        : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity")
+                                        : python_float_repr(d));
       return;
     }
-    case Value::Kind::kString: json_string(v.text(), style, out); return;
+    case Value::Kind::kString:
+      json_string(v.text(), style, out);
+      return;
     case Value::Kind::kList: {
       const List& items = v.items();
       if (items.empty()) {
@@ -391,8 +454,9 @@ void json_into(const Value& v, const JsonStyle& style, int depth, Text& out) {
       std::vector<const std::pair<Text, Value>*> entries;
       for (const auto& e : v.dict().entries) entries.push_back(&e);
       if (style.sort_keys) {
-        std::stable_sort(entries.begin(), entries.end(),
-                         [](const auto* x, const auto* y) { return x->first.str() < y->first.str(); });
+        std::stable_sort(entries.begin(), entries.end(), [](const auto* x, const auto* y) {
+          return x->first.str() < y->first.str();
+        });
       }
       if (entries.empty()) {
         out.append_markup("{}");
@@ -410,7 +474,8 @@ void json_into(const Value& v, const JsonStyle& style, int depth, Text& out) {
       out.append_markup("}");
       return;
     }
-    default: throw EvalError(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
+    default:
+      throw EvalError(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
   }
 }
 
@@ -425,17 +490,22 @@ Text to_json(const Value& v, const JsonStyle& style) {
 Value from_json(const nlohmann::ordered_json& j, bool tainted) {
   using J = nlohmann::ordered_json::value_t;
   switch (j.type()) {
-    case J::null: return Value::none();
-    case J::boolean: return Value(j.get<bool>());
-    case J::number_integer: return Value(j.get<int64_t>());
+    case J::null:
+      return Value::none();
+    case J::boolean:
+      return Value(j.get<bool>());
+    case J::number_integer:
+      return Value(j.get<int64_t>());
     case J::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
       return Value(static_cast<int64_t>(u));
     }
-    case J::number_float: return Value(j.get<double>());
-    case J::string: return Value(tainted ? Text::content(j.get_ref<const std::string&>())
-                                         : Text::markup(j.get_ref<const std::string&>()));
+    case J::number_float:
+      return Value(j.get<double>());
+    case J::string:
+      return Value(tainted ? Text::content(j.get_ref<const std::string&>())
+                           : Text::markup(j.get_ref<const std::string&>()));
     case J::array: {
       List items;
       items.reserve(j.size());
@@ -444,10 +514,12 @@ Value from_json(const nlohmann::ordered_json& j, bool tainted) {
     }
     case J::object: {
       Value d = Dict::make();
-      for (const auto& [k, e] : j.items()) d.dict().set(tainted ? Text::content(k) : Text::markup(k), from_json(e, tainted));
+      for (const auto& [k, e] : j.items())
+        d.dict().set(tainted ? Text::content(k) : Text::markup(k), from_json(e, tainted));
       return d;
     }
-    default: return Value::none();
+    default:
+      return Value::none();
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -14,8 +15,6 @@
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace sluice::chat {
 
@@ -93,13 +92,15 @@ class Value {
   bool is_undefined() const { return kind() == Kind::kUndefined; }
   bool is_none() const { return kind() == Kind::kNone; }
   bool is_string() const { return kind() == Kind::kString; }
-  bool is_number() const { return kind() == Kind::kInt || kind() == Kind::kFloat || kind() == Kind::kBool; }
+  bool is_number() const {
+    return kind() == Kind::kInt || kind() == Kind::kFloat || kind() == Kind::kBool;
+  }
   bool is_list() const { return kind() == Kind::kList; }
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_callable() const { return kind() == Kind::kCallable; }
 
   bool as_bool() const { return std::get<bool>(v_); }
-  int64_t as_int() const;  // bool or int
+  int64_t as_int() const;   // bool or int
   double as_float() const;  // bool, int or float
   const Text& text() const { return std::get<Text>(v_); }
   const std::string& str() const { return text().str(); }
@@ -109,8 +110,9 @@ class Value {
   const std::string& undefined_hint() const { return std::get<Undefined>(v_).hint; }
 
  private:
-  using Storage = std::variant<Undefined, std::nullptr_t, bool, int64_t, double, Text, std::shared_ptr<List>,
-                               std::shared_ptr<Dict>, std::shared_ptr<Callable>>;
+  using Storage =
+      std::variant<Undefined, std::nullptr_t, bool, int64_t, double, Text, std::shared_ptr<List>,
+                   std::shared_ptr<Dict>, std::shared_ptr<Callable>>;
   explicit Value(Storage v) : v_(std::move(v)) {}
   Storage v_;
 };
@@ -147,6 +149,11 @@ std::string python_float_repr(double d);
 // Python ==, and <, <=, >, >= (throws EvalError for unorderable types).
 bool equals(const Value& a, const Value& b);
 bool less_than(const Value& a, const Value& b);
+
+// Python's + - * / // % ** on values (strings and lists concatenate and
+// repeat), and the comparisons == != < <= > >= in, "not in".
+Value binary_operator(const std::string& op, const Value& a, const Value& b);
+bool compare_values(const std::string& op, const Value& a, const Value& b);
 
 struct JsonStyle {
   std::optional<std::string> indent;  // json.dumps indent, already as a string

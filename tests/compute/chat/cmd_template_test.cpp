@@ -2,7 +2,6 @@
 // it (SLUICE_BIN) on a fixture container carrying a ChatML-style template and
 // a tiny tokenizer whose ids are bytes, so expected ids are worked by hand.
 #include <doctest/doctest.h>
-
 #include <sys/wait.h>
 
 #include <array>
@@ -42,9 +41,11 @@ Result run(const std::string& args) {
 }
 
 const char* const kTemplate =
-    "{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + "
+    "'<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{% if enable_thinking is defined and not enable_thinking %}{{ 'NO-THINK' }}{% endif %}{% endif %}\n";
+    "{% if enable_thinking is defined and not enable_thinking %}{{ 'NO-THINK' }}{% endif %}{% "
+    "endif %}\n";
 
 struct Model {
   sluice::testing::TempDir tmp;
@@ -79,12 +80,15 @@ std::string ids_of(const std::string& s) {
 TEST_CASE("template prints the prompt exactly, with bos from tokenizer_config.json") {
   Model m;
   const std::string msgs = m.messages("m.json", R"([{"role": "user", "content": "hi"}])");
-  const Result r = run("template '" + m.dir + "' --messages '" + msgs + "' --add-generation-prompt");
+  const Result r =
+      run("template '" + m.dir + "' --messages '" + msgs + "' --add-generation-prompt");
   CHECK(r.status == 0);
   CHECK(r.out == "<s><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  CHECK(run("template '" + m.dir + "' --messages '" + msgs + "'").out == "<s><|im_start|>user\nhi<|im_end|>\n");
-  CHECK(run("template '" + m.dir + "' --messages '" + msgs + "' --add-generation-prompt --disable-thinking").out ==
-        "<s><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nNO-THINK");
+  CHECK(run("template '" + m.dir + "' --messages '" + msgs + "'").out ==
+        "<s><|im_start|>user\nhi<|im_end|>\n");
+  CHECK(run("template '" + m.dir + "' --messages '" + msgs +
+            "' --add-generation-prompt --disable-thinking")
+            .out == "<s><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nNO-THINK");
 }
 
 TEST_CASE("--ids: control tokens come from the template only") {
@@ -99,7 +103,8 @@ TEST_CASE("--ids: control tokens come from the template only") {
 
 TEST_CASE("--json shows which text is content") {
   Model m;
-  const std::string msgs = m.messages("m.json", R"({"messages": [{"role": "user", "content": "yo"}]})");
+  const std::string msgs =
+      m.messages("m.json", R"({"messages": [{"role": "user", "content": "yo"}]})");
   const Result r = run("template '" + m.dir + "' --messages '" + msgs + "' --json");
   REQUIRE(r.status == 0);
   const auto j = nlohmann::json::parse(r.out);
@@ -112,11 +117,14 @@ TEST_CASE("--json shows which text is content") {
 TEST_CASE("content null is normalised; --raw shows the template's own failure") {
   Model m;
   const std::string msgs = m.messages(
-      "m.json", R"([{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}])");
-  CHECK(run("template '" + m.dir + "' --messages '" + msgs + "'").out == "<s><|im_start|>assistant\n<|im_end|>\n");
+      "m.json",
+      R"([{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}])");
+  CHECK(run("template '" + m.dir + "' --messages '" + msgs + "'").out ==
+        "<s><|im_start|>assistant\n<|im_end|>\n");
   const Result raw = run("template '" + m.dir + "' --messages '" + msgs + "' --raw");
   CHECK(raw.status == 1);
-  CHECK(raw.err.find("chat template " + m.dir + " chat_template line 1: can only concatenate str (not \"NoneType\")") !=
+  CHECK(raw.err.find("chat template " + m.dir +
+                     " chat_template line 1: can only concatenate str (not \"NoneType\")") !=
         std::string::npos);
 }
 
@@ -129,9 +137,12 @@ TEST_CASE("bad input is named") {
   r = run("template '" + m.dir + "' --messages '" + m.dir + "/missing.json'");
   CHECK(r.err == "sluice: error: --messages " + m.dir + "/missing.json: cannot open the file\n");
   const std::string image = m.messages(
-      "img.json", R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])");
+      "img.json",
+      R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])");
   r = run("template '" + m.dir + "' --messages '" + image + "'");
-  CHECK(r.err == "sluice: error: messages[0].content[0]: part type 'image_url' is not supported (this model reads text only)\n");
+  CHECK(r.err ==
+        "sluice: error: messages[0].content[0]: part type 'image_url' is not supported (this model "
+        "reads text only)\n");
 
   Model plain(false);
   const std::string msgs = plain.messages("m.json", "[]");

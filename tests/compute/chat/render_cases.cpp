@@ -5,10 +5,9 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/chat/chat_template.h"
 #include "compute/chat/normalize.h"
@@ -34,7 +33,8 @@ int main() {
       sluice::chat::ChatInput input;
       input.messages = c.at("messages");
       if (c.value("normalize", false)) {
-        input.messages = sluice::chat::normalize_messages(input.messages, sluice::chat::normalize_options_for(it->second));
+        input.messages = sluice::chat::normalize_messages(
+            input.messages, sluice::chat::normalize_options_for(it->second));
         result["messages"] = input.messages;
       }
       input.tools = c.value("tools", json(nullptr));
