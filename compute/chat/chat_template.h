@@ -63,6 +63,8 @@ class ChatTemplate {
  public:
   // Parses `source`; `name` labels every error. Throws ChatTemplateError.
   static ChatTemplate parse(std::string_view source, std::string name);
+  // Safe to call from several threads at once: a render shares nothing
+  // mutable with another.
   Rendered render(const ChatInput& input, const RenderLimits& limits = {}) const;
   const std::string& name() const { return name_; }
 
@@ -87,7 +89,9 @@ nlohmann::ordered_json special_tokens_from_config(const nlohmann::ordered_json& 
 // markup; the text between two of them (markup and content together) is
 // encoded with Tokenizer::encode, so for benign content the ids equal
 // encode_with_specials of the whole text, as Hugging Face tokenizes it. No
-// BOS is added: templates that want one write it.
+// BOS is added: templates that want one write it. An added token's
+// lstrip/rstrip (swallowing neighbouring whitespace) is not reproduced; the
+// Qwen3 and DeepSeek-V3 added tokens have neither.
 std::vector<tokenizer::TokenId> tokenize(const tokenizer::Tokenizer& tokenizer,
                                          const Rendered& rendered);
 

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <ctime>
 #include <string>
 
 using json = nlohmann::ordered_json;
@@ -236,4 +237,16 @@ TEST_CASE("provenance survives slicing, splitting, replace and tojson") {
   CHECK(r.text() == "b|a|a[T]b|[{\"name\": \"f<x>\"}]");
   // The replacement came from the template; the JSON punctuation too.
   CHECK(content_of(r) == "baabnamef<x>");
+}
+
+TEST_CASE("Hugging Face's extras: strftime_now, {% generation %}, tools as None") {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  const std::string year = std::to_string(local.tm_year + 1900);
+  const std::string got = render("{{ strftime_now('%Y') }}");
+  // A render straddling New Year's midnight may see the next year.
+  CHECK((got == year || got == std::to_string(local.tm_year + 1901)));
+  CHECK(render("a{% generation %}b{% endgeneration %}c") == "abc");
+  CHECK(render("{{ tools is none }} {{ tools is defined }} {{ documents is none }}") == "True True True");
 }
