@@ -38,21 +38,25 @@ std::optional<std::string> string_arg(const std::optional<Value>& v) {
   return v->str();
 }
 
+// Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None,
+// sort_keys=False): note that a lone positional argument is ensure_ascii.
 JsonStyle json_style(CallArgs& a) {
   JsonStyle style;
-  if (std::optional<Value> ascii = a.take(SIZE_MAX, "ensure_ascii"))
-    style.ensure_ascii = truthy(*ascii);
-  std::optional<Value> indent = a.take(0, "indent");
+  if (std::optional<Value> ascii = a.take(0, "ensure_ascii")) style.ensure_ascii = truthy(*ascii);
+  std::optional<Value> indent = a.take(1, "indent");
   if (indent && !indent->is_none()) {
-    if (indent->is_string())
+    if (indent->is_string()) {
       style.indent = indent->str();
-    else if (indent->kind() == Value::Kind::kInt)
-      style.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ');
-    else
+    } else if (indent->kind() == Value::Kind::kInt) {
+      // Bounded so a template cannot make one indent gigabytes long.
+      if (indent->as_int() > 64) throw EvalError("tojson indent above 64 is refused");
+      style.indent = std::string(static_cast<size_t>(std::max<int64_t>(indent->as_int(), 0)), ' ');
+    } else {
       throw EvalError("tojson indent must be an integer or a string");
+    }
     style.item_separator.assign(1, ',');
   }
-  if (std::optional<Value> seps = a.take(SIZE_MAX, "separators"); seps && !seps->is_none()) {
+  if (std::optional<Value> seps = a.take(2, "separators"); seps && !seps->is_none()) {
     if (!seps->is_list() || seps->items().size() != 2 || !seps->items()[0].is_string() ||
         !seps->items()[1].is_string()) {
       throw EvalError("tojson separators must be a pair of strings");
@@ -60,7 +64,7 @@ JsonStyle json_style(CallArgs& a) {
     style.item_separator = seps->items()[0].str();
     style.key_separator = seps->items()[1].str();
   }
-  if (std::optional<Value> sort = a.take(SIZE_MAX, "sort_keys")) style.sort_keys = truthy(*sort);
+  if (std::optional<Value> sort = a.take(3, "sort_keys")) style.sort_keys = truthy(*sort);
   a.expect_consumed("tojson");
   return style;
 }

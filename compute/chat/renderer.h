@@ -66,10 +66,11 @@ class Renderer {
   int line_ = 0;
 };
 
-// Builtins (builtins.cpp): the globals every render starts with, and the
-// Python methods of str, dict and list.
+// builtins.cpp: the globals every render starts with, and the Python
+// methods of str, dict and list (undefined when there is no such method).
 void add_globals(Scope& scope);
 Value method(const Value& object, const std::string& name);
+// filters.cpp: jinja2's filters and tests by name.
 Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& args);
 bool apply_test(Renderer& r, const std::string& name, const Value& v, CallArgs& args);
 
