@@ -261,7 +261,9 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     Text pad =
         width && width->is_string()
             ? width->text()
-            : Text::markup(std::string(static_cast<size_t>(width ? width->as_int() : 4), ' '));
+            : Text::markup(std::string(
+                  static_cast<size_t>(std::clamp<int64_t>(width ? width->as_int() : 4, 0, 256)),
+                  ' '));
     const Text s = text_of(input);
     std::vector<Text> lines = split(s, std::string("\n"), -1);
     Text out;

@@ -3,6 +3,7 @@
 // jinja2's UndefinedError for undefined operands. Never mutates an operand.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "compute/chat/value.h"
@@ -55,11 +56,13 @@ Value binary_operator(const std::string& op, const Value& a, const Value& b) {
   using K = Value::Kind;
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
+      check_built_size(a.str().size() + b.str().size(), "+");
       Text t = a.text();
       t.append(b.text());
       return Value(std::move(t));
     }
     if (a.is_list() && b.is_list()) {
+      check_built_size(a.items().size() + b.items().size(), "+");
       List items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return Value::list(std::move(items));
@@ -76,9 +79,9 @@ Value binary_operator(const std::string& op, const Value& a, const Value& b) {
     const Value* count = seq == &a ? &b : &a;
     if (seq && (count->kind() == K::kInt || count->kind() == K::kBool)) {
       const int64_t n = count->as_int();
-      if (n > 0 &&
-          (seq->is_string() ? seq->str().size() : seq->items().size()) * static_cast<uint64_t>(n) >
-              (1u << 26)) {
+      const size_t unit =
+          std::max<size_t>(1, seq->is_string() ? seq->str().size() : seq->items().size());
+      if (n > 0 && static_cast<uint64_t>(n) > kMaxBuiltSize / unit) {
         throw EvalError("repetition result too large");
       }
       if (seq->is_string()) {

@@ -180,6 +180,17 @@ std::vector<Text> rsplit(const Text& s, const std::optional<std::string>& sep, i
 
 Text replace(const Text& s, const std::string& old, const Text& replacement, int64_t count) {
   const std::string& b = s.str();
+  // Bounded before building: a short pattern and a long replacement could
+  // otherwise ask for terabytes.
+  uint64_t hits = 0;
+  if (old.empty()) {
+    hits = code_point_count(b) + 1;
+  } else {
+    for (size_t at = b.find(old); at != std::string::npos; at = b.find(old, at + old.size()))
+      ++hits;
+  }
+  if (count >= 0) hits = std::min<uint64_t>(hits, static_cast<uint64_t>(count));
+  check_built_size(b.size() + hits * replacement.size(), "replace");
   Text out;
   if (old.empty()) {
     // Python inserts the replacement before every code point and at the end.

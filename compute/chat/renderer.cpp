@@ -471,7 +471,9 @@ Value Renderer::eval(const Expr& e) {
       line_ = e.line;
       if (e.name == "~") {
         Text t = to_text(a);
-        t.append(to_text(b));
+        const Text right = to_text(b);
+        check_built_size(t.size() + right.size(), "~");
+        t.append(right);
         return Value(std::move(t));
       }
       return binary_operator(e.name, a, b);

@@ -58,6 +58,11 @@ Value Value::function(std::string name, std::function<Value(CallArgs&, Renderer&
   return Value(std::make_shared<Callable>(Callable{std::move(name), std::move(fn)}));
 }
 
+void check_built_size(size_t size, const char* what) {
+  if (size > kMaxBuiltSize)
+    throw EvalError(fmt::format("{}: result larger than {} bytes", what, kMaxBuiltSize));
+}
+
 int64_t Value::as_int() const {
   if (kind() == Kind::kBool) return as_bool() ? 1 : 0;
   return std::get<int64_t>(v_);

@@ -150,6 +150,11 @@ std::string python_float_repr(double d);
 bool equals(const Value& a, const Value& b);
 bool less_than(const Value& a, const Value& b);
 
+// No string or list a template builds may exceed this many bytes or items.
+inline constexpr size_t kMaxBuiltSize = size_t{1} << 26;
+// Throws EvalError naming `what` when `size` is above kMaxBuiltSize.
+void check_built_size(size_t size, const char* what);
+
 // Python's + - * / // % ** on values (strings and lists concatenate and
 // repeat), and the comparisons == != < <= > >= in, "not in".
 Value binary_operator(const std::string& op, const Value& a, const Value& b);

@@ -5,8 +5,8 @@
 
 #include <doctest/doctest.h>
 
-#include <nlohmann/json.hpp>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <string>
 
 using json = nlohmann::ordered_json;
@@ -248,5 +248,16 @@ TEST_CASE("Hugging Face's extras: strftime_now, {% generation %}, tools as None"
   // A render straddling New Year's midnight may see the next year.
   CHECK((got == year || got == std::to_string(local.tm_year + 1901)));
   CHECK(render("a{% generation %}b{% endgeneration %}c") == "abc");
-  CHECK(render("{{ tools is none }} {{ tools is defined }} {{ documents is none }}") == "True True True");
+  CHECK(render("{{ tools is none }} {{ tools is defined }} {{ documents is none }}") ==
+        "True True True");
+}
+
+TEST_CASE("strings a template builds are bounded") {
+  CHECK_THROWS_WITH_AS(render("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}"
+                              "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+                       doctest::Contains("~: result larger than"), ChatTemplateError);
+  CHECK_THROWS_WITH_AS(
+      render("{{ ('x' * 1000000).replace('x', "
+             "'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}"),
+      doctest::Contains("replace: result larger than"), ChatTemplateError);
 }
