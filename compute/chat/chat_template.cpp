@@ -101,12 +101,16 @@ Rendered ChatTemplate::render(const ChatInput& input, const RenderLimits& limits
   auto root = std::make_shared<Scope>();
   add_globals(*root);
   if (!input.messages.is_array()) throw Error("chat: messages must be a JSON array");
-  root->set("messages", from_json(input.messages, true));
-  root->set("tools", from_json(input.tools, true));
+  try {
+    root->set("messages", from_json(input.messages, true));
+    root->set("tools", from_json(input.tools, true));
+    for (const auto& [k, v] : input.special_tokens.items()) root->set(k, from_json(v, false));
+    for (const auto& [k, v] : input.extra.items()) root->set(k, from_json(v, true));
+  } catch (const EvalError& e) {
+    fail("chat: the messages, tools or template arguments: {}", e.what());
+  }
   root->set("documents", Value::none());
   root->set("add_generation_prompt", Value(input.add_generation_prompt));
-  for (const auto& [k, v] : input.special_tokens.items()) root->set(k, from_json(v, false));
-  for (const auto& [k, v] : input.extra.items()) root->set(k, from_json(v, true));
   auto top = std::make_shared<Scope>();
   top->parent = root;
 

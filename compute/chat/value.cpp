@@ -12,6 +12,27 @@
 #include "compute/chat/pystr.h"
 
 namespace sluice::chat {
+namespace {
+
+// Values nest (lists in dicts in lists); every recursive walk over one is
+// bounded so a deeply nested message or template value cannot exhaust the
+// stack. One render runs on one thread, so the counter is per thread.
+constexpr int kMaxValueDepth = 500;
+thread_local int value_depth = 0;
+
+struct DepthGuard {
+  DepthGuard() {
+    if (++value_depth > kMaxValueDepth) {
+      --value_depth;
+      throw EvalError(fmt::format("value nested deeper than {} levels", kMaxValueDepth));
+    }
+  }
+  ~DepthGuard() { --value_depth; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+};
+
+}  // namespace
 
 Text::Text(std::string s, bool tainted) : bytes_(std::move(s)) {
   if (tainted && !bytes_.empty()) taint_.assign(bytes_.size(), true);
@@ -235,6 +256,7 @@ void repr_string(const Text& s, Text& out) {
 }
 
 void repr_into(const Value& v, Text& out) {
+  const DepthGuard guard;
   switch (v.kind()) {
     case Value::Kind::kString:
       repr_string(v.text(), out);
@@ -301,6 +323,7 @@ Text repr(const Value& v) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  const DepthGuard guard;
   using K = Value::Kind;
   if (a.is_number() && b.is_number()) {
     if (a.kind() == K::kFloat || b.kind() == K::kFloat) return a.as_float() == b.as_float();
@@ -341,6 +364,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 bool less_than(const Value& a, const Value& b) {
+  const DepthGuard guard;
   using K = Value::Kind;
   if (a.is_number() && b.is_number()) {
     if (a.kind() == K::kFloat || b.kind() == K::kFloat) return a.as_float() < b.as_float();
@@ -493,6 +517,7 @@ Text to_json(const Value& v, const JsonStyle& style) {
 }
 
 Value from_json(const nlohmann::ordered_json& j, bool tainted) {
+  const DepthGuard guard;
   using J = nlohmann::ordered_json::value_t;
   switch (j.type()) {
     case J::null:

@@ -261,3 +261,15 @@ TEST_CASE("strings a template builds are bounded") {
              "'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}"),
       doctest::Contains("replace: result larger than"), ChatTemplateError);
 }
+
+TEST_CASE("deeply nested values are refused, not a stack overflow") {
+  json deep = "x";
+  for (int i = 0; i < 5000; ++i) deep = json::array({deep});
+  ChatInput in = input_with(json::array({{{"role", "user"}, {"content", deep}}}));
+  CHECK_THROWS_WITH_AS(ChatTemplate::parse("{{ messages }}", "t").render(in),
+                       doctest::Contains("nested deeper than"), sluice::Error);
+  CHECK_THROWS_WITH_AS(
+      render("{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = [ns.l] %}"
+             "{% endfor %}{{ ns.l }}"),
+      doctest::Contains("nested deeper than"), ChatTemplateError);
+}
