@@ -165,8 +165,9 @@ _HEADING = re.compile(r"(chapter|volume)\s+\w+\.?$", re.IGNORECASE)
 
 
 def paragraphs(lines):
-    """Prose paragraphs of a novel: lines joined, italics marks dropped,
-    headings (no lower-case letter) and the front matter before them skipped."""
+    """Prose paragraphs of a novel: lines joined, italics marks dropped, the
+    front matter before the first chapter or volume heading, headings and
+    lines with no lower-case letter skipped."""
     out, current, started = [], [], False
     for line in lines + [""]:
         line = (line or "").strip()
@@ -177,8 +178,10 @@ def paragraphs(lines):
             text = " ".join(current).replace("_", "").replace("\u00a3", "L")
             text = text.encode("ascii", errors="ignore").decode()
             current = []
-            if not any(c.islower() for c in text) or text.startswith("*") or _HEADING.match(text):
+            if _HEADING.match(text):
                 started = True
+                continue
+            if not any(c.islower() for c in text) or text.startswith("*"):
                 continue
             if started:
                 out.append(" ".join(text.split()))
