@@ -94,7 +94,7 @@ class _RUnserializer:
             self.refs.append(self.item())
             return self.refs[-1]
         if kind == 2:  # pairlist: [(tag, value), ...]
-            attributes = self._attributes(flags)  # noqa: F841 (read to stay in step)
+            self._attributes(flags)  # a pairlist's own attributes: read past them
             tag = self.item() if flags & (1 << 10) else None
             head = self.item()
             return [(tag, head)] + (self.item() or [])

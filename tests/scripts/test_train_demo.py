@@ -22,7 +22,7 @@ def _int(value):
 
 def _chars(text):
     data = text.encode()
-    return _int(9 | (1 << 15 << 3)) + _int(len(data)) + data  # CHARSXP with R's UTF-8 mark
+    return _int(9 | (8 << 12)) + _int(len(data)) + data  # CHARSXP; levels carry the UTF-8 mark
 
 
 def _strings(values):
