@@ -83,7 +83,7 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
   check(m);
   if (tokens == 0) return;
   split_rows(exec, m.rows, [&](uint32_t r0, uint32_t r1) {
-    if (exec.isa == Isa::kAvx2)
+    if (exec.isa != Isa::kScalar)
       detail::quant_rows_avx2(m, x, tokens, r0, r1, y);
     else
       detail::quant_rows_scalar(m, x, tokens, r0, r1, y);
@@ -94,7 +94,7 @@ void f32_matvec(const float* w, uint32_t rows, uint32_t cols, const float* x, fl
                 const Exec& exec) {
   if (rows == 0 || cols == 0) fail("f32 matvec: empty matrix ({} × {})", rows, cols);
   split_rows(exec, rows, [&](uint32_t r0, uint32_t r1) {
-    if (exec.isa == Isa::kAvx2)
+    if (exec.isa != Isa::kScalar)
       detail::f32_rows_avx2(w, cols, x, r0, r1, y);
     else
       detail::f32_rows_scalar(w, cols, x, r0, r1, y);

@@ -101,7 +101,7 @@ void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t col
       const uint32_t v1 = std::min(nv, v0 + kBuildGrainVectors);
       const float* xt = x + t * cols;
       float* lut = data_.data() + t * floats_per_token();
-      if (exec.isa == Isa::kAvx2)
+      if (exec.isa != Isa::kScalar)
         detail::rvq_build_avx2(codebooks, xt, v0, v1, lut);
       else
         detail::rvq_build_scalar(codebooks, xt, v0, v1, lut);
@@ -140,7 +140,7 @@ void detail::rvq_matmul_planned(const RvqTable& table, std::span<const uint32_t>
   split(exec, grains, 1, [&](size_t begin, size_t end) {
     const auto b0 = static_cast<uint32_t>(begin * kRowGrainBlocks);
     const auto b1 = static_cast<uint32_t>(std::min<size_t>(blocks, end * kRowGrainBlocks));
-    if (exec.isa == Isa::kAvx2)
+    if (exec.isa != Isa::kScalar)
       detail::rvq_rows_avx2(luts.data(), luts.size(), matrix, b0, b1, ys.data(), plan);
     else
       detail::rvq_rows_scalar(luts.data(), luts.size(), matrix, b0, b1, ys.data());
