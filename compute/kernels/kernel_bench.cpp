@@ -167,7 +167,6 @@ struct ExpertBank {
 struct ExpertRun {
   const char* name;
   Isa isa;
-  detail::RvqRowsPlan plan;
   bool shared_tables;
   bool by_matrix;  // all experts' gate, then all up, then each down: the shared table stays in L2
 };
@@ -226,20 +225,11 @@ class Bench {
     const uint64_t expert_bytes =
         bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
 
-    const detail::RvqRowsPlan engine_plan = detail::default_rvq_rows_plan();
     std::vector<ExpertRun> runs;
-    for (Isa isa : isas()) runs.push_back({"engine", isa, engine_plan, true, false});
+    for (Isa isa : isas()) runs.push_back({"engine", isa, true, false});
     if (options_.alternatives) {
-      runs.push_back({"tables per expert", options_.isa, engine_plan, false, false});
-      runs.push_back({"gate all, up all, then downs", options_.isa, engine_plan, true, true});
-      if (options_.isa != Isa::kScalar)
-        for (const auto& [name, plan] :
-             std::initializer_list<std::pair<const char*, detail::RvqRowsPlan>>{
-                 {"avx2 gather 32 rows", {2, 0}},
-                 {"avx2 gather 32 rows, tile 8 v", {2, 8}},
-                 {"avx2 gather 32 rows, tile 32 v", {2, 32}},
-                 {"avx2 gather 32 rows, tile 64 v", {2, 64}}})
-          runs.push_back({name, Isa::kAvx2, plan, true, false});
+      runs.push_back({"tables per expert", options_.isa, false, false});
+      runs.push_back({"gate all, up all, then downs", options_.isa, true, true});
     }
     for (const ExpertRun& run : runs) {
       const Exec exec{run.isa, &pool_};
@@ -253,11 +243,11 @@ class Bench {
                   next_expert += m.top_k;
                   if (run.by_matrix) {
                     for (uint32_t k = 0; k < m.top_k; ++k)
-                      detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, first + k),
-                                                 gk.data() + k * m.width, exec, run.plan);
+                      rvq_matmul(gate_table, {&token, 1}, bank.view(0, first + k),
+                                 gk.data() + k * m.width, exec);
                     for (uint32_t k = 0; k < m.top_k; ++k)
-                      detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, first + k),
-                                                 uk.data() + k * m.width, exec, run.plan);
+                      rvq_matmul(up_table, {&token, 1}, bank.view(1, first + k),
+                                 uk.data() + k * m.width, exec);
                   }
                   for (uint32_t k = 0; k < m.top_k; ++k) {
                     const uint32_t e = first + k;
@@ -268,16 +258,13 @@ class Bench {
                       up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
                     }
                     if (!run.by_matrix) {
-                      detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, e), gate_out,
-                                                 exec, run.plan);
-                      detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, e), up_out,
-                                                 exec, run.plan);
+                      rvq_matmul(gate_table, {&token, 1}, bank.view(0, e), gate_out, exec);
+                      rvq_matmul(up_table, {&token, 1}, bank.view(1, e), up_out, exec);
                     }
                     for (uint32_t i = 0; i < m.width; ++i)
                       h[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
                     down_table.build(bank.books[2], h.data(), m.width, 1, exec);
-                    detail::rvq_matmul_planned(down_table, {&token, 1}, bank.view(2, e), out.data(),
-                                               exec, run.plan);
+                    rvq_matmul(down_table, {&token, 1}, bank.view(2, e), out.data(), exec);
                   }
                 });
     }
