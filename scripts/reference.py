@@ -13,9 +13,12 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicepy import SluiceError, container, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
+from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
 
 _DESCRIPTION = """\
 Run OLMoE / Qwen3-MoE in f32 from the published equations and dump logits.
+A container's experts run the engine's int16 table codes (sluicepy/rvq_int16.py)
+unless --f32-experts.
 
 Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
   row 0      logits at the prompt's last position;
@@ -43,6 +46,26 @@ def load_weights(path):
     with open(config_path) as f:
         config = json.load(f)
     return config, safetensors.load_checkpoint(path)
+
+
+def with_engine_experts(model, path, f32_experts=False):
+    """A container's experts run the engine's int16-code arithmetic (rvq.h)
+    unless f32_experts asks for f32 matmuls on the decoded weights."""
+    if is_container(path) and not f32_experts:
+        model.expert_apply = ContainerExperts(container.Container(path))
+    return model
+
+
+def teacher_forced(model, prompt, tokens):
+    """Logits rows of `prompt + tokens` from the prompt's last position on."""
+    with torch.no_grad():
+        return model.forward(prompt + tokens, model.new_cache())[len(prompt) - 1:]
+
+
+def logit_cost(logits, ref):
+    diff = (logits - ref).abs()
+    return {"top1_agreement": float((logits.argmax(-1) == ref.argmax(-1)).float().mean()),
+            "max_abs_logit_error": float(diff.max()), "mean_abs_logit_error": float(diff.mean())}
 
 
 def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True):
@@ -85,15 +108,16 @@ def compare(model_path, hf_dir, prompt, steps):
         raise SluiceError(f"--compare: {model_path} is not a sluice container")
     qconfig, qweights = load_weights(model_path)
     config, weights = load_weights(hf_dir)
-    q_logits, tokens = generate(MoeModel(qconfig, qweights), prompt, steps)
-    with torch.no_grad():
-        full = MoeModel(config, weights).forward(prompt + tokens, MoeModel(config, weights).new_cache())
-    ref = full[len(prompt) - 1:]
+    q_logits, tokens = generate(with_engine_experts(MoeModel(qconfig, qweights), model_path), prompt, steps)
+    ref = teacher_forced(MoeModel(config, weights), prompt, tokens)
     diff = (q_logits - ref).abs()
+    # What the int16 table codes alone cost: f32 matmuls on the same decoded experts.
+    f32_experts = teacher_forced(MoeModel(qconfig, qweights), prompt, tokens)
     return {"tokens": tokens, "rows": int(ref.shape[0]),
             "top1_agreement": float((q_logits.argmax(-1) == ref.argmax(-1)).float().mean()),
             "max_abs_logit_error": float(diff.max()), "mean_abs_logit_error": float(diff.mean()),
             "logit_scale": float(ref.abs().mean()),
+            "int16_codes_vs_f32_experts": logit_cost(q_logits, f32_experts),
             "relative_weight_error": relative_errors(qweights, weights)}
 
 
@@ -108,6 +132,9 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help='print {"tokens": [...]} instead of ids')
     parser.add_argument("--no-kv-cache", action="store_true",
                         help="recompute the whole sequence at every step (checks the cache)")
+    parser.add_argument("--f32-experts", action="store_true",
+                        help="a container's experts as f32 matmuls on the decoded weights instead of the "
+                             "engine's int16 table codes")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "
@@ -125,8 +152,8 @@ def main(argv=None):
             print(json.dumps(compare(args.model, args.compare, prompt, args.n), indent=2))
             return 0
         config, weights = load_weights(args.model)
-        logits, tokens = generate(MoeModel(config, weights), prompt, args.n, args.temp, args.seed,
-                                  not args.no_kv_cache)
+        model = with_engine_experts(MoeModel(config, weights), args.model, args.f32_experts)
+        logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache)
         if args.dump_logits:
             logits.numpy().astype("<f4").tofile(args.dump_logits)
         print(json.dumps({"tokens": tokens}) if args.json else ",".join(map(str, tokens)))

@@ -68,6 +68,7 @@ class MoeModel:
         self.head_dim = families.head_dim(config)
         self.eps = config["rms_norm_eps"]
         self.vocab = config["vocab_size"]
+        self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows)
 
     def new_cache(self):
         return KvCache(self.layers)
@@ -106,6 +107,9 @@ class MoeModel:
         for e in torch.unique(ids).tolist():
             rows, slots = (ids == e).nonzero(as_tuple=True)
             q = f"{p}experts.{e}."
+            if self.expert_apply is not None:  # the engine's expert arithmetic (rvq_int16.py)
+                outputs[rows, slots] = self.expert_apply(i, e, b[rows])
+                continue
             outputs[rows, slots] = swiglu(b[rows], self.w[q + "gate_proj.weight"], self.w[q + "up_proj.weight"],
                                           self.w[q + "down_proj.weight"])
         total = torch.zeros_like(b)
