@@ -14,11 +14,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicepy import SluiceError, container, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
+from sluicepy.trunk_int16 import ContainerLinears  # noqa: E402
 
 _DESCRIPTION = """\
 Run OLMoE / Qwen3-MoE in f32 from the published equations and dump logits.
-A container's experts run the engine's int16 table codes (sluicepy/rvq_int16.py)
-unless --f32-experts.
+A container's experts and q8/q4 trunk matrices run the engine's integer
+arithmetic (sluicepy/rvq_int16.py, trunk_int16.py) unless --f32-experts.
 
 Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
   row 0      logits at the prompt's last position;
@@ -49,10 +50,13 @@ def load_weights(path):
 
 
 def with_engine_experts(model, path, f32_experts=False):
-    """A container's experts run the engine's int16-code arithmetic (rvq.h)
-    unless f32_experts asks for f32 matmuls on the decoded weights."""
+    """A container's experts and q8/q4 trunk matrices run the engine's integer
+    arithmetic (rvq.h, quant.h) unless f32_experts asks for f32 matmuls on the
+    decoded weights."""
     if is_container(path) and not f32_experts:
-        model.expert_apply = ContainerExperts(container.Container(path))
+        c = container.Container(path)
+        model.expert_apply = ContainerExperts(c)
+        model.linear_apply = ContainerLinears(c)
     return model
 
 
@@ -111,13 +115,13 @@ def compare(model_path, hf_dir, prompt, steps):
     q_logits, tokens = generate(with_engine_experts(MoeModel(qconfig, qweights), model_path), prompt, steps)
     ref = teacher_forced(MoeModel(config, weights), prompt, tokens)
     diff = (q_logits - ref).abs()
-    # What the int16 table codes alone cost: f32 matmuls on the same decoded experts.
+    # What the integer arithmetic alone costs: f32 matmuls on the same decoded weights.
     f32_experts = teacher_forced(MoeModel(qconfig, qweights), prompt, tokens)
     return {"tokens": tokens, "rows": int(ref.shape[0]),
             "top1_agreement": float((q_logits.argmax(-1) == ref.argmax(-1)).float().mean()),
             "max_abs_logit_error": float(diff.max()), "mean_abs_logit_error": float(diff.mean()),
             "logit_scale": float(ref.abs().mean()),
-            "int16_codes_vs_f32_experts": logit_cost(q_logits, f32_experts),
+            "integer_kernels_vs_f32": logit_cost(q_logits, f32_experts),
             "relative_weight_error": relative_errors(qweights, weights)}
 
 
@@ -133,8 +137,8 @@ def main(argv=None):
     parser.add_argument("--no-kv-cache", action="store_true",
                         help="recompute the whole sequence at every step (checks the cache)")
     parser.add_argument("--f32-experts", action="store_true",
-                        help="a container's experts as f32 matmuls on the decoded weights instead of the "
-                             "engine's int16 table codes")
+                        help="a container's experts and trunk as f32 matmuls on the decoded weights "
+                             "instead of the engine's integer kernels (int16 table codes and activations)")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "

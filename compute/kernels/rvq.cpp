@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compute/kernels/rounding.h"
 #include "compute/kernels/rvq_kernels.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
@@ -35,14 +36,6 @@ void check_matrix(const RvqTable& table, const RvqMatrixView& m) {
          table.cols());
   if (m.indices == nullptr || m.scales == nullptr)
     fail("rvq matvec: matrix indices or scales missing");
-}
-
-int16_t quantize_code(float exact, float inv) {
-  const float p = exact * inv;
-  // cvtps2dq's answer for NaN and out-of-range values, so every path agrees.
-  const int32_t q =
-      std::fabs(p) < 2147483520.0f ? static_cast<int32_t>(std::nearbyint(p)) : INT32_MIN;
-  return static_cast<int16_t>(std::clamp(q, -detail::kRvqCodeMax, detail::kRvqCodeMax));
 }
 
 }  // namespace
@@ -81,7 +74,7 @@ float rvq_build_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v
 void rvq_quantize_scalar(const float* exact, size_t count, float inv, int16_t* codes,
                          uint8_t* planes) {
   for (size_t i = 0; i < count; ++i) {
-    codes[i] = quantize_code(exact[i], inv);
+    codes[i] = static_cast<int16_t>(round_clamped(exact[i] * inv, kRvqCodeMax));
     if (planes == nullptr) continue;
     const auto biased = static_cast<uint16_t>(codes[i] + kRvqPlaneBias);
     uint8_t* block = planes + i / kRvqEntries * 2 * kRvqEntries;

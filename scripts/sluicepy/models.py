@@ -69,13 +69,25 @@ class MoeModel:
         self.eps = config["rms_norm_eps"]
         self.vocab = config["vocab_size"]
         self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows)
+        self.linear_apply = None  # None: f32 matmuls; else f(name, x), None for a tensor it leaves to us
+
+    def _linear(self, name, x):
+        """x @ W.T, or the engine's trunk arithmetic when linear_apply is set (trunk_int16.py)."""
+        y = self.linear_apply(name, x) if self.linear_apply is not None else None
+        return x @ self.w[name].T if y is None else y
+
+    def _dense_mlp(self, p, b):
+        if self.linear_apply is None:
+            return swiglu(b, self.w[p + "gate_proj.weight"], self.w[p + "up_proj.weight"], self.w[p + "down_proj.weight"])
+        h = torch.nn.functional.silu(self._linear(p + "gate_proj.weight", b)) * self._linear(p + "up_proj.weight", b)
+        return self._linear(p + "down_proj.weight", h)
 
     def new_cache(self):
         return KvCache(self.layers)
 
     def _attention(self, i, a, positions, cache):
         p, c, T, d = f"model.layers.{i}.self_attn.", self.config, a.shape[0], self.head_dim
-        q, k, v = (a @ self.w[p + f"{x}_proj.weight"].T for x in "qkv")
+        q, k, v = (self._linear(p + f"{x}_proj.weight", a) for x in "qkv")
         if self.family == "olmoe":  # one norm over all heads together, before the split
             q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps)
             k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps)
@@ -96,7 +108,7 @@ class MoeModel:
         key_pos = torch.arange(k.shape[0])
         scores = scores.masked_fill(key_pos[None, None, :] > positions[None, :, None], float("-inf"))
         out = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), values).reshape(T, self.heads * d)
-        return out @ self.w[p + "o_proj.weight"].T
+        return self._linear(p + "o_proj.weight", out)
 
     def _moe(self, i, b, trace):
         p, c = f"model.layers.{i}.mlp.", self.config
@@ -133,7 +145,6 @@ class MoeModel:
             if families.is_moe_layer(self.config, i):
                 h = h + self._moe(i, b, trace)
             else:
-                h = h + swiglu(b, self.w[p + "mlp.gate_proj.weight"], self.w[p + "mlp.up_proj.weight"],
-                               self.w[p + "mlp.down_proj.weight"])
+                h = h + self._dense_mlp(p + "mlp.", b)
         cache.length += ids.numel()
-        return rms_norm(h, self.w["model.norm.weight"], self.eps) @ self.w["lm_head.weight"].T
+        return self._linear("lm_head.weight", rms_norm(h, self.w["model.norm.weight"], self.eps))
