@@ -13,6 +13,7 @@
 
 #include "compute/kernels/quant.h"
 #include "compute/kernels/rvq.h"
+#include "compute/kernels/rvq_decoded.h"
 #include "compute/kernels/rvq_kernels.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/f16.h"
@@ -183,6 +184,7 @@ class Bench {
     report_.memory_read_bytes_per_second = memory_read_bandwidth(pool_, options_.seconds_per_case);
     for (const ModelShape& model : kModels) {
       bench_experts(model);
+      bench_prefill_expert(model);
       for (const TrunkShape& t : model.trunk) bench_trunk(model, t);
     }
     return std::move(report_);
@@ -284,6 +286,56 @@ class Bench {
         const std::vector<float> in = random_floats(cols, 51);
         time_case(m, "rvq table build", fmt::format("{} inputs", cols), "engine", isa, 0, 0,
                   [&] { gate_table.build(bank.books[0], in.data(), cols, 1, exec); });
+      }
+    }
+  }
+
+  // One expert applied to n prefill tokens: the table path (gate and up tables
+  // prebuilt, as the engine shares them across a layer's experts; the down
+  // table per expert) against decoding the weights once. Their crossover is
+  // rvq_decode_crossover().
+  void bench_prefill_expert(const ModelShape& m) {
+    const ExpertBank bank(m.hidden, m.width);
+    constexpr uint32_t kMaxTokens = 64;
+    const std::vector<float> x = random_floats(size_t{m.hidden} * kMaxTokens, 43);
+    std::vector<float> g(size_t{m.width} * kMaxTokens), u(g.size()), h(g.size()),
+        out(size_t{m.hidden} * kMaxTokens);
+    std::vector<uint32_t> all(kMaxTokens);
+    for (uint32_t t = 0; t < kMaxTokens; ++t) all[t] = t;
+    RvqTable gate_table, up_table, down_table;
+    uint32_t expert = 0;
+    const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
+    const uint64_t expert_bytes =
+        bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
+    auto swiglu = [&](uint32_t n) {
+      for (size_t i = 0; i < size_t{n} * m.width; ++i)
+        h[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    };
+    for (Isa isa : isas()) {
+      const Exec exec{isa, &pool_};
+      for (const uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 64u}) {
+        gate_table.build(bank.books[0], x.data(), m.hidden, n, exec);
+        up_table.build(bank.books[1], x.data(), m.hidden, n, exec);
+        const std::span<const uint32_t> tokens(all.data(), n);
+        const std::string shape = fmt::format("3x[{}x{}] x{} tokens", m.width, m.hidden, n);
+        time_case(m, "rvq prefill expert", shape, "tables", isa, expert_weights * n, expert_bytes,
+                  [&] {
+                    const uint32_t e = expert++;
+                    rvq_matmul(gate_table, tokens, bank.view(0, e), g.data(), exec);
+                    rvq_matmul(up_table, tokens, bank.view(1, e), u.data(), exec);
+                    swiglu(n);
+                    down_table.build(bank.books[2], h.data(), m.width, n, exec);
+                    rvq_matmul(down_table, tokens, bank.view(2, e), out.data(), exec);
+                  });
+        time_case(m, "rvq prefill expert", shape, "decode once", isa, expert_weights * n,
+                  expert_bytes, [&] {
+                    const uint32_t e = expert++;
+                    rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), n, g.data(), exec);
+                    rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), n, u.data(), exec);
+                    swiglu(n);
+                    rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), n, out.data(),
+                                       exec);
+                  });
       }
     }
   }

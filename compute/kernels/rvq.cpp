@@ -41,8 +41,11 @@ void check_matrix(const RvqTable& table, const RvqMatrixView& m) {
 }  // namespace
 
 RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1, const float* stage2)
-    : transposed_(size_t{kRvqStages} * kRvqVecDim * kRvqEntries) {
+    : transposed_(size_t{kRvqStages} * kRvqVecDim * kRvqEntries), entries_(transposed_.size()) {
   const float* stages[kRvqStages] = {stage0, stage1, stage2};
+  for (int s = 0; s < kRvqStages; ++s)
+    std::copy(stages[s], stages[s] + kRvqEntries * kRvqVecDim,
+              entries_.begin() + s * kRvqEntries * kRvqVecDim);
   for (int s = 0; s < kRvqStages; ++s)
     for (int c = 0; c < kRvqEntries; ++c)
       for (int j = 0; j < kRvqVecDim; ++j)
@@ -117,55 +120,50 @@ void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t col
   const size_t grains_per_token = (nv + kBuildGrainVectors - 1) / kBuildGrainVectors;
   has_planes_ = exec.isa == Isa::kAvx512;
   // resize() never shrinks capacity: a rebuild at the same size allocates nothing.
-  exact_.resize(tokens * per_token);
+  // The f32 table is one token's: it stays in L2 between the two passes.
+  exact_.resize(per_token);
   codes_.resize(tokens * per_token + kGatherPadCodes);
   if (has_planes_) planes_.resize(tokens * per_token * 2);
-  grain_max_.resize(grains_per_token * tokens);
+  grain_max_.resize(grains_per_token);
   scales_.resize(tokens);
   auto grain_range = [&](size_t g) {
-    const uint32_t v0 = static_cast<uint32_t>(g % grains_per_token) * kBuildGrainVectors;
+    const uint32_t v0 = static_cast<uint32_t>(g) * kBuildGrainVectors;
     return std::pair<uint32_t, uint32_t>{v0, std::min(nv, v0 + kBuildGrainVectors)};
   };
-  split(exec, grains_per_token * tokens, 1, [&](size_t begin, size_t end) {
-    for (size_t g = begin; g < end; ++g) {
-      const size_t t = g / grains_per_token;
-      const auto [v0, v1] = grain_range(g);
-      const float* xt = x + t * cols;
-      float* lut = exact_.data() + t * per_token;
-      grain_max_[g] =
-          exec.isa == Isa::kAvx512 ? detail::rvq_build_avx512(codebooks, xt, v0, v1, lut)
-          : exec.isa == Isa::kAvx2 ? detail::rvq_build_avx2(codebooks, xt, v0, v1, lut)
-                                   : detail::rvq_build_scalar(codebooks, xt, v0, v1, lut);
-    }
-  });
-  std::vector<float>& inverse =
-      grain_max_;  // reused in place: one inv per token, at its first grain
   for (uint32_t t = 0; t < tokens; ++t) {
+    const float* xt = x + size_t{t} * cols;
+    split(exec, grains_per_token, 1, [&](size_t begin, size_t end) {
+      for (size_t g = begin; g < end; ++g) {
+        const auto [v0, v1] = grain_range(g);
+        grain_max_[g] = exec.isa == Isa::kAvx512
+                            ? detail::rvq_build_avx512(codebooks, xt, v0, v1, exact_.data())
+                        : exec.isa == Isa::kAvx2
+                            ? detail::rvq_build_avx2(codebooks, xt, v0, v1, exact_.data())
+                            : detail::rvq_build_scalar(codebooks, xt, v0, v1, exact_.data());
+      }
+    });
     float amax = 0.0f;
-    for (size_t g = 0; g < grains_per_token; ++g)
-      amax = std::max(amax, grain_max_[t * grains_per_token + g]);
+    for (float m : grain_max_) amax = std::max(amax, m);
     scales_[t] = amax > 0.0f ? amax / static_cast<float>(detail::kRvqCodeMax) : 0.0f;
-    inverse[t * grains_per_token] =
-        amax > 0.0f ? static_cast<float>(detail::kRvqCodeMax) / amax : 0.0f;
+    const float inv = amax > 0.0f ? static_cast<float>(detail::kRvqCodeMax) / amax : 0.0f;
+    split(exec, grains_per_token, 1, [&](size_t begin, size_t end) {
+      for (size_t g = begin; g < end; ++g) {
+        const auto [v0, v1] = grain_range(g);
+        const size_t first = size_t{v0} * kRvqStages * kRvqEntries;
+        const size_t count = size_t{v1 - v0} * kRvqStages * kRvqEntries;
+        const float* exact = exact_.data() + first;
+        int16_t* codes = codes_.data() + size_t{t} * per_token + first;
+        uint8_t* planes =
+            has_planes_ ? planes_.data() + (size_t{t} * per_token + first) * 2 : nullptr;
+        if (exec.isa == Isa::kAvx512)
+          detail::rvq_quantize_avx512(exact, count, inv, codes, planes);
+        else if (exec.isa == Isa::kAvx2)
+          detail::rvq_quantize_avx2(exact, count, inv, codes, planes);
+        else
+          detail::rvq_quantize_scalar(exact, count, inv, codes, planes);
+      }
+    });
   }
-  split(exec, grains_per_token * tokens, 1, [&](size_t begin, size_t end) {
-    for (size_t g = begin; g < end; ++g) {
-      const size_t t = g / grains_per_token;
-      const auto [v0, v1] = grain_range(g);
-      const size_t first = t * per_token + size_t{v0} * kRvqStages * kRvqEntries;
-      const size_t count = size_t{v1 - v0} * kRvqStages * kRvqEntries;
-      const float inv = inverse[t * grains_per_token];
-      uint8_t* planes = has_planes_ ? planes_.data() + first * 2 : nullptr;
-      if (exec.isa == Isa::kAvx512)
-        detail::rvq_quantize_avx512(exact_.data() + first, count, inv, codes_.data() + first,
-                                    planes);
-      else if (exec.isa == Isa::kAvx2)
-        detail::rvq_quantize_avx2(exact_.data() + first, count, inv, codes_.data() + first, planes);
-      else
-        detail::rvq_quantize_scalar(exact_.data() + first, count, inv, codes_.data() + first,
-                                    planes);
-    }
-  });
 }
 
 const int16_t* RvqTable::token_codes(uint32_t token) const {

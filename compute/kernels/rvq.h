@@ -40,9 +40,14 @@ class RvqCodebooks {
   const float* transposed(int stage) const {
     return transposed_.data() + stage * kRvqVecDim * kRvqEntries;
   }
+  // As stored, [stage][entry][dim], for decoding weights (rvq_decoded.h).
+  const float* entries(int stage) const {
+    return entries_.data() + stage * kRvqVecDim * kRvqEntries;
+  }
 
  private:
   std::vector<float> transposed_;
+  std::vector<float> entries_;
 };
 
 // One stored matrix: its indices (layout rowblock16.vector.stage.row, exactly
@@ -79,8 +84,8 @@ class RvqTable {
   size_t codes_per_token() const { return size_t{cols_ / kRvqVecDim} * kRvqStages * kRvqEntries; }
 
  private:
-  std::vector<float> exact_;      // the f32 table f, kept between the two build passes
-  std::vector<float> grain_max_;  // max |f| per (token, build grain)
+  std::vector<float> exact_;      // one token's f32 table f, kept between the two build passes
+  std::vector<float> grain_max_;  // max |f| per build grain of that token
   std::vector<int16_t> codes_;    // + padding: AVX2 gathers read 4 bytes at the last code
   std::vector<uint8_t> planes_;
   std::vector<float> scales_;

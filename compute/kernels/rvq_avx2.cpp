@@ -101,4 +101,69 @@ void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, cons
   }
 }
 
+void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, float* tile) {
+  const uint32_t nv = m.shape.vectors_per_row();
+  const float* e0 = codebooks.entries(0);
+  const float* e1 = codebooks.entries(1);
+  const float* e2 = codebooks.entries(2);
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* idx = m.indices + m.shape.index_position(r, 0, 0);
+    float* out = tile + size_t{r - row_begin} * m.shape.cols;
+    for (uint32_t v = 0; v < nv; ++v, idx += kRvqStages * kRowBlock) {
+      const __m256 c0 = _mm256_loadu_ps(e0 + idx[0] * kRvqVecDim);
+      const __m256 c1 = _mm256_loadu_ps(e1 + idx[kRowBlock] * kRvqVecDim);
+      const __m256 c2 = _mm256_loadu_ps(e2 + idx[2 * kRowBlock] * kRvqVecDim);
+      _mm256_storeu_ps(out + size_t{v} * kRvqVecDim, _mm256_add_ps(_mm256_add_ps(c0, c1), c2));
+    }
+  }
+}
+
+namespace {
+
+// rvq_decoded.h's fold of 16 lanes held as two halves (lanes 0-7, 8-15).
+inline float fold_halves(__m256 lo, __m256 hi) {
+  alignas(32) float lanes[16];
+  _mm256_store_ps(lanes, lo);
+  _mm256_store_ps(lanes + 8, hi);
+  return fold16(lanes);
+}
+
+template <int T>
+void decoded_tile(const float* w, uint32_t cols, const float* x, uint32_t t0, float scale, float* y,
+                  size_t y_stride) {
+  __m256 lo[T], hi[T];
+  for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+  uint32_t k = 0;
+  for (; k + 16 <= cols; k += 16) {
+    const __m256 w0 = _mm256_loadu_ps(w + k), w1 = _mm256_loadu_ps(w + k + 8);
+    for (int t = 0; t < T; ++t) {
+      const float* xt = x + size_t{t0 + t} * cols + k;
+      lo[t] = _mm256_add_ps(lo[t], _mm256_mul_ps(w0, _mm256_loadu_ps(xt)));
+      hi[t] = _mm256_add_ps(hi[t], _mm256_mul_ps(w1, _mm256_loadu_ps(xt + 8)));
+    }
+  }
+  if (k < cols) {  // cols is a multiple of 8: one half chunk, lanes 0-7 only
+    const __m256 w0 = _mm256_loadu_ps(w + k);
+    for (int t = 0; t < T; ++t)
+      lo[t] =
+          _mm256_add_ps(lo[t], _mm256_mul_ps(w0, _mm256_loadu_ps(x + size_t{t0 + t} * cols + k)));
+  }
+  for (int t = 0; t < T; ++t) y[(t0 + t) * y_stride] = scale * fold_halves(lo[t], hi[t]);
+}
+
+}  // namespace
+
+void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, const float* x, uint32_t tokens, float* y) {
+  const uint32_t cols = m.shape.cols;
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    const float* w = tile + size_t{r - row_begin} * cols;
+    const float scale = f16_to_f32(m.scales[r]);
+    uint32_t t = 0;
+    for (; t + 4 <= tokens; t += 4) decoded_tile<4>(w, cols, x, t, scale, y + r, m.shape.rows);
+    for (; t < tokens; ++t) decoded_tile<1>(w, cols, x, t, scale, y + r, m.shape.rows);
+  }
+}
+
 }  // namespace sluice::kernels::detail

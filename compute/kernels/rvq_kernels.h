@@ -50,3 +50,30 @@ void rvq_rows_avx512(const RvqTable& table, std::span<const uint32_t> tokens,
                      const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y);
 
 }  // namespace sluice::kernels::detail
+
+namespace sluice::kernels::detail {
+
+// Decode-once path (rvq_decoded.h). Decodes rows [row_begin, row_end) of m
+// into tile (row stride cols), before the row scale.
+void rvq_decode_rows_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                            uint32_t row_begin, uint32_t row_end, float* tile);
+void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, float* tile);
+// y[t × m.rows + r] for r in [row_begin, row_end) and every token, from a tile
+// holding exactly those rows.
+void rvq_tile_matmul_scalar(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                            uint32_t row_end, const float* x, uint32_t tokens, float* y);
+void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, const float* x, uint32_t tokens, float* y);
+void rvq_tile_matmul_avx512(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                            uint32_t row_end, const float* x, uint32_t tokens, float* y);
+
+// The documented 16-lane fold: ((a_l + a_{l+8}), then + 4, then + 2, then the last pair).
+inline float fold16(const float* a) {
+  float s[8], t[4];
+  for (int l = 0; l < 8; ++l) s[l] = a[l] + a[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = s[l] + s[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+}  // namespace sluice::kernels::detail

@@ -43,6 +43,23 @@ def matvec(codes, scale, indices, row_scales):
     return np.asarray(row_scales, dtype=np.float32) * (np.float32(scale) * totals)
 
 
+def decoded_matvec(books, indices, row_scales, x):
+    """The decode-once path (compute/kernels/rvq_decoded.h): w = (C0 + C1) + C2 in f32,
+    16 lanes of mul-then-add in column order, the documented fold, then the row scale."""
+    rows, nv = indices.shape[0], indices.shape[1]
+    idx = indices.astype(np.int64)
+    w = ((books[0][idx[:, :, 0]] + books[1][idx[:, :, 1]]) + books[2][idx[:, :, 2]]).reshape(rows, nv * 8)
+    x = np.asarray(x, dtype=np.float32)
+    lanes = np.zeros((rows, 16), dtype=np.float32)
+    for c in range(0, nv * 8, 16):
+        chunk = w[:, c:c + 16] * x[c:c + 16]
+        lanes[:, :chunk.shape[1]] = lanes[:, :chunk.shape[1]] + chunk
+    s = lanes[:, :8] + lanes[:, 8:]
+    t = s[:, :4] + s[:, 4:]
+    total = (t[:, 0] + t[:, 2]) + (t[:, 1] + t[:, 3])
+    return np.asarray(row_scales, dtype=np.float32) * total
+
+
 def silu(v):
     """The engine's silu: v / (1 + exp(-v)) in f32."""
     v = np.asarray(v, dtype=np.float32)
@@ -54,8 +71,12 @@ class ContainerExperts:
     """Applies a container's experts the way the engine does: per token, one table
     per matrix from that token's input, then integer lookups."""
 
-    def __init__(self, c):
+    def __init__(self, c, decode_crossover=None):
+        """decode_crossover: from this many tokens per expert and call on, model
+        the decode-once path (rvq_decode_crossover()) instead of the tables; None
+        models the tables only, which is what the engine runs today."""
         self.c = c
+        self.decode_crossover = decode_crossover
         self._cache = {}
 
     def _matrix(self, layer, expert, kind):
@@ -76,15 +97,18 @@ class ContainerExperts:
             self._cache[key] = (idx, books, scales)
         return self._cache[key]
 
-    def _apply(self, layer, expert, kind, x):
+    def _apply(self, layer, expert, kind, x, decoded):
         idx, books, scales = self._matrix(layer, expert, kind)
+        if decoded:
+            return decoded_matvec(books, idx, scales, x)
         codes, scale = table_codes(x, books)
         return matvec(codes, scale, idx, scales)
 
     def __call__(self, layer, expert, rows):
         """rows: torch [n, hidden] -> torch [n, hidden], token by token."""
         out = []
+        decoded = self.decode_crossover is not None and rows.shape[0] >= self.decode_crossover
         for x in rows.detach().numpy().astype(np.float32):
-            h = silu(self._apply(layer, expert, "gate", x)) * self._apply(layer, expert, "up", x)
-            out.append(self._apply(layer, expert, "down", h))
+            gate, up = (self._apply(layer, expert, k, x, decoded) for k in ("gate", "up"))
+            out.append(self._apply(layer, expert, "down", silu(gate) * up, decoded))
         return torch.from_numpy(np.stack(out))

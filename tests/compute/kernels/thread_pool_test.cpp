@@ -1,5 +1,7 @@
 // The pool covers every index exactly once, whatever its size, and passes
 // exceptions back to the caller.
+#include "compute/kernels/thread_pool.h"
+
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -8,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 
 using namespace sluice::kernels;
