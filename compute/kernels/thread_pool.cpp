@@ -90,8 +90,7 @@ void ThreadPool::run(size_t count, size_t grain, Trampoline trampoline, void* bo
   if (grain == 0) grain = 1;
   const size_t chunks = (count + grain - 1) / grain;
   if (workers_.empty() || chunks == 1) {
-    for (size_t begin = 0; begin < count; begin += grain)
-      trampoline(body, begin, std::min(count, begin + grain));
+    for (size_t begin = 0; begin < count; begin += grain) trampoline(body, begin, std::min(count, begin + grain));
     return;
   }
   std::unique_lock lock(mutex_);

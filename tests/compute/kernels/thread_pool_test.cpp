@@ -1,7 +1,5 @@
 // The pool covers every index exactly once, whatever its size, and passes
 // exceptions back to the caller.
-#include "compute/kernels/thread_pool.h"
-
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -10,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 
 using namespace sluice::kernels;
