@@ -85,7 +85,9 @@ EngineOptions EngineFlags::options() const {
   }
   options.expert_source = [flags = *this](const Container& container) -> std::unique_ptr<ExpertSource> {
     ioworker::WorkerOptions worker;
-    worker.cache_bytes = plan_for(container, flags.budget, flags.context).cache_bytes;
+    PlanRequest shape;
+    shape.force = flags.force;
+    worker.cache_bytes = plan_for(container, flags.budget, flags.context, shape).cache_bytes;
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
     worker.quiet = true;
@@ -108,6 +110,7 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
   cmd.add_option("--budget", flags.budget,
                  "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule")
       ->check(memory_size());
+  cmd.add_flag("--force", flags.force, "take a --budget above the usable memory (physical RAM, cgroup limits)");
   cmd.add_option("--readers", flags.readers, "reads in flight of the in-process cache")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

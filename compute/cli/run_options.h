@@ -23,6 +23,7 @@ struct EngineFlags {
   bool verify = false;
   std::string attach;
   std::string budget;
+  bool force = false;  // a --budget above the usable memory
   uint32_t readers = 4;
   bool no_cache = false;
   // The options for these flags. An attached session lives as long as the
