@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "compute/cli/commands.h"
 #include "compute/kernels/dispatch.h"
@@ -71,7 +72,8 @@ void add_bench_kernels(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "kernels", "time the RVQ expert and trunk q4/q8 kernels at real model shapes, next to memory bandwidth");
   cmd->add_flag("--json", flags->json, "print JSON instead of a table");
-  cmd->add_option("--threads", flags->threads, "worker threads (default: SLUICE_THREADS, else all cores)");
+  cmd->add_option("--threads", flags->threads, "worker threads (default: SLUICE_THREADS, else all cores)")
+      ->check(at_least_one());
   cmd->add_option("--seconds", flags->seconds, "time budget per case; each case runs at least 3 times")
       ->check(CLI::Range(0.0, 600.0));
   cmd->add_flag("--no-alternatives", flags->no_alternatives, "time only what the engine runs");
@@ -81,7 +83,16 @@ void add_bench_kernels(CLI::App& bench) {
     options.seconds_per_case = flags->seconds;
     options.isa = kernels::isa_from_environment();
     options.alternatives = !flags->no_alternatives;
+    const bool terminal = ::isatty(STDERR_FILENO) == 1;
+    size_t timed = 0;
+    if (terminal) {
+      options.on_case = [&timed](const kernels::KernelBenchCase& c) {
+        fmt::print(stderr, "\r\033[Kbench kernels: {} cases timed; {} {} ({})", ++timed, c.model, c.kernel, c.variant);
+        std::fflush(stderr);
+      };
+    }
     const kernels::KernelBenchReport report = kernels::run_kernel_bench(options);
+    if (terminal) fmt::print(stderr, "\r\033[K");
     if (flags->json)
       fmt::print("{}\n", kernel_report_json(report).dump(2));
     else
@@ -101,7 +112,8 @@ void add_bench_replay(CLI::App& bench);  // bench_replay.cpp
 void add_bench_decode(CLI::App& bench);  // bench_decode.cpp
 
 void add_bench_command(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "measure this machine: kernels (more to come)");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "measure this machine and a container: kernels, io, replay (cache policy), decode (lookahead)");
   bench->require_subcommand(1);
   add_bench_kernels(*bench);
   add_bench_io(*bench);

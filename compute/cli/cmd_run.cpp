@@ -72,7 +72,7 @@ class InterruptScope {
 // only on a terminal and only for prompts of more than a few chunks.
 std::function<bool(size_t, size_t)> prefill_feedback(uint32_t chunk) {
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
-  auto last = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();  // the first chunk reports at once
   return [terminal, chunk, last](size_t done, size_t total) {
     if (terminal && total > size_t{4} * chunk) {
       const auto now = std::chrono::steady_clock::now();

@@ -180,6 +180,7 @@ class Bench {
     c.median_seconds = t.wall;
     c.median_cpu_seconds = t.cpu;
     c.runs = t.runs;
+    if (options_.on_case) options_.on_case(c);
     report_.cases.push_back(std::move(c));
   }
 

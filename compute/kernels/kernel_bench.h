@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,15 @@
 
 namespace sluice::kernels {
 
+struct KernelBenchCase;
+
 struct KernelBenchOptions {
   size_t threads = 1;
   double seconds_per_case = 0.3;  // repeated runs of one case stop after this long (at least 3 runs)
   Isa isa = Isa::kScalar;
   bool alternatives = true;  // also time the RVQ alternatives (row plans, scalar, unshared tables)
+  // Told each case as it is timed (progress for people); may be empty.
+  std::function<void(const KernelBenchCase&)> on_case;
 };
 
 struct KernelBenchCase {
