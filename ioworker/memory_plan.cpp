@@ -212,11 +212,12 @@ PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_
         ioworker::min_cache_bytes(container, max_clients, mailbox_rows) - 2 * inputs.top_k * inputs.record_stride;
     const uint64_t records = container.record_count();
     if (records >= 2 * inputs.top_k && records <= UINT32_MAX) {
-      inputs.full_cache_bytes =
-          ioworker::cache_bytes_for_slots(container, static_cast<uint32_t>(records), max_clients, mailbox_rows);
+      inputs.full_cache_bytes = ioworker::cache_bytes_for_slots(
+          container, static_cast<uint32_t>(records), max_clients, mailbox_rows);
     }
     inputs.slots_in = [&container, max_clients, mailbox_rows](uint64_t cache_bytes) -> uint64_t {
-      return ioworker::plan_cache_geometry(container, cache_bytes, max_clients, mailbox_rows).slot_count;
+      return ioworker::plan_cache_geometry(container, cache_bytes, max_clients, mailbox_rows)
+          .slot_count;
     };
   }
   return inputs;
@@ -251,7 +252,9 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   plan.full_cache_bytes = inputs.full_cache_bytes;
   // The budget of a cache holding every expert: nothing above it is ever used.
   const uint64_t all_experts_budget =
-      plan.full_cache_bytes > plan.min_cache_bytes ? plan.floor_bytes - plan.min_cache_bytes + plan.full_cache_bytes : 0;
+      plan.full_cache_bytes > plan.min_cache_bytes
+          ? plan.floor_bytes - plan.min_cache_bytes + plan.full_cache_bytes
+          : 0;
   const uint64_t cap = plan.usable_bytes / 8 * 7;
   if (request.budget_bytes) {
     if (*request.budget_bytes < plan.floor_bytes) {
@@ -259,10 +262,12 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
            format_bytes(plan.floor_bytes), plan.context, describe_plan(plan));
     }
     if (*request.budget_bytes > plan.usable_bytes && !request.force) {
-      fail("--budget {} is above the usable memory of {} (from {}); --force takes it anyway. The plan at "
-           "context {}:\n{}",
-           format_bytes(*request.budget_bytes), format_bytes(plan.usable_bytes), plan.usable_source, plan.context,
-           describe_plan(plan));
+      fail(
+          "--budget {} is above the usable memory of {} (from {}); --force takes it anyway. The "
+          "plan at "
+          "context {}:\n{}",
+          format_bytes(*request.budget_bytes), format_bytes(plan.usable_bytes), plan.usable_source,
+          plan.context, describe_plan(plan));
     }
     plan.budget_bytes = *request.budget_bytes;
     plan.budget_given = true;
@@ -285,8 +290,9 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
     plan.cache_bytes = plan.full_cache_bytes;
     plan.all_experts = true;
   }
-  plan.cache_slots = inputs.slots_in ? inputs.slots_in(plan.cache_bytes)
-                                     : (plan.cache_bytes - plan.cache_tables_bytes) / plan.record_stride;
+  plan.cache_slots = inputs.slots_in
+                         ? inputs.slots_in(plan.cache_bytes)
+                         : (plan.cache_bytes - plan.cache_tables_bytes) / plan.record_stride;
   return plan;
 }
 
@@ -363,7 +369,8 @@ std::string describe_plan(const MemoryPlan& plan) {
   if (plan.budget_bytes != 0) {
     line("budget", plan.budget_bytes, how);
     line("cache", plan.cache_bytes,
-         fmt::format("({} slots{})", plan.cache_slots, plan.all_experts ? ": every expert of the container" : ""));
+         fmt::format("({} slots{})", plan.cache_slots,
+                     plan.all_experts ? ": every expert of the container" : ""));
   }
   return out;
 }

@@ -7,11 +7,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "ioworker/worker.h"
 
@@ -44,9 +43,9 @@ struct MemoryPlan {
   bool budget_given = false;     // --budget, used as given
   bool all_experts = false;      // the cache holds every expert of the container
   bool forced = false;           // --force: a given budget above the usable memory
-  uint64_t full_cache_bytes = 0; // a segment with a slot for every expert (0: not known)
-  uint64_t cache_bytes = 0;      // budget − floor + min cache, at most full_cache_bytes
-  uint64_t cache_slots = 0;      // the slots a worker makes of cache_bytes
+  uint64_t full_cache_bytes = 0;  // a segment with a slot for every expert (0: not known)
+  uint64_t cache_bytes = 0;       // budget − floor + min cache, at most full_cache_bytes
+  uint64_t cache_slots = 0;       // the slots a worker makes of cache_bytes
 };
 
 // RAM this process may use, and which limit set it.
@@ -93,7 +92,7 @@ PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_
 struct PlanRequest {
   uint32_t context = 4096;
   std::optional<uint64_t> budget_bytes;  // as given by --budget
-  bool force = false;  // --force: take a given budget above the usable memory
+  bool force = false;                    // --force: take a given budget above the usable memory
   // The segment the cache lives in (read by the Container overload only).
   uint32_t max_clients = ioworker::WorkerOptions{}.max_clients;
   uint32_t mailbox_rows = ioworker::WorkerOptions{}.mailbox_rows;

@@ -52,11 +52,16 @@ std::string read_manifest_bytes(FileSystem& fs, const std::string& path) {
                           (fs.exists(join_path(dir, "model.safetensors")) ||
                            fs.exists(join_path(dir, "model.safetensors.index.json")));
   if (checkpoint) {
-    fail("{}: a Hugging Face checkpoint, not a sluice container: convert it with `sluice convert {} OUT.sluice`",
-         dir, dir);
+    fail(
+        "{}: a Hugging Face checkpoint, not a sluice container: convert it with `sluice convert {} "
+        "OUT.sluice`",
+        dir, dir);
   }
   if (fs.exists(join_path(dir, kTrunkFile))) {
-    fail("{}: incomplete container: conversion did not finish (run the same `sluice convert` again to resume)", dir);
+    fail(
+        "{}: incomplete container: conversion did not finish (run the same `sluice convert` again "
+        "to resume)",
+        dir);
   }
   fail("{}: no manifest.json: not a sluice container", dir);
 }

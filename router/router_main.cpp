@@ -2,14 +2,14 @@
 // group: attach to the daemon, map its cache segment, read the hidden-state
 // mailbox in it, and turn each published hidden state into a Cap'n Proto
 // prefetch (origin router). It never pins a slot and never blocks a client.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <optional>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <unistd.h>
 
 #include "ioworker/command_line.h"
 #include "ioworker/rpc_client.h"

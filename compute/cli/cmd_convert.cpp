@@ -1,12 +1,12 @@
 // compute/cli/cmd_convert.cpp: `sluice convert SRC_DIR OUT.sluice`. Parses
 // flags and prints; all conversion logic lives in compute/convert/, and this
 // file never writes container files itself.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "compute/cli/commands.h"
 #include "compute/convert/convert.h"
@@ -46,18 +46,23 @@ void add_convert_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "print a JSON summary on stdout (speed, quantization error, sizes)");
   cmd->add_flag("-q,--quiet", flags->quiet, "no progress on stderr");
   cmd->add_flag("--no-tokenizer", flags->no_tokenizer,
-                "convert a checkpoint that has no tokenizer.json (the container then takes only --prompt-ids)");
+                "convert a checkpoint that has no tokenizer.json (the container then takes only "
+                "--prompt-ids)");
   cmd->add_flag("--force", flags->options.force,
                 "start over when OUT holds a conversion of another source or with other parameters");
   cmd->callback([flags] {
-    const std::string tokenizer = (std::filesystem::path(flags->options.source_dir) / "tokenizer.json").string();
+    const std::string tokenizer =
+        (std::filesystem::path(flags->options.source_dir) / "tokenizer.json").string();
     if (!flags->no_tokenizer && std::filesystem::is_directory(flags->options.source_dir) &&
         !std::filesystem::exists(tokenizer)) {
-      fail("{}: no tokenizer.json, so the container could not read or write text; add the checkpoint's "
-           "tokenizer.json, or pass --no-tokenizer to convert without one",
-           flags->options.source_dir);
+      fail(
+          "{}: no tokenizer.json, so the container could not read or write text; add the "
+          "checkpoint's "
+          "tokenizer.json, or pass --no-tokenizer to convert without one",
+          flags->options.source_dir);
     }
-    if (const char* delay = std::getenv("SLUICE_CONVERT_TEST_DELAY_MS")) flags->options.test_delay_ms = std::atoi(delay);
+    if (const char* delay = std::getenv("SLUICE_CONVERT_TEST_DELAY_MS"))
+      flags->options.test_delay_ms = std::atoi(delay);
     auto progress = convert::make_stderr_progress(flags->quiet);
     const auto summary = convert::convert_checkpoint(flags->options, *progress);
     if (flags->json) {

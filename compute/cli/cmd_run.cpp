@@ -2,6 +2,9 @@
 // streams to stdout as it is generated; the summary goes to stderr so stdout
 // stays pipeable. --dump-logits is the interface scripts/reference.py shares.
 // Ctrl-C ends the run early with its summary; a second one kills it.
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -9,11 +12,8 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <optional>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
+#include <optional>
 
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
@@ -48,7 +48,9 @@ void write_row(std::ofstream& out, std::span<const float> row, const std::string
 
 volatile std::sig_atomic_t g_interrupted = 0;
 
-void on_interrupt(int) { g_interrupted = 1; }
+void on_interrupt(int) {
+  g_interrupted = 1;
+}
 
 // SIGINT sets g_interrupted while this lives; the handler resets itself, so
 // a second Ctrl-C ends the process the usual way.
@@ -72,7 +74,8 @@ class InterruptScope {
 // only on a terminal and only for prompts of more than a few chunks.
 std::function<bool(size_t, size_t)> prefill_feedback(uint32_t chunk) {
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
-  auto last = std::make_shared<std::chrono::steady_clock::time_point>();  // the first chunk reports at once
+  auto last =
+      std::make_shared<std::chrono::steady_clock::time_point>();  // the first chunk reports at once
   return [terminal, chunk, last](size_t done, size_t total) {
     if (terminal && total > size_t{4} * chunk) {
       const auto now = std::chrono::steady_clock::now();
@@ -108,8 +111,9 @@ void run(const RunArgs& args) {
   }
   const uint32_t context = engine.transformer().context();
   if (prompt.size() > context) {
-    usage_error("the prompt is {} tokens, longer than the context of {} (--ctx; the model's maximum is {})",
-                prompt.size(), context, engine.config().max_positions);
+    usage_error(
+        "the prompt is {} tokens, longer than the context of {} (--ctx; the model's maximum is {})",
+        prompt.size(), context, engine.config().max_positions);
   }
   SamplingParams sampling = args.sampling;
   sampling.seed = resolve_seed(args.seed);
@@ -124,19 +128,19 @@ void run(const RunArgs& args) {
   std::string text;
   const bool stream = !args.json;
   const InterruptScope interrupt_scope;
-  const GenerationStats stats = engine.generate(
-      prompt, args.max_tokens, sampling, {}, args.ignore_eos || dump.is_open(),
-      [&](int32_t token, std::span<const float> logits) {
-        if (dump.is_open()) write_row(dump, logits, args.dump_logits);
-        generated.push_back(token);
-        const std::string piece = decoder.push(token);
-        text += piece;
-        if (stream) {
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
-        }
-        return g_interrupted == 0;
-      });
+  const GenerationStats stats =
+      engine.generate(prompt, args.max_tokens, sampling, {}, args.ignore_eos || dump.is_open(),
+                      [&](int32_t token, std::span<const float> logits) {
+                        if (dump.is_open()) write_row(dump, logits, args.dump_logits);
+                        generated.push_back(token);
+                        const std::string piece = decoder.push(token);
+                        text += piece;
+                        if (stream) {
+                          std::fwrite(piece.data(), 1, piece.size(), stdout);
+                          std::fflush(stdout);
+                        }
+                        return g_interrupted == 0;
+                      });
   const std::string tail = decoder.finish();
   text += tail;
   if (dump.is_open() && !generated.empty()) {
@@ -152,7 +156,8 @@ void run(const RunArgs& args) {
   const double decode_rate = stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0;
   const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0;
   const std::string finish = finish_reason_name(stats.finish);
-  const std::string finish_note = stats.context_full ? fmt::format(" (the context of {} is full)", context)
+  const std::string finish_note = stats.context_full
+                                      ? fmt::format(" (the context of {} is full)", context)
                                   : stats.finish == FinishReason::kCancelled ? " (interrupted)"
                                                                              : "";
   if (args.json) {
@@ -179,10 +184,11 @@ void run(const RunArgs& args) {
     fmt::print("{}\n", tail);
     std::fflush(stdout);  // the text ends before the summary on a shared terminal
     fmt::print(stderr,
-               "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; finish {}{}; seed {}; "
+               "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; "
+               "finish {}{}; seed {}; "
                "{}\n",
-               stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens, prefill_rate, finish,
-               finish_note, sampling.seed, experts_summary(stats.experts));
+               stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens,
+               prefill_rate, finish, finish_note, sampling.seed, experts_summary(stats.experts));
     if (routing.runs_router()) {
       fmt::print(stderr, "sluice: lookahead {}: guesses P@1 {:.1f}%, recall {:.1f}% of the real experts\n",
                  routing_options.lookahead, 100 * guesses.precision_at_1(), 100 * guesses.recall());
@@ -198,7 +204,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("MODEL", args->model, "the .sluice container")->required();
   cmd->add_option("PROMPT", args->prompt, "prompt text, or - to read it from stdin");
   cmd->add_option("--prompt-ids", args->prompt_ids, "prompt as comma-separated token ids instead of text");
-  cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens to generate (generation also ends at the context's end)")
+  cmd->add_option("-n,--max-tokens", args->max_tokens,
+                  "tokens to generate (generation also ends at the context's end)")
       ->capture_default_str();
   add_sampling_flags(*cmd, args->sampling, args->seed);
   add_engine_flags(*cmd, args->engine);

@@ -131,51 +131,56 @@ void add_wrapped(std::string& out, std::string_view label, const std::vector<std
 std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
   const auto& c = s.cache;
   std::string out;
-  out += fmt::format("sluice-io pid {}, instance '{}', up {:.1f} s\n", s.pid, s.instance, s.uptime_seconds);
+  out += fmt::format("sluice-io pid {}, instance '{}', up {:.1f} s\n", s.pid, s.instance,
+                     s.uptime_seconds);
   out += fmt::format("  model       {}\n", fit(s.model, kColumns - 14));
   out += fmt::format("  readers     {} via {}, {}\n", s.readers, s.backend,
                      c.direct_io ? "O_DIRECT" : "buffered (no O_DIRECT here)");
-  out += fmt::format("  cache       {} slots of {}: {} ready, {} pinned\n", c.slot_count, format_bytes(c.slot_bytes),
-                     c.slots_ready, c.slots_pinned);
-  out += fmt::format("  memory      cache {}, budget {}\n", format_bytes(s.cache_bytes), format_bytes(s.budget_bytes));
+  out += fmt::format("  cache       {} slots of {}: {} ready, {} pinned\n", c.slot_count,
+                     format_bytes(c.slot_bytes), c.slots_ready, c.slots_pinned);
+  out += fmt::format("  memory      cache {}, budget {}\n", format_bytes(s.cache_bytes),
+                     format_bytes(s.budget_bytes));
   out += fmt::format("  segment     /dev/shm/{}\n", fit(s.segment_name, kColumns - 23));
-  out += fmt::format("  hit rate    {:.1f}%: {} hits ({} still loading), {} misses\n", 100 * c.hit_rate(), c.hits,
-                     c.inflight_hits, c.misses);
-  out += fmt::format("  reads       {} demand, {} prefetch, {} errors\n", c.demand_reads, c.prefetch_reads,
-                     c.read_errors);
-  out += fmt::format("  prefetch    {} asked, {} dropped, {} wasted\n", c.prefetch_requests, c.prefetch_dropped,
-                     c.wasted_prefetches);
-  out += fmt::format("  bytes read  {}, {:.3f} GB/s {}\n", format_bytes(c.bytes_read), read_gbps(s, previous),
-                     previous ? "(last interval)" : "(since start)");
-  out += fmt::format("  latency     p50 {:.0f} us, p90 {:.0f} us, p99 {:.0f} us\n", c.read_p50_us, c.read_p90_us,
-                     c.read_p99_us);
-  out += fmt::format("  queue       {} waiting, {} in flight, {} evictions\n", c.queue_depth, c.inflight, c.evictions);
+  out += fmt::format("  hit rate    {:.1f}%: {} hits ({} still loading), {} misses\n",
+                     100 * c.hit_rate(), c.hits, c.inflight_hits, c.misses);
+  out += fmt::format("  reads       {} demand, {} prefetch, {} errors\n", c.demand_reads,
+                     c.prefetch_reads, c.read_errors);
+  out += fmt::format("  prefetch    {} asked, {} dropped, {} wasted\n", c.prefetch_requests,
+                     c.prefetch_dropped, c.wasted_prefetches);
+  out += fmt::format("  bytes read  {}, {:.3f} GB/s {}\n", format_bytes(c.bytes_read),
+                     read_gbps(s, previous), previous ? "(last interval)" : "(since start)");
+  out += fmt::format("  latency     p50 {:.0f} us, p90 {:.0f} us, p99 {:.0f} us\n", c.read_p50_us,
+                     c.read_p90_us, c.read_p99_us);
+  out += fmt::format("  queue       {} waiting, {} in flight, {} evictions\n", c.queue_depth,
+                     c.inflight, c.evictions);
   if (!c.layers.empty()) {
     std::vector<std::string> items;
     for (const auto& layer : c.layers) {
-      items.push_back(fmt::format("L{} {:.0f}%", layer.layer, 100 * rate(layer.hits, layer.misses)));
+      items.push_back(
+          fmt::format("L{} {:.0f}%", layer.layer, 100 * rate(layer.hits, layer.misses)));
     }
     add_wrapped(out, "layer hits", items);
   }
   if (const shm::LookaheadStats& r = c.lookahead; router_served(r)) {
-    out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped)\n", r.router_pid, r.k,
-                       r.messages, r.skipped);
+    out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped)\n",
+                       r.router_pid, r.k, r.messages, r.skipped);
     out += fmt::format("  prefetched  {} experts in {} prefetches\n", r.prefetched, r.prefetches);
     if (!r.layers.empty()) {
       std::vector<std::string> items;
       for (const shm::GuessStats& a : r.layers) {
-        items.push_back(
-            fmt::format("L{} {:.0f}%/{:.0f}%", a.layer, 100 * a.precision_at_1(), 100 * a.recall()));
+        items.push_back(fmt::format("L{} {:.0f}%/{:.0f}%", a.layer, 100 * a.precision_at_1(),
+                                    100 * a.recall()));
       }
       add_wrapped(out, "P@1/recall", items);
     }
   }
-  out += fmt::format("  clients     {} session(s), {} in the table, {} reaped, {} bad requests\n", s.sessions,
-                     c.clients.size(), c.clients_reaped, c.bad_requests);
+  out += fmt::format("  clients     {} session(s), {} in the table, {} reaped, {} bad requests\n",
+                     s.sessions, c.clients.size(), c.clients_reaped, c.bad_requests);
   for (const auto& client : c.clients) {
-    out += fmt::format("    {} pid {}: {} requests, {:.1f}% hits, waited {:.3f} s, beat {:.1f} s ago\n", client.id,
-                       client.pid, client.requests, 100 * rate(client.hits, client.misses), client.wait_seconds,
-                       client.heartbeat_age_seconds);
+    out += fmt::format(
+        "    {} pid {}: {} requests, {:.1f}% hits, waited {:.3f} s, beat {:.1f} s ago\n", client.id,
+        client.pid, client.requests, 100 * rate(client.hits, client.misses), client.wait_seconds,
+        client.heartbeat_age_seconds);
   }
   return out;
 }
@@ -193,7 +198,8 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--attach", options->socket,
                   "Control socket path, or an instance name (no '/') for its default socket; default: 'default'");
   cmd->add_option("--watch", options->watch,
-                  "Redraw every SECONDS (one JSON line per interval when not a terminal) until the daemon goes away")
+                  "Redraw every SECONDS (one JSON line per interval when not a terminal) until the "
+                  "daemon goes away")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {

@@ -31,11 +31,14 @@ struct Source {
 
 // `several_inputs`: INPUT may come as several arguments (detokenize's
 // `MODEL 1 2 3`), joined with spaces.
-void add_source_options(CLI::App* cmd, Source& source, const char* input_name, bool several_inputs) {
-  cmd->add_option("args", source.args,
-                  fmt::format("MODEL {0} (MODEL: a .sluice container directory), or just {0} with --tokenizer; "
-                              "{0} '-' reads stdin",
-                              input_name))
+void add_source_options(CLI::App* cmd, Source& source, const char* input_name,
+                        bool several_inputs) {
+  cmd->add_option(
+         "args", source.args,
+         fmt::format(
+             "MODEL {0} (MODEL: a .sluice container directory), or just {0} with --tokenizer; "
+             "{0} '-' reads stdin",
+             input_name))
       ->expected(1, several_inputs ? CLI::detail::expected_max_vector_size : 2)
       ->required();
   cmd->add_option("--tokenizer", source.tokenizer_file,
@@ -43,11 +46,13 @@ void add_source_options(CLI::App* cmd, Source& source, const char* input_name, b
 }
 
 // Resolves the tokenizer and returns it with the remaining INPUT argument.
-std::pair<Tokenizer, std::string> open(const Source& source, const char* input_name, bool several_inputs) {
+std::pair<Tokenizer, std::string> open(const Source& source, const char* input_name,
+                                       bool several_inputs) {
   const size_t inputs_from = source.tokenizer_file.empty() ? 1 : 0;
   const size_t inputs = source.args.size() - std::min(source.args.size(), inputs_from);
   if (inputs == 0 || (!several_inputs && inputs > 1)) {
-    if (inputs_from == 0) usage_error("--tokenizer takes the place of MODEL: give only {}", input_name);
+    if (inputs_from == 0)
+      usage_error("--tokenizer takes the place of MODEL: give only {}", input_name);
     usage_error("give MODEL and {}, or --tokenizer FILE and {}", input_name, input_name);
   }
   std::string input = source.args[inputs_from];
@@ -130,7 +135,8 @@ void add_tokenize_commands(CLI::App& app) {
     if (opts->json) {
       fmt::print("{}\n", nlohmann::json(ids).dump());
     } else if (opts->verbose) {
-      for (TokenId id : ids) fmt::print("{}\t{}\n", id, nlohmann::json(*tokenizer.id_to_token(id)).dump());
+      for (TokenId id : ids)
+        fmt::print("{}\t{}\n", id, nlohmann::json(*tokenizer.id_to_token(id)).dump());
     } else {
       fmt::print("{}\n", fmt::join(ids, " "));
     }
@@ -141,10 +147,10 @@ void add_tokenize_commands(CLI::App& app) {
     bool skip_special = false;
   };
   auto dopts = std::make_shared<DetokenizeOptions>();
-  auto* detok = app.add_subcommand(
-      "detokenize",
-      "Turn token ids (comma or space separated, in one argument or several; '[1, 2]' too) back into text, "
-      "printed exactly, with no newline added");
+  auto* detok = app.add_subcommand("detokenize",
+                                   "Turn token ids (comma or space separated, in one argument or "
+                                   "several; '[1, 2]' too) back into text, "
+                                   "printed exactly, with no newline added");
   add_source_options(detok, dopts->source, "IDS", true);
   detok->add_flag("--skip-special", dopts->skip_special, "leave special tokens out of the text");
   detok->callback([dopts] {

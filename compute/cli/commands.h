@@ -2,12 +2,12 @@
 // registers itself on the application here; main.cpp only wires them.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 namespace sluice::cli {
 

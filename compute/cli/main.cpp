@@ -1,9 +1,9 @@
 // compute/cli/main.cpp: the sluice command line. Errors reach the user as one
 // line on stderr naming what is wrong: status 2 for a bad argument, 1 for a
 // failure. It only registers the subcommands; each lives in its own file.
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 
 #include "compute/cli/commands.h"
 #include "ioworker/command_line.h"

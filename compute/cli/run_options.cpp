@@ -1,6 +1,8 @@
 // compute/cli/run_options.cpp: shared flags of the model-loading commands.
 #include "compute/cli/run_options.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <fstream>
 #include <iostream>
@@ -8,8 +10,6 @@
 #include <limits>
 #include <random>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "compute/model/cached_expert_source.h"
 #include "ioworker/memory_plan.h"
@@ -42,7 +42,8 @@ CLI::Validator at_least_one() {
       [](std::string& text) -> std::string {
         long long value = 0;
         const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (error != std::errc() || end != text.data() + text.size()) return fmt::format("'{}' is not a number", text);
+        if (error != std::errc() || end != text.data() + text.size())
+          return fmt::format("'{}' is not a number", text);
         return value >= 1 ? "" : fmt::format("{} is out of range: must be at least 1", text);
       },
       "N>=1");
@@ -55,8 +56,9 @@ CLI::Validator memory_size() {
         try {
           parse_size(text, "SIZE");
         } catch (const Error&) {
-          return fmt::format("bad size '{}' (expected a number with an optional K, M, G or T suffix, 1024-based)",
-                             text);
+          return fmt::format(
+              "bad size '{}' (expected a number with an optional K, M, G or T suffix, 1024-based)",
+              text);
         }
         return "";
       },
@@ -97,11 +99,14 @@ EngineOptions EngineFlags::options() const {
 }
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
-  cmd.add_option("--ctx", flags.context, "context length in tokens (default: the model's, at most 4096)")
+  cmd.add_option("--ctx", flags.context,
+                 "context length in tokens (default: the model's, at most 4096)")
       ->check(at_least_one());
-  cmd.add_option("--threads", flags.threads, "compute threads (default: SLUICE_THREADS or every available core)")
+  cmd.add_option("--threads", flags.threads,
+                 "compute threads (default: SLUICE_THREADS or every available core)")
       ->check(at_least_one());
-  cmd.add_option("--chunk", flags.chunk, "prefill chunk: tokens whose experts are read once together")
+  cmd.add_option("--chunk", flags.chunk,
+                 "prefill chunk: tokens whose experts are read once together")
       ->capture_default_str()
       ->check(at_least_one());
   cmd.add_flag("--verify", flags.verify, "check the crc32 of every expert record read");
@@ -110,7 +115,8 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
   cmd.add_option("--budget", flags.budget,
                  "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule")
       ->check(memory_size());
-  cmd.add_flag("--force", flags.force, "take a --budget above the usable memory (physical RAM, cgroup limits)");
+  cmd.add_flag("--force", flags.force,
+               "take a --budget above the usable memory (physical RAM, cgroup limits)");
   cmd.add_option("--readers", flags.readers, "reads in flight of the in-process cache")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -126,7 +132,8 @@ void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed) {
       ->capture_default_str();
   cmd.add_option("--repeat-penalty", params.repetition_penalty, "penalty on tokens already in the context (1: off)")
       ->capture_default_str();
-  cmd.add_option("--seed", seed, "random seed of the sampler; -1: draw one (printed in the summary)")
+  cmd.add_option("--seed", seed,
+                 "random seed of the sampler; -1: draw one (printed in the summary)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
 }

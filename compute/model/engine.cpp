@@ -32,9 +32,12 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -54,8 +57,10 @@ GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_t
   if (prompt.empty()) fail("the prompt is empty: nothing to continue");
   const uint32_t room = transformer_->context() - transformer_->position();
   if (prompt.size() > room) {
-    fail("the prompt is {} tokens, longer than the {} left of the context of {} (the model's maximum is {})",
-         prompt.size(), room, transformer_->context(), config_.max_positions);
+    fail(
+        "the prompt is {} tokens, longer than the {} left of the context of {} (the model's "
+        "maximum is {})",
+        prompt.size(), room, transformer_->context(), config_.max_positions);
   }
   Sampler sampler(sampling);
   GenerationStats stats;

@@ -249,7 +249,8 @@ TEST_CASE("plan: the slot count is the one the worker makes of the cache") {
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
   const MemoryPlan floor_plan = plan_memory(container, config, PlanRequest{256}, ram_of(kMiB));
   // Budgets between the floor and every expert, where the index and rings grow with the slots.
-  for (uint64_t extra : {uint64_t{0}, floor_plan.record_stride * 5 + 17, floor_plan.record_stride * 9}) {
+  for (uint64_t extra :
+       {uint64_t{0}, floor_plan.record_stride * 5 + 17, floor_plan.record_stride * 9}) {
     CAPTURE(extra);
     PlanRequest request{256};
     request.budget_bytes = floor_plan.floor_bytes + extra;
