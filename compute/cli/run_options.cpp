@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "compute/cli/commands.h"
 #include "compute/model/cached_expert_source.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/rpc_client.h"
@@ -156,12 +157,12 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
     int32_t id = 0;
     const auto [end, error] = std::from_chars(text.data() + i, text.data() + text.size(), id);
     if (error != std::errc() || id < 0) {
-      fail("{}: '{}' is not a list of token ids (expected e.g. 1,2,3)", flag, text);
+      usage_error("{}: '{}' is not a list of token ids (expected e.g. 1,2,3)", flag, text);
     }
     ids.push_back(id);
     i = static_cast<size_t>(end - text.data());
   }
-  if (ids.empty()) fail("{}: no token ids given", flag);
+  if (ids.empty()) usage_error("{}: no token ids given", flag);
   return ids;
 }
 

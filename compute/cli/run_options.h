@@ -37,7 +37,7 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed);
 uint64_t resolve_seed(int64_t seed);
 
-// "1,2,3" or "1 2 3"; throws Error naming `flag` on anything else.
+// "1,2,3" or "1 2 3"; anything else is a usage error naming `flag`.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& flag);
 // All of stdin, less one trailing newline (the one `echo` or a heredoc adds).
 std::string read_stdin();

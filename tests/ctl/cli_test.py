@@ -121,6 +121,8 @@ class CliTest(unittest.TestCase):
                              (['plan', m, '--ctx', '0'], '--ctx'),
                              (['plan', m, '--budget', '3Q'], "bad size '3Q'"),
                              (['run', m, 'hi', '--prompt-ids', '1,2'], 'PROMPT or --prompt-ids'),
+                             (['run', m, '--prompt-ids', '1,x'], "--prompt-ids: '1,x' is not a list of token ids"),
+                             (['detokenize', m, '1', 'x'], '"x" is not a token id'),
                              (['stats', '--watch', '0'], '--watch'),
                              (['bench'], 'subcommand')):
             with self.subTest(args=args):
