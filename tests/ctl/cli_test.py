@@ -285,13 +285,21 @@ class CliTest(unittest.TestCase):
 
 
 class StatsTest(unittest.TestCase):
-    def setUp(self):
-        self.scratch = tempfile.mkdtemp(prefix='sluice-cli-stats-')
-        checkpoint = os.path.join(self.scratch, 'checkpoint')
-        self.model = os.path.join(self.scratch, 'tiny.sluice')
+    @classmethod
+    def setUpClass(cls):
+        cls.scratch = tempfile.mkdtemp(prefix='sluice-cli-stats-')
+        checkpoint = os.path.join(cls.scratch, 'checkpoint')
+        cls.model = os.path.join(cls.scratch, 'tiny.sluice')
+        # Twelve MoE layers: the per-layer list needs two lines.
         subprocess.run([PYTHON, os.path.join(ROOT, 'scripts', 'make_tiny_checkpoint.py'), 'olmoe', checkpoint,
                         '--set', 'num_hidden_layers=12'], check=True, capture_output=True)
-        subprocess.run([SLUICE, 'convert', checkpoint, self.model, '-q'], check=True, capture_output=True)
+        subprocess.run([SLUICE, 'convert', checkpoint, cls.model, '-q'], check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.scratch, ignore_errors=True)
+
+    def setUp(self):
         self.socket = os.path.join(self.scratch, 'io.sock')
         self.daemon = subprocess.Popen([SLUICE_IO, self.model, '--socket', self.socket, '--instance',
                                         'clistats-%d' % os.getpid(), '--readers', '1'],
@@ -301,8 +309,7 @@ class StatsTest(unittest.TestCase):
     def tearDown(self):
         if self.daemon.poll() is None:
             self.daemon.terminate()
-            self.daemon.wait()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.daemon.wait()
 
     def test_the_text_fits_80_columns(self):
         # A client's traffic fills the per-layer lists (12 layers).
