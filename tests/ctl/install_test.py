@@ -90,6 +90,7 @@ class InstalledTest(unittest.TestCase):
                               text=True, timeout=240, cwd=self.home)
 
     def test_every_program_is_installed_beside_the_others(self):
+        versions = set()
         for program in PROGRAMS:
             with self.subTest(program=program):
                 path = os.path.join(self.bin, program)
@@ -97,7 +98,9 @@ class InstalledTest(unittest.TestCase):
                 done = self.fresh_shell('%s --version' % program)
                 self.assertEqual(done.returncode, 0, done.stderr)
                 self.assertRegex(done.stdout, r'^%s \d+\.\d+\.\d+\n$' % program)
+                versions.add(done.stdout.split()[1])
                 self.assertEqual(self.fresh_shell('command -v %s' % program).stdout.strip(), path)
+        self.assertEqual(len(versions), 1, 'the programs disagree on the version: %s' % versions)
 
     def test_every_readme_usage_line_runs_as_written(self):
         lines = readme_usage_lines()
