@@ -237,7 +237,8 @@ void add_bench_decode(CLI::App& bench) {
   auto flags = std::make_shared<DecodeFlags>();
   CLI::App* cmd = bench.add_subcommand("decode", "decode over the expert cache, lookahead off and on");
   cmd->add_option("MODEL", flags->model, "the .sluice container")->required();
-  cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run`, e.g. one working set above the floor")
+  cmd->add_option("--budget", flags->budget,
+                  "memory budget as for `sluice run`, e.g. one working set above the floor")
       ->required()
       ->check(memory_size());
   cmd->add_flag("--compare-lookahead", flags->compare, "run lookahead off, on, and on in prefill too, in one process");
@@ -252,7 +253,8 @@ void add_bench_decode(CLI::App& bench) {
   cmd->add_option("--seed", flags->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--repeat", flags->repeat, "rounds of every arm, interleaved; figures are medians")
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "compute threads (default: SLUICE_THREADS or every core)")
+  cmd->add_option("--threads", flags->threads,
+                  "compute threads (default: SLUICE_THREADS or every core)")
       ->check(at_least_one());
   cmd->add_flag("--json", flags->json, "print JSON instead of text");
   cmd->callback([flags] {
