@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "proto/container.h"
 #include "proto/error.h"
 #include "proto/model_config.h"
+#include "proto/record_format.h"
+#include "proto/tensor_inventory.h"
 
 namespace sluice {
 namespace {
@@ -190,15 +193,30 @@ UsableRam read_usable_ram(const std::string& root) {
 
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk) {
   const uint64_t hidden = config.hidden;
-  const uint64_t width = std::max(config.expert_width, config.dense_width);
-  const uint64_t q_width = uint64_t{config.heads} * config.head_dim;
-  const uint64_t kv_width = uint64_t{config.kv_heads} * config.head_dim;
-  const uint64_t activations =
-      chunk * (4 * hidden + 2 * q_width + 2 * kv_width + config.experts + uint64_t{config.top_k} * hidden + 3 * width);
+  const uint64_t width = std::max({config.expert_width, config.dense_width, config.shared_width});
+  const uint64_t activations = chunk * (4 * hidden + config.mixer_scratch_floats() + config.experts +
+                                        uint64_t{config.top_k} * hidden + 3 * width);
   const uint64_t tables = chunk * (2 * hidden + width) * 96;
-  const uint64_t scores = uint64_t{config.heads} * context;
+  const uint64_t scores = uint64_t{config.attention_heads()} * context;
   return (activations + tables + scores + config.vocab) * sizeof(float);
 }
+
+namespace {
+
+// The segment of a slot for every one of `records` experts, and the slots a
+// worker makes of a segment of a given size.
+void add_cache_limits(PlanInputs& inputs, const ioworker::CacheShape& shape, uint64_t records, uint32_t max_clients,
+                      uint32_t mailbox_rows) {
+  if (records >= 2 * inputs.top_k && records <= UINT32_MAX) {
+    inputs.full_cache_bytes =
+        ioworker::cache_bytes_for_slots(shape, static_cast<uint32_t>(records), max_clients, mailbox_rows);
+  }
+  inputs.slots_in = [shape, max_clients, mailbox_rows](uint64_t cache_bytes) -> uint64_t {
+    return ioworker::plan_cache_geometry(shape, cache_bytes, max_clients, mailbox_rows).slot_count;
+  };
+}
+
+}  // namespace
 
 PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
   PlanInputs inputs;
@@ -210,17 +228,56 @@ PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_
   if (inputs.moe_layers > 0) {
     inputs.cache_tables_bytes =
         ioworker::min_cache_bytes(container, max_clients, mailbox_rows) - 2 * inputs.top_k * inputs.record_stride;
-    const uint64_t records = container.record_count();
-    if (records >= 2 * inputs.top_k && records <= UINT32_MAX) {
-      inputs.full_cache_bytes = ioworker::cache_bytes_for_slots(
-          container, static_cast<uint32_t>(records), max_clients, mailbox_rows);
-    }
-    inputs.slots_in = [&container, max_clients, mailbox_rows](uint64_t cache_bytes) -> uint64_t {
-      return ioworker::plan_cache_geometry(container, cache_bytes, max_clients, mailbox_rows)
-          .slot_count;
-    };
+    add_cache_limits(inputs, ioworker::cache_shape(container), container.record_count(), max_clients, mailbox_rows);
   }
   return inputs;
+}
+
+PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint32_t max_clients,
+                       uint32_t mailbox_rows) {
+  PlanInputs inputs;
+  inputs.model = name;
+  const std::vector<MoeLayerSpec> moe = moe_inventory(config);
+  inputs.resident_bytes = trunk_file_bytes(trunk_inventory(config)) +
+                          moe.size() * kMatrixKinds.size() * kRvqStages * kCodebookBytes;
+  inputs.top_k = config.top_k;
+  inputs.moe_layers = moe.size();
+  if (!moe.empty()) {
+    inputs.record_stride = RecordLayout::compute(config.hidden, config.expert_width).stride;
+    const ioworker::CacheShape shape{static_cast<uint32_t>(inputs.record_stride), config.experts, config.hidden,
+                                     config.top_k};
+    inputs.cache_tables_bytes = ioworker::cache_bytes_for_slots(shape, 2 * config.top_k, max_clients, mailbox_rows) -
+                                2 * inputs.top_k * inputs.record_stride;
+    add_cache_limits(inputs, shape, uint64_t{config.experts} * moe.size(), max_clients, mailbox_rows);
+  }
+  return inputs;
+}
+
+nlohmann::json model_breakdown(const ModelConfig& config) {
+  std::map<std::string, uint64_t> bytes;
+  uint64_t trunk_params = 0;
+  for (const TensorSpec& t : trunk_inventory(config)) {
+    const char* component = "attention";
+    switch (t.role) {
+      case TensorRole::kEmbed: component = "embeddings"; break;
+      case TensorRole::kLmHead: component = "lm_head"; break;
+      case TensorRole::kDenseGate: case TensorRole::kDenseUp: case TensorRole::kDenseDown: component = "dense_ffn"; break;
+      case TensorRole::kRouter: case TensorRole::kRouterBias: component = "routers"; break;
+      case TensorRole::kSharedGate: case TensorRole::kSharedUp: case TensorRole::kSharedDown: component = "shared_experts"; break;
+      case TensorRole::kInputNorm: case TensorRole::kPostAttentionNorm: case TensorRole::kFinalNorm: component = "norms"; break;
+      default: break;
+    }
+    bytes[component] += trunk_tensor_bytes(t);
+    trunk_params += t.elements();
+  }
+  const uint64_t expert_params = 3ull * config.hidden * config.expert_width;
+  const uint64_t routed = expert_params * config.experts * config.moe_layers();
+  nlohmann::json trunk = nlohmann::json::object();
+  for (const auto& [component, n] : bytes) trunk[component] = n;
+  return {{"trunk_bytes_by_component", trunk},
+          {"params_total", trunk_params + routed},
+          {"params_routed_experts", routed},
+          {"params_active_per_token", trunk_params + expert_params * config.top_k * config.moe_layers()}};
 }
 
 MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
@@ -237,7 +294,7 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   MemoryPlan plan;
   plan.context = request.context;
   plan.trunk_bytes = inputs.resident_bytes;
-  plan.kv_bytes = uint64_t{config.layers} * request.context * config.kv_heads * config.head_dim * 2 * sizeof(float);
+  plan.kv_bytes = config.state_floats_per_token() * request.context * sizeof(float);
   plan.scratch_bytes = plan_scratch_bytes(config, request.context, kPlanChunkTokens);
   plan.record_stride = inputs.record_stride;
   const uint64_t top_k = inputs.top_k;
@@ -400,11 +457,20 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
 
 MemoryPlan plan_for(const Container& container, const std::string& budget, uint32_t context, const PlanRequest& shape) {
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  return plan_for(&container, config, container.dir(), budget, context, std::nullopt, shape);
+}
+
+MemoryPlan plan_for(const Container* container, const ModelConfig& config, const std::string& name,
+                    const std::string& budget, uint32_t context, std::optional<uint64_t> ram,
+                    const PlanRequest& shape) {
   PlanRequest request = shape;
   request.context = config.context_or_default(context);
   request.budget_bytes.reset();
   if (!budget.empty()) request.budget_bytes = parse_size(budget, "--budget");
-  return plan_memory(container, config, request, read_usable_ram());
+  UsableRam usable = ram ? UsableRam{*ram, *ram, "--ram"} : read_usable_ram();
+  const PlanInputs inputs = container ? plan_inputs(*container, request.max_clients, request.mailbox_rows)
+                                      : plan_inputs(config, name, request.max_clients, request.mailbox_rows);
+  return plan_memory(inputs, config, request, usable);
 }
 
 }  // namespace sluice

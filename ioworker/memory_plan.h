@@ -26,7 +26,7 @@ struct MemoryPlan {
   uint32_t context = 0;
   // The floor: everything but the cache, plus the smallest cache that works.
   uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin, both resident
-  uint64_t kv_bytes = 0;         // layers × ctx × kv_heads × head_dim × 2 (K, V) × 4 (f32)
+  uint64_t kv_bytes = 0;         // the mixers' state: ctx × state floats per token (ModelConfig) × 4 (f32)
   uint64_t scratch_bytes = 0;    // see plan_scratch_bytes()
   uint64_t record_stride = 0;    // largest record stride of any MoE layer
   uint64_t cache_tables_bytes = 0;  // the segment's own tables (header, stats, clients, index, rings, mailbox)
@@ -65,14 +65,14 @@ struct UsableRam {
 UsableRam read_usable_ram(const std::string& root = "");
 
 // Scratch estimate for a `chunk`-token prefill at `context`, f32 throughout:
-// activations chunk × (4·hidden + 2·heads·head_dim + 2·kv_heads·head_dim +
-// experts + top_k·hidden + 3·width) where width = max(expert_width,
-// dense_width); RVQ lookup tables chunk × (2·hidden + width) × 96 (3 stages ×
-// 256 entries per 8 columns); attention scores heads × context; logits vocab.
+// activations chunk × (4·hidden + the mixer's scratch (ModelConfig::
+// mixer_scratch_floats) + experts + top_k·hidden + 3·width) where width =
+// max(expert_width, dense_width, shared_width); RVQ lookup tables chunk ×
+// (2·hidden + width) × 96 (3 stages × 256 entries per 8 columns); attention
+// scores heads × context; logits vocab.
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk);
 
-// What the plan needs from a container's manifest. slots_in refers to the
-// container: use the inputs only while it is open.
+// What the plan needs from a container's manifest.
 struct PlanInputs {
   std::string model;            // names the container in errors
   uint64_t resident_bytes = 0;  // trunk.bin + codebooks.bin
@@ -88,6 +88,17 @@ struct PlanInputs {
 // The segment's tables are sized for `max_clients` clients and a mailbox of
 // `mailbox_rows` rows.
 PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_t mailbox_rows);
+// The same from a Hugging Face config alone, before anything is downloaded:
+// the trunk and codebooks as the converter would write them, records of
+// the family's expert shape. `name` names the config in errors.
+PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint32_t max_clients,
+                       uint32_t mailbox_rows);
+
+// The trunk as the converter stores it, by component (embeddings, lm_head,
+// attention, dense_ffn, routers, shared_experts, norms), and the parameter
+// counts: total, routed experts, and active per token (trunk + top-k
+// experts of every MoE layer).
+nlohmann::json model_breakdown(const ModelConfig& config);
 
 struct PlanRequest {
   uint32_t context = 4096;
@@ -116,6 +127,11 @@ MemoryPlan plan_memory(const Container& container, const ModelConfig& config, co
 // cache_bytes is what `sluice run`, sluice-io and the benchmarks size the
 // cache with.
 MemoryPlan plan_for(const Container& container, const std::string& budget, uint32_t context = 0,
+                    const PlanRequest& shape = {});
+// The same for a machine of `ram` bytes (std::nullopt: this one) and, when
+// `container` is null, for `config` alone.
+MemoryPlan plan_for(const Container* container, const ModelConfig& config, const std::string& name,
+                    const std::string& budget, uint32_t context, std::optional<uint64_t> ram,
                     const PlanRequest& shape = {});
 
 // Parses a size with an optional K/M/G/T suffix (1024-based, optional

@@ -32,29 +32,45 @@ void check_container(const Container& container) {
   if (container.moe_layers().empty()) fail("{}: the container has no expert layers, nothing to cache", container.dir());
 }
 
+shm::MailboxShape mailbox_of(const CacheShape& shape, uint32_t rows) {
+  return shm::MailboxShape{shape.hidden, std::max<uint32_t>(rows, 1), shape.top_k};
+}
+
 }  // namespace
 
 shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows) {
-  return shm::MailboxShape{container.hidden_size(), std::max<uint32_t>(rows, 1), container.top_k()};
+  return mailbox_of(cache_shape(container), rows);
+}
+
+CacheShape cache_shape(const Container& container) {
+  check_container(container);
+  return {container.largest_record_stride(), container.widest_moe_layer(), container.hidden_size(), container.top_k()};
+}
+
+uint64_t cache_bytes_for_slots(const CacheShape& shape, uint32_t slots, uint32_t max_clients, uint32_t mailbox_rows) {
+  const shm::Geometry g =
+      shm::geometry_for_slots(slots, shape.record_stride, max_clients, shape.experts, mailbox_of(shape, mailbox_rows));
+  return shm::compute_layout(g).total;
 }
 
 uint64_t cache_bytes_for_slots(const Container& container, uint32_t slots, uint32_t max_clients,
                                uint32_t mailbox_rows) {
-  check_container(container);
-  const shm::Geometry g = shm::geometry_for_slots(slots, container.largest_record_stride(), max_clients,
-                                                  container.widest_moe_layer(), mailbox_shape(container, mailbox_rows));
-  return shm::compute_layout(g).total;
+  return cache_bytes_for_slots(cache_shape(container), slots, max_clients, mailbox_rows);
 }
 
 uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
   return cache_bytes_for_slots(container, 2 * container.top_k(), max_clients, mailbox_rows);
 }
 
+shm::Geometry plan_cache_geometry(const CacheShape& shape, uint64_t cache_bytes, uint32_t max_clients,
+                                  uint32_t mailbox_rows) {
+  return shm::plan_geometry(cache_bytes, shape.record_stride, 2 * shape.top_k, max_clients, shape.experts,
+                            mailbox_of(shape, mailbox_rows));
+}
+
 shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
                                   uint32_t mailbox_rows) {
-  check_container(container);
-  return shm::plan_geometry(cache_bytes, container.largest_record_stride(), 2 * container.top_k(), max_clients,
-                            container.widest_moe_layer(), mailbox_shape(container, mailbox_rows));
+  return plan_cache_geometry(cache_shape(container), cache_bytes, max_clients, mailbox_rows);
 }
 
 class Worker::Impl {

@@ -45,8 +45,20 @@ struct WorkerOptions {
 // `rows` rows of the hidden size, top-k expert ids per row.
 shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows);
 
+// What a cache segment's size depends on, from a container or (for a plan
+// before any download) from a config.
+struct CacheShape {
+  uint32_t record_stride = 0;  // the largest record
+  uint32_t experts = 0;        // of the widest MoE layer
+  uint32_t hidden = 0;         // a mailbox row
+  uint32_t top_k = 0;
+};
+CacheShape cache_shape(const Container& container);
+
 // The bytes of a whole segment of `slots` slots for this container: slots
 // of the largest record and every table.
+uint64_t cache_bytes_for_slots(const CacheShape& shape, uint32_t slots, uint32_t max_clients,
+                               uint32_t mailbox_rows = 1);
 uint64_t cache_bytes_for_slots(const Container& container, uint32_t slots, uint32_t max_clients,
                                uint32_t mailbox_rows = 1);
 
@@ -56,6 +68,8 @@ uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint3
 
 // The segment geometry a budget buys for this container. Throws Error naming
 // the budget and the minimum when it holds fewer than 2 × top-k slots.
+shm::Geometry plan_cache_geometry(const CacheShape& shape, uint64_t cache_bytes, uint32_t max_clients,
+                                  uint32_t mailbox_rows = 1);
 shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
                                   uint32_t mailbox_rows = 1);
 

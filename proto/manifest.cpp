@@ -10,13 +10,14 @@
 #include <set>
 
 #include "proto/error.h"
+#include "proto/family_spec.h"
+#include "proto/model_config.h"
 
 namespace sluice {
 namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::string_view, 2> kKnownArchs = {"olmoe", "qwen3_moe"};
 
 // Wraps one manifest so each check can name the file and the field.
 class Fields {
@@ -117,19 +118,15 @@ class Fields {
   const std::string& path_;
 };
 
-void parse_config(const Fields& f, const json& root, Manifest& m) {
+// The config is validated by its family spec, the same reading every room
+// uses, so the manifest cannot accept what the model refuses.
+void parse_config(const Fields& f, const json& root, Manifest& m, const std::string& path) {
   m.config = f.object(root, "", "config");
-  m.layer_count =
-      static_cast<uint32_t>(f.integer(m.config, "config", "num_hidden_layers", 1, kMaxLayers));
-  m.vocab_size = static_cast<uint32_t>(f.integer(m.config, "config", "vocab_size", 1, kMaxVocab));
-  m.hidden_size =
-      static_cast<uint32_t>(f.integer(m.config, "config", "hidden_size", 1, kMaxHidden));
-  // Kimi-Linear spells it num_experts_per_token; every other family _tok.
-  const char* top_k_key =
-      m.config.contains("num_experts_per_tok") || !m.config.contains("num_experts_per_token")
-          ? "num_experts_per_tok"
-          : "num_experts_per_token";
-  m.top_k = static_cast<uint32_t>(f.integer(m.config, "config", top_k_key, 1, kMaxTopK));
+  const ModelConfig config = ModelConfig::from_json(m.arch, m.config, path + ": config");
+  m.layer_count = config.layers;
+  m.vocab_size = config.vocab;
+  m.hidden_size = config.hidden;
+  m.top_k = config.top_k;
 }
 
 void parse_expert_quant(const Fields& f, const json& root, Manifest& m) {
@@ -338,7 +335,7 @@ std::string bank_file_name(uint32_t layer) {
 }
 
 bool known_arch(std::string_view arch) {
-  return std::find(kKnownArchs.begin(), kKnownArchs.end(), arch) != kKnownArchs.end();
+  return find_family(arch) != nullptr;
 }
 
 uint64_t fnv1a64(std::string_view bytes) {
@@ -369,10 +366,9 @@ Manifest parse_manifest(std::string_view bytes, const std::string& path) {
   Manifest m;
   m.arch = f.string(root, "", "arch");
   if (!known_arch(m.arch)) {
-    fail("{}: unknown arch \"{}\" (this build runs {})", path, m.arch,
-         fmt::join(kKnownArchs, ", "));
+    fail("{}: unknown arch \"{}\" (this build runs {})", path, m.arch, supported_architectures());
   }
-  parse_config(f, root, m);
+  parse_config(f, root, m, path);
   parse_expert_quant(f, root, m);
   const json& source = f.member(root, "", "source");
   if (!source.is_object())

@@ -1,108 +1,57 @@
-// proto/model_config.cpp: family-specific reading of config.json.
+// proto/model_config.cpp: reading config.json through the family specs, and
+// the arithmetic every room derives from a config (RoPE frequencies, state
+// and scratch sizes, the attention scale).
 #include "proto/model_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include <fmt/format.h>
 
 #include "proto/error.h"
+#include "proto/family_spec.h"
 
 namespace sluice {
 namespace {
 
-uint32_t positive(const nlohmann::json& config, const char* key, uint32_t limit) {
-  if (!config.contains(key) || !config[key].is_number_integer()) fail("config.json: {} must be an integer", key);
-  const int64_t value = config[key].get<int64_t>();
-  if (value <= 0 || value > limit) fail("config.json: {} = {} is out of range (1..{})", key, value, limit);
-  return static_cast<uint32_t>(value);
+// YaRN's attention-magnitude correction (architectures.md §0.6).
+double yarn_mscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
-float number(const nlohmann::json& config, const char* key, float fallback) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  if (!config[key].is_number()) fail("config.json: {} must be a number", key);
-  return config[key].get<float>();
-}
-
-bool flag(const nlohmann::json& config, const char* key, bool fallback) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  if (!config[key].is_boolean()) fail("config.json: {} must be true or false", key);
-  return config[key].get<bool>();
-}
-
-std::vector<int32_t> token_ids(const nlohmann::json& config, const char* key) {
-  std::vector<int32_t> ids;
-  if (!config.contains(key) || config[key].is_null()) return ids;
-  const auto& value = config[key];
-  auto take = [&](const nlohmann::json& v) {
-    if (!v.is_number_integer()) fail("config.json: {} must hold token ids", key);
-    ids.push_back(v.get<int32_t>());
-  };
-  if (value.is_array()) {
-    for (const auto& v : value) take(v);
-  } else {
-    take(value);
-  }
-  return ids;
+// The rotary dimension pair index at which `rotations` full turns fit into
+// the original context.
+double yarn_correction_dim(double rotations, double dims, double base, double original) {
+  return dims * std::log(original / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
 }
 
 }  // namespace
 
-ModelConfig ModelConfig::from_json(const std::string& arch, const nlohmann::json& config) {
-  if (!config.is_object()) fail("config.json: not a JSON object");
+std::string supported_architectures() {
+  std::string names;
+  for (const FamilySpec* family : all_families()) {
+    if (!names.empty()) names += ", ";
+    names += family->model_type;
+  }
+  return names;
+}
+
+ModelConfig ModelConfig::from_json(const std::string& arch, const nlohmann::json& config, const std::string& where) {
+  const FamilySpec* family = find_family(arch);
+  if (family == nullptr) fail("{}: model_type {} is not supported (supported: {})", where, arch, supported_architectures());
+  const ConfigReader reader(config, where);
   ModelConfig c;
   c.arch = arch;
-  if (arch == "olmoe") {
-    c.family = Family::kOlmoe;
-    c.qk_norm = QkNorm::kWholeVector;
-  } else if (arch == "qwen3_moe") {
-    c.family = Family::kQwen3Moe;
-    c.qk_norm = QkNorm::kPerHead;
-  } else {
-    fail("architecture '{}' is not supported (supported: olmoe, qwen3_moe)", arch);
-  }
-  c.vocab = positive(config, "vocab_size", 1u << 20);
-  c.hidden = positive(config, "hidden_size", 65536);
-  c.layers = positive(config, "num_hidden_layers", 256);
-  c.heads = positive(config, "num_attention_heads", 1024);
-  c.kv_heads = config.contains("num_key_value_heads") ? positive(config, "num_key_value_heads", 1024) : c.heads;
-  c.head_dim = config.contains("head_dim") && !config["head_dim"].is_null() ? positive(config, "head_dim", 4096)
-                                                                            : c.hidden / c.heads;
-  if (c.heads % c.kv_heads != 0) {
-    fail("config.json: num_attention_heads {} is not a multiple of num_key_value_heads {}", c.heads, c.kv_heads);
-  }
-  if (c.head_dim % 2 != 0 || c.head_dim == 0) fail("config.json: head_dim {} must be even", c.head_dim);
-  c.experts = positive(config, "num_experts", 4096);
-  c.top_k = positive(config, "num_experts_per_tok", 64);
-  if (c.top_k > c.experts) fail("config.json: num_experts_per_tok {} exceeds num_experts {}", c.top_k, c.experts);
-  c.dense_width = positive(config, "intermediate_size", 1u << 20);
-  c.expert_width = c.family == Family::kOlmoe ? c.dense_width : positive(config, "moe_intermediate_size", 1u << 20);
-  c.norm_topk_prob = flag(config, "norm_topk_prob", c.family == Family::kQwen3Moe);
-  c.rms_eps = number(config, "rms_norm_eps", 1e-6f);
-  c.rope_theta = number(config, "rope_theta", 10000.0f);
-  c.clip_qkv = number(config, "clip_qkv", 0.0f);
-  c.tie_embeddings = flag(config, "tie_word_embeddings", false);
-  c.max_positions = config.contains("max_position_embeddings") ? positive(config, "max_position_embeddings", 1u << 24)
-                                                               : 4096;
-  if (!(c.rms_eps > 0.0f) || !(c.rope_theta > 0.0f)) fail("config.json: rms_norm_eps and rope_theta must be > 0");
-  if (config.contains("rope_scaling") && !config["rope_scaling"].is_null()) {
-    fail("config.json: rope_scaling is not supported yet for {}", arch);
-  }
-
-  c.layer_is_moe.assign(c.layers, true);
-  if (c.family == Family::kQwen3Moe) {
-    uint32_t step = config.contains("decoder_sparse_step") ? positive(config, "decoder_sparse_step", 256) : 1;
-    std::vector<bool> mlp_only(c.layers, false);
-    if (config.contains("mlp_only_layers") && !config["mlp_only_layers"].is_null()) {
-      if (!config["mlp_only_layers"].is_array()) fail("config.json: mlp_only_layers must be a list");
-      for (const auto& v : config["mlp_only_layers"]) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.layers) {
-          fail("config.json: mlp_only_layers holds {}, not a layer index", v.dump());
-        }
-        mlp_only[v.get<size_t>()] = true;
-      }
-    }
-    for (uint32_t i = 0; i < c.layers; ++i) c.layer_is_moe[i] = !mlp_only[i] && (i + 1) % step == 0;
-  }
-  c.eos_ids = token_ids(config, "eos_token_id");
+  family->read(reader, c);
   return c;
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& config, const std::string& where) {
+  if (!config.is_object()) fail("{}: not a JSON object", where);
+  const auto type = config.find("model_type");
+  if (type == config.end() || !type->is_string()) fail("{}: key model_type is missing", where);
+  return from_json(type->get<std::string>(), config, where);
 }
 
 uint32_t ModelConfig::context_or_default(uint32_t requested) const {
@@ -111,6 +60,63 @@ uint32_t ModelConfig::context_or_default(uint32_t requested) const {
     fail("--ctx {} exceeds the model's max_position_embeddings {}", requested, max_positions);
   }
   return requested;
+}
+
+uint32_t ModelConfig::moe_layers() const {
+  return static_cast<uint32_t>(std::count(layer_is_moe.begin(), layer_is_moe.end(), true));
+}
+
+uint64_t ModelConfig::state_floats_per_token() const {
+  const uint64_t per_layer =
+      mixer == MixerKind::kGqa ? uint64_t{2} * gqa.kv_heads * gqa.head_dim : uint64_t{mla.cached_width()};
+  return per_layer * layers;
+}
+
+uint64_t ModelConfig::mixer_scratch_floats() const {
+  if (mixer == MixerKind::kGqa) {
+    const uint64_t q = uint64_t{gqa.heads} * gqa.head_dim, kv = uint64_t{gqa.kv_heads} * gqa.head_dim;
+    return 2 * q + 2 * kv;
+  }
+  // The query (heads × qk), its absorbed latent form (heads × (latent + rope)),
+  // the per-head latent read-out, the value heads, and the latent row.
+  const uint64_t h = mla.heads;
+  return std::max<uint64_t>(mla.q_lora_rank, 1) + h * mla.qk_dim() + h * mla.cached_width() + h * mla.kv_lora_rank +
+         h * mla.v_dim + mla.cached_width();
+}
+
+float ModelConfig::attention_scale() const {
+  const double dims = mixer == MixerKind::kGqa ? gqa.head_dim : mla.qk_dim();
+  return static_cast<float>(rope.softmax_factor() / std::sqrt(dims));
+}
+
+std::vector<float> RopeConfig::inverse_frequencies() const {
+  const uint32_t pairs = dims / 2;
+  std::vector<float> inverse(pairs);
+  for (uint32_t i = 0; i < pairs; ++i) {
+    inverse[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dims));
+  }
+  if (!yarn) return inverse;
+  double low = std::floor(yarn_correction_dim(yarn->beta_fast, dims, theta, yarn->original_max_positions));
+  double high = std::ceil(yarn_correction_dim(yarn->beta_slow, dims, theta, yarn->original_max_positions));
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dims) - 1.0);
+  if (low == high) high += 0.001;
+  for (uint32_t i = 0; i < pairs; ++i) {
+    const auto ramp = static_cast<float>(std::clamp((i - low) / (high - low), 0.0, 1.0));
+    inverse[i] = inverse[i] / yarn->factor * ramp + inverse[i] * (1.0f - ramp);
+  }
+  return inverse;
+}
+
+double RopeConfig::amplitude() const {
+  if (!yarn) return 1.0;
+  return yarn_mscale(yarn->factor, yarn->mscale) / yarn_mscale(yarn->factor, yarn->mscale_all_dim);
+}
+
+double RopeConfig::softmax_factor() const {
+  if (!yarn || yarn->mscale_all_dim == 0.0f) return 1.0;
+  const double m = yarn_mscale(yarn->factor, yarn->mscale_all_dim);
+  return m * m;
 }
 
 }  // namespace sluice

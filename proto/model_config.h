@@ -1,9 +1,12 @@
-// proto/model_config.h: the hyperparameters of one model, read from
-// the checkpoint's config.json (kept verbatim in the container manifest) and
-// checked. Nothing here touches weights.
+// proto/model_config.h: the hyperparameters of one model, read from the
+// checkpoint's config.json (kept verbatim in the container manifest) by its
+// family spec (proto/families/) and checked. A model is a stack of layers,
+// each a mixer (GQA or MLA) plus an FFN (dense SwiGLU or MoE). Nothing here
+// touches weights.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,44 +14,137 @@
 
 namespace sluice {
 
-enum class Family { kOlmoe, kQwen3Moe };
+enum class MixerKind { kGqa, kMla };
 
 enum class QkNorm {
+  kNone,         // Mixtral
   kWholeVector,  // OLMoE: one RMSNorm over all heads' concatenated q (and k)
   kPerHead,      // Qwen3: one RMSNorm of head_dim applied to every head
 };
 
-struct ModelConfig {
-  Family family = Family::kOlmoe;
-  std::string arch;
-  uint32_t vocab = 0;
-  uint32_t hidden = 0;
-  uint32_t layers = 0;
+enum class RotaryPairing {
+  kHalfSplit,  // element i with i + d/2 (OLMoE, Qwen3, Mixtral)
+  kAdjacent,   // element 2i with 2i + 1 (the RoPE part of MLA)
+};
+
+// YaRN frequency blending (architectures.md §0.6).
+struct Yarn {
+  float factor = 1.0f;
+  float original_max_positions = 0.0f;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float mscale = 1.0f;
+  float mscale_all_dim = 0.0f;
+};
+
+struct RopeConfig {
+  float theta = 10000.0f;
+  uint32_t dims = 0;  // rotated dimensions per head
+  RotaryPairing pairing = RotaryPairing::kHalfSplit;
+  std::optional<Yarn> yarn;
+  // The inverse frequency of each rotated pair in f32 as transformers
+  // computes it, with YaRN's blend applied.
+  std::vector<float> inverse_frequencies() const;
+  // What cos/sin are multiplied by (YaRN's mscale ratio; 1 without YaRN).
+  double amplitude() const;
+  // What the attention softmax scale is multiplied by (YaRN's mscale² of
+  // mscale_all_dim; 1 without YaRN).
+  double softmax_factor() const;
+};
+
+struct GqaConfig {
   uint32_t heads = 0;
   uint32_t kv_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t dense_width = 0;   // intermediate_size of dense MLP layers
-  uint32_t expert_width = 0;  // width of each routed expert
+  QkNorm qk_norm = QkNorm::kNone;
+  float clip_qkv = 0.0f;  // 0: no clamping
+};
+
+// Multi-head latent attention, run in its absorbed form: the cache holds
+// the normed latent and the rotated shared key per token (§3.4).
+struct MlaConfig {
+  uint32_t heads = 0;
+  uint32_t q_lora_rank = 0;  // 0: queries from one q_proj
+  uint32_t kv_lora_rank = 0;
+  uint32_t nope_dim = 0;     // qk_nope_head_dim
+  uint32_t rope_dim = 0;     // qk_rope_head_dim
+  uint32_t v_dim = 0;        // v_head_dim
+  float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm
+  uint32_t qk_dim() const { return nope_dim + rope_dim; }
+  uint32_t cached_width() const { return kv_lora_rank + rope_dim; }
+};
+
+enum class RouterKind {
+  kSoftmax,  // softmax over all experts, top-k of the probabilities
+  kSigmoid,  // sigmoid scores, selection on score + bias within the best groups
+};
+
+// What the group-limited selection gives the experts of excluded groups
+// (§3.5, §10.2): DeepSeek's inference code masks with −∞ (the default),
+// transformers with 0.
+enum class GroupMask { kNegativeInfinity, kZero };
+
+struct RouterConfig {
+  RouterKind kind = RouterKind::kSoftmax;
   uint32_t experts = 0;
   uint32_t top_k = 0;
-  bool norm_topk_prob = false;
-  float rms_eps = 1e-6f;
-  float rope_theta = 10000.0f;
-  float clip_qkv = 0.0f;  // 0: no clamping
-  bool tie_embeddings = false;
-  QkNorm qk_norm = QkNorm::kPerHead;
-  uint32_t max_positions = 0;
-  std::vector<bool> layer_is_moe;
-  std::vector<int32_t> eos_ids;
+  bool normalize = false;   // renormalise the chosen weights to sum to 1
+  float scaling = 1.0f;     // routed_scaling_factor
+  bool score_bias = false;  // e_score_correction_bias, for selection only
+  uint32_t groups = 1;      // n_group
+  uint32_t topk_groups = 1;
+  GroupMask group_mask = GroupMask::kNegativeInfinity;
+};
 
-  // Throws Error naming the key when a value is missing, of the wrong type or
-  // out of range, or when the architecture is not one sluice runs.
-  static ModelConfig from_json(const std::string& arch, const nlohmann::json& config);
+struct ModelConfig {
+  std::string arch;  // model_type, as the family spec registers it
+  uint32_t vocab = 0;
+  uint32_t hidden = 0;
+  uint32_t layers = 0;
+  uint32_t dense_width = 0;   // intermediate_size of dense MLP layers
+  uint32_t expert_width = 0;  // width of each routed expert
+  uint32_t shared_width = 0;  // width of the shared expert FFN; 0: none
+  uint32_t experts = 0;
+  uint32_t top_k = 0;
+  float rms_eps = 1e-6f;
+  bool tie_embeddings = false;
+  uint32_t max_positions = 0;
+  std::vector<int32_t> eos_ids;
+  // Source tensors the model does not use (DeepSeek's multi-token
+  // prediction layers): the converter skips them and says so once.
+  uint32_t skipped_source_layers = 0;
+
+  MixerKind mixer = MixerKind::kGqa;
+  GqaConfig gqa;  // when mixer is kGqa
+  MlaConfig mla;  // when mixer is kMla
+  RopeConfig rope;
+  RouterConfig router;
+  std::vector<bool> layer_is_moe;
+
+  // Reads config.json with the family spec registered for `arch`. Throws
+  // Error naming the key when a value is missing, of the wrong type, out of
+  // range or not implemented, or when no family runs `arch`.
+  static ModelConfig from_json(const std::string& arch, const nlohmann::json& config,
+                               const std::string& where = "config.json");
+  // From config.json alone, the architecture being its model_type.
+  static ModelConfig from_json(const nlohmann::json& config, const std::string& where = "config.json");
 
   // The context length every command uses when --ctx is not given (0): the
   // model's max_position_embeddings, at most 4096. A larger request is an
   // Error naming --ctx.
   uint32_t context_or_default(uint32_t requested) const;
+
+  uint32_t moe_layers() const;
+  // f32 values the mixer keeps per token of context, over all layers.
+  uint64_t state_floats_per_token() const;
+  // Widest per-token activations of the mixer: queries and attention output.
+  uint64_t mixer_scratch_floats() const;
+  uint32_t attention_heads() const { return mixer == MixerKind::kGqa ? gqa.heads : mla.heads; }
+  // The attention softmax scale.
+  float attention_scale() const;
 };
+
+// The model types a family spec runs, for messages.
+std::string supported_architectures();
 
 }  // namespace sluice

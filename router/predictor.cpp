@@ -1,70 +1,58 @@
 // router/predictor.cpp: loads the routers and ranks experts. The logits come
-// from the same f32 matvec (and instruction set) as the model's; the softmax
-// and tie rule mirror compute/model/transformer.cpp route(), which the router
-// cannot link (compute/model hosts the router, not the other way round); a
-// test holds the two together.
+// from the same f32 matvec (and instruction set) as the model's, the ranking
+// from compute/routing, so a guess from the real input is the real routing.
 #include "router/predictor.h"
 
-#include <algorithm>
-#include <cmath>
-#include <numeric>
-
-#include <fmt/format.h>
-
 #include "compute/kernels/quant.h"
+#include "compute/routing/routing.h"
 #include "proto/container.h"
 #include "proto/error.h"
+#include "proto/tensor_inventory.h"
 
 namespace sluice::router {
+namespace {
 
-std::vector<uint32_t> rank_experts(std::span<const float> logits, uint32_t k) {
-  const auto count = static_cast<uint32_t>(logits.size());
-  k = std::min(k, count);
-  if (count == 0) return {};
-  // Probabilities, not logits: two logits that differ can round to the same
-  // probability, and the real router breaks that tie by id.
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<float> probs(count);
-  float total = 0.0f;
-  for (uint32_t e = 0; e < count; ++e) {
-    probs[e] = std::exp(logits[e] - max_logit);
-    total += probs[e];
+std::vector<float> load_f32(const Container& container, const std::string& name, uint64_t rows, uint64_t cols) {
+  const TrunkTensor tensor = container.load_trunk_tensor(name);
+  if (tensor.format() != TrunkFormat::kF32 || tensor.rows() * tensor.cols() != rows * cols) {
+    fail("{}: router tensor {} is [{}, {}] {}, expected f32 [{}, {}]", container.dir(), name, tensor.rows(),
+         tensor.cols(), trunk_format_name(tensor.format()), rows, cols);
   }
-  for (float& p : probs) p /= total;
-  std::vector<uint32_t> order(count);
-  std::iota(order.begin(), order.end(), 0u);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](uint32_t a, uint32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
-  order.resize(k);
-  return order;
+  return dequantize(tensor);
 }
 
-Predictor::Predictor(uint32_t hidden, uint32_t top_k, std::vector<std::span<const float>> routers)
-    : hidden_(hidden), top_k_(top_k), routers_(std::move(routers)), exec_{kernels::isa_from_environment(), nullptr} {
-  if (hidden_ == 0) fail("router: hidden size 0");
+}  // namespace
+
+Predictor::Predictor(const ModelConfig& config, std::vector<RouterWeights> routers)
+    : config_(config), routers_(std::move(routers)), exec_{kernels::isa_from_environment(), nullptr} {
+  if (routers_.size() != config_.layers) fail("router: {} routers for {} layers", routers_.size(), config_.layers);
   for (uint32_t l = 0; l < routers_.size(); ++l) {
-    if (routers_[l].size() % hidden_ != 0) {
-      fail("router: layer {} router has {} values, not a multiple of the hidden size {}", l, routers_[l].size(), hidden_);
+    if (routers_[l].matrix.empty()) continue;
+    if (routers_[l].matrix.size() != uint64_t{config_.experts} * config_.hidden ||
+        (config_.router.score_bias && routers_[l].bias.size() != config_.experts)) {
+      fail("router: layer {} router has {} values and {} biases, expected {} × {} and {}", l, routers_[l].matrix.size(),
+           routers_[l].bias.size(), config_.experts, config_.hidden, config_.router.score_bias ? config_.experts : 0);
     }
   }
 }
 
 Predictor::Predictor(const Container& container)
-    : hidden_(container.hidden_size()), top_k_(container.top_k()), exec_{kernels::isa_from_environment(), nullptr} {
-  loaded_.resize(container.layer_count());
+    : config_(ModelConfig::from_json(container.arch(), container.config())),
+      exec_{kernels::isa_from_environment(), nullptr} {
+  routers_.resize(config_.layers);
+  loaded_.reserve(2 * container.moe_layers().size());
   for (const MoeLayerInfo& info : container.moe_layers()) {
-    if (info.layer >= loaded_.size()) {
-      fail("{}: MoE layer {} is beyond the model's {} layers", container.dir(), info.layer, loaded_.size());
+    if (info.layer >= routers_.size() || !config_.layer_is_moe[info.layer]) {
+      fail("{}: layer {} has an expert bank but the config makes it dense or absent", container.dir(), info.layer);
     }
-    const std::string name = fmt::format("model.layers.{}.mlp.gate.weight", info.layer);
-    const TrunkTensor tensor = container.load_trunk_tensor(name);
-    if (tensor.format() != TrunkFormat::kF32 || tensor.rows() != info.experts || tensor.cols() != hidden_) {
-      fail("{}: router tensor {} is [{}, {}], expected f32 [{}, {}]", container.dir(), name, tensor.rows(),
-           tensor.cols(), info.experts, hidden_);
+    RouterWeights& weights = routers_[info.layer];
+    weights.matrix = loaded_.emplace_back(load_f32(container, tensor_name(config_, TensorRole::kRouter, info.layer),
+                                                   config_.experts, config_.hidden));
+    if (config_.router.score_bias) {
+      weights.bias = loaded_.emplace_back(
+          load_f32(container, tensor_name(config_, TensorRole::kRouterBias, info.layer), 1, config_.experts));
     }
-    loaded_[info.layer] = dequantize(tensor);
   }
-  routers_.assign(loaded_.begin(), loaded_.end());
 }
 
 std::optional<uint32_t> Predictor::next_moe_layer(uint32_t layer) const {
@@ -76,11 +64,13 @@ std::optional<uint32_t> Predictor::next_moe_layer(uint32_t layer) const {
 
 std::vector<uint32_t> Predictor::predict(uint32_t layer, std::span<const float> input, uint32_t k) const {
   if (!is_moe(layer)) fail("router: layer {} has no router (dense or out of range)", layer);
-  if (input.size() != hidden_) fail("router: input of layer {} has {} values, hidden size is {}", layer, input.size(), hidden_);
-  const auto experts = static_cast<uint32_t>(routers_[layer].size() / hidden_);
-  logits_.resize(experts);
-  kernels::f32_matvec(routers_[layer].data(), experts, hidden_, input.data(), logits_.data(), exec_);
-  return rank_experts(logits_, k);
+  if (input.size() != config_.hidden) {
+    fail("router: input of layer {} has {} values, hidden size is {}", layer, input.size(), config_.hidden);
+  }
+  logits_.resize(config_.experts);
+  kernels::f32_matvec(routers_[layer].matrix.data(), config_.experts, config_.hidden, input.data(), logits_.data(),
+                      exec_);
+  return rank_experts(config_.router, logits_, routers_[layer].bias, k);
 }
 
 }  // namespace sluice::router

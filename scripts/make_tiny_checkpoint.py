@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # scripts/make_tiny_checkpoint.py: writes a random-weight checkpoint in the exact
-# Hugging Face layout (config, safetensors, tokenizer) for tests and benchmarks.
-# Weights are a pure function of (config, seed); nothing here reads a real model.
+# Hugging Face layout (config, safetensors, tokenizer) for tests and benchmarks,
+# optionally fp8 with block scales and DeepSeek's MTP layer. Weights are a pure
+# function of (config, seed); nothing here reads a real model.
 import argparse
 import json
 import os
@@ -10,7 +11,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, bpe, families, safetensors  # noqa: E402
+from sluicepy import SluiceError, bpe, families, fp8, safetensors  # noqa: E402
 
 _DTYPES = {"bf16": ("BF16", "bfloat16"), "f16": ("F16", "float16"), "f32": ("F32", "float32")}
 
@@ -29,6 +30,29 @@ class RandomTensor:
         return values if dtype is None else values.astype(dtype)
 
 
+class Fp8Values:
+    """What an F8_E4M3 weight stores: W / its block scale (encoded when written)."""
+
+    def __init__(self, weight):
+        self.weight, self.shape = weight, weight.shape
+
+    def __array__(self, dtype=None):
+        w = np.asarray(self.weight)
+        values = w / fp8.expand_scales(fp8.block_scales(w), w.shape)
+        return values if dtype is None else values.astype(dtype)
+
+
+class Fp8Scales:
+    """The F32 `<name>_scale_inv` of an fp8 weight: amax/448 of each 128x128 block."""
+
+    def __init__(self, weight):
+        self.weight, self.shape = weight, tuple(fp8.scale_shape(weight.shape))
+
+    def __array__(self, dtype=None):
+        scales = fp8.block_scales(np.asarray(self.weight))
+        return scales if dtype is None else scales.astype(dtype)
+
+
 def parse_sets(pairs):
     out = {}
     for pair in pairs:
@@ -43,13 +67,9 @@ def parse_sets(pairs):
 
 
 def check_config(config):
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    if heads % kv_heads != 0:
-        raise SluiceError(f"config: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    if families.head_dim(config) % 2 != 0:
-        raise SluiceError(f"config: head_dim {families.head_dim(config)} must be even for RoPE")
-    if config["num_experts_per_tok"] > config["num_experts"]:
-        raise SluiceError("config: num_experts_per_tok exceeds num_experts")
+    resolved = families.resolve(config)  # refuses what the reference could not run
+    if families.family_of(config) not in families.MLA_FAMILIES and families.head_dim(resolved) % 2 != 0:
+        raise SluiceError(f"config: head_dim {families.head_dim(resolved)} must be even for RoPE")
 
 
 def write_json(path, value):
@@ -58,18 +78,33 @@ def write_json(path, value):
         f.write("\n")
 
 
-def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=None):
-    """Writes the checkpoint and returns its config."""
+def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=None, use_fp8=False):
+    """Writes the checkpoint and returns its config. `use_fp8` stores the §0.9
+    tensors as F8_E4M3 with F32 `_scale_inv` block scales (DeepSeek/K2 only)."""
     config = families.tiny_config(family)
     config.update(overrides or {})
     config["torch_dtype"] = _DTYPES[dtype][1]
+    if use_fp8:
+        if family not in families.MLA_FAMILIES:
+            raise SluiceError(f"--fp8: only {', '.join(families.MLA_FAMILIES)} ship fp8 checkpoints")
+        config["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                         "weight_block_size": [fp8.BLOCK, fp8.BLOCK]}
     check_config(config)
     os.makedirs(out_dir, exist_ok=True)
-    tensors = {}
-    for index, (name, shape) in enumerate(families.tensor_shapes(config).items()):
+    tensors, dtypes = {}, {}
+    # MTP tensors come last so the main model's weights do not depend on them.
+    shapes = {**families.tensor_shapes(config), **families.mtp_tensor_shapes(config)}
+    for index, (name, shape) in enumerate(shapes.items()):
         mean, std = families.init_std_and_mean(config, name)
-        tensors[name] = RandomTensor(shape, mean, std, seed, index)
-    safetensors.save_checkpoint(out_dir, tensors, _DTYPES[dtype][0], shards)
+        weight = RandomTensor(shape, mean, std, seed, index)
+        if use_fp8 and families.is_fp8_tensor(name):
+            tensors[name], dtypes[name] = Fp8Values(weight), "F8_E4M3"
+            scale = name + safetensors.SCALE_SUFFIX
+            tensors[scale], dtypes[scale] = Fp8Scales(weight), "F32"
+        else:
+            tensors[name] = weight
+            dtypes[name] = "F32" if name.endswith("e_score_correction_bias") else _DTYPES[dtype][0]
+    safetensors.save_checkpoint(out_dir, tensors, dtypes, shards)
     write_json(os.path.join(out_dir, "config.json"), config)
     write_json(os.path.join(out_dir, "tokenizer.json"), bpe.build_tokenizer_json(family, config["vocab_size"]))
     write_json(os.path.join(out_dir, "tokenizer_config.json"), bpe.build_tokenizer_config(family, config))
@@ -79,18 +114,23 @@ def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=N
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Write a tiny random checkpoint in the Hugging Face layout "
-                    "(architectures.md §7: linear N(0,0.02²), router N(0,(2/√hidden)²), norms 1+N(0,0.1²)).")
+                    "(architectures.md §7: linear N(0,0.02²), router N(0,(2/√hidden)²), "
+                    "e_score_correction_bias N(0,0.05²) f32, norms 1+N(0,0.1²)). "
+                    "DeepSeek's MTP layer: --set num_nextn_predict_layers=1.")
     parser.add_argument("family", choices=families.FAMILIES)
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
     parser.add_argument("--shards", type=int, default=1,
                         help="K>1 writes model-0000i-of-0000K.safetensors plus model.safetensors.index.json")
+    parser.add_argument("--fp8", action="store_true",
+                        help="deepseek_v3/kimi_k2: F8_E4M3 projections and experts with 128x128 F32 "
+                             "weight_scale_inv blocks and a quantization_config (§0.9)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key with a JSON value (repeatable), e.g. --set num_experts=64")
     args = parser.parse_args(argv)
     try:
-        make_checkpoint(args.family, args.out_dir, args.seed, args.dtype, args.shards, parse_sets(args.set))
+        make_checkpoint(args.family, args.out_dir, args.seed, args.dtype, args.shards, parse_sets(args.set), args.fp8)
     except SluiceError as e:
         print(f"make_tiny_checkpoint: error: {e}", file=sys.stderr)
         return 1

@@ -11,11 +11,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, container, safetensors  # noqa: E402
+from sluicepy import SluiceError, container, mla, routing, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 
 _DESCRIPTION = """\
-Run OLMoE / Qwen3-MoE in f32 from the published equations and dump logits.
+Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral in f32 from the
+published equations and dump logits. A checkpoint's fp8 weights are dequantized
+by their block scales; a container's weights are the engine's quantized ones.
+Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
 
 Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
   row 0      logits at the prompt's last position;
@@ -23,7 +26,8 @@ Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
 Generated token i is chosen from row i-1: greedy (--temp 0) takes the lowest
 id among equal maxima; --temp T>0 samples softmax(row/T) with a torch generator
 seeded by --seed (not the engine's sampler; compare logits at --temp 0 only).
-Routing takes the top-k softmax probabilities; ties go to the lower expert id.
+Routing ties go to the lower expert id. MLA runs in its expanded form (full
+keys and values per head, as HF caches) unless --mla absorbed.
 """
 
 
@@ -45,12 +49,25 @@ def load_weights(path):
     return config, safetensors.load_checkpoint(path)
 
 
-def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True):
-    """Returns (logits [1 + steps, vocab], generated token ids)."""
+def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None):
+    """Returns (logits [1 + steps, vocab], generated token ids). `routes`, when a
+    list, receives one {"tok": position, "layers": [[expert ids], ...]} per token fed
+    (the layout of `sluice run --trace-out`; needs the cache)."""
+    if routes is not None and not use_cache:
+        raise SluiceError("--trace-out needs the KV cache (drop --no-kv-cache)")
     generator = torch.Generator().manual_seed(seed)
     cache = model.new_cache()
+
+    def feed(ids):
+        start, trace = cache.length, None if routes is None else []
+        logits = model.forward(ids, cache, trace)
+        if trace is not None:
+            routes.extend({"tok": start + t, "layers": [chosen[t].tolist() for _, chosen, _ in trace]}
+                          for t in range(len(ids)))
+        return logits
+
     with torch.no_grad():
-        rows = [model.forward(prompt, cache)[-1]]
+        rows = [feed(prompt)[-1]]
         tokens = []
         for _ in range(steps):
             last = rows[-1]
@@ -60,7 +77,7 @@ def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True):
                 token = int(torch.argmax(last))  # first index among equal maxima
             tokens.append(token)
             if use_cache:
-                rows.append(model.forward([token], cache)[-1])
+                rows.append(feed([token])[-1])
             else:
                 rows.append(model.forward(prompt + tokens, model.new_cache())[-1])
     return torch.stack(rows), tokens
@@ -70,7 +87,9 @@ def relative_errors(quantized, original):
     """Frobenius ||Q - W|| / ||W|| summarised per expert matrix kind and trunk format."""
     groups = {}
     for name, q in quantized.items():
-        w = original[name]
+        w = original.get(name)
+        if w is None:
+            raise SluiceError(f"--compare: the checkpoint lacks tensor {name} that the container holds")
         err = float(np.linalg.norm(q - w) / max(np.linalg.norm(w), 1e-30))
         kind = name.rsplit(".", 2)[-2] if ".experts." in name else "trunk:" + name.split(".")[-2]
         groups.setdefault(kind, []).append(err)
@@ -78,16 +97,17 @@ def relative_errors(quantized, original):
             for k, v in sorted(groups.items())}
 
 
-def compare(model_path, hf_dir, prompt, steps):
+def compare(model_path, hf_dir, prompt, steps, **options):
     """Quantization cost: the container's greedy run against the original
     weights teacher-forced on the same tokens."""
     if not is_container(model_path):
         raise SluiceError(f"--compare: {model_path} is not a sluice container")
     qconfig, qweights = load_weights(model_path)
     config, weights = load_weights(hf_dir)
-    q_logits, tokens = generate(MoeModel(qconfig, qweights), prompt, steps)
+    q_logits, tokens = generate(MoeModel(qconfig, qweights, **options), prompt, steps)
     with torch.no_grad():
-        full = MoeModel(config, weights).forward(prompt + tokens, MoeModel(config, weights).new_cache())
+        original = MoeModel(config, weights, **options)
+        full = original.forward(prompt + tokens, original.new_cache())
     ref = full[len(prompt) - 1:]
     diff = (q_logits - ref).abs()
     return {"tokens": tokens, "rows": int(ref.shape[0]),
@@ -108,6 +128,14 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help='print {"tokens": [...]} instead of ids')
     parser.add_argument("--no-kv-cache", action="store_true",
                         help="recompute the whole sequence at every step (checks the cache)")
+    parser.add_argument("--trace-out", metavar="FILE",
+                        help="write the routing as JSON lines, one per token fed: "
+                             '{"tok": N, "layers": [[expert ids, largest weight first], ...]} (as sluice run)')
+    parser.add_argument("--mla", choices=mla.FORMS, default=mla.EXPANDED,
+                        help="DeepSeek/K2 attention form (both give the same logits up to rounding)")
+    parser.add_argument("--group-exclusion", choices=routing.EXCLUSIONS, default=routing.EXCLUDE_ZERO,
+                        help="DeepSeek/K2 routing: score of experts in unkept groups before the final top-k "
+                             "(zero: the released HF code; neg-inf: DeepSeek's inference script)")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "
@@ -121,12 +149,17 @@ def main(argv=None):
             raise SluiceError(f"--prompt-ids {args.prompt_ids!r}: expected comma-separated integers") from None
         if not prompt or args.n < 0:
             raise SluiceError("--prompt-ids needs at least one id and -n must be >= 0")
+        options = {"mla_form": args.mla, "exclusion": args.group_exclusion}
         if args.compare:
-            print(json.dumps(compare(args.model, args.compare, prompt, args.n), indent=2))
+            print(json.dumps(compare(args.model, args.compare, prompt, args.n, **options), indent=2))
             return 0
         config, weights = load_weights(args.model)
-        logits, tokens = generate(MoeModel(config, weights), prompt, args.n, args.temp, args.seed,
-                                  not args.no_kv_cache)
+        routes = [] if args.trace_out else None
+        logits, tokens = generate(MoeModel(config, weights, **options), prompt, args.n, args.temp, args.seed,
+                                  not args.no_kv_cache, routes)
+        if args.trace_out:
+            with open(args.trace_out, "w") as f:
+                f.writelines(json.dumps(row) + "\n" for row in routes)
         if args.dump_logits:
             logits.numpy().astype("<f4").tofile(args.dump_logits)
         print(json.dumps({"tokens": tokens}) if args.json else ",".join(map(str, tokens)))

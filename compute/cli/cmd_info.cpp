@@ -13,6 +13,7 @@
 #include "compute/cli/commands.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
+#include "proto/model_config.h"
 
 namespace sluice::cli {
 namespace {
@@ -31,6 +32,63 @@ std::string layer_range(const std::vector<MoeLayerInfo>& layers, Get get) {
     hi = std::max<uint64_t>(hi, get(layer));
   }
   return lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
+}
+
+// The layer pattern as its family spec reads it, so a user sees which
+// mixer, router and variant (e.g. the group mask) is in effect.
+nlohmann::json describe_model(const ModelConfig& m) {
+  nlohmann::json mixer;
+  if (m.mixer == MixerKind::kGqa) {
+    const char* norms[] = {"none", "whole vector", "per head"};
+    mixer = {{"kind", "gqa"}, {"heads", m.gqa.heads}, {"kv_heads", m.gqa.kv_heads}, {"head_dim", m.gqa.head_dim},
+             {"qk_norm", norms[static_cast<int>(m.gqa.qk_norm)]}};
+  } else {
+    mixer = {{"kind", "mla"}, {"heads", m.mla.heads}, {"q_lora_rank", m.mla.q_lora_rank},
+             {"kv_lora_rank", m.mla.kv_lora_rank}, {"rope_dim", m.mla.rope_dim}, {"nope_dim", m.mla.nope_dim},
+             {"v_dim", m.mla.v_dim}};
+  }
+  mixer["rope_theta"] = m.rope.theta;
+  mixer["yarn_factor"] = m.rope.yarn ? nlohmann::json(m.rope.yarn->factor) : nlohmann::json();
+  const RouterConfig& r = m.router;
+  nlohmann::json router = {{"kind", r.kind == RouterKind::kSoftmax ? "softmax" : "sigmoid"},
+                           {"experts", r.experts}, {"top_k", r.top_k}, {"renormalize", r.normalize},
+                           {"scaling", r.scaling}, {"score_bias", r.score_bias}};
+  if (r.kind == RouterKind::kSigmoid) {
+    router["groups"] = r.groups;
+    router["topk_groups"] = r.topk_groups;
+    router["excluded_groups_score"] = r.group_mask == GroupMask::kZero ? "0" : "-inf";
+  }
+  nlohmann::json dense = nlohmann::json::array();
+  for (uint32_t i = 0; i < m.layers; ++i) {
+    if (!m.layer_is_moe[i]) dense.push_back(i);
+  }
+  return {{"mixer", mixer}, {"router", router}, {"dense_layers", dense}, {"shared_expert_width", m.shared_width},
+          {"state_bytes_per_token", m.state_floats_per_token() * sizeof(float)}};
+}
+
+std::string mixer_line(const nlohmann::json& mixer) {
+  std::string line = mixer["kind"] == "gqa"
+                         ? fmt::format("GQA, {} heads, {} KV heads of {}, q/k norm {}", mixer["heads"].get<int>(),
+                                       mixer["kv_heads"].get<int>(), mixer["head_dim"].get<int>(),
+                                       mixer["qk_norm"].get<std::string>())
+                         : fmt::format("MLA (absorbed), {} heads, latent {} + rope {}, query rank {}",
+                                       mixer["heads"].get<int>(), mixer["kv_lora_rank"].get<int>(),
+                                       mixer["rope_dim"].get<int>(), mixer["q_lora_rank"].get<int>());
+  if (!mixer["yarn_factor"].is_null()) line += fmt::format(", YaRN x{}", mixer["yarn_factor"].get<double>());
+  return line;
+}
+
+std::string router_line(const nlohmann::json& r) {
+  std::string line = fmt::format("{} top-{} of {}", r["kind"].get<std::string>(), r["top_k"].get<int>(),
+                                 r["experts"].get<int>());
+  if (r["score_bias"].get<bool>()) line += ", bias for selection";
+  if (r.contains("groups") && r["groups"].get<int>() > 1) {
+    line += fmt::format(", best {} of {} groups (others score {})", r["topk_groups"].get<int>(), r["groups"].get<int>(),
+                        r["excluded_groups_score"].get<std::string>());
+  }
+  line += r["renormalize"].get<bool>() ? ", renormalised" : ", not renormalised";
+  if (r["scaling"].get<double>() != 1.0) line += fmt::format(", x{}", r["scaling"].get<double>());
+  return line;
 }
 
 nlohmann::json describe(const Container& c) {
@@ -84,6 +142,7 @@ nlohmann::json describe(const Container& c) {
       {"o_direct", direct_banks == static_cast<int>(layers.size())},
       {"o_direct_banks", direct_banks},
       {"moe_layer_table", table},
+      {"model", describe_model(ModelConfig::from_json(c.arch(), c.config()))},
   };
 }
 
@@ -101,6 +160,16 @@ void print_text(const Container& c, const nlohmann::json& d) {
   fmt::print("expert width   {}\n",
              layer_range(layers, [](const MoeLayerInfo& l) { return l.expert_width; }));
   fmt::print("vocabulary     {}\n", c.vocab_size());
+  const nlohmann::json& model = d["model"];
+  fmt::print("attention      {}\n", mixer_line(model["mixer"]));
+  fmt::print("routing        {}\n", router_line(model["router"]));
+  if (!model["dense_layers"].empty()) {
+    fmt::print("dense layers   {}\n", fmt::join(model["dense_layers"].get<std::vector<uint32_t>>(), ", "));
+  }
+  if (model["shared_expert_width"].get<int>() > 0) {
+    fmt::print("shared expert  width {}\n", model["shared_expert_width"].get<int>());
+  }
+  fmt::print("state          {} per token of context\n", human_bytes(model["state_bytes_per_token"].get<uint64_t>()));
   fmt::print("trunk          {} in {} tensors\n", human_bytes(c.trunk_bytes()),
              c.trunk_tensors().size());
   fmt::print("experts        {} in {} banks, {} records\n", human_bytes(c.expert_bytes()),

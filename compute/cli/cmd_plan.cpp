@@ -1,7 +1,10 @@
-// compute/cli/cmd_plan.cpp: `sluice plan MODEL [--ctx N] [--budget SIZE]
-// [--json]`: the floor, working set and budget of ioworker/memory_plan.h
-// for a container. It reads the manifest only; it never loads the trunk.
+// compute/cli/cmd_plan.cpp: `sluice plan (MODEL | --config config.json)
+// [--ctx N] [--budget SIZE] [--ram SIZE] [--json]`: the floor, working set
+// and budget of ioworker/memory_plan.h, for a container (reading its manifest
+// only, never the trunk) or for a Hugging Face config before any download.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,37 +14,92 @@
 #include "compute/cli/commands.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
+#include "proto/error.h"
+#include "proto/model_config.h"
 
 namespace sluice::cli {
+namespace {
+
+std::string read_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void print_breakdown(const nlohmann::json& model) {
+  fmt::print("trunk by component:\n");
+  for (const auto& [component, bytes] : model["trunk_bytes_by_component"].items()) {
+    fmt::print("  {:<16} {}\n", component, format_bytes(bytes.get<uint64_t>()));
+  }
+  fmt::print("parameters       {:.3f} B in all, {:.3f} B routed experts, {:.3f} B active per token\n",
+             model["params_total"].get<double>() / 1e9, model["params_routed_experts"].get<double>() / 1e9,
+             model["params_active_per_token"].get<double>() / 1e9);
+}
+
+}  // namespace
 
 void add_plan_command(CLI::App& app) {
   struct Options {
     std::string model;
+    std::string config;
     uint32_t context = 0;
     std::string budget;
+    std::string ram;
     bool force = false;
     bool json = false;
   };
   auto options = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("plan", "Print the memory floor, working set and budget for a container");
-  cmd->add_option("MODEL", options->model, "Container directory (NAME.sluice)")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Print the memory floor, working set and budget for a container, or for a config.json alone");
+  auto* model = cmd->add_option("MODEL", options->model, "Container directory (NAME.sluice)");
+  cmd->add_option("--config", options->config, "Plan from a Hugging Face config.json instead of a container")
+      ->excludes(model);
   cmd->add_option("--ctx", options->context,
-                  "Context length the KV cache is sized for (default: the model's, at most 4096)")
+                  "Context length the mixers' state is sized for (default: the model's, at most 4096)")
       ->check(at_least_one());
-  cmd->add_option("--budget", options->budget,
-                  "Use this budget (K/M/G/T, 1024-based) instead of choosing one")
+  cmd->add_option("--budget", options->budget, "Use this budget (K/M/G/T, 1024-based) instead of choosing one")
       ->check(memory_size());
   cmd->add_flag("--force", options->force, "Take a --budget above the usable memory");
+  cmd->add_option("--ram", options->ram, "Choose the budget for a machine with this much RAM (default: this one)")
+      ->check(memory_size());
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
+    if (options->model.empty() && options->config.empty()) usage_error("give a container or --config config.json");
+    std::optional<uint64_t> ram;
+    if (!options->ram.empty()) ram = parse_size(options->ram, "--ram");
+    std::optional<Container> container;
+    ModelConfig config;
+    std::string name;
+    if (!options->model.empty()) {
+      container.emplace(Container::open(options->model));
+      config = ModelConfig::from_json(container->arch(), container->config());
+      name = container->dir();
+    } else {
+      name = options->config;
+      nlohmann::json parsed;
+      try {
+        parsed = nlohmann::json::parse(read_config(options->config));
+      } catch (const nlohmann::json::exception& e) {
+        fail("{}: not valid JSON: {}", options->config, e.what());
+      }
+      config = ModelConfig::from_json(parsed, options->config);
+    }
     PlanRequest shape;
     shape.force = options->force;
     const MemoryPlan plan =
-        plan_for(Container::open(options->model), options->budget, options->context, shape);
+        plan_for(container ? &*container : nullptr, config, name, options->budget, options->context, ram, shape);
+    const nlohmann::json breakdown = model_breakdown(config);
     if (options->json) {
-      fmt::print("{}\n", plan_to_json(plan).dump());
+      nlohmann::json out = plan_to_json(plan);
+      out["arch"] = config.arch;
+      out["model"] = breakdown;
+      out["cold_bytes_per_token"] = plan.working_set_bytes;
+      fmt::print("{}\n", out.dump());
     } else {
       fmt::print("{}", describe_plan(plan));
+      print_breakdown(breakdown);
     }
   });
 }

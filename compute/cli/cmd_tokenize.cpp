@@ -41,8 +41,10 @@ void add_source_options(CLI::App* cmd, Source& source, const char* input_name,
              input_name))
       ->expected(1, several_inputs ? CLI::detail::expected_max_vector_size : 2)
       ->required();
-  cmd->add_option("--tokenizer", source.tokenizer_file,
-                  "a tokenizer.json to use instead of a container's (a tokenizer_config.json beside it is read too)");
+  cmd->add_option(
+      "--tokenizer", source.tokenizer_file,
+      "a tokenizer.json or tiktoken.model to use instead of a container's (a tokenizer_config.json "
+      "beside it is read too)");
 }
 
 // Resolves the tokenizer and returns it with the remaining INPUT argument.

@@ -34,6 +34,8 @@ class ConvertProgress {
   virtual void phase(const std::string& what) = 0;
   virtual void advance(uint64_t weights) = 0;
   virtual void finish() = 0;
+  // A one-off remark for the user (something skipped on purpose).
+  virtual void note(const std::string& /*what*/) {}
 };
 
 // Progress on stderr: a redrawn bar with ETA when stderr is a terminal, a

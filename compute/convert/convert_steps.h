@@ -30,10 +30,13 @@ struct Source {
   nlohmann::ordered_json identity;  // manifest "source"
   std::vector<std::pair<std::string, std::string>> tokenizer_files;  // name, bytes
   nlohmann::ordered_json chat_template;                               // string or null
+  // Source tensors the model does not run (multi-token prediction layers).
+  uint64_t skipped_tensors = 0;
 };
 Source open_source(FileSystem& fs, const std::string& dir);
 
-// Reads a tensor as f32, refusing NaN or infinite values by tensor name.
+// Reads a tensor as f32, refusing NaN or infinite values by tensor name. An
+// fp8 tensor is multiplied by its 128×128 block scales (`…_scale_inv`).
 std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor);
 
 struct TrunkEntry {
@@ -50,7 +53,7 @@ std::array<ErrorSums, 2> write_trunk(const Checkpoint& checkpoint, const std::ve
 
 // Samples, trains the layer's 9 codebooks, writes them to `codebook_path`,
 // then encodes every expert into `bank_path`. Returns per-kind error sums.
-std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const MoeLayerPlan& layer,
+std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const ModelConfig& config, const MoeLayerPlan& layer,
                                        const ConvertOptions& options, const std::string& codebook_path,
                                        const std::string& bank_path, ConvertProgress& progress);
 

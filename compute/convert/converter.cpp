@@ -41,9 +41,9 @@ std::optional<Json> read_json(const fs::path& path) {
 }
 
 bool is_container_file(const std::string& name) {
-  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" || name == "tokenizer.json" ||
-         name == "tokenizer_config.json" || (name.starts_with("experts-L") && name.ends_with(".bin")) ||
-         name.ends_with(".tmp");
+  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" ||
+         name == "tokenizer.json" || name == "tiktoken.model" || name == "tokenizer_config.json" ||
+         (name.starts_with("experts-L") && name.ends_with(".bin")) || name.ends_with(".tmp");
 }
 
 // Removes what a conversion writes (the manifest first, so the directory
@@ -188,6 +188,11 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 
   Json summary{{"source", options.source_dir}, {"output", options.output_dir}, {"arch", plan.arch},
                {"threads", options.threads}, {"search", search_uses_avx2() ? "avx2" : "scalar"}};
+  if (source.skipped_tensors > 0) {
+    summary["skipped_tensors"] = source.skipped_tensors;
+    progress.note(fmt::format("skipping {} tensors of the multi-token-prediction layer{} (not run by sluice)",
+                              source.skipped_tensors, plan.config.skipped_source_layers > 1 ? "s" : ""));
+  }
   const Start start = prepare_output(out, state, options.force);
   if (start == Start::kComplete) {
     summary["already_complete"] = true;
@@ -235,7 +240,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     bool resumed = true;
     if (!fs::exists(stats_path)) {
       resumed = false;
-      const auto errors = convert_layer(source.checkpoint, layer, options, (work / fmt::format("codebooks-{}.bin", tag)).string(),
+      const auto errors = convert_layer(source.checkpoint, plan.config, layer, options, (work / fmt::format("codebooks-{}.bin", tag)).string(),
                                         (out / fmt::format("experts-{}.bin", tag)).string(), progress);
       Json stats;
       for (int k = 0; k < 3; ++k) stats[kKindNames[k]] = sums_json(errors[k]);

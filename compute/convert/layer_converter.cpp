@@ -19,9 +19,10 @@ namespace {
 
 constexpr uint64_t kSampleSalt = 0x5a3;
 
-std::array<std::string, 3> expert_names(uint32_t layer, uint32_t expert) {
-  return {expert_tensor_name(layer, expert, MatrixKind::kGate), expert_tensor_name(layer, expert, MatrixKind::kUp),
-          expert_tensor_name(layer, expert, MatrixKind::kDown)};
+std::array<std::string, 3> expert_names(const ModelConfig& config, uint32_t layer, uint32_t expert) {
+  return {expert_tensor_name(config, layer, expert, MatrixKind::kGate),
+          expert_tensor_name(config, layer, expert, MatrixKind::kUp),
+          expert_tensor_name(config, layer, expert, MatrixKind::kDown)};
 }
 
 }  // namespace
@@ -46,7 +47,7 @@ std::vector<uint64_t> sample_positions(uint64_t total, uint64_t wanted, uint64_t
   return positions;
 }
 
-std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const MoeLayerPlan& layer,
+std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const ModelConfig& config, const MoeLayerPlan& layer,
                                        const ConvertOptions& options, const std::string& codebook_path,
                                        const std::string& bank_path, ConvertProgress& progress) {
   const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
@@ -63,7 +64,7 @@ std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const MoeLa
 
   progress.phase(fmt::format("layer {}: sampling", layer.layer));
   parallel_for(layer.experts, options.threads, [&](size_t e) {
-    const auto names = expert_names(layer.layer, static_cast<uint32_t>(e));
+    const auto names = expert_names(config, layer.layer, static_cast<uint32_t>(e));
     std::vector<float> u;
     std::vector<uint16_t> scales;
     for (int k = 0; k < 3; ++k) {
@@ -101,7 +102,7 @@ std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const MoeLa
   AtomicFile bank(bank_path);
   std::vector<std::array<ErrorSums, 3>> expert_errors(layer.experts);
   parallel_for(layer.experts, options.threads, [&](size_t e) {
-    const auto names = expert_names(layer.layer, static_cast<uint32_t>(e));
+    const auto names = expert_names(config, layer.layer, static_cast<uint32_t>(e));
     std::array<std::vector<float>, 3> w;
     for (int k = 0; k < 3; ++k) w[k] = read_weights(checkpoint, names[k]);
     std::vector<uint8_t> record(layout.stride);

@@ -48,6 +48,10 @@ class StderrProgress final : public ConvertProgress {
     draw(true);
     if (terminal_) std::fputc('\n', stderr);
   }
+  void note(const std::string& what) override {
+    std::lock_guard lock(mutex_);
+    std::fprintf(stderr, "convert: %s\n", what.c_str());
+  }
 
  private:
   void draw(bool forced) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <map>
 
@@ -140,6 +142,14 @@ const TensorInfo* SafetensorsFile::find(std::string_view tensor) const {
   return nullptr;
 }
 
+float e4m3_to_f32(uint8_t byte) {
+  const float sign = byte & 0x80 ? -1.0f : 1.0f;
+  const int exponent = (byte >> 3) & 0x0f, mantissa = byte & 0x07;
+  if (exponent == 0x0f && mantissa == 0x07) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa) / 8.0f, -6);
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
 void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
   if (!info.convertible()) fail("{}: tensor {}: unsupported dtype {}", name_, info.name, info.dtype_name);
   const uint32_t size = dtype_size(info.dtype);
@@ -152,6 +162,8 @@ void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
     float* dst = out + first;
     if (info.dtype == DType::kF32) {
       std::memcpy(dst, raw.data(), count * 4);
+    } else if (info.dtype == DType::kF8E4M3) {
+      for (uint64_t i = 0; i < count; ++i) dst[i] = e4m3_to_f32(raw[i]);
     } else {
       for (uint64_t i = 0; i < count; ++i) {
         const uint16_t bits = static_cast<uint16_t>(raw[2 * i] | raw[2 * i + 1] << 8);

@@ -15,8 +15,9 @@
 
 namespace sluice::convert {
 
-// Safetensors dtypes the reader knows. Only BF16, F16 and F32 convert to f32;
-// the others are recognised so they can be refused by name.
+// Safetensors dtypes the reader knows. BF16, F16, F32 and F8_E4M3 convert to
+// f32 (fp8 without its block scales: the checkpoint applies them); the
+// others are recognised so they can be refused by name.
 enum class DType { kBF16, kF16, kF32, kF64, kF8E4M3, kF8E5M2, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool };
 
 struct TensorInfo {
@@ -27,10 +28,15 @@ struct TensorInfo {
   uint64_t elements = 0;
   uint64_t offset = 0;           // absolute byte offset in the file
   uint64_t bytes = 0;
-  bool convertible() const { return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32; }
+  bool convertible() const {
+    return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32 || dtype == DType::kF8E4M3;
+  }
 };
 
 std::string shape_string(const std::vector<uint64_t>& shape);  // "[64, 128]"
+
+// An fp8 e4m3fn byte as f32 (no infinities; 0x7f and 0xff are NaN).
+float e4m3_to_f32(uint8_t byte);
 
 inline constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
@@ -49,7 +55,7 @@ class SafetensorsFile {
   const TensorInfo* find(std::string_view tensor) const;
 
   // Converts the tensor to f32 into `out` (info.elements floats). Refuses
-  // dtypes other than BF16, F16, F32 naming file, tensor and dtype.
+  // dtypes other than BF16, F16, F32, F8_E4M3 naming file, tensor and dtype.
   void read_f32(const TensorInfo& info, float* out) const;
 
  private:

@@ -14,10 +14,24 @@ namespace {
 
 constexpr uint64_t kMaxConfigBytes = 16ull << 20;
 constexpr uint64_t kMaxTokenizerBytes = 512ull << 20;
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"};
+// tiktoken.model is Kimi's tokenizer; it is copied only when there is no
+// tokenizer.json, which the loader would prefer.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tiktoken.model",
+                                           "tokenizer_config.json"};
 
 uint32_t crc_of(const std::string& text) {
   return static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+}
+
+constexpr uint64_t kFp8Block = 128;
+
+// fp8 weights come with f32 block scales of one value per 128 × 128 block
+// (architectures.md §0.9), named after the weight.
+std::string scale_name(const std::string& weight) { return weight + "_scale_inv"; }
+std::vector<uint64_t> scale_shape(const std::vector<uint64_t>& shape) {
+  std::vector<uint64_t> blocks;
+  for (uint64_t d : shape) blocks.push_back((d + kFp8Block - 1) / kFp8Block);
+  return blocks;
 }
 
 void check_tensor(const Checkpoint& checkpoint, const std::string& name, const std::vector<uint64_t>& shape) {
@@ -29,6 +43,15 @@ void check_tensor(const Checkpoint& checkpoint, const std::string& name, const s
          shape_string(shape));
   }
   if (!info.convertible()) fail("{}: tensor {}: unsupported dtype {}", located->file->name(), name, info.dtype_name);
+  if (info.dtype != DType::kF8E4M3) return;
+  if (shape.size() != 2) fail("{}: tensor {}: fp8 is only supported for matrices", located->file->name(), name);
+  const auto scale = checkpoint.find(scale_name(name));
+  if (!scale) fail("{}: fp8 tensor {} has no block scale tensor {}", checkpoint.listing(), name, scale_name(name));
+  const TensorInfo& s = *scale->info;
+  if (s.shape != scale_shape(shape) || (s.dtype != DType::kF32 && s.dtype != DType::kBF16)) {
+    fail("{}: tensor {}: {} {} but an fp8 {} weight needs F32 block scales {}", scale->file->name(), s.name,
+         s.dtype_name, shape_string(s.shape), shape_string(shape), shape_string(scale_shape(shape)));
+  }
 }
 
 }  // namespace
@@ -52,8 +75,13 @@ Source open_source(FileSystem& fs, const std::string& dir) {
     for (uint32_t e = 0; e < layer.experts; ++e) {
       for (MatrixKind kind : kMatrixKinds) {
         const RvqMatrixShape& m = layout.matrices[static_cast<int>(kind)];
-        check_tensor(source.checkpoint, expert_tensor_name(layer.layer, e, kind), {m.rows, m.cols});
+        check_tensor(source.checkpoint, expert_tensor_name(source.plan.config, layer.layer, e, kind), {m.rows, m.cols});
       }
+    }
+  }
+  for (const auto& file : source.checkpoint.files()) {
+    for (const TensorInfo& tensor : file->tensors()) {
+      source.skipped_tensors += is_skipped_source_tensor(source.plan.config, tensor.name);
     }
   }
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
@@ -66,7 +94,13 @@ Source open_source(FileSystem& fs, const std::string& dir) {
   for (const char* name : kTokenizerFiles) {
     const std::string path = dir + "/" + name;
     if (!fs.exists(path)) continue;
+    const bool ranks = std::string(name) == "tiktoken.model";
+    if (ranks && fs.exists(dir + "/tokenizer.json")) continue;
     std::string bytes = read_small_file(fs, path, kMaxTokenizerBytes);
+    if (ranks) {
+      source.tokenizer_files.emplace_back(name, std::move(bytes));
+      continue;
+    }
     nlohmann::json parsed;
     try {
       parsed = nlohmann::json::parse(bytes);
@@ -97,6 +131,14 @@ std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string&
   if (!located) fail("{}: tensor {} missing", checkpoint.listing(), tensor);
   std::vector<float> w(located->info->elements);
   located->file->read_f32(*located->info, w.data());
+  if (located->info->dtype == DType::kF8E4M3) {
+    const auto& shape = located->info->shape;
+    const std::vector<float> scales = checkpoint.read_f32(scale_name(tensor));
+    const uint64_t rows = shape[0], cols = shape[1], block_cols = scale_shape(shape)[1];
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint64_t c = 0; c < cols; ++c) w[r * cols + c] *= scales[(r / kFp8Block) * block_cols + c / kFp8Block];
+    }
+  }
   for (size_t i = 0; i < w.size(); ++i) {
     if (!std::isfinite(w[i])) fail("{}: tensor {}: non-finite value at element {}", located->file->name(), tensor, i);
   }

@@ -1,24 +1,31 @@
-// compute/model/attention.h: rotary embeddings, the KV cache and causal
-// grouped-query softmax attention, all in f32. Knows nothing of weights:
-// the caller projects q, k, v and applies the output projection.
+// compute/model/attention.h: rotary embeddings (both pairings, YaRN), the
+// GQA KV cache and causal grouped-query softmax attention, all in f32.
+// Knows nothing of weights: the mixers project q, k, v and apply the output
+// projection.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "proto/model_config.h"
+
 namespace sluice {
 
-// cos/sin of the half-split ("NeoX") rotation for every position up to the
-// context length; element i pairs with i + head_dim/2.
+// cos/sin of every rotated pair for every position up to the context
+// length, from the config's inverse frequencies (YaRN included) and scaled
+// by its amplitude.
 class RopeTable {
  public:
-  RopeTable(uint32_t head_dim, float theta, uint32_t positions);
+  RopeTable(const RopeConfig& rope, uint32_t positions);
+  // Rotates the first rope.dims values of `head` (the whole head for GQA,
+  // the rope part for MLA) in the config's pairing.
   void rotate(float* head, uint32_t position) const;
 
  private:
-  uint32_t half_;
+  uint32_t pairs_;
   uint32_t positions_;
+  RotaryPairing pairing_;
   std::vector<float> cos_, sin_;
 };
 
@@ -37,11 +44,15 @@ class KvCache {
   std::vector<float> keys_, values_;
 };
 
+// In place: softmax over scores[0..count) in f32, max subtracted, the sum in
+// position order; returns the sum, the scores hold exp(score − max).
+float softmax_unnormalized(float* scores, uint32_t count);
+
 // One query position attending to cached positions [0, position]: for each
 // query head h (reading kv head h / (heads / kv_heads)), softmax over scores
 // q·k · scale computed in f32 (max subtracted, sum in position order), then
 // the probability-weighted sum of values in position order.
 void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
-            uint32_t kv_heads, uint32_t head_dim, float* output, std::vector<float>& scores);
+            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, std::vector<float>& scores);
 
 }  // namespace sluice

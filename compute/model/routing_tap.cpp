@@ -15,9 +15,11 @@ RoutingSession::RoutingSession(Engine& engine, const RoutingOptions& options)
   if (options.lookahead > 0 && cache_ != nullptr) {
     if (ioworker::Worker* worker = cache_->worker()) {
       // The engine's own routers: no second load of the trunk tensors.
-      std::vector<std::span<const float>> routers;
-      for (const LayerWeights& layer : engine.weights().layers) routers.emplace_back(layer.router);
-      predictor_.emplace(engine.config().hidden, engine.config().top_k, std::move(routers));
+      std::vector<router::RouterWeights> routers;
+      for (const LayerWeights& layer : engine.weights().layers) {
+        routers.push_back(layer.moe ? router::RouterWeights{layer.moe->router, layer.moe->bias} : router::RouterWeights{});
+      }
+      predictor_.emplace(engine.config(), std::move(routers));
       lookahead_ = std::make_unique<router::Lookahead>(
           *predictor_, cache_->segment(), options.lookahead, [worker](uint32_t layer, std::span<const uint32_t> experts) {
             worker->prefetch(layer, experts, ioworker::PrefetchOrigin::kRouter);

@@ -6,20 +6,11 @@
 #include <cmath>
 #include <numeric>
 
+#include "compute/model/ops.h"
 #include "proto/error.h"
 
 namespace sluice {
 namespace {
-
-// y = w ⊙ x / sqrt(mean(x²) + eps), the sum of squares in index order.
-void rms_norm(const float* x, const float* weight, uint32_t n, float eps, float* y) {
-  float sum = 0.0f;
-  for (uint32_t i = 0; i < n; ++i) sum += x[i] * x[i];
-  const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
-  for (uint32_t i = 0; i < n; ++i) y[i] = weight[i] * (x[i] * inverse);
-}
-
-float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 kernels::RvqMatrixView matrix_view(const uint8_t* record, const RecordLayout& layout, MatrixKind kind) {
   kernels::RvqMatrixView view;
@@ -31,48 +22,21 @@ kernels::RvqMatrixView matrix_view(const uint8_t* record, const RecordLayout& la
 
 }  // namespace
 
-Routing route(std::span<const float> router_logits, uint32_t top_k, bool normalize) {
-  const auto count = static_cast<uint32_t>(router_logits.size());
-  const float max_logit = *std::max_element(router_logits.begin(), router_logits.end());
-  std::vector<float> probs(count);
-  float total = 0.0f;
-  for (uint32_t e = 0; e < count; ++e) {
-    probs[e] = std::exp(router_logits[e] - max_logit);
-    total += probs[e];
-  }
-  for (float& p : probs) p /= total;
-  std::vector<uint32_t> order(count);
-  std::iota(order.begin(), order.end(), 0u);
-  std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                    [&](uint32_t a, uint32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
-  Routing routing;
-  routing.experts.assign(order.begin(), order.begin() + top_k);
-  float chosen = 0.0f;
-  for (uint32_t e : routing.experts) {
-    routing.weights.push_back(probs[e]);
-    chosen += probs[e];
-  }
-  if (normalize) {
-    for (float& w : routing.weights) w /= chosen;
-  }
-  return routing;
-}
-
 Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights, ExpertSource& experts,
                          uint32_t context, kernels::Exec exec)
     : config_(config),
       weights_(weights),
       experts_(experts),
       exec_(exec),
-      rope_(config.head_dim, config.rope_theta, context),
-      cache_(config.layers, context, config.kv_heads * config.head_dim) {}
+      context_(context),
+      mixer_(make_mixer(config, weights, context, exec)) {}
 
 void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions) {
   const auto count = static_cast<uint32_t>(tokens.size());
   if (count == 0) fail("forward: no tokens");
-  if (size_t{position_} + count > cache_.capacity()) {
+  if (size_t{position_} + count > context_) {
     fail("context full: {} tokens do not fit after position {} (context length {}; raise --ctx)", count, position_,
-         cache_.capacity());
+         context_);
   }
   const size_t rows_out = all_positions ? count : 1;
   if (logits.size() < rows_out * config_.vocab) fail("forward: logits buffer too small");
@@ -89,17 +53,22 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
 
   routing_.assign(count, {});
   size_t moe_index = 0;
+  proj_.resize(size_t{count} * hidden);
   for (uint32_t layer = 0; layer < config_.layers; ++layer) {
-    attention(layer, count);
     const LayerWeights& lw = weights_.layers[layer];
+    for (uint32_t t = 0; t < count; ++t) {
+      rms_norm(&x_[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps, &normed_[size_t{t} * hidden]);
+    }
+    mixer_->forward(layer, normed_.data(), count, position_, proj_.data());
+    for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
     for (uint32_t t = 0; t < count; ++t) {
       rms_norm(&x_[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
                &normed_[size_t{t} * hidden]);
     }
-    if (lw.moe != nullptr) {
+    if (lw.moe) {
       moe(layer, count, moe_index++);
     } else {
-      dense_mlp(layer, count);
+      swiglu(lw.dense.gate, lw.dense.up, lw.dense.down, count);
     }
   }
 
@@ -112,64 +81,17 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
   position_ += count;
 }
 
-void Transformer::attention(uint32_t layer, uint32_t tokens) {
-  const LayerWeights& lw = weights_.layers[layer];
-  const uint32_t hidden = config_.hidden, head_dim = config_.head_dim;
-  const uint32_t q_width = config_.heads * head_dim, kv_width = config_.kv_heads * head_dim;
-  for (uint32_t t = 0; t < tokens; ++t) {
-    rms_norm(&x_[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps, &normed_[size_t{t} * hidden]);
-  }
-  q_.resize(size_t{tokens} * q_width);
-  k_.resize(size_t{tokens} * kv_width);
-  v_.resize(size_t{tokens} * kv_width);
-  lw.q.apply(normed_.data(), tokens, q_.data(), exec_);
-  lw.k.apply(normed_.data(), tokens, k_.data(), exec_);
-  lw.v.apply(normed_.data(), tokens, v_.data(), exec_);
-
-  attn_out_.resize(size_t{tokens} * q_width);
-  for (uint32_t t = 0; t < tokens; ++t) {
-    float* q = &q_[size_t{t} * q_width];
-    float* k = &k_[size_t{t} * kv_width];
-    float* v = &v_[size_t{t} * kv_width];
-    if (config_.qk_norm == QkNorm::kWholeVector) {
-      rms_norm(q, lw.q_norm.data(), q_width, config_.rms_eps, q);
-      rms_norm(k, lw.k_norm.data(), kv_width, config_.rms_eps, k);
-    } else {
-      for (uint32_t h = 0; h < config_.heads; ++h) rms_norm(q + h * head_dim, lw.q_norm.data(), head_dim, config_.rms_eps, q + h * head_dim);
-      for (uint32_t h = 0; h < config_.kv_heads; ++h) rms_norm(k + h * head_dim, lw.k_norm.data(), head_dim, config_.rms_eps, k + h * head_dim);
-    }
-    if (config_.clip_qkv > 0.0f) {
-      const float c = config_.clip_qkv;
-      for (uint32_t i = 0; i < q_width; ++i) q[i] = std::clamp(q[i], -c, c);
-      for (uint32_t i = 0; i < kv_width; ++i) k[i] = std::clamp(k[i], -c, c);
-      for (uint32_t i = 0; i < kv_width; ++i) v[i] = std::clamp(v[i], -c, c);
-    }
-    const uint32_t position = position_ + t;
-    for (uint32_t h = 0; h < config_.heads; ++h) rope_.rotate(q + h * head_dim, position);
-    for (uint32_t h = 0; h < config_.kv_heads; ++h) rope_.rotate(k + h * head_dim, position);
-    std::copy(k, k + kv_width, cache_.key(layer, position));
-    std::copy(v, v + kv_width, cache_.value(layer, position));
-  }
-  for (uint32_t t = 0; t < tokens; ++t) {
-    attend(&q_[size_t{t} * q_width], cache_, layer, position_ + t, config_.heads, config_.kv_heads, head_dim,
-           &attn_out_[size_t{t} * q_width], scores_);
-  }
-  proj_.resize(size_t{tokens} * hidden);
-  lw.o.apply(attn_out_.data(), tokens, proj_.data(), exec_);
-  for (size_t i = 0; i < size_t{tokens} * hidden; ++i) x_[i] += proj_[i];
-}
-
 void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
-  const LayerWeights& lw = weights_.layers[layer];
+  const MoeWeights& lw = *weights_.layers[layer].moe;
   const uint32_t hidden = config_.hidden, width = config_.expert_width, top_k = config_.top_k;
-  const RecordLayout& layout = lw.moe->layout;
+  const RecordLayout& layout = lw.bank->layout;
 
   router_logits_.resize(config_.experts);
   std::vector<uint32_t> distinct;
   for (uint32_t t = 0; t < tokens; ++t) {
     kernels::f32_matvec(lw.router.data(), config_.experts, hidden, &normed_[size_t{t} * hidden],
                         router_logits_.data(), exec_);
-    routing_[t].push_back(route(router_logits_, top_k, config_.norm_topk_prob));
+    routing_[t].push_back(route(config_.router, router_logits_, lw.bias));
     const Routing& r = routing_[t].back();
     distinct.insert(distinct.end(), r.experts.begin(), r.experts.end());
   }
@@ -228,18 +150,18 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
     float* x = &x_[size_t{t} * hidden];
     for (uint32_t i = 0; i < hidden; ++i) x[i] += acc[i];
   }
+  if (!lw.shared_gate.empty()) swiglu(lw.shared_gate, lw.shared_up, lw.shared_down, tokens);
 }
 
-void Transformer::dense_mlp(uint32_t layer, uint32_t tokens) {
-  const LayerWeights& lw = weights_.layers[layer];
-  const uint32_t hidden = config_.hidden, width = config_.dense_width;
+void Transformer::swiglu(const Linear& gate, const Linear& up, const Linear& down, uint32_t tokens) {
+  const uint32_t hidden = config_.hidden, width = gate.rows();
   gate_.resize(size_t{tokens} * width);
   up_.resize(size_t{tokens} * width);
-  lw.dense_gate.apply(normed_.data(), tokens, gate_.data(), exec_);
-  lw.dense_up.apply(normed_.data(), tokens, up_.data(), exec_);
+  gate.apply(normed_.data(), tokens, gate_.data(), exec_);
+  up.apply(normed_.data(), tokens, up_.data(), exec_);
   for (size_t i = 0; i < gate_.size(); ++i) gate_[i] = silu(gate_[i]) * up_[i];
   proj_.resize(size_t{tokens} * hidden);
-  lw.dense_down.apply(gate_.data(), tokens, proj_.data(), exec_);
+  down.apply(gate_.data(), tokens, proj_.data(), exec_);
   for (size_t i = 0; i < size_t{tokens} * hidden; ++i) x_[i] += proj_[i];
 }
 

@@ -1,7 +1,8 @@
-// compute/model/transformer.h: the forward pass of OLMoE and Qwen3-MoE over a
-// chunk of tokens: embeddings, attention with the KV cache, the router and
-// routed experts (fetched through an ExpertSource), the LM head. A chunk of
-// one token is a decode step; a longer chunk reads each distinct expert of a
+// compute/model/transformer.h: the forward pass over a chunk of tokens:
+// embeddings, then per layer a mixer (GQA or MLA, owning its cache) and an
+// FFN (dense SwiGLU, or MoE: the router, routed experts fetched through an
+// ExpertSource, an optional shared expert), then the LM head. A chunk of one
+// token is a decode step; a longer chunk reads each distinct expert of a
 // layer once for all its tokens. Expert outputs are summed in routing order,
 // so the result does not depend on the order records arrive in.
 #pragma once
@@ -13,23 +14,13 @@
 
 #include "compute/kernels/rvq.h"
 #include "compute/kernels/thread_pool.h"
-#include "compute/model/attention.h"
 #include "compute/model/expert_source.h"
+#include "compute/model/mixer.h"
 #include "compute/model/weights.h"
+#include "compute/routing/routing.h"
 #include "proto/model_config.h"
 
 namespace sluice {
-
-// The routing of one layer for one token: experts in decreasing probability
-// (lower id first on ties) and the weight each one's output is scaled by.
-struct Routing {
-  std::vector<uint32_t> experts;
-  std::vector<float> weights;
-};
-
-// softmax over the router logits (f32, max subtracted, sum in id order), the
-// top-k by probability, and the family's normalisation of their weights.
-Routing route(std::span<const float> router_logits, uint32_t top_k, bool normalize);
 
 class Transformer {
  public:
@@ -41,11 +32,11 @@ class Transformer {
   // to `logits`, or for every token (tokens.size() rows) when `all_positions`.
   void forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions);
   uint32_t position() const { return position_; }
-  uint32_t context() const { return cache_.capacity(); }
+  uint32_t context() const { return context_; }
   void reset() { position_ = 0; }
   // The routing of the last forward call: [token][moe layer].
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
-  size_t kv_cache_bytes() const { return cache_.bytes(); }
+  size_t kv_cache_bytes() const { return mixer_->state_bytes(); }
 
   // Called for each MoE layer once its routing is decided and its records are
   // requested, with the layer, its MoE ordinal, the chunk's tokens and their
@@ -56,20 +47,20 @@ class Transformer {
   void set_moe_hook(MoeHook hook) { moe_hook_ = std::move(hook); }
 
  private:
-  void attention(uint32_t layer, uint32_t tokens);
   void moe(uint32_t layer, uint32_t tokens, size_t moe_index);
-  void dense_mlp(uint32_t layer, uint32_t tokens);
+  // x += down(silu(gate(normed)) ⊙ up(normed)) for the chunk.
+  void swiglu(const Linear& gate, const Linear& up, const Linear& down, uint32_t tokens);
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
   ExpertSource& experts_;
   kernels::Exec exec_;
-  RopeTable rope_;
-  KvCache cache_;
+  uint32_t context_;
+  std::unique_ptr<Mixer> mixer_;
   uint32_t position_ = 0;
 
-  // Scratch for one chunk, rows of width hidden (x, normed) or the projections.
-  std::vector<float> x_, normed_, q_, k_, v_, attn_out_, proj_, scores_;
+  // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
+  std::vector<float> x_, normed_, proj_;
   std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_;
   kernels::RvqTable gate_table_, up_table_, down_table_;
   std::vector<std::vector<Routing>> routing_;

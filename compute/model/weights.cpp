@@ -1,30 +1,100 @@
-// compute/model/weights.cpp: loading and shape-checking the trunk.
+// compute/model/weights.cpp: loading and shape-checking the trunk. Names and
+// shapes come from the tensor inventory; nothing here spells a tensor name.
 #include "compute/model/weights.h"
+
+#include <map>
 
 #include <fmt/format.h>
 
 #include "proto/error.h"
 #include "proto/f16.h"
+#include "proto/tensor_inventory.h"
 
 namespace sluice {
 namespace {
 
-std::vector<float> load_vector(const Container& container, const std::string& name, uint64_t length) {
-  const TrunkTensor tensor = container.load_trunk_tensor(name);
-  if (tensor.rows() * tensor.cols() != length) {
-    fail("{}: tensor {} has {} values, the config implies {}", container.dir(), name,
-         tensor.rows() * tensor.cols(), length);
+class TrunkLoader {
+ public:
+  TrunkLoader(const Container& container, const ModelConfig& config) : container_(container) {
+    for (TensorSpec& spec : trunk_inventory(config)) {
+      const auto key = std::make_pair(spec.layer, spec.role);
+      specs_.emplace(key, std::move(spec));
+    }
   }
-  return dequantize(tensor);
-}
+  bool has(TensorRole role, uint32_t layer = kNoLayer) const { return specs_.count({layer, role}) != 0; }
 
-Linear load_linear(const Container& container, const std::string& name, uint64_t rows, uint64_t cols) {
-  TrunkTensor tensor = container.load_trunk_tensor(name);
-  if (tensor.info().shape.size() != 2 || tensor.rows() != rows || tensor.cols() != cols) {
-    fail("{}: tensor {} has shape [{}, {}], the config implies [{}, {}]", container.dir(), name, tensor.rows(),
-         tensor.cols(), rows, cols);
+  std::vector<float> vector(TensorRole role, uint32_t layer = kNoLayer) {
+    const TensorSpec& spec = find(role, layer);
+    const TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
+    if (tensor.rows() * tensor.cols() != spec.elements()) {
+      fail("{}: tensor {} has {} values, the config implies {}", container_.dir(), spec.name,
+           tensor.rows() * tensor.cols(), spec.elements());
+    }
+    bytes_ += tensor.info().bytes;
+    return dequantize(tensor);
   }
-  return Linear(std::move(tensor));
+  std::vector<float> vector_if(TensorRole role, uint32_t layer) {
+    return has(role, layer) ? vector(role, layer) : std::vector<float>{};
+  }
+
+  Linear linear(TensorRole role, uint32_t layer = kNoLayer) { return linear_named(find(role, layer)); }
+  Linear linear_if(TensorRole role, uint32_t layer) { return has(role, layer) ? linear(role, layer) : Linear(); }
+  // A matrix stored under another role's name (tied embeddings).
+  Linear linear_as(TensorRole stored, TensorRole wanted) {
+    TensorSpec spec = find(stored, kNoLayer);
+    spec.shape = find_or_shape(wanted, spec.shape);
+    return linear_named(spec);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const TensorSpec& find(TensorRole role, uint32_t layer) const {
+    const auto it = specs_.find({layer, role});
+    if (it == specs_.end()) fail("{}: the model has no tensor of role {} in layer {}", container_.dir(), int(role), layer);
+    return it->second;
+  }
+  std::vector<uint64_t> find_or_shape(TensorRole role, const std::vector<uint64_t>& fallback) const {
+    const auto it = specs_.find({kNoLayer, role});
+    return it == specs_.end() ? fallback : it->second.shape;
+  }
+  Linear linear_named(const TensorSpec& spec) {
+    TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
+    if (tensor.info().shape.size() != 2 || tensor.rows() != spec.shape[0] || tensor.cols() != spec.shape[1]) {
+      fail("{}: tensor {} has shape [{}, {}], the config implies [{}, {}]", container_.dir(), spec.name, tensor.rows(),
+           tensor.cols(), spec.shape[0], spec.shape[1]);
+    }
+    Linear linear(std::move(tensor));
+    bytes_ += linear.bytes();
+    return linear;
+  }
+
+  const Container& container_;
+  std::map<std::pair<uint32_t, TensorRole>, TensorSpec> specs_;
+  size_t bytes_ = 0;
+};
+
+void load_moe(TrunkLoader& t, const Container& container, const Codebooks& codebooks, const ModelConfig& config,
+              uint32_t i, LayerWeights& layer) {
+  MoeWeights& moe = layer.moe.emplace();
+  moe.bank = container.find_moe_layer(i);
+  if (moe.bank == nullptr) fail("{}: layer {} is a MoE layer but has no expert bank", container.dir(), i);
+  if (moe.bank->experts != config.experts || moe.bank->hidden != config.hidden ||
+      moe.bank->expert_width != config.expert_width) {
+    fail("{}: bank of layer {} holds {} experts of {}x{}, the config implies {} of {}x{}", container.dir(), i,
+         moe.bank->experts, moe.bank->hidden, moe.bank->expert_width, config.experts, config.hidden,
+         config.expert_width);
+  }
+  moe.router = t.vector(TensorRole::kRouter, i);
+  moe.bias = t.vector_if(TensorRole::kRouterBias, i);
+  for (MatrixKind kind : kMatrixKinds) {
+    moe.codebooks.push_back(std::make_unique<kernels::RvqCodebooks>(
+        codebooks.entry(codebook_id(moe.bank->codebook_base, kind, 0), 0),
+        codebooks.entry(codebook_id(moe.bank->codebook_base, kind, 1), 0),
+        codebooks.entry(codebook_id(moe.bank->codebook_base, kind, 2), 0)));
+  }
+  moe.shared_gate = t.linear_if(TensorRole::kSharedGate, i);
+  moe.shared_up = t.linear_if(TensorRole::kSharedUp, i);
+  moe.shared_down = t.linear_if(TensorRole::kSharedDown, i);
 }
 
 }  // namespace
@@ -42,14 +112,24 @@ Linear::Linear(TrunkTensor tensor) : rows_(static_cast<uint32_t>(tensor.rows()))
 }
 
 void Linear::apply(const float* x, uint32_t tokens, float* y, const kernels::Exec& exec) const {
+  apply_rows(0, rows_, x, tokens, y, exec);
+}
+
+void Linear::apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
+                        const kernels::Exec& exec) const {
+  if (size_t{first} + count > rows_) fail("tensor {}: rows [{}, {}) out of range ({} rows)", tensor_->name(), first, first + count, rows_);
   if (tensor_->format() == TrunkFormat::kF32) {
-    const auto* w = reinterpret_cast<const float*>(tensor_->data());
+    const auto* w = reinterpret_cast<const float*>(tensor_->data()) + size_t{first} * cols_;
     for (uint32_t t = 0; t < tokens; ++t) {
-      kernels::f32_matvec(w, rows_, cols_, x + size_t{t} * cols_, y + size_t{t} * rows_, exec);
+      kernels::f32_matvec(w, count, cols_, x + size_t{t} * cols_, y + size_t{t} * count, exec);
     }
-  } else {
-    kernels::quant_matmul(view_, x, tokens, y, exec);
+    return;
   }
+  kernels::QuantMatrixView rows = view_;
+  rows.rows = count;
+  rows.data = view_.data + size_t{first} * view_.row_bytes();
+  rows.scales = view_.scales + size_t{first} * view_.groups();
+  kernels::quant_matmul(rows, x, tokens, y, exec);
 }
 
 void Linear::row(uint32_t row, float* out) const {
@@ -86,58 +166,49 @@ size_t Linear::bytes() const {
 
 ModelWeights ModelWeights::load(const Container& container, const ModelConfig& config) {
   ModelWeights w;
-  const uint64_t hidden = config.hidden;
-  const uint64_t q_width = uint64_t{config.heads} * config.head_dim;
-  const uint64_t kv_width = uint64_t{config.kv_heads} * config.head_dim;
-  w.embed = load_linear(container, "model.embed_tokens.weight", config.vocab, hidden);
-  w.final_norm = load_vector(container, "model.norm.weight", hidden);
-  const bool has_head = container.find_trunk_tensor("lm_head.weight") != nullptr;
+  TrunkLoader t(container, config);
+  w.embed = t.linear(TensorRole::kEmbed);
+  w.final_norm = t.vector(TensorRole::kFinalNorm);
+  const bool has_head = container.find_trunk_tensor(tensor_name(config, TensorRole::kLmHead)) != nullptr;
   if (!has_head && !config.tie_embeddings) fail("{}: tensor lm_head.weight is missing", container.dir());
-  w.lm_head = load_linear(container, has_head ? "lm_head.weight" : "model.embed_tokens.weight", config.vocab, hidden);
+  w.lm_head = has_head && t.has(TensorRole::kLmHead) ? t.linear(TensorRole::kLmHead)
+                                                      : t.linear_as(TensorRole::kEmbed, TensorRole::kLmHead);
 
   const Codebooks codebooks = container.load_codebooks();
   for (uint32_t i = 0; i < config.layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights layer;
-    layer.input_norm = load_vector(container, p + "input_layernorm.weight", hidden);
-    layer.post_attention_norm = load_vector(container, p + "post_attention_layernorm.weight", hidden);
-    const bool whole = config.qk_norm == QkNorm::kWholeVector;
-    layer.q_norm = load_vector(container, p + "self_attn.q_norm.weight", whole ? q_width : config.head_dim);
-    layer.k_norm = load_vector(container, p + "self_attn.k_norm.weight", whole ? kv_width : config.head_dim);
-    layer.q = load_linear(container, p + "self_attn.q_proj.weight", q_width, hidden);
-    layer.k = load_linear(container, p + "self_attn.k_proj.weight", kv_width, hidden);
-    layer.v = load_linear(container, p + "self_attn.v_proj.weight", kv_width, hidden);
-    layer.o = load_linear(container, p + "self_attn.o_proj.weight", hidden, q_width);
+    layer.input_norm = t.vector(TensorRole::kInputNorm, i);
+    layer.post_attention_norm = t.vector(TensorRole::kPostAttentionNorm, i);
+    if (config.mixer == MixerKind::kGqa) {
+      GqaWeights& g = layer.gqa;
+      g.q = t.linear(TensorRole::kQ, i);
+      g.k = t.linear(TensorRole::kK, i);
+      g.v = t.linear(TensorRole::kV, i);
+      g.o = t.linear(TensorRole::kO, i);
+      g.q_norm = t.vector_if(TensorRole::kQNorm, i);
+      g.k_norm = t.vector_if(TensorRole::kKNorm, i);
+    } else {
+      MlaWeights& m = layer.mla;
+      m.q = t.linear_if(TensorRole::kQ, i);
+      m.q_a = t.linear_if(TensorRole::kQA, i);
+      m.q_a_norm = t.vector_if(TensorRole::kQANorm, i);
+      m.q_b = t.linear_if(TensorRole::kQB, i);
+      m.kv_a = t.linear(TensorRole::kKVA, i);
+      m.kv_a_norm = t.vector(TensorRole::kKVANorm, i);
+      m.kv_b = t.linear(TensorRole::kKVB, i);
+      m.o = t.linear(TensorRole::kO, i);
+    }
     if (config.layer_is_moe[i]) {
-      layer.moe = container.find_moe_layer(i);
-      if (layer.moe == nullptr) fail("{}: layer {} is a MoE layer but has no expert bank", container.dir(), i);
-      if (layer.moe->experts != config.experts || layer.moe->hidden != hidden ||
-          layer.moe->expert_width != config.expert_width) {
-        fail("{}: bank of layer {} holds {} experts of {}x{}, the config implies {} of {}x{}", container.dir(), i,
-             layer.moe->experts, layer.moe->hidden, layer.moe->expert_width, config.experts, hidden,
-             config.expert_width);
-      }
-      layer.router = load_vector(container, p + "mlp.gate.weight", uint64_t{config.experts} * hidden);
-      for (MatrixKind kind : kMatrixKinds) {
-        layer.codebooks.push_back(std::make_unique<kernels::RvqCodebooks>(
-            codebooks.entry(codebook_id(layer.moe->codebook_base, kind, 0), 0),
-            codebooks.entry(codebook_id(layer.moe->codebook_base, kind, 1), 0),
-            codebooks.entry(codebook_id(layer.moe->codebook_base, kind, 2), 0)));
-      }
+      load_moe(t, container, codebooks, config, i, layer);
     } else {
       if (container.find_moe_layer(i) != nullptr) fail("{}: dense layer {} has an expert bank", container.dir(), i);
-      layer.dense_gate = load_linear(container, p + "mlp.gate_proj.weight", config.dense_width, hidden);
-      layer.dense_up = load_linear(container, p + "mlp.up_proj.weight", config.dense_width, hidden);
-      layer.dense_down = load_linear(container, p + "mlp.down_proj.weight", hidden, config.dense_width);
+      layer.dense.gate = t.linear(TensorRole::kDenseGate, i);
+      layer.dense.up = t.linear(TensorRole::kDenseUp, i);
+      layer.dense.down = t.linear(TensorRole::kDenseDown, i);
     }
     w.layers.push_back(std::move(layer));
   }
-
-  w.bytes = w.embed.bytes() + w.lm_head.bytes() + codebooks.values().size() * sizeof(float);
-  for (const LayerWeights& l : w.layers) {
-    w.bytes += l.q.bytes() + l.k.bytes() + l.v.bytes() + l.o.bytes() + l.dense_gate.bytes() + l.dense_up.bytes() +
-               l.dense_down.bytes() + l.router.size() * sizeof(float);
-  }
+  w.bytes = t.bytes() + codebooks.values().size() * sizeof(float);
   return w;
 }
 

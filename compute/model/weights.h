@@ -1,6 +1,7 @@
 // compute/model/weights.h: the resident trunk of one model, loaded from the
-// container and checked against the config: every matrix stays in its stored
-// format and is applied by the kernels. Routed experts are not here.
+// container by the tensor roles of its family spec (proto/tensor_inventory.h)
+// and checked against the config: every matrix stays in its stored format
+// and is applied by the kernels. Routed experts are not here.
 #pragma once
 
 #include <memory>
@@ -23,9 +24,13 @@ class Linear {
   explicit Linear(TrunkTensor tensor);
   uint32_t rows() const { return rows_; }
   uint32_t cols() const { return cols_; }
+  bool empty() const { return !tensor_; }
   // y (tokens × rows) = x (tokens × cols) · Wᵀ
   void apply(const float* x, uint32_t tokens, float* y, const kernels::Exec& exec) const;
-  // Row `row` as f32 (embedding lookup).
+  // The same for rows [first, first + count) only: y is tokens × count.
+  void apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
+                  const kernels::Exec& exec) const;
+  // Row `row` as f32 (embedding lookup, transposed products).
   void row(uint32_t row, float* out) const;
   size_t bytes() const;
 
@@ -35,15 +40,37 @@ class Linear {
   uint32_t rows_ = 0, cols_ = 0;
 };
 
-struct LayerWeights {
-  std::vector<float> input_norm, post_attention_norm, q_norm, k_norm;
+struct GqaWeights {
   Linear q, k, v, o;
-  // MoE layers: the router (f32 [experts, hidden]) and the expert codebooks.
-  std::vector<float> router;
+  std::vector<float> q_norm, k_norm;  // empty without q/k norms
+};
+
+struct MlaWeights {
+  Linear q;                 // when queries come from one projection
+  Linear q_a, q_b;          // the low-rank query path
+  std::vector<float> q_a_norm;
+  Linear kv_a, kv_b, o;
+  std::vector<float> kv_a_norm;
+};
+
+struct MoeWeights {
+  const MoeLayerInfo* bank = nullptr;
+  std::vector<float> router;  // f32 [experts, hidden]
+  std::vector<float> bias;    // score-correction bias, empty when the router has none
   std::vector<std::unique_ptr<kernels::RvqCodebooks>> codebooks;  // gate, up, down
-  const MoeLayerInfo* moe = nullptr;
-  // Dense layers (Qwen3 mlp_only_layers).
-  Linear dense_gate, dense_up, dense_down;
+  Linear shared_gate, shared_up, shared_down;                      // empty without a shared expert
+};
+
+struct DenseWeights {
+  Linear gate, up, down;
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm, post_attention_norm;
+  GqaWeights gqa;  // mixer kGqa
+  MlaWeights mla;  // mixer kMla
+  std::optional<MoeWeights> moe;  // MoE layers
+  DenseWeights dense;             // dense layers
 };
 
 struct ModelWeights {

@@ -1,6 +1,7 @@
 // compute/tokenizer/pre_tokenizer.cpp: hand-written matchers equivalent to the
-// split regexes of GPT-2/OLMoE, Qwen2/3 and DeepSeek-V3 under leftmost-first
-// alternation; it must never accept a regex it has no exact matcher for.
+// split regexes of GPT-2/OLMoE, Qwen2/3, DeepSeek-V3 and the tiktoken patterns
+// (cl100k, o200k, Kimi) under backtracking leftmost-first alternation; it must
+// never accept a regex it has no exact matcher for.
 #include "compute/tokenizer/pre_tokenizer.h"
 
 #include <array>
@@ -22,6 +23,22 @@ constexpr std::string_view kDeepSeekCjkRegex = "[\u4e00-\u9fa5\u3040-\u309f\u30a
 constexpr std::string_view kDeepSeekWordsRegex =
     R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+constexpr std::string_view kCl100kPattern =
+    R"(('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kKimiPattern =
+    R"([\p{Han}]+|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Case folding for the contractions: kAscii is what explicit 's|'S|... lists
+// spell; kUnicode is (?i:...) in Rust's regex, where s also matches U+017F ſ.
+enum class Fold { kNone, kAscii, kUnicode };
+
 std::string escape_line_breaks(std::string_view regex) {
   std::string out;
   out.reserve(regex.size());
@@ -41,14 +58,14 @@ class Matcher {
  public:
   explicit Matcher(std::u32string_view text) : t_(text), n_(text.size()) {}
 
-  uint8_t cls(size_t i) const { return i < n_ ? char_classes(t_[i]) : 0; }
-  bool is(size_t i, uint8_t mask) const { return (cls(i) & mask) != 0; }
+  uint16_t cls(size_t i) const { return i < n_ ? char_classes(t_[i]) : 0; }
+  bool is(size_t i, uint16_t mask) const { return (cls(i) & mask) != 0; }
   bool is_char(size_t i, char32_t c) const { return i < n_ && t_[i] == c; }
   bool is_line_break(size_t i) const { return is_char(i, U'\r') || is_char(i, U'\n'); }
   // Not whitespace, not a letter, not a number: [^\s\p{L}\p{N}].
   bool is_other(size_t i) const { return i < n_ && (cls(i) & (kSpace | kLetter | kNumber)) == 0; }
 
-  size_t run(size_t i, uint8_t mask) const {
+  size_t run(size_t i, uint16_t mask) const {
     while (i < n_ && (cls(i) & mask)) ++i;
     return i;
   }
@@ -61,12 +78,14 @@ class Matcher {
     return i;
   }
 
-  // 's 't 're 've 'm 'll 'd, ASCII case folded when `fold` is set.
-  size_t contraction(size_t i, bool fold) const {
+  // 's 't 're 've 'm 'll 'd, case folded as `fold` says.
+  size_t contraction(size_t i, Fold fold) const {
     if (!is_char(i, U'\'') || i + 1 >= n_) return 0;
     auto lower = [&](size_t k) -> char32_t {
       const char32_t c = k < n_ ? t_[k] : 0;
-      return (fold && c >= U'A' && c <= U'Z') ? c + 32 : c;
+      if (fold == Fold::kNone) return c;
+      if (fold == Fold::kUnicode && c == U'\u017F') return U's';
+      return (c >= U'A' && c <= U'Z') ? c + 32 : c;
     };
     const char32_t a = lower(i + 1);
     if (a == U's' || a == U't' || a == U'm' || a == U'd') return 2;
@@ -93,7 +112,7 @@ class Matcher {
   }
 
   size_t gpt2(size_t i) const {
-    if (size_t m = contraction(i, false)) return m;
+    if (size_t m = contraction(i, Fold::kNone)) return m;
     const size_t j = is_char(i, U' ') ? i + 1 : i;
     if (is(j, kLetter)) return run(j, kLetter) - i;
     if (is(j, kNumber)) return run(j, kNumber) - i;
@@ -103,7 +122,7 @@ class Matcher {
   }
 
   size_t qwen2(size_t i) const {
-    if (size_t m = contraction(i, true)) return m;
+    if (size_t m = contraction(i, Fold::kAscii)) return m;
     if (is(i, kLetter)) return run(i, kLetter) - i;
     if (!is_line_break(i) && !is(i, kLetter | kNumber) && is(i + 1, kLetter)) return run(i + 1, kLetter) - i;
     if (is(i, kNumber)) return 1;
@@ -113,6 +132,7 @@ class Matcher {
     return 0;
   }
 
+  // \p{N}{1,3}
   size_t deepseek_digits(size_t i) const {
     size_t e = i;
     while (e < n_ && e - i < 3 && is(e, kNumber)) ++e;
@@ -149,7 +169,84 @@ class Matcher {
     return 0;
   }
 
+  size_t cl100k(size_t i) const {
+    if (size_t m = contraction(i, Fold::kAscii)) return m;
+    if (is(i, kLetter)) return run(i, kLetter) - i;
+    if (is_word_prefix(i) && is(i + 1, kLetter)) return run(i + 1, kLetter) - i;
+    if (is(i, kNumber)) return deepseek_digits(i);
+    return punctuation_or_spaces(i, false);
+  }
+
+  // o200k_base, and Kimi's pattern when `kimi` is set: the same word rules
+  // with Han taken out of both classes, after a rule of its own for Han runs.
+  size_t o200k(size_t i, bool kimi) const {
+    if (kimi && is(i, kHan)) return run(i, kHan) - i;
+    const uint16_t excluded = kimi ? kHan : 0;
+    const Fold fold = kimi ? Fold::kUnicode : Fold::kAscii;
+    const bool prefix = is_word_prefix(i);
+    if (prefix) {
+      if (size_t e = word_ending_lower(i + 1, excluded, fold)) return e - i;
+    }
+    if (size_t e = word_ending_lower(i, excluded, fold)) return e - i;
+    if (prefix) {
+      if (size_t e = word_starting_upper(i + 1, excluded, fold)) return e - i;
+    }
+    if (size_t e = word_starting_upper(i, excluded, fold)) return e - i;
+    if (is(i, kNumber)) return deepseek_digits(i);
+    return punctuation_or_spaces(i, !kimi);
+  }
+
  private:
+  // [^\r\n\p{L}\p{N}], the optional character before a word.
+  bool is_word_prefix(size_t i) const {
+    return i < n_ && !is_line_break(i) && !is(i, kLetter | kNumber);
+  }
+  bool in(size_t i, uint16_t mask, uint16_t excluded) const {
+    return is(i, mask) && !is(i, excluded);
+  }
+
+  // [Upper]*[Lower]+(contraction)? from `j`: one past its end, or 0. The
+  // greedy [Upper]* gives back characters until a [Lower] follows it, so
+  // [Lower]+ starts at the last position of the upper run (or just past it)
+  // that is in [Lower].
+  size_t word_ending_lower(size_t j, uint16_t excluded, Fold fold) const {
+    size_t upper_end = j;
+    while (in(upper_end, kUpperLike, excluded)) ++upper_end;
+    size_t lower_end = 0;
+    if (in(upper_end, kLowerLike, excluded)) {
+      lower_end = upper_end;
+      while (in(lower_end, kLowerLike, excluded)) ++lower_end;
+    } else {
+      for (size_t k = upper_end; k > j && lower_end == 0; --k) {
+        if (in(k - 1, kLowerLike, excluded)) lower_end = k;
+      }
+      if (lower_end == 0) return 0;
+    }
+    return lower_end + contraction(lower_end, fold);
+  }
+
+  // [Upper]+[Lower]*(contraction)? from `j`: one past its end, or 0.
+  size_t word_starting_upper(size_t j, uint16_t excluded, Fold fold) const {
+    size_t e = j;
+    while (in(e, kUpperLike, excluded)) ++e;
+    if (e == j) return 0;
+    while (in(e, kLowerLike, excluded)) ++e;
+    return e + contraction(e, fold);
+  }
+
+  // ` ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, with '/' in the
+  // tail class when `slash_tail` is set (o200k's [\r\n/]*).
+  size_t punctuation_or_spaces(size_t i, bool slash_tail) const {
+    const size_t j = is_char(i, U' ') ? i + 1 : i;
+    if (is_other(j)) {
+      size_t e = run_other(j);
+      while (is_line_break(e) || (slash_tail && is_char(e, U'/'))) ++e;
+      return e - i;
+    }
+    if (is(i, kSpace)) return spaces_with_line_breaks(i);
+    return 0;
+  }
+
   std::u32string_view t_;
   size_t n_;
 };
@@ -216,8 +313,27 @@ size_t match_at(SplitPattern pattern, std::u32string_view text, size_t at) {
       return m.deepseek_cjk(at);
     case SplitPattern::kDeepSeekWords:
       return m.deepseek_words(at);
+    case SplitPattern::kCl100k:
+      return m.cl100k(at);
+    case SplitPattern::kO200k:
+      return m.o200k(at, false);
+    case SplitPattern::kKimi:
+      return m.o200k(at, true);
   }
   return 0;
+}
+
+std::string_view tiktoken_pattern_text(SplitPattern pattern) {
+  switch (pattern) {
+    case SplitPattern::kCl100k:
+      return kCl100kPattern;
+    case SplitPattern::kO200k:
+      return kO200kPattern;
+    case SplitPattern::kKimi:
+      return kKimiPattern;
+    default:
+      return {};
+  }
 }
 
 void PreTokenizer::split(std::u32string& text, std::vector<Piece>& pieces) const {

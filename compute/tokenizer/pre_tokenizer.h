@@ -1,6 +1,7 @@
 // compute/tokenizer/pre_tokenizer.h: splits normalized text into the pieces
 // BPE runs on, with hand-written matchers for the exact split regexes of the
-// supported families. An unrecognised regex is refused, never approximated.
+// supported families (tokenizer.json Split regexes and tiktoken patterns). An unrecognised regex is
+// refused, never approximated.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,14 @@ enum class SplitPattern {
   kDeepSeekDigits,  // DeepSeek-V3 split 1: \p{N}{1,3}
   kDeepSeekCjk,     // DeepSeek-V3 split 2: runs of CJK ideographs and kana
   kDeepSeekWords,   // DeepSeek-V3 split 3: the word / punctuation / space rules
+  kCl100k,          // tiktoken cl100k_base (GPT-4; Llama 3 spells the same rules with (?i:...))
+  kO200k,           // tiktoken o200k_base: words split at case changes, digits in threes
+  kKimi,            // Kimi K2 / Kimi-Linear: Han runs apart, then o200k's rules without Han
 };
+
+// The exact pattern text each tiktoken-style matcher implements (as
+// js-tiktoken and tokenization_kimi.py spell it), for messages and tests.
+std::string_view tiktoken_pattern_text(SplitPattern pattern);
 
 // Maps a tokenizer.json Split regex to its matcher; nullopt when unknown.
 std::optional<SplitPattern> recognise_split_pattern(std::string_view regex);

@@ -1,9 +1,11 @@
-// compute/tokenizer/tokenizer.cpp: encode (repair, added tokens, normalize,
-// pre-tokenize, BPE) and decode. Content text never reaches the added-token
-// matchers, so it can never become a control token.
+// compute/tokenizer/tokenizer.cpp: encode (repair, Kimi's cuts, added tokens,
+// normalize, pre-tokenize, BPE by merges or tiktoken ranks) and decode.
+// Content text never reaches the added-token matchers, so it can never become
+// a control token.
 #include "compute/tokenizer/tokenizer.h"
 
 #include <cstdint>
+#include <variant>
 
 #include "compute/tokenizer/tokenizer_impl.h"
 #include "compute/tokenizer/unicode.h"
@@ -23,7 +25,7 @@ void encode_plain(const Tokenizer::Impl& impl, std::string_view text, std::vecto
   for (const Piece& piece : pieces) {
     bytes.clear();
     for (uint32_t i = piece.begin; i < piece.end; ++i) append_utf8(bytes, chars[i]);
-    impl.model.encode(bytes, out);
+    std::visit([&](const auto& model) { model.encode(bytes, out); }, impl.model);
   }
 }
 
@@ -44,13 +46,11 @@ void encode_section(const Tokenizer::Impl& impl, std::string_view raw, bool spec
   }
 }
 
-std::vector<TokenId> encode_text(const Tokenizer::Impl& impl, std::string_view text, bool specials) {
-  const std::string valid = repair_utf8(text);
-  std::vector<TokenId> out;
-  out.reserve(valid.size() / 3 + 4);
+void encode_chunk(const Tokenizer::Impl& impl, std::string_view valid, bool specials,
+                  std::vector<TokenId>& out) {
   if (!specials || impl.raw_added.empty()) {
     encode_section(impl, valid, specials, out);
-    return out;
+    return;
   }
   std::vector<Segment> segments;
   impl.raw_added.split(valid, segments);
@@ -58,9 +58,56 @@ std::vector<TokenId> encode_text(const Tokenizer::Impl& impl, std::string_view t
     if (s.token >= 0) {
       out.push_back(impl.raw_added.token(s.token).id);
     } else {
-      encode_section(impl, std::string_view(valid).substr(s.begin, s.end - s.begin), specials, out);
+      encode_section(impl, valid.substr(s.begin, s.end - s.begin), specials, out);
     }
   }
+}
+
+// tokenization_kimi.py hands tiktoken at most 400,000 code points at a time
+// and cuts every run of more than 25,000 spaces or non-spaces (str.isspace);
+// neither the pattern nor a special token reaches across a cut.
+constexpr size_t kKimiWindow = 400000;
+constexpr size_t kKimiMaxRun = 25000;
+
+void cut_as_kimi_does(std::string_view valid, std::vector<std::string_view>& chunks) {
+  size_t window_start = 0, slice_start = 0, in_window = 0, run = 0;
+  bool run_is_space = false;
+  for (size_t i = 0; i < valid.size();) {
+    size_t length = 0;
+    const char32_t c = code_point_at(valid, i, length);
+    if (in_window == kKimiWindow) {
+      chunks.push_back(valid.substr(slice_start, i - slice_start));
+      window_start = slice_start = i;
+      in_window = 0;
+    }
+    const bool space = is_python_space(c);
+    if (i == window_start || space != run_is_space) {
+      run = 1;
+      run_is_space = space;
+    } else if (++run > kKimiMaxRun) {
+      chunks.push_back(valid.substr(slice_start, i - slice_start));
+      slice_start = i;
+      run = 1;
+    }
+    ++in_window;
+    i += length;
+  }
+  chunks.push_back(valid.substr(slice_start));
+}
+
+std::vector<TokenId> encode_text(const Tokenizer::Impl& impl, std::string_view text,
+                                 bool specials) {
+  const std::string valid = repair_utf8(text);
+  std::vector<TokenId> out;
+  out.reserve(valid.size() / 3 + 4);
+  // A text of at most kKimiMaxRun bytes has no run to cut.
+  if (!impl.kimi_chunks || valid.size() <= kKimiMaxRun) {
+    encode_chunk(impl, valid, specials, out);
+    return out;
+  }
+  std::vector<std::string_view> chunks;
+  cut_as_kimi_does(valid, chunks);
+  for (std::string_view chunk : chunks) encode_chunk(impl, chunk, specials, out);
   return out;
 }
 
@@ -98,11 +145,19 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) c
   return repair_utf8(decode_bytes(ids, skip_special));
 }
 
-std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
+std::optional<TokenId> Tokenizer::Impl::find_token(std::string_view token) const {
   const std::string key(token);
-  if (auto it = impl_->added_vocab.find(key); it != impl_->added_vocab.end()) return it->second;
-  if (auto it = impl_->model_vocab.find(key); it != impl_->model_vocab.end()) return it->second;
+  if (auto it = added_vocab.find(key); it != added_vocab.end()) return it->second;
+  if (const auto* ranks = std::get_if<RankBpe>(&model)) {
+    const auto bytes = byte_level_to_bytes(token);
+    return bytes ? ranks->find(*bytes) : std::nullopt;
+  }
+  if (auto it = model_vocab.find(key); it != model_vocab.end()) return it->second;
   return std::nullopt;
+}
+
+std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
+  return impl_->find_token(token);
 }
 
 std::optional<std::string> Tokenizer::id_to_token(TokenId id) const {

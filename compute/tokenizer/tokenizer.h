@@ -1,5 +1,6 @@
 // compute/tokenizer/tokenizer.h: the public face of the tokenizer room — a
-// Hugging Face byte-level BPE tokenizer.json turned into ids and back.
+// Hugging Face byte-level BPE tokenizer.json, or a tiktoken rank file, turned
+// into ids and back.
 // Ordinary content can never produce a control token; only encode_with_specials
 // recognises special-token text.
 #pragma once
@@ -18,19 +19,42 @@ namespace sluice::tokenizer {
 
 using TokenId = int32_t;
 
+// The split pattern a tiktoken rank file goes with; the file does not say.
+enum class TiktokenPattern {
+  kKimi,    // Kimi K2 / Kimi-Linear, with tokenization_kimi.py's cuts of long texts and runs
+  kCl100k,  // OpenAI cl100k_base
+  kO200k,   // OpenAI o200k_base
+};
+
 class Tokenizer {
  public:
   // Loads tokenizer.json and, when `config_path` is not empty,
-  // tokenizer_config.json (bos/eos tokens, add_bos_token). Throws Error
-  // naming the file and what in it is wrong.
+  // tokenizer_config.json (bos/eos tokens, add_bos_token). A file whose name
+  // does not end in .json and whose text does not open with '{' is read as a
+  // tiktoken rank file with Kimi's pattern. Throws Error naming the file and
+  // what in it is wrong.
   static Tokenizer load(const std::string& tokenizer_path, const std::string& config_path = "",
                         FileSystem& fs = posix_file_system());
-  // Loads MODEL/tokenizer.json (and tokenizer_config.json if present) from a
+  // Loads MODEL/tokenizer.json, or MODEL/tiktoken.model when the container
+  // has no tokenizer.json (and tokenizer_config.json if present) from a
   // .sluice container directory; refuses a directory without manifest.json.
   static Tokenizer load_from_container(const std::string& model_dir, FileSystem& fs = posix_file_system());
   // Same as load() on text already in memory; the names only label errors.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view tokenizer_name,
                              std::string_view config_json = {}, std::string_view config_name = {});
+
+  // A tiktoken rank file (one `base64(bytes) rank` line per token, ranks
+  // 0..n-1 are the ids) split with `pattern`. Ids n..n+255 are special: named
+  // by tokenizer_config.json's added_tokens_decoder, the rest
+  // <|reserved_token_{id}|>. Every line is checked; an error names the file
+  // and line.
+  static Tokenizer load_tiktoken(const std::string& ranks_path, const std::string& config_path = "",
+                                 TiktokenPattern pattern = TiktokenPattern::kKimi,
+                                 FileSystem& fs = posix_file_system());
+  static Tokenizer from_tiktoken(std::string_view ranks, std::string_view ranks_name,
+                                 std::string_view config_json = {},
+                                 std::string_view config_name = {},
+                                 TiktokenPattern pattern = TiktokenPattern::kKimi);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -52,10 +76,11 @@ class Tokenizer {
   const std::string& token_bytes(TokenId id) const;
 
   // Token strings as tokenizer.json spells them (byte-level characters for
-  // the BPE vocabulary, literal text for added tokens).
+  // the BPE vocabulary, tiktoken ranks included; literal text for added and
+  // special tokens).
   std::optional<TokenId> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(TokenId id) const;
-  // One past the highest id (BPE vocabulary and added tokens).
+  // One past the highest id (BPE vocabulary and added or special tokens).
   size_t vocab_size() const;
   bool is_special(TokenId id) const;
 

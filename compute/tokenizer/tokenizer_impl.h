@@ -1,16 +1,20 @@
 // compute/tokenizer/tokenizer_impl.h: what a loaded tokenizer holds, shared by
-// the loader (tokenizer_json.cpp) and the encoder/decoder (tokenizer.cpp).
-// Private to this folder; other rooms include tokenizer.h only.
+// the loaders (tokenizer_json.cpp, tiktoken.cpp) and the encoder/decoder
+// (tokenizer.cpp). Private to this folder; other rooms include tokenizer.h only.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "compute/tokenizer/added_tokens.h"
 #include "compute/tokenizer/bpe.h"
 #include "compute/tokenizer/pre_tokenizer.h"
+#include "compute/tokenizer/rank_bpe.h"
 #include "compute/tokenizer/tokenizer.h"
 
 namespace sluice::tokenizer {
@@ -25,15 +29,27 @@ struct Tokenizer::Impl {
 
   bool nfc = false;
   PreTokenizer pre_tokenizer;
-  BpeModel model{false};
+  // Hugging Face merges (tokenizer.json) or tiktoken ranks (tiktoken.model).
+  std::variant<BpeModel, RankBpe> model{BpeModel(false)};
   AddedTokenMatcher raw_added;         // added tokens matched before normalization
   AddedTokenMatcher normalized_added;  // added tokens matched in normalized text
   std::vector<Entry> entries;          // indexed by id
-  std::unordered_map<std::string, TokenId> model_vocab;  // BPE vocabulary text -> id
+  // BPE vocabulary text -> id; empty for tiktoken, whose ranks answer instead.
+  std::unordered_map<std::string, TokenId> model_vocab;
   std::unordered_map<std::string, TokenId> added_vocab;  // added token content -> id
   std::optional<TokenId> bos;
   std::optional<TokenId> eos;
   bool add_bos = false;
+  bool kimi_chunks = false;  // cut long texts and runs as tokenization_kimi.py does
+
+  // token_to_id: an added token's content, or a vocabulary token as
+  // tokenizer.json spells it (byte-level characters).
+  std::optional<TokenId> find_token(std::string_view token) const;
 };
+
+// Applies tokenizer_config.json's bos_token, eos_token and add_bos_token to
+// `impl`, whose tokens must already be loaded. Throws Error naming the file.
+void read_token_config(const nlohmann::json& config, std::string_view config_name,
+                       Tokenizer::Impl& impl);
 
 }  // namespace sluice::tokenizer

@@ -3,9 +3,9 @@
 // range-checked; anything it cannot honour exactly is refused by name.
 #include <algorithm>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
+#include "compute/tokenizer/json_reader.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "compute/tokenizer/tokenizer_impl.h"
 #include "compute/tokenizer/unicode.h"
@@ -15,60 +15,6 @@ namespace sluice::tokenizer {
 namespace {
 
 using nlohmann::json;
-
-// Ids index a dense table; a hostile file must not make it huge.
-constexpr int64_t kMaxTokenId = (1 << 24) - 1;
-constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;
-
-class Reader {
- public:
-  explicit Reader(std::string_view file) : file_(file) {}
-
-  json parse(std::string_view text) const {
-    try {
-      return json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
-      fail("{}: not valid JSON: {}", file_, e.what());
-    }
-  }
-
-  const json& member(const json& object, const char* key, std::string_view where) const {
-    if (!object.is_object()) fail("{}: {} is not an object", file_, where);
-    const auto it = object.find(key);
-    if (it == object.end()) fail("{}: {} has no \"{}\"", file_, where, key);
-    return *it;
-  }
-
-  std::string string_of(const json& value, std::string_view what) const {
-    if (!value.is_string()) fail("{}: {} is not a string", file_, what);
-    const auto& s = value.get_ref<const std::string&>();
-    if (!is_valid_utf8(s)) fail("{}: {} is not valid UTF-8", file_, what);
-    return s;
-  }
-
-  bool bool_or(const json& object, const char* key, bool fallback, std::string_view where) const {
-    const auto it = object.find(key);
-    if (it == object.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) fail("{}: {}.{} is not a boolean", file_, where, key);
-    return it->get<bool>();
-  }
-
-  TokenId id_of(const json& value, std::string_view what) const {
-    if (!value.is_number_integer()) fail("{}: {} is not an integer id", file_, what);
-    const auto id = value.get<int64_t>();
-    if (id < 0 || id > kMaxTokenId) fail("{}: {} is {}, outside 0..{}", file_, what, id, kMaxTokenId);
-    return static_cast<TokenId>(id);
-  }
-
-  std::string type_of(const json& object, std::string_view where) const {
-    return string_of(member(object, "type", where), std::string(where) + ".type");
-  }
-
-  const std::string& file() const { return file_; }
-
- private:
-  std::string file_;
-};
 
 Tokenizer::Impl::Entry& entry_for(Tokenizer::Impl& impl, TokenId id) {
   if (static_cast<size_t>(id) >= impl.entries.size()) impl.entries.resize(static_cast<size_t>(id) + 1);
@@ -146,7 +92,7 @@ void read_model(const Reader& r, const json& model, Tokenizer::Impl& impl) {
       fail("{}: model.{} is set; not supported for byte-level BPE", r.file(), affix);
     }
   }
-  impl.model = BpeModel(r.bool_or(model, "ignore_merges", false, "model"));
+  BpeModel& bpe = impl.model.emplace<BpeModel>(r.bool_or(model, "ignore_merges", false, "model"));
 
   const json& vocab = r.member(model, "vocab", "model");
   if (!vocab.is_object()) fail("{}: model.vocab is not an object", r.file());
@@ -162,7 +108,7 @@ void read_model(const Reader& r, const json& model, Tokenizer::Impl& impl) {
     impl.model_vocab.emplace(text, id);
     if (auto bytes = byte_level_to_bytes(text)) {
       entry.bytes = *bytes;
-      impl.model.add_token(std::move(*bytes), id);
+      bpe.add_token(std::move(*bytes), id);
     } else {
       entry.bytes = text;  // not spelled in byte-level characters: decodes as itself
     }
@@ -197,7 +143,7 @@ void read_model(const Reader& r, const json& model, Tokenizer::Impl& impl) {
     }
     const TokenId left_id = lookup(left, rank);
     const TokenId right_id = lookup(right, rank);
-    impl.model.add_merge(left_id, right_id, lookup(left + right, rank));
+    bpe.add_merge(left_id, right_id, lookup(left + right, rank));
   }
 }
 
@@ -230,31 +176,6 @@ void read_added_tokens(const Reader& r, const json& root, Tokenizer::Impl& impl)
   impl.normalized_added = AddedTokenMatcher(std::move(normalized));
 }
 
-std::optional<TokenId> config_token(const Reader& r, const json& config, const char* key, const Tokenizer& tok) {
-  const auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return std::nullopt;
-  std::string content;
-  if (it->is_string()) {
-    content = r.string_of(*it, key);
-  } else if (it->is_object()) {
-    content = r.string_of(r.member(*it, "content", key), std::string(key) + ".content");
-  } else {
-    fail("{}: {} is neither a string nor an object with \"content\"", r.file(), key);
-  }
-  const auto id = tok.token_to_id(content);
-  if (!id) fail("{}: {} {} is not a token of the tokenizer", r.file(), key, json(content).dump());
-  return id;
-}
-
-std::string read_file(FileSystem& fs, const std::string& path) {
-  auto file = fs.open(path, OpenMode::kBuffered);
-  const uint64_t size = file->size();
-  if (size > kMaxFileBytes) fail("{}: {} bytes is too large for a tokenizer file", path, size);
-  std::string text(size, '\0');
-  read_exact(*file, 0, text.data(), size);
-  return text;
-}
-
 }  // namespace
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_name,
@@ -275,34 +196,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   read_model(r, r.member(root, "model", "the top level"), *impl);
   read_added_tokens(r, root, *impl);
 
-  Tokenizer tokenizer(std::move(impl));
-  if (!config_json.empty()) {
-    const Reader c(config_name);
-    const json config = c.parse(config_json);
-    if (!config.is_object()) fail("{}: the top level is not an object", config_name);
-    tokenizer.impl_->bos = config_token(c, config, "bos_token", tokenizer);
-    tokenizer.impl_->eos = config_token(c, config, "eos_token", tokenizer);
-    tokenizer.impl_->add_bos = c.bool_or(config, "add_bos_token", false, "the top level");
-    if (tokenizer.impl_->add_bos && !tokenizer.impl_->bos) {
-      fail("{}: add_bos_token is true but bos_token is not set", config_name);
-    }
-  }
-  return tokenizer;
-}
-
-Tokenizer Tokenizer::load(const std::string& tokenizer_path, const std::string& config_path, FileSystem& fs) {
-  const std::string text = read_file(fs, tokenizer_path);
-  const std::string config = config_path.empty() ? std::string() : read_file(fs, config_path);
-  return from_json(text, tokenizer_path, config, config_path);
-}
-
-Tokenizer Tokenizer::load_from_container(const std::string& model_dir, FileSystem& fs) {
-  if (!fs.exists(model_dir)) fail("{}: no such model directory", model_dir);
-  if (!fs.exists(model_dir + "/manifest.json")) {
-    fail("{}: incomplete container: conversion did not finish (no manifest.json)", model_dir);
-  }
-  const std::string config = model_dir + "/tokenizer_config.json";
-  return load(model_dir + "/tokenizer.json", fs.exists(config) ? config : "", fs);
+  if (!config_json.empty())
+    read_token_config(parse_config(config_json, config_name), config_name, *impl);
+  return Tokenizer(std::move(impl));
 }
 
 }  // namespace sluice::tokenizer

@@ -2,13 +2,14 @@
 // and NFC on top of ICU. Never hands out a code point it did not validate.
 #include "compute/tokenizer/unicode.h"
 
-#include <array>
-#include <memory>
-#include <vector>
-
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
+#include <unicode/uscript.h>
+
+#include <array>
+#include <memory>
+#include <vector>
 
 #include "proto/error.h"
 
@@ -58,16 +59,20 @@ Utf8Step next_utf8(std::string_view s, size_t i) {
   return {cp, j - i, true, false};
 }
 
-uint8_t classify_with_icu(char32_t c) {
+uint16_t classify_with_icu(char32_t c) {
   const auto cp = static_cast<UChar32>(c);
-  uint8_t classes = 0;
+  uint16_t classes = 0;
   switch (u_charType(cp)) {
     case U_UPPERCASE_LETTER:
-    case U_LOWERCASE_LETTER:
     case U_TITLECASE_LETTER:
+      classes |= kLetter | kUpperLike;
+      break;
+    case U_LOWERCASE_LETTER:
+      classes |= kLetter | kLowerLike;
+      break;
     case U_MODIFIER_LETTER:
     case U_OTHER_LETTER:
-      classes |= kLetter;
+      classes |= kLetter | kUpperLike | kLowerLike;
       break;
     case U_DECIMAL_DIGIT_NUMBER:
     case U_LETTER_NUMBER:
@@ -92,12 +97,14 @@ uint8_t classify_with_icu(char32_t c) {
     case U_NON_SPACING_MARK:
     case U_ENCLOSING_MARK:
     case U_COMBINING_SPACING_MARK:
-      classes |= kMark;
+      classes |= kMark | kUpperLike | kLowerLike;
       break;
     default:
       break;
   }
   if (u_isUWhiteSpace(cp)) classes |= kSpace;
+  UErrorCode status = U_ZERO_ERROR;
+  if (uscript_getScript(cp, &status) == USCRIPT_HAN && U_SUCCESS(status)) classes |= kHan;
   if (u_hasBinaryProperty(cp, UCHAR_ALPHABETIC) || (classes & kMark) ||
       u_charType(cp) == U_DECIMAL_DIGIT_NUMBER || u_charType(cp) == U_CONNECTOR_PUNCTUATION ||
       u_hasBinaryProperty(cp, UCHAR_JOIN_CONTROL)) {
@@ -108,9 +115,9 @@ uint8_t classify_with_icu(char32_t c) {
 
 // The Basic Multilingual Plane is looked up in a table built once; ICU's own
 // trie answers for the rest, which is rare in text.
-const std::vector<uint8_t>& bmp_classes() {
-  static const std::vector<uint8_t> table = [] {
-    std::vector<uint8_t> t(0x10000);
+const std::vector<uint16_t>& bmp_classes() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(0x10000);
     for (char32_t c = 0; c < 0x10000; ++c) t[c] = classify_with_icu(c);
     return t;
   }();
@@ -167,6 +174,12 @@ void decode_utf8(std::string_view valid, std::u32string& out) {
   }
 }
 
+char32_t code_point_at(std::string_view valid, size_t at, size_t& length) {
+  const Utf8Step step = next_utf8(valid, at);
+  length = step.length;
+  return step.code_point;
+}
+
 void append_utf8(std::string& out, char32_t c) {
   if (c < 0x80) {
     out.push_back(static_cast<char>(c));
@@ -185,9 +198,17 @@ void append_utf8(std::string& out, char32_t c) {
   }
 }
 
-uint8_t char_classes(char32_t c) {
+uint16_t char_classes(char32_t c) {
   if (c < 0x10000) return bmp_classes()[c];
   return classify_with_icu(c);
+}
+
+bool is_python_space(char32_t c) {
+  const auto cp = static_cast<UChar32>(c);
+  if (u_charType(cp) == U_SPACE_SEPARATOR) return true;
+  const UCharDirection direction = u_charDirection(cp);
+  return direction == U_WHITE_SPACE_NEUTRAL || direction == U_BLOCK_SEPARATOR ||
+         direction == U_SEGMENT_SEPARATOR;
 }
 
 std::string nfc(std::string_view valid) {

@@ -30,9 +30,11 @@ size_t complete_utf8_prefix(std::string_view bytes);
 // Decodes well-formed UTF-8 (callers repair first) into code points.
 void decode_utf8(std::string_view valid, std::u32string& out);
 void append_utf8(std::string& out, char32_t code_point);
+// The code point of well-formed UTF-8 starting at byte `at`, and its length.
+char32_t code_point_at(std::string_view valid, size_t at, size_t& length);
 
 // Character classes the recognised pre-tokenizer patterns are made of.
-enum CharClass : uint8_t {
+enum CharClass : uint16_t {
   kLetter = 1 << 0,       // \p{L}
   kNumber = 1 << 1,       // \p{N}
   kPunctuation = 1 << 2,  // \p{P}
@@ -40,8 +42,16 @@ enum CharClass : uint8_t {
   kMark = 1 << 4,         // \p{M}
   kSpace = 1 << 5,        // \s: the White_Space property (as Oniguruma and Rust's regex use it)
   kWord = 1 << 6,         // \w as Rust's regex defines it (Alphabetic, M, Nd, Pc, Join_Control)
+  kUpperLike = 1 << 7,    // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (o200k and Kimi word heads)
+  kLowerLike = 1 << 8,    // [\p{Ll}\p{Lm}\p{Lo}\p{M}] (o200k and Kimi word tails)
+  kHan = 1 << 9,          // \p{Han}: Script=Han, as Rust's regex reads a bare script name
 };
-uint8_t char_classes(char32_t c);
+uint16_t char_classes(char32_t c);
+
+// Python's str.isspace(): general category Zs or bidirectional class WS, B or
+// S. Wider than White_Space (it counts U+001C..U+001F); tokenization_kimi.py
+// cuts long runs by it.
+bool is_python_space(char32_t c);
 
 // Canonical composition (NFC) of well-formed UTF-8.
 std::string nfc(std::string_view valid);

@@ -34,17 +34,22 @@ _SPECIALS = {
     # |||IP_ADDRESS||| as both bos and eos (architectures.md §9.1).
     "olmoe": ["<|endoftext|>", "<|padding|>", "|||IP_ADDRESS|||"],
     "qwen3_moe": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    # Stand-ins: the tiny DeepSeek/K2/Mixtral checkpoints carry a byte-level BPE with
+    # the family's bos/eos at the config's ids (0/1, 0/1, 1/2); their real
+    # tokenizers (§9.3-§9.5) are tested on the real files, never on tiny models.
+    "deepseek_v3": ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"],
+    "kimi_k2": ["[BOS]", "[EOS]", "<|im_end|>"],
+    "mixtral": ["<unk>", "<s>", "</s>"],
 }
 _BYTE_LEVEL_OLMOE = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                      "use_regex": True}
 _BYTE_LEVEL_QWEN = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
                     "use_regex": False}
-_PRE_TOKENIZER = {
-    "olmoe": _BYTE_LEVEL_OLMOE,
-    "qwen3_moe": {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
-        _BYTE_LEVEL_QWEN]},
-}
+_SPLIT_THEN_BYTES = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
+    _BYTE_LEVEL_QWEN]}
+_PRE_TOKENIZER = {"olmoe": _BYTE_LEVEL_OLMOE, "qwen3_moe": _SPLIT_THEN_BYTES, "deepseek_v3": _SPLIT_THEN_BYTES,
+                  "kimi_k2": _SPLIT_THEN_BYTES, "mixtral": _SPLIT_THEN_BYTES}
 _TULU_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}"
@@ -168,10 +173,12 @@ def build_tokenizer_config(family, config):
         return {**common, "bos_token": specials[2], "eos_token": specials[2], "pad_token": specials[1],
                 "chat_template": _TULU_TEMPLATE, "clean_up_tokenization_spaces": True,
                 "tokenizer_class": "GPTNeoXTokenizer"}
-    return {**common, "add_prefix_space": False, "bos_token": None, "eos_token": specials[2],
-            "pad_token": specials[0], "chat_template": _CHATML_TEMPLATE,
+    qwen = family == "qwen3_moe"
+    bos, eos = (None, 2) if qwen else (config["bos_token_id"], config["eos_token_id"])
+    return {**common, "add_prefix_space": False, "bos_token": None if bos is None else specials[bos],
+            "eos_token": specials[eos], "pad_token": specials[0], "chat_template": _CHATML_TEMPLATE,
             "clean_up_tokenization_spaces": False, "errors": "replace", "split_special_tokens": False,
-            "tokenizer_class": "Qwen2Tokenizer"}
+            "tokenizer_class": "Qwen2Tokenizer" if qwen else "PreTrainedTokenizerFast"}
 
 
 class Tokenizer:

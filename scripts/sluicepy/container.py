@@ -10,10 +10,10 @@ import zlib
 
 import numpy as np
 
-from . import SluiceError
+from . import SluiceError, families
 
 FORMAT_VERSION = 1
-ARCHES = ("olmoe", "qwen3_moe")
+ARCHES = families.FAMILIES
 RECORD_MAGIC = 0x52584C53  # "SLXR"
 HEADER_BYTES = 64
 SECTION_ALIGN = 64
@@ -119,12 +119,18 @@ class Container:
 
     # --- manifest -----------------------------------------------------------------
     def _check_config(self, where):
-        c, w = self.config, where + " config"
+        w = where + " config"
+        try:  # the HF class defaults fill what the config leaves out
+            c = families.resolve(self.config)
+        except SluiceError as e:
+            raise SluiceError(f"{w}: {e}") from None
         _bounded(_get(c, "num_hidden_layers", int, w), _LIMITS["layers"], "num_hidden_layers", w)
-        _bounded(_get(c, "num_experts", int, w), _LIMITS["experts"], "num_experts", w)
+        key = families.num_experts_key(c)
+        _bounded(_get(c, key, int, w), _LIMITS["experts"], key, w)
         _bounded(_get(c, "num_experts_per_tok", int, w), _LIMITS["top_k"], "num_experts_per_tok", w)
         _bounded(_get(c, "hidden_size", int, w), _LIMITS["hidden"], "hidden_size", w)
         _bounded(_get(c, "vocab_size", int, w), _LIMITS["vocab"], "vocab_size", w)
+        self.resolved = c
 
     def _check_expert_quant(self, where):
         q = _get(self.manifest, "expert_quant", dict, where)
@@ -293,12 +299,14 @@ class Container:
         return {kind: self.expert_matrix(layer, expert, kind, record) for kind in KINDS}
 
     def state_dict(self):
-        """Every weight under its Hugging Face name, as the engine will compute with it."""
+        """Every weight under its Hugging Face name, as the engine will compute with it
+        (records hold gate/up/down; Mixtral names them w1/w3/w2)."""
         out = {name: self.trunk_tensor(name) for name in self.trunk}
         for layer, info in sorted(self.layers.items()):
             for e in range(info["experts"]):
-                for kind, matrix in self.expert(layer, e).items():
-                    out[f"model.layers.{layer}.mlp.experts.{e}.{kind}_proj.weight"] = matrix
+                names = families.expert_names(self.resolved, layer, e)
+                for name, (kind, matrix) in zip(names, self.expert(layer, e).items()):
+                    out[name] = matrix
         return out
 
 

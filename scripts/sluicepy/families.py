@@ -1,42 +1,82 @@
 # scripts/sluicepy/families.py: what each supported family's checkpoint holds:
-# the tiny configs of architectures.md §7, the Hugging Face tensor names and
-# shapes that follow from a config, and which layers are MoE. No weights here.
+# the Hugging Face config-class defaults (one table), the keys refused by name,
+# the tiny configs (tiny_configs.py), tensor names and shapes, layer types. No weights, no math.
+import argparse
 import copy
+import json
+import math
+import sys
 
 from . import SluiceError
+from .tiny_configs import TINY
 
-FAMILIES = ("olmoe", "qwen3_moe")
+FAMILIES = ("olmoe", "qwen3_moe", "deepseek_v3", "kimi_k2", "mixtral")
+MLA_FAMILIES = ("deepseek_v3", "kimi_k2")
 
-_TINY = {
-    "olmoe": {
-        "architectures": ["OlmoeForCausalLM"], "model_type": "olmoe",
-        "vocab_size": 512, "hidden_size": 128, "intermediate_size": 64,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "hidden_act": "silu", "max_position_embeddings": 256, "rms_norm_eps": 1e-05,
-        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
-        "clip_qkv": None, "num_experts": 8, "num_experts_per_tok": 4,
-        "norm_topk_prob": False, "tie_word_embeddings": False,
-        "bos_token_id": None, "eos_token_id": 2, "pad_token_id": 1,
-        "torch_dtype": "bfloat16"},
-    "qwen3_moe": {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-        "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
-        "moe_intermediate_size": 48, "num_hidden_layers": 3,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-        "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-06,
-        "rope_theta": 1000000.0, "rope_scaling": None, "attention_bias": False,
-        "use_sliding_window": False, "sliding_window": None,
-        "decoder_sparse_step": 1, "mlp_only_layers": [],
-        "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": True,
-        "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": 2,
-        "torch_dtype": "bfloat16"},
+# What Hugging Face's config class holds when a key is missing from config.json.
+# olmoe, qwen3_moe, mixtral: transformers' OlmoeConfig / Qwen3MoeConfig / MixtralConfig.
+# deepseek_v3: transformers' DeepseekV3Config plus the keys only the released remote
+# code (configuration_deepseek.py) has (moe_layer_freq, topk_method, scoring_func,
+# num_nextn_predict_layers); kimi_k2 ships that same remote class.
+_DEEPSEEK_DEFAULTS = {
+    "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "moe_layer_freq": 1, "norm_topk_prob": True, "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid", "hidden_act": "silu", "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False, "rope_theta": 10000.0, "rope_scaling": None, "rope_interleave": True,
+    "attention_bias": False, "num_nextn_predict_layers": 1, "bos_token_id": 0, "eos_token_id": 1,
 }
+CLASS_DEFAULTS = {
+    "olmoe": {
+        "vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": None, "hidden_act": "silu",
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "clip_qkv": None,
+        "num_experts_per_tok": 8, "num_experts": 64, "norm_topk_prob": False,
+        "bos_token_id": None, "eos_token_id": 50279, "pad_token_id": 1,
+    },
+    "qwen3_moe": {
+        "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": None, "hidden_act": "silu",
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
+        "use_sliding_window": False, "sliding_window": 4096, "decoder_sparse_step": 1,
+        "moe_intermediate_size": 768, "num_experts_per_tok": 8, "num_experts": 128,
+        "norm_topk_prob": False, "mlp_only_layers": None, "bos_token_id": None, "eos_token_id": None,
+    },
+    "deepseek_v3": _DEEPSEEK_DEFAULTS,
+    "kimi_k2": _DEEPSEEK_DEFAULTS,
+    "mixtral": {
+        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
+        "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+        "rope_theta": 1e6, "rope_scaling": None, "sliding_window": None, "num_experts_per_tok": 2,
+        "num_local_experts": 8, "bos_token_id": 1, "eos_token_id": 2,
+    },
+}
+# The classes' attribute_map: an alias key in config.json sets the canonical one.
+ALIASES = {"olmoe": {"num_local_experts": "num_experts"}, "qwen3_moe": {"num_local_experts": "num_experts"},
+           "deepseek_v3": {"num_local_experts": "n_routed_experts"},
+           "kimi_k2": {"num_local_experts": "n_routed_experts"}, "mixtral": {"num_experts": "num_local_experts"}}
+# Keys whose null the classes (or their modeling code) replace; any other null is refused.
+_NULL_MEANS = {
+    "num_key_value_heads": lambda c: c["num_attention_heads"],
+    "head_dim": lambda c: c["hidden_size"] // c["num_attention_heads"],
+    "mlp_only_layers": lambda c: [],
+}
+_MAY_BE_NULL = {"rope_scaling", "clip_qkv", "sliding_window", "q_lora_rank", "bos_token_id", "eos_token_id",
+                "pad_token_id"}
+_ROPE_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+              "attention_factor", "truncate")
 
 
 def tiny_config(family):
-    if family not in _TINY:
+    if family not in TINY:
         raise SluiceError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
-    return copy.deepcopy(_TINY[family])
+    return copy.deepcopy(TINY[family])
 
 
 def family_of(config):
@@ -47,70 +87,297 @@ def family_of(config):
     return family
 
 
-def head_dim(config):
-    # HF's OLMoE always splits hidden evenly; Qwen3 states head_dim because it may differ.
-    if family_of(config) == "qwen3_moe" and config.get("head_dim"):
-        return int(config["head_dim"])
-    return config["hidden_size"] // config["num_attention_heads"]
+def _rope(config):
+    """(theta, scaling dict or None) from rope_theta/rope_scaling or a rope_parameters dict."""
+    params = config.get("rope_parameters")
+    if params is not None:
+        if not isinstance(params, dict):
+            raise SluiceError("config.json: rope_parameters must be an object")
+        theta = params.get("rope_theta", config["rope_theta"])
+        scaling = dict(params)
+    else:
+        theta, scaling = config["rope_theta"], config["rope_scaling"]
+        scaling = dict(scaling) if isinstance(scaling, dict) else scaling
+    if scaling is not None and not isinstance(scaling, dict):
+        raise SluiceError("config.json: rope_scaling must be an object or null")
+    kind = None if scaling is None else (scaling.get("rope_type") or scaling.get("type") or "default")
+    partial = (scaling or {}).get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+    if partial not in (None, 1, 1.0):
+        raise SluiceError(f"config.json: partial_rotary_factor {partial} is not supported (only 1.0)")
+    if kind in (None, "default"):
+        return float(theta), None
+    if kind != "yarn":
+        raise SluiceError(f"config.json: rope_scaling type {kind!r} is not supported (only yarn)")
+    if not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] < 1:
+        raise SluiceError("config.json: rope_scaling.factor must be a number >= 1")
+    out = {k: scaling[k] for k in _ROPE_KEYS if scaling.get(k) is not None}
+    out.setdefault("original_max_position_embeddings", config["max_position_embeddings"])
+    return float(theta), out
 
 
-def expert_width(config):
-    if family_of(config) == "qwen3_moe":
-        return config["moe_intermediate_size"]
-    return config["intermediate_size"]  # OLMoE's intermediate_size is the expert width
+def _positive_int(c, key):
+    value = c[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise SluiceError(f"config.json: {key} must be a positive integer, it is {value!r}")
+    return value
 
 
-def is_moe_layer(config, layer):
-    if family_of(config) == "olmoe":
+def resolve(config):
+    """The config as the family's HF class reads it: missing keys take the class
+    default, aliases map to their canonical key, and every key that would change
+    the math and is not implemented is refused by name. Adds rope_theta/rope_scaling
+    normalised from rope_parameters (if given)."""
+    family = family_of(config)
+    c = dict(config)
+    for alias, canonical in ALIASES[family].items():
+        if alias in c:
+            if canonical in c and c[canonical] != c[alias]:
+                raise SluiceError(f"config.json: {alias} {c[alias]} and {canonical} {c[canonical]} disagree")
+            c[canonical] = c.pop(alias)
+    for key, default in CLASS_DEFAULTS[family].items():
+        if key not in c:
+            c[key] = copy.deepcopy(default)
+    for key in list(CLASS_DEFAULTS[family]):
+        if c[key] is None and key in _NULL_MEANS:
+            c[key] = _NULL_MEANS[key](c)
+        elif c[key] is None and key not in _MAY_BE_NULL:
+            raise SluiceError(f"config.json: {key} is null (Hugging Face keeps None and cannot run)")
+    if family == "qwen3_moe" and not c["use_sliding_window"]:
+        c["sliding_window"] = None  # the class ignores the window unless use_sliding_window
+    if c["hidden_act"] != "silu":
+        raise SluiceError(f"config.json: hidden_act {c['hidden_act']!r} is not supported (only silu)")
+    if c.get("attention_bias"):
+        raise SluiceError("config.json: attention_bias true is not supported (no bias tensors)")
+    if family == "qwen3_moe" and c["use_sliding_window"]:
+        raise SluiceError("config.json: use_sliding_window true is not supported for qwen3_moe")
+    c["rope_theta"], c["rope_scaling"] = _rope(c)
+    c.pop("rope_parameters", None)
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
+                "num_experts_per_tok"):
+        _positive_int(c, key)
+    if c["num_attention_heads"] % c["num_key_value_heads"]:
+        raise SluiceError(f"config.json: num_attention_heads {c['num_attention_heads']} is not a multiple of "
+                          f"num_key_value_heads {c['num_key_value_heads']}")
+    if family in MLA_FAMILIES:
+        _check_mla(c)
+    if c["num_experts_per_tok"] > num_experts(c):
+        raise SluiceError(f"config.json: num_experts_per_tok {c['num_experts_per_tok']} exceeds the "
+                          f"{num_experts(c)} experts")
+    return c
+
+
+def _check_mla(c):
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
+                "n_group", "topk_group", "moe_layer_freq"):
+        _positive_int(c, key)
+    if c["q_lora_rank"] is not None:
+        _positive_int(c, "q_lora_rank")
+    if c["qk_rope_head_dim"] % 2:
+        raise SluiceError(f"config.json: qk_rope_head_dim {c['qk_rope_head_dim']} must be even for RoPE")
+    if c["scoring_func"] != "sigmoid":
+        raise SluiceError(f"config.json: scoring_func {c['scoring_func']!r} is not supported (only sigmoid)")
+    if c["topk_method"] != "noaux_tc":
+        raise SluiceError(f"config.json: topk_method {c['topk_method']!r} is not supported (only noaux_tc)")
+    experts, groups = c["n_routed_experts"], c["n_group"]
+    if experts % groups or experts // groups < 2:
+        raise SluiceError(f"config.json: n_routed_experts {experts} must split into n_group {groups} "
+                          f"groups of at least 2")
+    if c["topk_group"] > groups:
+        raise SluiceError(f"config.json: topk_group {c['topk_group']} exceeds n_group {groups}")
+    if c["num_experts_per_tok"] > c["topk_group"] * (experts // groups):
+        raise SluiceError(f"config.json: num_experts_per_tok {c['num_experts_per_tok']} exceeds the "
+                          f"{c['topk_group'] * (experts // groups)} experts of the topk_group kept groups")
+    for key in ("n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers"):
+        if not isinstance(c[key], int) or isinstance(c[key], bool) or c[key] < 0:
+            raise SluiceError(f"config.json: {key} must be a non-negative integer, it is {c[key]!r}")
+
+
+def head_dim(c):
+    """GQA head width (OLMoE always splits hidden evenly; Qwen3 and Mixtral may state it)."""
+    family = family_of(c)
+    if family in MLA_FAMILIES:
+        raise SluiceError(f"{family} has MLA heads, no single head_dim")
+    if family != "olmoe" and c.get("head_dim"):
+        return int(c["head_dim"])
+    return c["hidden_size"] // c["num_attention_heads"]
+
+
+def num_experts_key(c):
+    return {"deepseek_v3": "n_routed_experts", "kimi_k2": "n_routed_experts",
+            "mixtral": "num_local_experts"}.get(family_of(c), "num_experts")
+
+
+def num_experts(c):
+    return c[num_experts_key(c)]
+
+
+def expert_width(c):
+    if family_of(c) in ("qwen3_moe",) + MLA_FAMILIES:
+        return c["moe_intermediate_size"]
+    return c["intermediate_size"]  # OLMoE's and Mixtral's intermediate_size is the expert width
+
+
+def is_moe_layer(c, layer):
+    family = family_of(c)
+    if family in ("olmoe", "mixtral"):
         return True
-    step = config.get("decoder_sparse_step", 1) or 1
-    return (layer not in (config.get("mlp_only_layers") or [])
-            and config["num_experts"] > 0 and (layer + 1) % step == 0)
+    if family in MLA_FAMILIES:
+        return layer >= c["first_k_dense_replace"] and layer % c["moe_layer_freq"] == 0
+    step = c.get("decoder_sparse_step", 1) or 1
+    return (layer not in (c.get("mlp_only_layers") or [])
+            and c["num_experts"] > 0 and (layer + 1) % step == 0)
+
+
+def moe_prefix(c, layer):
+    return f"model.layers.{layer}." + ("block_sparse_moe." if family_of(c) == "mixtral" else "mlp.")
+
+
+def expert_names(c, layer, expert):
+    """HF names of one routed expert's (gate, up, down) matrices."""
+    p = f"{moe_prefix(c, layer)}experts.{expert}."
+    if family_of(c) == "mixtral":
+        return p + "w1.weight", p + "w3.weight", p + "w2.weight"
+    return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
+
+
+def _mla_layer(c, p, shapes):
+    hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    if c["q_lora_rank"] is None:
+        shapes[p + "self_attn.q_proj.weight"] = [heads * qk, hidden]
+    else:
+        shapes[p + "self_attn.q_a_proj.weight"] = [c["q_lora_rank"], hidden]
+        shapes[p + "self_attn.q_a_layernorm.weight"] = [c["q_lora_rank"]]
+        shapes[p + "self_attn.q_b_proj.weight"] = [heads * qk, c["q_lora_rank"]]
+    shapes[p + "self_attn.kv_a_proj_with_mqa.weight"] = [c["kv_lora_rank"] + c["qk_rope_head_dim"], hidden]
+    shapes[p + "self_attn.kv_a_layernorm.weight"] = [c["kv_lora_rank"]]
+    shapes[p + "self_attn.kv_b_proj.weight"] = [heads * (c["qk_nope_head_dim"] + c["v_head_dim"]),
+                                               c["kv_lora_rank"]]
+    shapes[p + "self_attn.o_proj.weight"] = [hidden, heads * c["v_head_dim"]]
+
+
+def _gqa_layer(c, p, shapes):
+    hidden, family, d = c["hidden_size"], family_of(c), head_dim(c)
+    q_out, kv_out = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
+    shapes[p + "self_attn.q_proj.weight"] = [q_out, hidden]
+    shapes[p + "self_attn.k_proj.weight"] = [kv_out, hidden]
+    shapes[p + "self_attn.v_proj.weight"] = [kv_out, hidden]
+    shapes[p + "self_attn.o_proj.weight"] = [hidden, q_out]
+    if family == "olmoe":  # whole-vector q/k norms
+        shapes[p + "self_attn.q_norm.weight"] = [q_out]
+        shapes[p + "self_attn.k_norm.weight"] = [kv_out]
+    elif family == "qwen3_moe":  # one per-head weight shared by all heads
+        shapes[p + "self_attn.q_norm.weight"] = [d]
+        shapes[p + "self_attn.k_norm.weight"] = [d]
+
+
+def _decoder_layer(c, i, shapes):
+    hidden, p = c["hidden_size"], f"model.layers.{i}."
+    shapes[p + "input_layernorm.weight"] = [hidden]
+    (_mla_layer if family_of(c) in MLA_FAMILIES else _gqa_layer)(c, p, shapes)
+    shapes[p + "post_attention_layernorm.weight"] = [hidden]
+    if is_moe_layer(c, i):
+        m, width = moe_prefix(c, i), expert_width(c)
+        shapes[m + "gate.weight"] = [num_experts(c), hidden]
+        if family_of(c) in MLA_FAMILIES:
+            shapes[m + "gate.e_score_correction_bias"] = [num_experts(c)]
+        for e in range(num_experts(c)):
+            gate, up, down = expert_names(c, i, e)
+            shapes[gate], shapes[up], shapes[down] = [width, hidden], [width, hidden], [hidden, width]
+        if family_of(c) in MLA_FAMILIES and c["n_shared_experts"]:
+            shared = width * c["n_shared_experts"]
+            shapes[m + "shared_experts.gate_proj.weight"] = [shared, hidden]
+            shapes[m + "shared_experts.up_proj.weight"] = [shared, hidden]
+            shapes[m + "shared_experts.down_proj.weight"] = [hidden, shared]
+    else:
+        dense = c["intermediate_size"]
+        shapes[p + "mlp.gate_proj.weight"] = [dense, hidden]
+        shapes[p + "mlp.up_proj.weight"] = [dense, hidden]
+        shapes[p + "mlp.down_proj.weight"] = [hidden, dense]
 
 
 def tensor_shapes(config):
-    """HF tensor names and shapes in checkpoint order (dict name -> shape)."""
-    family = family_of(config)
-    hidden = config["hidden_size"]
-    d = head_dim(config)
-    q_out = config["num_attention_heads"] * d
-    kv_out = config["num_key_value_heads"] * d
-    # OLMoE normalises the whole q/k vectors, Qwen3 each head with one shared weight.
-    q_norm, k_norm = (q_out, kv_out) if family == "olmoe" else (d, d)
-    width = expert_width(config)
-    shapes = {"model.embed_tokens.weight": [config["vocab_size"], hidden]}
-    for i in range(config["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        shapes[p + "input_layernorm.weight"] = [hidden]
-        shapes[p + "self_attn.q_proj.weight"] = [q_out, hidden]
-        shapes[p + "self_attn.k_proj.weight"] = [kv_out, hidden]
-        shapes[p + "self_attn.v_proj.weight"] = [kv_out, hidden]
-        shapes[p + "self_attn.o_proj.weight"] = [hidden, q_out]
-        shapes[p + "self_attn.q_norm.weight"] = [q_norm]
-        shapes[p + "self_attn.k_norm.weight"] = [k_norm]
-        shapes[p + "post_attention_layernorm.weight"] = [hidden]
-        if is_moe_layer(config, i):
-            shapes[p + "mlp.gate.weight"] = [config["num_experts"], hidden]
-            for e in range(config["num_experts"]):
-                q = f"{p}mlp.experts.{e}."
-                shapes[q + "gate_proj.weight"] = [width, hidden]
-                shapes[q + "up_proj.weight"] = [width, hidden]
-                shapes[q + "down_proj.weight"] = [hidden, width]
-        else:
-            dense = config["intermediate_size"]
-            shapes[p + "mlp.gate_proj.weight"] = [dense, hidden]
-            shapes[p + "mlp.up_proj.weight"] = [dense, hidden]
-            shapes[p + "mlp.down_proj.weight"] = [hidden, dense]
+    """HF tensor names and shapes of the main model, in checkpoint order (dict name -> shape)."""
+    c = resolve(config)
+    hidden = c["hidden_size"]
+    shapes = {"model.embed_tokens.weight": [c["vocab_size"], hidden]}
+    for i in range(c["num_hidden_layers"]):
+        _decoder_layer(c, i, shapes)
     shapes["model.norm.weight"] = [hidden]
-    if not config.get("tie_word_embeddings", False):
-        shapes["lm_head.weight"] = [config["vocab_size"], hidden]
+    if not c["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = [c["vocab_size"], hidden]
     return shapes
+
+
+def mtp_tensor_shapes(config):
+    """The multi-token-prediction layers DeepSeek-V3 ships after the main layers
+    (model.layers.{N}.*: enorm, hnorm, eh_proj, a decoder layer, shared_head);
+    the main model never reads them."""
+    c = resolve(config)
+    if family_of(c) not in MLA_FAMILIES:
+        return {}
+    hidden, vocab, shapes = c["hidden_size"], c["vocab_size"], {}
+    for i in range(c["num_hidden_layers"], c["num_hidden_layers"] + c["num_nextn_predict_layers"]):
+        p = f"model.layers.{i}."
+        shapes[p + "embed_tokens.weight"] = [vocab, hidden]
+        shapes[p + "enorm.weight"] = [hidden]
+        shapes[p + "hnorm.weight"] = [hidden]
+        shapes[p + "eh_proj.weight"] = [hidden, 2 * hidden]
+        _decoder_layer(c, i, shapes)
+        shapes[p + "shared_head.norm.weight"] = [hidden]
+        shapes[p + "shared_head.head.weight"] = [vocab, hidden]
+    return shapes
+
+
+_FP8_SUFFIXES = ("q_proj.weight", "q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
+                 "kv_b_proj.weight", "o_proj.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                 "eh_proj.weight")
+
+
+def is_fp8_tensor(name):
+    """Which tensors DeepSeek-V3's fp8 release stores as F8_E4M3 (§0.9, §3.2): the
+    attention projections, dense/shared/routed expert matrices; never embeddings,
+    lm_head, norms, the router or its bias."""
+    return name.endswith(_FP8_SUFFIXES)
 
 
 def init_std_and_mean(config, name):
     """(mean, std) of the random weight `name` (architectures.md §7 rules)."""
     if name.endswith("norm.weight"):
         return 1.0, 0.1
-    if name.endswith("mlp.gate.weight"):  # router: logits spread about ±2
-        return 0.0, 2.0 / config["hidden_size"] ** 0.5
+    if name.endswith("gate.e_score_correction_bias"):
+        return 0.0, 0.05
+    if name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):  # router: logits spread about ±2
+        return 0.0, 2.0 / math.sqrt(config["hidden_size"])
     return 0.0, 0.02
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m sluicepy.families",
+                                     description="The Hugging Face class defaults, and a config as they read it "
+                                                 "(for checking another parser key by key).")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    sub.add_parser("defaults", help='print {"defaults": {family: {key: value}}, "aliases": {...}} as JSON')
+    p = sub.add_parser("resolve", help="print CONFIG as resolved (defaults filled, aliases mapped) as JSON")
+    p.add_argument("config", help="a config.json")
+    args = parser.parse_args(argv)
+    try:
+        if args.mode == "defaults":
+            print(json.dumps({"defaults": CLASS_DEFAULTS, "aliases": ALIASES}, indent=1))
+            return 0
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SluiceError(f"{args.config}: {e}") from None
+        if not isinstance(config, dict):
+            raise SluiceError(f"{args.config}: not a JSON object")
+        print(json.dumps(resolve(config), indent=1))
+    except SluiceError as e:
+        print(f"sluicepy.families: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,116 +1,116 @@
-# scripts/sluicepy/models.py: PyTorch f32 forward passes of OLMoE and Qwen3-MoE
-# written from architectures.md §0, §1.3 and §2.3, with a KV cache. It is the
-# oracle the engine is checked against: plain, explicit, never fast-pathed.
+# scripts/sluicepy/models.py: PyTorch forward passes of every family written
+# from architectures.md §0-§5 (GQA here, MLA in mla.py, routing in routing.py),
+# with a per-layer cache. It is the oracle the engine is checked against: plain,
+# explicit, never fast-pathed; f32 by default, f64 on request.
 import torch
 
-from . import SluiceError, families
+from . import SluiceError, families, mla, rope, routing
+from .ops import rms_norm, swiglu
 
 
-def rms_norm(x, weight, eps):
-    return weight * (x / torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps))
+class Cache:
+    """Per-layer state of one sequence (keys/values, or MLA's latent and rope key)."""
 
-
-def rope_half_split(x, positions, theta):
-    """x: [T, heads, d]; element i pairs with i + d/2 (NeoX pairing), f32 like HF."""
-    d = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    angles = positions.float()[:, None] * inv_freq[None, :]          # [T, d/2]
-    cos = torch.cat([angles.cos(), angles.cos()], dim=-1)[:, None, :]
-    sin = torch.cat([angles.sin(), angles.sin()], dim=-1)[:, None, :]
-    rotated = torch.cat([-x[..., d // 2:], x[..., :d // 2]], dim=-1)
-    return x * cos + rotated * sin
-
-
-def swiglu(x, gate, up, down):
-    return torch.nn.functional.silu(x @ gate.T) * (x @ up.T) @ down.T
-
-
-def route(logits, top_k, renormalise):
-    """Softmax over all experts, then the top_k largest probabilities.
-
-    Ties go to the lower expert id: a stable descending sort keeps index order
-    among equal values. Returns (expert ids [T, k], weights [T, k]) in routing
-    order (largest probability first)."""
-    probs = torch.softmax(logits, dim=-1)
-    order = torch.sort(probs, dim=-1, descending=True, stable=True).indices[:, :top_k]
-    weights = torch.gather(probs, 1, order)
-    if renormalise:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    return order, weights
-
-
-class KvCache:
     def __init__(self, layers):
-        self.keys = [None] * layers
-        self.values = [None] * layers
+        self.layers = [{} for _ in range(layers)]
         self.length = 0
 
 
 class MoeModel:
-    """OLMoE or Qwen3-MoE over a dict of HF-named f32 tensors."""
+    """One family's decoder over a dict of HF-named tensors.
 
-    def __init__(self, config, weights):
-        self.config = config
-        self.family = families.family_of(config)
+    mla_form: "expanded" (the oracle) or "absorbed" (DeepSeek / K2 only).
+    exclusion: how DeepSeek-style routing excludes unkept groups ("zero": the
+    released HF code; "neg-inf": DeepSeek's inference script)."""
+
+    def __init__(self, config, weights, mla_form=mla.EXPANDED, exclusion=routing.EXCLUDE_ZERO,
+                 dtype=torch.float32):
+        if mla_form not in mla.FORMS or exclusion not in routing.EXCLUSIONS:
+            raise SluiceError(f"mla_form {mla_form!r} / exclusion {exclusion!r} not in {mla.FORMS} / "
+                              f"{routing.EXCLUSIONS}")
+        self.config = c = families.resolve(config)
+        self.family = families.family_of(c)
+        self.dtype = dtype
         self.w = {}
-        for name, shape in families.tensor_shapes(config).items():
+        for name, shape in families.tensor_shapes(c).items():
             if name not in weights:
                 raise SluiceError(f"weights lack tensor {name}")
-            tensor = torch.as_tensor(weights[name], dtype=torch.float32)
+            tensor = torch.as_tensor(weights[name]).to(dtype)
             if list(tensor.shape) != list(shape):
                 raise SluiceError(f"tensor {name} has shape {list(tensor.shape)}, the config needs {shape}")
             self.w[name] = tensor
-        if config.get("tie_word_embeddings", False):
+        if c["tie_word_embeddings"]:
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
-        self.layers = config["num_hidden_layers"]
-        self.heads = config["num_attention_heads"]
-        self.kv_heads = config["num_key_value_heads"]
-        self.head_dim = families.head_dim(config)
-        self.eps = config["rms_norm_eps"]
-        self.vocab = config["vocab_size"]
+        self.layers, self.eps, self.vocab = c["num_hidden_layers"], c["rms_norm_eps"], c["vocab_size"]
+        self.heads = c["num_attention_heads"]
+        self.exclusion = exclusion
+        if self.family in families.MLA_FAMILIES:
+            self.mla = mla.Mla(c, self.w, dtype)
+            self.mixer = self.mla.expanded if mla_form == mla.EXPANDED else self.mla.absorbed
+        else:
+            self.kv_heads, self.head_dim = c["num_key_value_heads"], families.head_dim(c)
+            self.inv_freq, self.multiplier = rope.frequencies(self.head_dim, c["rope_theta"], c["rope_scaling"],
+                                                              dtype)
+            self.mixer = self._attention
 
     def new_cache(self):
-        return KvCache(self.layers)
+        return Cache(self.layers)
 
-    def _attention(self, i, a, positions, cache):
+    def _attention(self, i, a, positions, state):
+        """GQA causal attention (§0.7) with each family's q/k norms (§1.3, §2.3) and Mixtral's window."""
         p, c, T, d = f"model.layers.{i}.self_attn.", self.config, a.shape[0], self.head_dim
         q, k, v = (a @ self.w[p + f"{x}_proj.weight"].T for x in "qkv")
         if self.family == "olmoe":  # one norm over all heads together, before the split
             q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps)
             k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps)
-            if c.get("clip_qkv") is not None:
+            if c["clip_qkv"] is not None:
                 q, k, v = (t.clamp(-c["clip_qkv"], c["clip_qkv"]) for t in (q, k, v))
         q, k, v = q.view(T, self.heads, d), k.view(T, self.kv_heads, d), v.view(T, self.kv_heads, d)
         if self.family == "qwen3_moe":  # one shared weight, applied to every head
             q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps)
             k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps)
-        q = rope_half_split(q, positions, c["rope_theta"])
-        k = rope_half_split(k, positions, c["rope_theta"])
-        if cache.keys[i] is not None:
-            k, v = torch.cat([cache.keys[i], k]), torch.cat([cache.values[i], v])
-        cache.keys[i], cache.values[i] = k, v
+        cos, sin = rope.cos_sin(positions, self.inv_freq, self.multiplier)
+        q, k = rope.rotate_half_split(q, cos, sin), rope.rotate_half_split(k, cos, sin)
+        if "keys" in state:
+            k, v = torch.cat([state["keys"], k]), torch.cat([state["values"], v])
+        state["keys"], state["values"] = k, v
         group = self.heads // self.kv_heads  # query head h reads kv head h // group
         keys, values = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = torch.einsum("thd,shd->hts", q, keys) / d ** 0.5
         key_pos = torch.arange(k.shape[0])
-        scores = scores.masked_fill(key_pos[None, None, :] > positions[None, :, None], float("-inf"))
+        hidden = key_pos[None, :] > positions[:, None]
+        if c.get("sliding_window") is not None:  # HF: a key is visible while t - s < window
+            hidden = hidden | (positions[:, None] - key_pos[None, :] >= c["sliding_window"])
+        scores = scores.masked_fill(hidden[None], float("-inf"))
         out = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), values).reshape(T, self.heads * d)
         return out @ self.w[p + "o_proj.weight"].T
 
+    def _route(self, i, b):
+        c, m = self.config, families.moe_prefix(self.config, i)
+        logits = b @ self.w[m + "gate.weight"].T
+        if self.family in families.MLA_FAMILIES:
+            return routing.route_sigmoid_grouped(logits, self.w[m + "gate.e_score_correction_bias"],
+                                                 c["num_experts_per_tok"], c["n_group"], c["topk_group"],
+                                                 c["norm_topk_prob"], c["routed_scaling_factor"], self.exclusion)
+        renormalise = True if self.family == "mixtral" else c["norm_topk_prob"]  # Mixtral always renormalises
+        return routing.route_softmax(logits, c["num_experts_per_tok"], renormalise)
+
     def _moe(self, i, b, trace):
-        p, c = f"model.layers.{i}.mlp.", self.config
-        ids, weights = route(b @ self.w[p + "gate.weight"].T, c["num_experts_per_tok"], c["norm_topk_prob"])
+        ids, weights = self._route(i, b)
         if trace is not None:
             trace.append((i, ids.clone(), weights.clone()))
-        outputs = torch.zeros(b.shape[0], ids.shape[1], b.shape[1])
+        outputs = torch.zeros(b.shape[0], ids.shape[1], b.shape[1], dtype=self.dtype)
         for e in torch.unique(ids).tolist():
             rows, slots = (ids == e).nonzero(as_tuple=True)
-            q = f"{p}experts.{e}."
-            outputs[rows, slots] = swiglu(b[rows], self.w[q + "gate_proj.weight"], self.w[q + "up_proj.weight"],
-                                          self.w[q + "down_proj.weight"])
+            gate, up, down = families.expert_names(self.config, i, e)
+            outputs[rows, slots] = swiglu(b[rows], self.w[gate], self.w[up], self.w[down])
         total = torch.zeros_like(b)
         for slot in range(ids.shape[1]):  # summed in routing order, like the engine
             total = total + weights[:, slot:slot + 1] * outputs[:, slot]
+        shared = families.moe_prefix(self.config, i) + "shared_experts."
+        if shared + "gate_proj.weight" in self.w:
+            total = total + swiglu(b, self.w[shared + "gate_proj.weight"], self.w[shared + "up_proj.weight"],
+                                   self.w[shared + "down_proj.weight"])
         return total
 
     def forward(self, token_ids, cache, trace=None):
@@ -124,7 +124,8 @@ class MoeModel:
         h = self.w["model.embed_tokens.weight"][ids]
         for i in range(self.layers):
             p = f"model.layers.{i}."
-            h = h + self._attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], self.eps), positions, cache)
+            a = rms_norm(h, self.w[p + "input_layernorm.weight"], self.eps)
+            h = h + self.mixer(i, a, positions, cache.layers[i])
             b = rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.eps)
             if families.is_moe_layer(self.config, i):
                 h = h + self._moe(i, b, trace)

@@ -1,15 +1,17 @@
 # scripts/sluicepy/safetensors.py: read and write safetensors files and
-# sharded checkpoints (index.json). Only BF16/F16/F32; every offset in a header
-# is checked against the file before any data is touched.
+# sharded checkpoints (index.json). BF16/F16/F32 and F8_E4M3 (decoded with
+# fp8.py, dequantized by its weight_scale_inv); every offset in a header is
+# checked against the file before any data is touched.
 import json
 import os
 import struct
 
 import numpy as np
 
-from . import SluiceError
+from . import SluiceError, fp8
 
-_ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
+_ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1}
+SCALE_SUFFIX = "_scale_inv"
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -29,7 +31,9 @@ def bf16_bits_to_f32(bits):
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def _encode(array, dtype):
+def _encode(array, dtype, name):
+    if dtype == "F8_E4M3":
+        return fp8.encode(np.asarray(array, dtype=np.float32), name).tobytes()
     if dtype == "F32":
         return np.ascontiguousarray(array, dtype="<f4").tobytes()
     if dtype == "F16":
@@ -71,7 +75,7 @@ def save_file(path, tensors, dtype="BF16", metadata=None):
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for name, array in tensors.items():  # one tensor in memory at a time
-            f.write(_encode(array, _dtype_of(dtype, name)))
+            f.write(_encode(array, _dtype_of(dtype, name), name))
     os.replace(tmp, path)
 
 
@@ -126,6 +130,8 @@ def load_file(path, names=None):
             array = data.view("<f4").astype(np.float32)
         elif kind == "F16":
             array = data.view("<f2").astype(np.float32)
+        elif kind == "F8_E4M3":
+            array = fp8.decode(data)
         else:
             array = bf16_bits_to_f32(data.view("<u2"))
         out[name] = array.reshape(info["shape"])
@@ -155,17 +161,31 @@ def checkpoint_files(directory):
 
 
 def load_checkpoint(directory):
-    """All tensors of a (possibly sharded) checkpoint as float32 arrays."""
+    """All tensors of a (possibly sharded) checkpoint as float32 arrays; each
+    F8_E4M3 weight comes out dequantized by its `<name>_scale_inv`, which is dropped."""
     by_file = {}
     for name, file in checkpoint_files(directory).items():
         by_file.setdefault(file, set()).add(name)
-    out = {}
+    out, fp8_names = {}, []
     for file, names in by_file.items():
         found = load_file(file, names)
         missing = names - found.keys()
         if missing:
             raise SluiceError(f"{file}: the index lists {sorted(missing)[0]} but the file lacks it")
+        header = read_header(file)[0]
+        fp8_names += [n for n in names if header[n]["dtype"] == "F8_E4M3"]
+        for n in names:
+            if n.endswith(SCALE_SUFFIX) and header[n]["dtype"] != "F32":
+                raise SluiceError(f"{file}: tensor {n} is {header[n]['dtype']}, a block scale must be F32")
         out.update(found)
+    for name in fp8_names:
+        scale = out.pop(name + SCALE_SUFFIX, None)
+        if scale is None:
+            raise SluiceError(f"{directory}: F8_E4M3 tensor {name} has no {name + SCALE_SUFFIX}")
+        out[name] = fp8.dequantize(out[name], scale, name)
+    orphans = sorted(n for n in out if n.endswith(SCALE_SUFFIX))
+    if orphans:
+        raise SluiceError(f"{directory}: {orphans[0]} scales a tensor that is not F8_E4M3")
     return out
 
 

@@ -56,9 +56,9 @@ ModelConfig small_config() {
   config.vocab = 1000;
   config.hidden = 64;
   config.layers = 4;
-  config.heads = 8;
-  config.kv_heads = 2;
-  config.head_dim = 16;
+  config.gqa.heads = 8;
+  config.gqa.kv_heads = 2;
+  config.gqa.head_dim = 16;
   config.dense_width = 0;
   config.expert_width = 32;
   config.experts = 16;

@@ -54,14 +54,15 @@ const std::string& scratch_dir() {
 std::string sluice_bin() { return env_or("SLUICE_BIN", "sluice"); }
 std::string sluice_io_bin() { return env_or("SLUICE_IO_BIN", "sluice-io"); }
 
-std::string make_tiny_container_or_skip(const std::string& name, const std::vector<std::string>& generator_args) {
+std::string make_tiny_container_or_skip(const std::string& name, const std::vector<std::string>& generator_args,
+                                        const std::string& family) {
   const std::string root = env_or("SLUICE_SOURCE_ROOT", "");
   if (root.empty()) skip("SLUICE_SOURCE_ROOT is not set (run through meson test)");
   const std::string generator = root + "/scripts/make_tiny_checkpoint.py";
   if (!std::filesystem::exists(generator)) skip(generator + " does not exist yet");
   const std::string checkpoint = scratch_dir() + "/" + name + "-checkpoint";
   const std::string container = scratch_dir() + "/" + name + ".sluice";
-  std::vector<std::string> argv = {env_or("PYTHON", "/usr/bin/python3"), generator, "olmoe", checkpoint};
+  std::vector<std::string> argv = {env_or("PYTHON", "/usr/bin/python3"), generator, family, checkpoint};
   argv.insert(argv.end(), generator_args.begin(), generator_args.end());
   std::string output;
   if (run_command(argv, &output) != 0) skip("make_tiny_checkpoint.py failed: " + output);

@@ -16,10 +16,11 @@ const std::string& scratch_dir();
 
 // Path of a converted tiny container, built once per test process.
 const std::string& tiny_container_or_skip();
-// Builds another tiny OLMoE container `name` (make_tiny_checkpoint.py with
-// `generator_args`, e.g. {"--set", "num_hidden_layers=4"}); skips the test
-// when the tools cannot.
-std::string make_tiny_container_or_skip(const std::string& name, const std::vector<std::string>& generator_args);
+// Builds another tiny container `name` of `family` (make_tiny_checkpoint.py
+// with `generator_args`, e.g. {"--set", "num_hidden_layers=4"}); skips the
+// test when the tools cannot.
+std::string make_tiny_container_or_skip(const std::string& name, const std::vector<std::string>& generator_args,
+                                        const std::string& family = "olmoe");
 
 // $SLUICE_BIN, and sluice-io (from $SLUICE_IO_BIN).
 std::string sluice_bin();

@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-# The engine against the PyTorch reference on tiny checkpoints of each family:
+# The engine against the PyTorch reference on tiny checkpoints of each family
+# (and DeepSeek-V3 from fp8 sources with a multi-token-prediction layer):
+# the plan from config.json alone equals the plan of the converted container;
 # logits after a 16-token prompt and after each of 8 greedy steps agree to
 # 1e-4 (max abs) with scripts/reference.py reading the same container, and the
 # greedy tokens are identical. Also prints what the quantization costs against
@@ -45,43 +47,56 @@ def load(path, vocab):
     return rows.reshape(STEPS + 1, vocab)
 
 
-def check_family(family, work, failures):
-    checkpoint = os.path.join(work, family)
-    container = os.path.join(work, family + ".sluice")
-    run(PY, os.path.join(ROOT, "scripts/make_tiny_checkpoint.py"), family, checkpoint, "--seed", "7")
+def check_family(name, family, work, failures, *variant):
+    """`name` labels the run; `variant` is passed to make_tiny_checkpoint.py."""
+    checkpoint = os.path.join(work, name)
+    container = os.path.join(work, name + ".sluice")
+    run(PY, os.path.join(ROOT, "scripts/make_tiny_checkpoint.py"), family, checkpoint, "--seed", "7", *variant)
     run(SLUICE, "convert", checkpoint, container, "-q")
     vocab = json.load(open(os.path.join(checkpoint, "config.json")))["vocab_size"]
 
-    ours = load(engine_logits(container, os.path.join(work, family + ".engine")), vocab)
-    theirs = load(reference_logits(container, os.path.join(work, family + ".ref")), vocab)
+    ours = load(engine_logits(container, os.path.join(work, name + ".engine")), vocab)
+    theirs = load(reference_logits(container, os.path.join(work, name + ".ref")), vocab)
     diff = float(np.max(np.abs(ours - theirs)))
     same_tokens = bool(np.array_equal(np.argmax(ours[:-1], axis=1), np.argmax(theirs[:-1], axis=1)))
-    print(f"{family}: engine vs reference on the container: max |diff| {diff:.3g}, greedy tokens identical: {same_tokens}")
+    print(f"{name}: engine vs reference on the container: max |diff| {diff:.3g}, greedy tokens identical: {same_tokens}")
     if not diff <= TOLERANCE:
-        failures.append(f"{family}: max abs logit difference {diff:.3g} > {TOLERANCE}")
+        failures.append(f"{name}: max abs logit difference {diff:.3g} > {TOLERANCE}")
     if not same_tokens:
-        failures.append(f"{family}: greedy tokens differ")
+        failures.append(f"{name}: greedy tokens differ")
 
-    # Chunked prefill (chunk 3) and one-token chunks agree with the default.
-    chunked = load(engine_logits(container, os.path.join(work, family + ".chunk3"), "--chunk", "3"), vocab)
-    diff_chunk = float(np.max(np.abs(chunked - ours)))
-    print(f"{family}: prefill chunk 3 vs 64: max |diff| {diff_chunk:.3g}")
-    if not diff_chunk <= TOLERANCE:
-        failures.append(f"{family}: chunked prefill differs by {diff_chunk:.3g}")
+    # Chunked prefill (chunk 3) and token-by-token (chunk 1) agree with the default.
+    for chunk in ("3", "1"):
+        chunked = load(engine_logits(container, os.path.join(work, f"{name}.chunk{chunk}"), "--chunk", chunk), vocab)
+        diff_chunk = float(np.max(np.abs(chunked - ours)))
+        print(f"{name}: prefill chunk {chunk} vs 64: max |diff| {diff_chunk:.3g}")
+        if not diff_chunk <= TOLERANCE:
+            failures.append(f"{name}: prefill in chunks of {chunk} differs by {diff_chunk:.3g}")
+
+    # The plan from the config alone equals the plan of the converted container.
+    for ctx in ("64", "256"):
+        from_config = json.loads(run(SLUICE, "plan", "--config", os.path.join(checkpoint, "config.json"), "--ctx", ctx,
+                                     "--ram", "16G", "--json"))
+        from_container = json.loads(run(SLUICE, "plan", container, "--ctx", ctx, "--ram", "16G", "--json"))
+        differing = sorted(k for k in from_container if from_config.get(k) != from_container[k])
+        if differing:
+            failures.append(f"{name}: plan --config differs from the container's plan at ctx {ctx} in {differing}")
 
     # What the quantization costs: the original weights teacher-forced on the
     # container's greedy tokens (reported, not bounded).
     cost = json.loads(run(PY, os.path.join(ROOT, "scripts/reference.py"), container, "--prompt-ids",
                           ",".join(map(str, PROMPT)), "-n", str(STEPS), "--temp", "0", "--compare", checkpoint))
-    print(f"{family}: quantization cost vs the unquantized checkpoint: "
+    print(f"{name}: quantization cost vs the unquantized checkpoint: "
           + json.dumps({k: v for k, v in cost.items() if not isinstance(v, dict)}))
 
 
 def main():
     failures = []
     with tempfile.TemporaryDirectory(prefix="sluice-agreement-") as work:
-        for family in ("olmoe", "qwen3_moe"):
-            check_family(family, work, failures)
+        for family in ("olmoe", "qwen3_moe", "mixtral", "deepseek_v3", "kimi_k2"):
+            check_family(family, family, work, failures)
+        # fp8 sources with block scales, and a multi-token-prediction layer to skip.
+        check_family("deepseek_v3_fp8", "deepseek_v3", work, failures, "--fp8", "--set", "num_nextn_predict_layers=1")
     if failures:
         sys.exit("\n".join(failures))
 

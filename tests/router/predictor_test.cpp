@@ -1,6 +1,6 @@
 // tests/router/predictor_test.cpp: the router's predictor, loaded from a real
 // (tiny) container, ranks experts exactly as the model's router does when it
-// is given the same input; ties and bad inputs.
+// is given the same input (softmax and sigmoid grouped routers); bad inputs.
 #include <doctest/doctest.h>
 
 #include "compute/model/engine.h"
@@ -10,19 +10,11 @@
 
 using namespace sluice;
 
-TEST_CASE("rank_experts: descending probability, lower id first on ties") {
-  const std::vector<float> logits = {0.5f, 2.0f, 2.0f, -1.0f, 1.0f};
-  CHECK(router::rank_experts(logits, 3) == std::vector<uint32_t>{1, 2, 4});
-  CHECK(router::rank_experts(logits, 9).size() == 5);
-  // Distinct logits that round to the same probability tie like the model's
-  // router: by id (exp(-1e-8) is 1.0f), though expert 1's logit is larger.
-  const std::vector<float> close = {0.0f, 1e-8f, -5.0f};
-  REQUIRE(close[1] > close[0]);
-  CHECK(router::rank_experts(close, 1) == std::vector<uint32_t>{0});
-}
+namespace {
 
-TEST_CASE("the predictor's top-K equals the real router's top-K on the real input") {
-  const std::string& model = testing::tiny_container_or_skip();
+// Runs a short generation and checks every guess made from the real MoE
+// input against the routing the model chose.
+void check_guesses_equal_routing(const std::string& model) {
   EngineOptions options;
   options.threads = 1;
   options.prefill_chunk = 4;
@@ -62,6 +54,16 @@ TEST_CASE("the predictor's top-K equals the real router's top-K on the real inpu
     CHECK(std::equal(s.real.begin(), s.real.end(), wider.begin()));
   }
   CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the predictor's top-K equals the real router's top-K on the real input: softmax routing") {
+  check_guesses_equal_routing(testing::tiny_container_or_skip());
+}
+
+TEST_CASE("the predictor's top-K equals the real router's top-K: sigmoid routing with bias and groups") {
+  check_guesses_equal_routing(testing::make_tiny_container_or_skip("deepseek", {"--seed", "3"}, "deepseek_v3"));
 }
 
 TEST_CASE("layers without a router and inputs of the wrong size are refused") {

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import helpers
-from sluicepy import families, models
+from sluicepy import families, models, rope, routing
 import reference
 
 PROMPT = [5, 100, 200, 300, 7, 42, 43, 44, 45, 46, 47, 48]
@@ -65,18 +65,19 @@ class ReferenceTest(unittest.TestCase):
 
     def test_routing_ties_take_lower_expert_and_weights_follow_norm_topk_prob(self):
         logits = torch.tensor([[0.0, 1.0, 1.0, 0.5, 1.0]])
-        ids, weights = models.route(logits, 2, renormalise=False)
+        ids, weights = routing.route_softmax(logits, 2, renormalise=False)
         self.assertEqual(ids.tolist(), [[1, 2]])
         probs = torch.softmax(logits, dim=-1)
         torch.testing.assert_close(weights, probs[:, [1, 2]])
-        ids, weights = models.route(logits, 3, renormalise=True)
+        ids, weights = routing.route_softmax(logits, 3, renormalise=True)
         self.assertEqual(ids.tolist(), [[1, 2, 4]])
         self.assertAlmostEqual(float(weights.sum()), 1.0, places=6)
 
     def test_rope_rotates_pairs_i_and_i_plus_half(self):
         x = torch.zeros(1, 1, 8)
         x[0, 0, 1] = 1.0  # pairs with element 5
-        out = models.rope_half_split(x, torch.tensor([3]), 10000.0)
+        inv_freq, multiplier = rope.frequencies(8, 10000.0)
+        out = rope.rotate_half_split(x, *rope.cos_sin(torch.tensor([3]), inv_freq, multiplier))
         angle = 3 * 10000.0 ** (-2 * 1 / 8)
         self.assertAlmostEqual(float(out[0, 0, 1]), np.cos(angle), places=6)
         self.assertAlmostEqual(float(out[0, 0, 5]), np.sin(angle), places=6)

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "proto/f16.h"
 #include "tests/compute/convert/test_util.h"
 
@@ -136,14 +138,33 @@ TEST_CASE("bad header JSON is refused") {
 TEST_CASE("unsupported and unknown dtypes are refused by name") {
   test::TempDir dir;
   test::write_bytes(dir.file("model.safetensors"),
-                    safetensors_bytes(R"({"X":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')));
+                    safetensors_bytes(R"({"X":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')));
   const auto file = open_file(dir.file("model.safetensors"));
   std::vector<float> out(4);
   CHECK(error_of([&] { file->read_f32(*file->find("X"), out.data()); }) ==
-        "model.safetensors: tensor X: unsupported dtype F8_E4M3");
+        "model.safetensors: tensor X: unsupported dtype F8_E5M2");
   test::write_bytes(dir.file("model.safetensors"),
                     safetensors_bytes(R"({"Y":{"dtype":"Q9","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')));
   CHECK(contains(error_of([&] { open_file(dir.file("model.safetensors")); }), "tensor Y: unknown dtype Q9"));
+}
+
+TEST_CASE("fp8 e4m3fn bytes decode as architectures.md §0.9 defines them") {
+  CHECK(e4m3_to_f32(0x00) == 0.0f);
+  CHECK(e4m3_to_f32(0x01) == std::ldexp(1.0f, -9));  // smallest subnormal: 1/8 · 2^-6
+  CHECK(e4m3_to_f32(0x07) == 7.0f / 8.0f * std::ldexp(1.0f, -6));
+  CHECK(e4m3_to_f32(0x08) == std::ldexp(1.0f, -6));  // smallest normal
+  CHECK(e4m3_to_f32(0x38) == 1.0f);
+  CHECK(e4m3_to_f32(0x3c) == 1.5f);
+  CHECK(e4m3_to_f32(0x7e) == 448.0f);  // largest finite
+  CHECK(e4m3_to_f32(0xb8) == -1.0f);
+  CHECK(std::signbit(e4m3_to_f32(0x80)));
+  CHECK(std::isnan(e4m3_to_f32(0x7f)));
+  CHECK(std::isnan(e4m3_to_f32(0xff)));
+  // Every other byte is finite, and the positive ones increase strictly.
+  for (int b = 1; b < 0x7f; ++b) {
+    CHECK(e4m3_to_f32(static_cast<uint8_t>(b)) > e4m3_to_f32(static_cast<uint8_t>(b - 1)));
+    CHECK(e4m3_to_f32(static_cast<uint8_t>(b | 0x80)) == -e4m3_to_f32(static_cast<uint8_t>(b)));
+  }
 }
 
 TEST_CASE("a shape that does not match the byte span is refused") {

@@ -1,6 +1,6 @@
 // tests/compute/tokenizer/cmd_tokenize_test.cpp: `sluice tokenize` and
 // `sluice detokenize` as a user runs them (SLUICE_BIN), on a small
-// tokenizer.json written to a temporary directory.
+// tokenizer.json and a small tiktoken.model written to a temporary directory.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -96,4 +96,22 @@ TEST_CASE_FIXTURE(Fixture, "a container directory with a manifest supplies its t
   const Result r = run("tokenize '" + dir + "' --specials 'hi<|end|>'");
   CHECK(r.status == 0);
   CHECK(r.output == "256 300\n");
+}
+
+TEST_CASE_FIXTURE(Fixture,
+                  "--tokenizer also takes a tiktoken.model, with the specials its config names") {
+  std::filesystem::create_directory(dir + "/kimi");
+  const std::string ranks = dir + "/kimi/tiktoken.model";
+  std::ofstream(ranks) << tiny::tiktoken_ranks({"hi"});  // "hi" is 256; specials are 257..512
+  std::ofstream(dir + "/kimi/tokenizer_config.json")
+      << R"({"added_tokens_decoder": {"258": {"content": "<|im_end|>"}}, "eos_token": "<|im_end|>"})";
+  CHECK(run("tokenize --tokenizer '" + ranks + "' 'hi!'").output == "256 33\n");
+  CHECK(run("tokenize --tokenizer '" + ranks + "' --specials 'hi<|im_end|>'").output ==
+        "256 258\n");
+  CHECK(run("detokenize --tokenizer '" + ranks + "' '256 258 300'").output ==
+        "hi<|im_end|><|reserved_token_300|>");
+  std::ofstream(ranks) << "aGk= x\n";
+  const Result r = run("tokenize --tokenizer '" + ranks + "' hi");
+  CHECK(r.status == 1);
+  CHECK(r.output == "sluice: error: " + ranks + ":1: rank \"x\" is not a non-negative integer\n");
 }

@@ -1,6 +1,7 @@
 // tests/compute/tokenizer/pre_tokenizer_test.cpp: the split matchers against
 // splits worked out by hand from the regexes of architectures.md §9 (the
-// reference test covers the same code on real vocabularies at scale).
+// reference tests cover the same code on real vocabularies at scale; Kimi's
+// pattern has no reference implementation here, so its cases are many).
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -40,6 +41,8 @@ const std::vector<PreTokenizerStep> kQwen = {split_step(SplitPattern::kQwen2), b
 const std::vector<PreTokenizerStep> kDeepSeek = {split_step(SplitPattern::kDeepSeekDigits),
                                                  split_step(SplitPattern::kDeepSeekCjk),
                                                  split_step(SplitPattern::kDeepSeekWords), byte_level(false, false)};
+const std::vector<PreTokenizerStep> kKimi = {split_step(SplitPattern::kKimi)};
+const std::vector<PreTokenizerStep> kO200k = {split_step(SplitPattern::kO200k)};
 
 }  // namespace
 
@@ -93,4 +96,56 @@ TEST_CASE("ByteLevel add_prefix_space prepends a space to each piece that lacks 
   CHECK(split({byte_level(true, true)}, "Hello world") == V{" Hello", " world"});
   CHECK(split({byte_level(true, true)}, " Hi") == V{" Hi"});
   CHECK(split({byte_level(false, true)}, "ab cd") == V{" ab cd"});
+}
+
+TEST_CASE("Kimi split: Han runs are pieces of their own; o200k keeps them inside words") {
+  CHECK(split(kKimi, "中文ABC测试abc") == V{"中文", "ABC", "测试", "abc"});
+  CHECK(split(kO200k, "中文ABC测试abc") == V{"中文ABC测试abc"});
+  // No space, tab or newline joins a Han run as the optional first character.
+  CHECK(split(kKimi, " 中\t中\n中") == V{" ", "中", "\t", "中", "\n", "中"});
+  CHECK(split(kO200k, " 中\t中\n中") == V{" 中", "\t中", "\n", "中"});
+  // \p{Han} is the script, so the ideographic zero (Nl) and the iteration
+  // mark 々 (Lm) are Han too; o200k reads 〇 as a number.
+  CHECK(split(kKimi, "〇一二 人々") == V{"〇一二", " ", "人々"});
+  CHECK(split(kO200k, "〇一二 人々") == V{"〇", "一二", " 人々"});
+  // A combining mark is not Han: it does not extend the run before it.
+  CHECK(split(kKimi, "中\u0301") == V{"中", "\u0301"});
+  // Kana is Lo but not Han: it stays in the word classes.
+  CHECK(split(kKimi, "漢字かなカナ") == V{"漢字", "かなカナ"});
+}
+
+TEST_CASE("Kimi split: words break where lowercase turns to uppercase") {
+  CHECK(split(kKimi, "HelloWorld getHTTP HTTPServer") ==
+        V{"Hello", "World", " get", "HTTP", " HTTPServer"});
+  // Lt heads a word; Lm and marks count as both cases; a word may end on them.
+  CHECK(split(kKimi, "ǅemal Aʰ e\u0301 \u0301A") == V{"ǅemal", " Aʰ", " e\u0301", " \u0301", "A"});
+  // The optional first character is anything but CR, LF, a letter or a number.
+  CHECK(split(kKimi, "(abc) \"Hello\"") == V{"(abc", ")", " \"", "Hello", "\""});
+  CHECK(split(kKimi, "\nabc\r\nDEF") == V{"\n", "abc", "\r\n", "DEF"});
+}
+
+TEST_CASE("Kimi split: contractions in any case, with Unicode case folding") {
+  CHECK(split(kKimi, "I'M we'LL don'T they'Re") == V{"I'M", " we'LL", " don'T", " they'Re"});
+  // (?i:'s) in Rust's regex also matches the long s; o200k lists ASCII only.
+  CHECK(split(kKimi, "it'\u017F") == V{"it'\u017F"});
+  CHECK(split(kO200k, "it'\u017F") == V{"it", "'\u017F"});
+  CHECK(split(kKimi, "rock'n'roll") == V{"rock", "'n", "'roll"});
+}
+
+TEST_CASE("Kimi split: digits in runs of at most three") {
+  CHECK(split(kKimi, "12345 ab1234") == V{"123", "45", " ab", "123", "4"});
+  CHECK(split(kKimi, "٣٤٥٦") == V{"٣٤٥", "٦"});
+  CHECK(split(kKimi, "x²³¹⁴") == V{"x", "²³¹", "⁴"});
+}
+
+TEST_CASE("Kimi split: punctuation takes the line breaks after it, not o200k's slashes") {
+  CHECK(split(kKimi, "Hi!!\n\nx ...\r\n!\n/") == V{"Hi", "!!\n\n", "x", " ...\r\n", "!\n", "/"});
+  CHECK(split(kO200k, "Hi!!\n\nx ...\r\n!\n/") == V{"Hi", "!!\n\n", "x", " ...\r\n", "!\n/"});
+  CHECK(split(kKimi, "a+=b") == V{"a", "+=", "b"});
+}
+
+TEST_CASE("Kimi split: a run of spaces gives its last one to the word after it") {
+  CHECK(split(kKimi, "a   b\n\n  c  ") == V{"a", "  ", " b", "\n\n", " ", " c", "  "});
+  CHECK(split(kKimi, "x \t\n\n y") == V{"x", " \t\n\n", " y"});
+  CHECK(split(kKimi, "\u3000\u3000中") == V{"\u3000", "\u3000", "中"});
 }

@@ -69,6 +69,29 @@ TEST_CASE("character classes follow the general categories") {
   CHECK(!(char_classes(U'-') & kWord));
 }
 
+TEST_CASE("the case classes of o200k and Kimi, and Han as a script") {
+  const uint16_t both = kUpperLike | kLowerLike;
+  CHECK((char_classes(U'A') & both) == kUpperLike);       // Lu
+  CHECK((char_classes(U'\u01C5') & both) == kUpperLike);  // Lt: LATIN CAPITAL D WITH SMALL Z WITH CARON
+  CHECK((char_classes(U'a') & both) == kLowerLike);       // Ll
+  CHECK((char_classes(U'\u017F') & both) == kLowerLike);  // Ll: LATIN SMALL LETTER LONG S
+  CHECK((char_classes(U'\u02B0') & both) == both);        // Lm: MODIFIER LETTER SMALL H
+  CHECK((char_classes(U'\u3042') & both) == both);        // Lo: HIRAGANA LETTER A
+  CHECK((char_classes(U'\u0301') & both) == both);        // Mn
+  CHECK((char_classes(U'5') & both) == 0);
+  CHECK((char_classes(U'!') & both) == 0);
+  // Script=Han, whatever the category: ideographs (Lo), 々 (Lm), 〇 (Nl),
+  // a Kangxi radical (So); not kana, not the ideographic full stop (Common).
+  for (char32_t c : {U'\u4E2D', U'\u3005', U'\u3007', U'\u2F00', U'\U00020000'}) {
+    CAPTURE(static_cast<uint32_t>(c));
+    CHECK((char_classes(c) & kHan) != 0);
+  }
+  for (char32_t c : {U'\u3042', U'\u30A2', U'\u3002', U'a', U'\u0301'}) {
+    CAPTURE(static_cast<uint32_t>(c));
+    CHECK((char_classes(c) & kHan) == 0);
+  }
+}
+
 TEST_CASE("whitespace is the White_Space property") {
   for (char32_t c : {U' ', U'\t', U'\n', U'\r', U'\v', U'\f', U'\u0085', U'\u00A0', U'\u2028', U'\u3000'}) {
     CHECK((char_classes(c) & kSpace) != 0);
@@ -78,6 +101,18 @@ TEST_CASE("whitespace is the White_Space property") {
   CHECK(!(char_classes(U'\uFEFF') & kSpace));
   CHECK(!(char_classes(U'\u200B') & kSpace));
   CHECK(!(char_classes(U'\u001F') & kSpace));
+}
+
+TEST_CASE("Python's str.isspace is wider than White_Space") {
+  for (char32_t c :
+       {U' ', U'\t', U'\n', U'\x1C', U'\x1F', U'\u0085', U'\u00A0', U'\u2028', U'\u3000'}) {
+    CAPTURE(static_cast<uint32_t>(c));
+    CHECK(is_python_space(c));
+  }
+  for (char32_t c : {U'a', U'\u200B', U'\uFEFF', U'\x1B', U'_'}) {
+    CAPTURE(static_cast<uint32_t>(c));
+    CHECK(!is_python_space(c));
+  }
 }
 
 TEST_CASE("NFC composes canonical sequences") {

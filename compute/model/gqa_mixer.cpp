@@ -1,0 +1,85 @@
+// compute/model/gqa_mixer.cpp: grouped-query softmax attention with the
+// families' q/k norm placements (none, whole vector, per head), clip_qkv and
+// half-split RoPE, over an f32 KV cache.
+#include <algorithm>
+
+#include "compute/model/attention.h"
+#include "compute/model/mixer.h"
+#include "compute/model/ops.h"
+
+namespace sluice {
+namespace {
+
+class GqaMixer final : public Mixer {
+ public:
+  GqaMixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context, kernels::Exec exec)
+      : config_(config),
+        g_(config.gqa),
+        weights_(weights),
+        exec_(exec),
+        rope_(config.rope, context),
+        cache_(config.layers, context, g_.kv_heads * g_.head_dim),
+        scale_(config.attention_scale()) {}
+
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, float* out) override {
+    const GqaWeights& w = weights_.layers[layer].gqa;
+    const uint32_t head_dim = g_.head_dim;
+    const uint32_t q_width = g_.heads * head_dim, kv_width = g_.kv_heads * head_dim;
+    q_.resize(size_t{tokens} * q_width);
+    k_.resize(size_t{tokens} * kv_width);
+    v_.resize(size_t{tokens} * kv_width);
+    w.q.apply(normed, tokens, q_.data(), exec_);
+    w.k.apply(normed, tokens, k_.data(), exec_);
+    w.v.apply(normed, tokens, v_.data(), exec_);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      float* q = &q_[size_t{t} * q_width];
+      float* k = &k_[size_t{t} * kv_width];
+      float* v = &v_[size_t{t} * kv_width];
+      if (g_.qk_norm == QkNorm::kWholeVector) {
+        rms_norm(q, w.q_norm.data(), q_width, config_.rms_eps, q);
+        rms_norm(k, w.k_norm.data(), kv_width, config_.rms_eps, k);
+      } else if (g_.qk_norm == QkNorm::kPerHead) {
+        for (uint32_t h = 0; h < g_.heads; ++h) rms_norm(q + h * head_dim, w.q_norm.data(), head_dim, config_.rms_eps, q + h * head_dim);
+        for (uint32_t h = 0; h < g_.kv_heads; ++h) rms_norm(k + h * head_dim, w.k_norm.data(), head_dim, config_.rms_eps, k + h * head_dim);
+      }
+      if (g_.clip_qkv > 0.0f) {
+        const float c = g_.clip_qkv;
+        for (uint32_t i = 0; i < q_width; ++i) q[i] = std::clamp(q[i], -c, c);
+        for (uint32_t i = 0; i < kv_width; ++i) k[i] = std::clamp(k[i], -c, c);
+        for (uint32_t i = 0; i < kv_width; ++i) v[i] = std::clamp(v[i], -c, c);
+      }
+      const uint32_t position = first_position + t;
+      for (uint32_t h = 0; h < g_.heads; ++h) rope_.rotate(q + h * head_dim, position);
+      for (uint32_t h = 0; h < g_.kv_heads; ++h) rope_.rotate(k + h * head_dim, position);
+      std::copy(k, k + kv_width, cache_.key(layer, position));
+      std::copy(v, v + kv_width, cache_.value(layer, position));
+    }
+    attn_.resize(size_t{tokens} * q_width);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      attend(&q_[size_t{t} * q_width], cache_, layer, first_position + t, g_.heads, g_.kv_heads, head_dim, scale_,
+             &attn_[size_t{t} * q_width], scores_);
+    }
+    w.o.apply(attn_.data(), tokens, out, exec_);
+  }
+
+  size_t state_bytes() const override { return cache_.bytes(); }
+
+ private:
+  const ModelConfig& config_;
+  const GqaConfig& g_;
+  const ModelWeights& weights_;
+  kernels::Exec exec_;
+  RopeTable rope_;
+  KvCache cache_;
+  float scale_;
+  std::vector<float> q_, k_, v_, attn_, scores_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_gqa_mixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
+                                      kernels::Exec exec) {
+  return std::make_unique<GqaMixer>(config, weights, context, exec);
+}
+
+}  // namespace sluice

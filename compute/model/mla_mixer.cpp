@@ -1,0 +1,130 @@
+// compute/model/mla_mixer.cpp: multi-head latent attention in its absorbed
+// form (architectures.md §3.4). The cache holds, per layer and position, the
+// normed latent and the rotated shared rope key, never expanded keys or
+// values: kv_b_proj's key half is folded into the query and its value half
+// applied to the attention-weighted latent.
+#include <algorithm>
+
+#include "compute/model/attention.h"
+#include "compute/model/mixer.h"
+#include "compute/model/ops.h"
+#include "proto/error.h"
+
+namespace sluice {
+namespace {
+
+class MlaMixer final : public Mixer {
+ public:
+  MlaMixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context, kernels::Exec exec)
+      : m_(config.mla),
+        weights_(weights),
+        exec_(exec),
+        rope_(config.rope, context),
+        context_(context),
+        scale_(config.attention_scale()),
+        cache_(size_t{config.layers} * context * m_.cached_width()) {}
+
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, float* out) override {
+    const MlaWeights& w = weights_.layers[layer].mla;
+    const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, rope = m_.rope_dim, nope = m_.nope_dim;
+    const uint32_t qk = m_.qk_dim(), v_dim = m_.v_dim, cached = m_.cached_width();
+    queries(w, normed, tokens);
+    kva_.resize(size_t{tokens} * cached);
+    w.kv_a.apply(normed, tokens, kva_.data(), exec_);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const uint32_t position = first_position + t;
+      float* row = entry(layer, position);
+      const float* a = &kva_[size_t{t} * cached];
+      rms_norm(a, w.kv_a_norm.data(), latent, m_.latent_norm_eps, row);
+      std::copy(a + latent, a + cached, row + latent);
+      rope_.rotate(row + latent, position);
+      for (uint32_t h = 0; h < heads; ++h) rope_.rotate(&q_[(size_t{t} * heads + h) * qk + nope], position);
+    }
+
+    // q̄[t][h] = W_UK[h]ᵀ q_nope[t][h]: one head's key half dequantized once per chunk.
+    absorbed_.assign(size_t{tokens} * heads * latent, 0.0f);
+    key_half_.resize(size_t{nope} * latent);
+    for (uint32_t h = 0; h < heads; ++h) {
+      for (uint32_t i = 0; i < nope; ++i) w.kv_b.row(h * (nope + v_dim) + i, &key_half_[size_t{i} * latent]);
+      for (uint32_t t = 0; t < tokens; ++t) {
+        const float* q_nope = &q_[(size_t{t} * heads + h) * qk];
+        float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
+        for (uint32_t i = 0; i < nope; ++i) {
+          const float* k_row = &key_half_[size_t{i} * latent];
+          for (uint32_t j = 0; j < latent; ++j) q_bar[j] += q_nope[i] * k_row[j];
+        }
+      }
+    }
+
+    attn_.resize(size_t{tokens} * heads * v_dim);
+    read_out_.resize(latent);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const uint32_t position = first_position + t;
+      scores_.resize(size_t{position} + 1);
+      for (uint32_t h = 0; h < heads; ++h) {
+        const float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
+        const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
+        for (uint32_t s = 0; s <= position; ++s) {
+          const float* c = entry(layer, s);
+          float dot = 0.0f;
+          for (uint32_t j = 0; j < latent; ++j) dot += q_bar[j] * c[j];
+          float rope_dot = 0.0f;
+          for (uint32_t j = 0; j < rope; ++j) rope_dot += q_rope[j] * c[latent + j];
+          scores_[s] = (dot + rope_dot) * scale_;
+        }
+        const float total = softmax_unnormalized(scores_.data(), position + 1);
+        std::fill(read_out_.begin(), read_out_.end(), 0.0f);
+        for (uint32_t s = 0; s <= position; ++s) {
+          const float weight = scores_[s] / total;
+          const float* c = entry(layer, s);
+          for (uint32_t j = 0; j < latent; ++j) read_out_[j] += weight * c[j];
+        }
+        // o[h] = W_UV[h] u: the value half of head h's rows.
+        w.kv_b.apply_rows(h * (nope + v_dim) + nope, v_dim, read_out_.data(), 1,
+                          &attn_[(size_t{t} * heads + h) * v_dim], exec_);
+      }
+    }
+    w.o.apply(attn_.data(), tokens, out, exec_);
+  }
+
+  size_t state_bytes() const override { return cache_.size() * sizeof(float); }
+
+ private:
+  void queries(const MlaWeights& w, const float* normed, uint32_t tokens) {
+    q_.resize(size_t{tokens} * m_.heads * m_.qk_dim());
+    if (w.q_a.empty()) {
+      w.q.apply(normed, tokens, q_.data(), exec_);
+      return;
+    }
+    q_latent_.resize(size_t{tokens} * m_.q_lora_rank);
+    w.q_a.apply(normed, tokens, q_latent_.data(), exec_);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      float* row = &q_latent_[size_t{t} * m_.q_lora_rank];
+      rms_norm(row, w.q_a_norm.data(), m_.q_lora_rank, m_.latent_norm_eps, row);
+    }
+    w.q_b.apply(q_latent_.data(), tokens, q_.data(), exec_);
+  }
+
+  float* entry(uint32_t layer, uint32_t position) {
+    if (position >= context_) fail("position {} is past the context length {}", position, context_);
+    return &cache_[(size_t{layer} * context_ + position) * m_.cached_width()];
+  }
+
+  const MlaConfig& m_;
+  const ModelWeights& weights_;
+  kernels::Exec exec_;
+  RopeTable rope_;
+  uint32_t context_;
+  float scale_;
+  std::vector<float> cache_;  // [layer][position][latent | rope key]
+  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, attn_, read_out_, scores_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_mla_mixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
+                                      kernels::Exec exec) {
+  return std::make_unique<MlaMixer>(config, weights, context, exec);
+}
+
+}  // namespace sluice

@@ -1,0 +1,42 @@
+// proto/family_spec.h: the registry of model families. A family spec is one
+// file in proto/families/: how its config.json reads (keys, aliases, class
+// defaults, refusals) and how its tensors are named. The converter, loader,
+// memory plan, predictor and `sluice info` all go through it.
+#pragma once
+
+#include <array>
+#include <span>
+#include <string_view>
+
+#include "proto/config_reader.h"
+#include "proto/model_config.h"
+
+namespace sluice {
+
+// Where a family's MoE tensors live: model.layers.{i}.{moe_block}.gate.weight
+// for the router, ...{moe_block}.experts.{e}.{expert_matrix[kind]}.weight for
+// the routed experts (gate, up, down order).
+struct TensorNaming {
+  std::string_view moe_block = "mlp";
+  std::array<std::string_view, 3> expert_matrix = {"gate_proj", "up_proj", "down_proj"};
+};
+
+struct FamilySpec {
+  std::string_view model_type;
+  // Fills every field of `config` but arch from config.json.
+  void (*read)(const ConfigReader& reader, ModelConfig& config);
+  TensorNaming naming;
+};
+
+// The spec registered for `model_type`, or nullptr.
+const FamilySpec* find_family(std::string_view model_type);
+std::span<const FamilySpec* const> all_families();
+
+// One line per family file: each defines its spec.
+extern const FamilySpec kOlmoeFamily;
+extern const FamilySpec kQwen3MoeFamily;
+extern const FamilySpec kMixtralFamily;
+extern const FamilySpec kDeepseekV3Family;
+extern const FamilySpec kKimiK2Family;
+
+}  // namespace sluice

@@ -1,0 +1,210 @@
+// proto/tensor_inventory.cpp: the tensor list of each layer kind. Storage
+// follows FORMAT.md "Which format a tensor gets": norms, routers and biases
+// f32; embeddings and LM head q8g128; every other matrix q4g128.
+#include "proto/tensor_inventory.h"
+
+#include <fmt/format.h>
+
+#include "proto/error.h"
+#include "proto/family_spec.h"
+
+namespace sluice {
+namespace {
+
+const FamilySpec& family_of(const ModelConfig& config) {
+  const FamilySpec* family = find_family(config.arch);
+  if (family == nullptr) fail("architecture '{}' is not supported (supported: {})", config.arch, supported_architectures());
+  return *family;
+}
+
+std::string_view role_suffix(TensorRole role) {
+  switch (role) {
+    case TensorRole::kInputNorm: return "input_layernorm.weight";
+    case TensorRole::kPostAttentionNorm: return "post_attention_layernorm.weight";
+    case TensorRole::kQ: return "self_attn.q_proj.weight";
+    case TensorRole::kK: return "self_attn.k_proj.weight";
+    case TensorRole::kV: return "self_attn.v_proj.weight";
+    case TensorRole::kO: return "self_attn.o_proj.weight";
+    case TensorRole::kQNorm: return "self_attn.q_norm.weight";
+    case TensorRole::kKNorm: return "self_attn.k_norm.weight";
+    case TensorRole::kQA: return "self_attn.q_a_proj.weight";
+    case TensorRole::kQANorm: return "self_attn.q_a_layernorm.weight";
+    case TensorRole::kQB: return "self_attn.q_b_proj.weight";
+    case TensorRole::kKVA: return "self_attn.kv_a_proj_with_mqa.weight";
+    case TensorRole::kKVANorm: return "self_attn.kv_a_layernorm.weight";
+    case TensorRole::kKVB: return "self_attn.kv_b_proj.weight";
+    case TensorRole::kDenseGate: return "mlp.gate_proj.weight";
+    case TensorRole::kDenseUp: return "mlp.up_proj.weight";
+    case TensorRole::kDenseDown: return "mlp.down_proj.weight";
+    case TensorRole::kRouter: return "gate.weight";
+    case TensorRole::kRouterBias: return "gate.e_score_correction_bias";
+    case TensorRole::kSharedGate: return "shared_experts.gate_proj.weight";
+    case TensorRole::kSharedUp: return "shared_experts.up_proj.weight";
+    case TensorRole::kSharedDown: return "shared_experts.down_proj.weight";
+    case TensorRole::kEmbed:
+    case TensorRole::kFinalNorm:
+    case TensorRole::kLmHead: break;
+  }
+  return "";
+}
+
+bool in_moe_block(TensorRole role) {
+  return role == TensorRole::kRouter || role == TensorRole::kRouterBias || role == TensorRole::kSharedGate ||
+         role == TensorRole::kSharedUp || role == TensorRole::kSharedDown;
+}
+
+TrunkFormat format_of(TensorRole role, size_t dims) {
+  if (dims == 1 || role == TensorRole::kRouter) return TrunkFormat::kF32;
+  if (role == TensorRole::kEmbed || role == TensorRole::kLmHead) return TrunkFormat::kQ8G128;
+  return TrunkFormat::kQ4G128;
+}
+
+class InventoryBuilder {
+ public:
+  explicit InventoryBuilder(const ModelConfig& config) : config_(config) {}
+  void add(TensorRole role, uint32_t layer, std::vector<uint64_t> shape) {
+    TensorSpec spec{tensor_name(config_, role, layer), role, layer, std::move(shape), TrunkFormat::kF32};
+    spec.format = format_of(role, spec.shape.size());
+    tensors_.push_back(std::move(spec));
+  }
+  std::vector<TensorSpec> take() { return std::move(tensors_); }
+
+ private:
+  const ModelConfig& config_;
+  std::vector<TensorSpec> tensors_;
+};
+
+void add_gqa(InventoryBuilder& b, const ModelConfig& c, uint32_t i) {
+  const GqaConfig& g = c.gqa;
+  const uint64_t q = uint64_t{g.heads} * g.head_dim, kv = uint64_t{g.kv_heads} * g.head_dim;
+  b.add(TensorRole::kQ, i, {q, c.hidden});
+  b.add(TensorRole::kK, i, {kv, c.hidden});
+  b.add(TensorRole::kV, i, {kv, c.hidden});
+  b.add(TensorRole::kO, i, {c.hidden, q});
+  // OLMoE normalises the whole q/k vectors, Qwen3 each head (§1.3, §2.3).
+  if (g.qk_norm == QkNorm::kWholeVector) {
+    b.add(TensorRole::kQNorm, i, {q});
+    b.add(TensorRole::kKNorm, i, {kv});
+  } else if (g.qk_norm == QkNorm::kPerHead) {
+    b.add(TensorRole::kQNorm, i, {g.head_dim});
+    b.add(TensorRole::kKNorm, i, {g.head_dim});
+  }
+}
+
+void add_mla(InventoryBuilder& b, const ModelConfig& c, uint32_t i) {
+  const MlaConfig& m = c.mla;
+  const uint64_t h = m.heads;
+  if (m.q_lora_rank > 0) {
+    b.add(TensorRole::kQA, i, {m.q_lora_rank, c.hidden});
+    b.add(TensorRole::kQANorm, i, {m.q_lora_rank});
+    b.add(TensorRole::kQB, i, {h * m.qk_dim(), m.q_lora_rank});
+  } else {
+    b.add(TensorRole::kQ, i, {h * m.qk_dim(), c.hidden});
+  }
+  b.add(TensorRole::kKVA, i, {m.cached_width(), c.hidden});
+  b.add(TensorRole::kKVANorm, i, {m.kv_lora_rank});
+  b.add(TensorRole::kKVB, i, {h * (m.nope_dim + m.v_dim), m.kv_lora_rank});
+  b.add(TensorRole::kO, i, {c.hidden, h * m.v_dim});
+}
+
+}  // namespace
+
+uint64_t TensorSpec::elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+std::string tensor_name(const ModelConfig& config, TensorRole role, uint32_t layer) {
+  switch (role) {
+    case TensorRole::kEmbed: return "model.embed_tokens.weight";
+    case TensorRole::kFinalNorm: return "model.norm.weight";
+    case TensorRole::kLmHead: return "lm_head.weight";
+    default: break;
+  }
+  if (layer == kNoLayer) fail("tensor_name: a per-layer role needs a layer");
+  if (in_moe_block(role)) {
+    return fmt::format("model.layers.{}.{}.{}", layer, family_of(config).naming.moe_block, role_suffix(role));
+  }
+  return fmt::format("model.layers.{}.{}", layer, role_suffix(role));
+}
+
+std::string expert_tensor_name(const ModelConfig& config, uint32_t layer, uint32_t expert, MatrixKind kind) {
+  const TensorNaming& naming = family_of(config).naming;
+  return fmt::format("model.layers.{}.{}.experts.{}.{}.weight", layer, naming.moe_block, expert,
+                     naming.expert_matrix[static_cast<int>(kind)]);
+}
+
+bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (config.skipped_source_layers == 0 || !name.starts_with(kPrefix)) return false;
+  uint64_t layer = 0;
+  size_t at = kPrefix.size();
+  if (at >= name.size() || name[at] < '0' || name[at] > '9') return false;
+  while (at < name.size() && name[at] >= '0' && name[at] <= '9') layer = layer * 10 + (name[at++] - '0');
+  return layer >= config.layers && layer < uint64_t{config.layers} + config.skipped_source_layers;
+}
+
+std::vector<TensorSpec> trunk_inventory(const ModelConfig& c) {
+  InventoryBuilder b(c);
+  b.add(TensorRole::kEmbed, kNoLayer, {c.vocab, c.hidden});
+  for (uint32_t i = 0; i < c.layers; ++i) {
+    b.add(TensorRole::kInputNorm, i, {c.hidden});
+    if (c.mixer == MixerKind::kGqa) {
+      add_gqa(b, c, i);
+    } else {
+      add_mla(b, c, i);
+    }
+    b.add(TensorRole::kPostAttentionNorm, i, {c.hidden});
+    if (c.layer_is_moe[i]) {
+      b.add(TensorRole::kRouter, i, {c.experts, c.hidden});
+      if (c.router.score_bias) b.add(TensorRole::kRouterBias, i, {c.experts});
+      if (c.shared_width > 0) {
+        b.add(TensorRole::kSharedGate, i, {c.shared_width, c.hidden});
+        b.add(TensorRole::kSharedUp, i, {c.shared_width, c.hidden});
+        b.add(TensorRole::kSharedDown, i, {c.hidden, c.shared_width});
+      }
+    } else {
+      b.add(TensorRole::kDenseGate, i, {c.dense_width, c.hidden});
+      b.add(TensorRole::kDenseUp, i, {c.dense_width, c.hidden});
+      b.add(TensorRole::kDenseDown, i, {c.hidden, c.dense_width});
+    }
+  }
+  b.add(TensorRole::kFinalNorm, kNoLayer, {c.hidden});
+  if (!c.tie_embeddings) b.add(TensorRole::kLmHead, kNoLayer, {c.vocab, c.hidden});
+  return b.take();
+}
+
+std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& c) {
+  std::vector<MoeLayerSpec> layers;
+  for (uint32_t i = 0; i < c.layers; ++i) {
+    if (!c.layer_is_moe[i]) continue;
+    const auto base = static_cast<uint32_t>(layers.size() * kRvqStages * kMatrixKinds.size());
+    layers.push_back({i, c.experts, c.hidden, c.expert_width, base});
+  }
+  return layers;
+}
+
+uint64_t trunk_tensor_bytes(const TensorSpec& tensor) {
+  TrunkTensorInfo info;
+  info.format = tensor.format;
+  info.rows = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
+  info.cols = tensor.shape.back();
+  return info.expected_bytes() + info.expected_scale_bytes();
+}
+
+uint64_t trunk_file_bytes(const std::vector<TensorSpec>& trunk) {
+  auto align = [](uint64_t v) { return (v + kTrunkAlign - 1) / kTrunkAlign * kTrunkAlign; };
+  uint64_t cursor = 0;
+  for (const TensorSpec& tensor : trunk) {
+    TrunkTensorInfo info;
+    info.format = tensor.format;
+    info.rows = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
+    info.cols = tensor.shape.back();
+    cursor = align(cursor) + info.expected_bytes();
+    if (info.format != TrunkFormat::kF32) cursor = align(cursor) + info.expected_scale_bytes();
+  }
+  return align(cursor);
+}
+
+}  // namespace sluice

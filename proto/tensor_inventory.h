@@ -1,0 +1,67 @@
+// proto/tensor_inventory.h: every tensor a model's container holds, derived
+// from its config and family spec: the trunk tensors with their shape and
+// storage format, and the source names of the routed experts. The converter
+// writes exactly this list, the loader and the predictor find tensors by
+// role through it, and the memory plan sizes the trunk from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/model_config.h"
+#include "proto/record_format.h"
+#include "proto/trunk_format.h"
+
+namespace sluice {
+
+enum class TensorRole {
+  kEmbed, kFinalNorm, kLmHead,
+  kInputNorm, kPostAttentionNorm,
+  // GQA
+  kQ, kK, kV, kO, kQNorm, kKNorm,
+  // MLA (kQ when queries come from one projection)
+  kQA, kQANorm, kQB, kKVA, kKVANorm, kKVB,
+  // FFN
+  kDenseGate, kDenseUp, kDenseDown,
+  kRouter, kRouterBias, kSharedGate, kSharedUp, kSharedDown,
+};
+
+inline constexpr uint32_t kNoLayer = UINT32_MAX;
+
+struct TensorSpec {
+  std::string name;   // the Hugging Face name, kept in the container
+  TensorRole role;
+  uint32_t layer = kNoLayer;
+  std::vector<uint64_t> shape;  // [n] or [rows, cols]
+  TrunkFormat format = TrunkFormat::kF32;
+  uint64_t elements() const;
+};
+
+struct MoeLayerSpec {
+  uint32_t layer = 0;
+  uint32_t experts = 0;
+  uint32_t hidden = 0;        // the experts' input and output width
+  uint32_t expert_width = 0;
+  uint32_t codebook_base = 0;  // 9 codebooks per MoE layer, in layer order
+};
+
+// The trunk in container order (lm_head absent when embeddings are tied).
+std::vector<TensorSpec> trunk_inventory(const ModelConfig& config);
+std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& config);
+
+// The name of the tensor with `role` in `layer` (kNoLayer for global ones).
+std::string tensor_name(const ModelConfig& config, TensorRole role, uint32_t layer = kNoLayer);
+// "model.layers.3.mlp.experts.17.down_proj.weight" (the family's spelling).
+std::string expert_tensor_name(const ModelConfig& config, uint32_t layer, uint32_t expert, MatrixKind kind);
+// Layers of the source the model does not run (multi-token prediction).
+bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name);
+
+// Bytes a trunk tensor takes in trunk.bin (data and scales, before padding).
+uint64_t trunk_tensor_bytes(const TensorSpec& tensor);
+// trunk.bin's size: every tensor and its scales at 64-byte boundaries.
+uint64_t trunk_file_bytes(const std::vector<TensorSpec>& trunk);
+
+}  // namespace sluice

@@ -1,0 +1,51 @@
+# scripts/sluicepy/routing.py: which experts a token goes to and with what
+# weight: softmax top-k (OLMoE, Qwen3-MoE, Mixtral; §1.3, §2.3, §5) and
+# DeepSeek's sigmoid group-limited top-k (§3.5). Ties always go to the lower id.
+import torch
+
+# The two published ways to exclude the experts of groups that were not kept (§3.5, §10.2).
+EXCLUDE_ZERO = "zero"  # transformers and DeepSeek's released remote code: masked_fill(…, 0.0)
+EXCLUDE_NEG_INF = "neg-inf"  # DeepSeek's own inference/model.py: masked_fill(…, -inf)
+EXCLUSIONS = (EXCLUDE_ZERO, EXCLUDE_NEG_INF)
+
+
+def _top(values, k):
+    """Indices of the k largest values per row, largest first; a stable sort
+    keeps the lower index first among equal values."""
+    return torch.sort(values, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+def route_softmax(logits, top_k, renormalise):
+    """Softmax over all experts, then the top_k largest probabilities, optionally
+    renormalised to sum 1. Returns (expert ids [T, k], weights [T, k]) in routing order."""
+    probs = torch.softmax(logits, dim=-1)
+    order = _top(probs, top_k)
+    weights = torch.gather(probs, 1, order)
+    if renormalise:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return order, weights
+
+
+def route_sigmoid_grouped(logits, bias, top_k, n_group, topk_group, renormalise, scaling,
+                          exclusion=EXCLUDE_ZERO):
+    """DeepSeek-V3 / Kimi K2 `noaux_tc` routing.
+
+    s = σ(logits) gives the weights; s + bias only chooses. A group scores the sum
+    of its 2 largest s + bias; the topk_group best groups are kept and the experts
+    of the others are set to 0 (or −∞) before the final top_k. Weights are
+    s / (Σ s + 1e-20) when `renormalise`, then times `scaling`."""
+    scores = torch.sigmoid(logits)
+    choice = scores + bias
+    tokens, experts = choice.shape
+    per_group = experts // n_group
+    group_scores = torch.topk(choice.view(tokens, n_group, per_group), 2, dim=-1).values.sum(dim=-1)
+    kept_groups = _top(group_scores, topk_group)
+    kept = torch.zeros(tokens, n_group, dtype=torch.bool)
+    kept.scatter_(1, kept_groups, True)
+    kept = kept[:, :, None].expand(tokens, n_group, per_group).reshape(tokens, experts)
+    fill = 0.0 if exclusion == EXCLUDE_ZERO else float("-inf")
+    order = _top(choice.masked_fill(~kept, fill), top_k)
+    weights = torch.gather(scores, 1, order)
+    if renormalise:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return order, weights * scaling
