@@ -205,11 +205,11 @@ namespace {
 
 // The segment of a slot for every one of `records` experts, and the slots a
 // worker makes of a segment of a given size.
-void add_cache_limits(PlanInputs& inputs, const ioworker::CacheShape& shape, uint64_t records, uint32_t max_clients,
-                      uint32_t mailbox_rows) {
+void add_cache_limits(PlanInputs& inputs, const ioworker::CacheShape& shape, uint64_t records,
+                      uint32_t max_clients, uint32_t mailbox_rows) {
   if (records >= 2 * inputs.top_k && records <= UINT32_MAX) {
-    inputs.full_cache_bytes =
-        ioworker::cache_bytes_for_slots(shape, static_cast<uint32_t>(records), max_clients, mailbox_rows);
+    inputs.full_cache_bytes = ioworker::cache_bytes_for_slots(shape, static_cast<uint32_t>(records),
+                                                              max_clients, mailbox_rows);
   }
   inputs.slots_in = [shape, max_clients, mailbox_rows](uint64_t cache_bytes) -> uint64_t {
     return ioworker::plan_cache_geometry(shape, cache_bytes, max_clients, mailbox_rows).slot_count;
@@ -228,7 +228,8 @@ PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_
   if (inputs.moe_layers > 0) {
     inputs.cache_tables_bytes =
         ioworker::min_cache_bytes(container, max_clients, mailbox_rows) - 2 * inputs.top_k * inputs.record_stride;
-    add_cache_limits(inputs, ioworker::cache_shape(container), container.record_count(), max_clients, mailbox_rows);
+    add_cache_limits(inputs, ioworker::cache_shape(container), container.record_count(),
+                     max_clients, mailbox_rows);
   }
   return inputs;
 }
@@ -248,7 +249,8 @@ PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint3
                                      config.top_k};
     inputs.cache_tables_bytes = ioworker::cache_bytes_for_slots(shape, 2 * config.top_k, max_clients, mailbox_rows) -
                                 2 * inputs.top_k * inputs.record_stride;
-    add_cache_limits(inputs, shape, uint64_t{config.experts} * moe.size(), max_clients, mailbox_rows);
+    add_cache_limits(inputs, shape, uint64_t{config.experts} * moe.size(), max_clients,
+                     mailbox_rows);
   }
   return inputs;
 }

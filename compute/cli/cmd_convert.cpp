@@ -46,18 +46,21 @@ void add_convert_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "print a JSON summary on stdout (speed, quantization error, sizes)");
   cmd->add_flag("-q,--quiet", flags->quiet, "no progress on stderr");
   cmd->add_flag("--no-tokenizer", flags->no_tokenizer,
-                "convert a checkpoint that has no tokenizer.json or tiktoken.model (the container then takes only "
+                "convert a checkpoint that has no tokenizer.json or tiktoken.model (the container "
+                "then takes only "
                 "--prompt-ids)");
   cmd->add_flag("--force", flags->options.force,
                 "start over when OUT holds a conversion of another source or with other parameters");
   cmd->callback([flags] {
     const std::filesystem::path source(flags->options.source_dir);
-    const bool has_tokenizer =
-        std::filesystem::exists(source / "tokenizer.json") || std::filesystem::exists(source / "tiktoken.model");
+    const bool has_tokenizer = std::filesystem::exists(source / "tokenizer.json") ||
+                               std::filesystem::exists(source / "tiktoken.model");
     if (!flags->no_tokenizer && std::filesystem::is_directory(source) && !has_tokenizer) {
-      fail("{}: no tokenizer.json (or tiktoken.model), so the container could not read or write text; add the "
-           "checkpoint's tokenizer, or pass --no-tokenizer to convert without one",
-           flags->options.source_dir);
+      fail(
+          "{}: no tokenizer.json (or tiktoken.model), so the container could not read or write "
+          "text; add the "
+          "checkpoint's tokenizer, or pass --no-tokenizer to convert without one",
+          flags->options.source_dir);
     }
     if (const char* delay = std::getenv("SLUICE_CONVERT_TEST_DELAY_MS"))
       flags->options.test_delay_ms = std::atoi(delay);

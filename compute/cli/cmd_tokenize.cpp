@@ -89,7 +89,8 @@ std::vector<TokenId> parse_ids(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != item.size() || value < 0 || value > INT32_MAX) usage_error("IDS: \"{}\" is not a token id", item);
+    if (used != item.size() || value < 0 || value > INT32_MAX)
+      usage_error("IDS: \"{}\" is not a token id", item);
     ids.push_back(static_cast<TokenId>(value));
     item.clear();
   };

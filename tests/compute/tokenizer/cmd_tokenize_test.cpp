@@ -73,7 +73,8 @@ TEST_CASE_FIXTURE(Fixture, "detokenize inverts tokenize, also through stdin") {
   CHECK(round.output == text);
 }
 
-TEST_CASE_FIXTURE(Fixture, "mistakes are reported on one line: status 2 for arguments, 1 for files") {
+TEST_CASE_FIXTURE(Fixture,
+                  "mistakes are reported on one line: status 2 for arguments, 1 for files") {
   Result r = run("detokenize --tokenizer '" + tokenizer + "' '1,x'");
   CHECK(r.status == 2);
   CHECK(r.output == "sluice: error: IDS: \"x\" is not a token id\n");
