@@ -62,11 +62,15 @@ uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint3
   return cache_bytes_for_slots(container, 2 * container.top_k(), max_clients, mailbox_rows);
 }
 
+shm::Geometry plan_cache_geometry(const CacheShape& shape, uint64_t cache_bytes,
+                                  uint32_t max_clients, uint32_t mailbox_rows) {
+  return shm::plan_geometry(cache_bytes, shape.record_stride, 2 * shape.top_k, max_clients,
+                            shape.experts, mailbox_of(shape, mailbox_rows));
+}
+
 shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
                                   uint32_t mailbox_rows) {
-  check_container(container);
-  return shm::plan_geometry(cache_bytes, container.largest_record_stride(), 2 * container.top_k(), max_clients,
-                            container.widest_moe_layer(), mailbox_shape(container, mailbox_rows));
+  return plan_cache_geometry(cache_shape(container), cache_bytes, max_clients, mailbox_rows);
 }
 
 class Worker::Impl {

@@ -68,6 +68,8 @@ uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint3
 
 // The segment geometry a budget buys for this container. Throws Error naming
 // the budget and the minimum when it holds fewer than 2 × top-k slots.
+shm::Geometry plan_cache_geometry(const CacheShape& shape, uint64_t cache_bytes,
+                                  uint32_t max_clients, uint32_t mailbox_rows = 1);
 shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
                                   uint32_t mailbox_rows = 1);
 

@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <filesystem>
 
 #include "proto/aligned_buffer.h"
 #include "proto/error.h"
@@ -40,12 +41,37 @@ std::string read_manifest_bytes(FileSystem& fs, const std::string& path) {
   return bytes;
 }
 
+// Why `dir`, which has no manifest, is not a container, as the one thing the
+// user should know: what it is instead.
+[[noreturn]] void refuse_non_container(FileSystem& fs, const std::string& dir) {
+  std::error_code error;
+  if (std::filesystem::exists(dir, error) && !std::filesystem::is_directory(dir, error)) {
+    fail("{}: not a directory (a sluice container is a directory made by `sluice convert`)", dir);
+  }
+  const bool checkpoint = fs.exists(join_path(dir, "config.json")) &&
+                          (fs.exists(join_path(dir, "model.safetensors")) ||
+                           fs.exists(join_path(dir, "model.safetensors.index.json")));
+  if (checkpoint) {
+    fail(
+        "{}: a Hugging Face checkpoint, not a sluice container: convert it with `sluice convert {} "
+        "OUT.sluice`",
+        dir, dir);
+  }
+  if (fs.exists(join_path(dir, kTrunkFile))) {
+    fail(
+        "{}: incomplete container: conversion did not finish (run the same `sluice convert` again "
+        "to resume)",
+        dir);
+  }
+  fail("{}: no manifest.json: not a sluice container", dir);
+}
+
 }  // namespace
 
 Container Container::open(const std::string& dir, FileSystem& fs, OpenMode bank_mode) {
   if (!fs.exists(dir)) fail("{}: no such container directory", dir);
   const std::string manifest_path = join_path(dir, kManifestFile);
-  if (!fs.exists(manifest_path)) fail("{}: incomplete container: conversion did not finish", dir);
+  if (!fs.exists(manifest_path)) refuse_non_container(fs, dir);
   Container c;
   c.dir_ = dir;
   c.fs_ = &fs;

@@ -237,19 +237,25 @@ void add_bench_decode(CLI::App& bench) {
   auto flags = std::make_shared<DecodeFlags>();
   CLI::App* cmd = bench.add_subcommand("decode", "decode over the expert cache, lookahead off and on");
   cmd->add_option("MODEL", flags->model, "the .sluice container")->required();
-  cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run`, e.g. one working set above the floor")
-      ->required();
+  cmd->add_option("--budget", flags->budget,
+                  "memory budget as for `sluice run`, e.g. one working set above the floor")
+      ->required()
+      ->check(memory_size());
   cmd->add_flag("--compare-lookahead", flags->compare, "run lookahead off, on, and on in prefill too, in one process");
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();
-  cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")->capture_default_str();
+  cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")
+      ->capture_default_str()
+      ->check(at_least_one());
   cmd->add_option("--temp", flags->temperature,
                   "sampling temperature (0: greedy); a seeded draw gives every arm the same tokens")
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--repeat", flags->repeat, "rounds of every arm, interleaved; figures are medians")
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "compute threads (default: SLUICE_THREADS or every core)");
+  cmd->add_option("--threads", flags->threads,
+                  "compute threads (default: SLUICE_THREADS or every core)")
+      ->check(at_least_one());
   cmd->add_flag("--json", flags->json, "print JSON instead of text");
   cmd->callback([flags] {
     SamplingParams sampling;

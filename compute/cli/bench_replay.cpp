@@ -114,9 +114,13 @@ void add_bench_replay(CLI::App& bench) {
       "replay", "drive the expert cache with a recorded routing trace (no compute), next to LRU and Belady");
   cmd->add_option("TRACE", flags->trace, "routing trace (JSON lines from `sluice run --trace-out`)")->required();
   cmd->add_option("--model", flags->model, "the .sluice container the trace was recorded on")->required();
-  cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run` (default: the plan's)");
+  cmd->add_option("--budget", flags->budget,
+                  "memory budget as for `sluice run` (default: the plan's)")
+      ->check(memory_size());
   cmd->add_option("--policy", flags->policy, "the cache's eviction policy: lfru or lru")->capture_default_str();
-  cmd->add_option("--readers", flags->readers, "reader threads")->capture_default_str();
+  cmd->add_option("--readers", flags->readers, "reader threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--json", flags->json, "print JSON instead of text");
   cmd->callback([flags] { run_replay(*flags); });
 }

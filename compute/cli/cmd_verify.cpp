@@ -32,7 +32,7 @@ void verify(const std::string& model, bool json) {
   nlohmann::json damaged = nlohmann::json::array();
   uint64_t records = 0, bytes = 0;
   const Clock::time_point start = Clock::now();
-  Clock::time_point last_report = start;
+  Clock::time_point last_report{};  // the first record reports at once
   for (const MoeLayerInfo& layer : c.moe_layers()) {
     for (uint32_t e = 0; e < layer.experts; ++e) {
       if (auto problem = c.try_read_record(layer.layer, e, buffer.data(), true)) {
