@@ -2,6 +2,12 @@
 // The dequantizer is ground truth for tests, never a hot path.
 #include "proto/trunk_format.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/f16.h"
 
@@ -45,6 +51,73 @@ uint64_t TrunkTensorInfo::expected_bytes() const {
 
 uint64_t TrunkTensorInfo::expected_scale_bytes() const {
   return rows * groups_per_row() * sizeof(uint16_t);
+}
+
+uint32_t trunk_tensor_crc32(const TrunkTensorInfo& info, const uint8_t* data, const uint16_t* scales) {
+  return crc32_bytes(scales, info.scale_bytes, crc32_bytes(data, info.bytes));
+}
+
+namespace {
+
+std::optional<std::string> f32_problem(const TrunkTensorInfo& info, const uint8_t* data) {
+  for (uint64_t i = 0; i < info.rows * info.cols; ++i) {
+    float value;
+    std::memcpy(&value, data + i * sizeof(float), sizeof value);
+    if (!std::isfinite(value)) return fmt::format("element {} is {}, not a finite number", i, value);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> q8_problem(const TrunkTensorInfo& info, const uint8_t* data) {
+  const uint64_t padded = info.padded_cols();
+  for (uint64_t r = 0; r < info.rows; ++r) {
+    const uint8_t* row = data + r * padded;
+    for (uint64_t c = 0; c < info.cols; ++c) {
+      if (row[c] == 0x80) return fmt::format("row {} column {} holds -128 (q8g128 values lie in [-127, 127])", r, c);
+    }
+    for (uint64_t c = info.cols; c < padded; ++c) {
+      if (row[c] != 0) return fmt::format("row {} padding column {} is {}, not 0", r, c, static_cast<int8_t>(row[c]));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> q4_problem(const TrunkTensorInfo& info, const uint8_t* data) {
+  const uint64_t padded = info.padded_cols();
+  for (uint64_t r = 0; r < info.rows; ++r) {
+    for (uint64_t c = info.cols; c < padded; ++c) {
+      const uint64_t index = r * padded + c;
+      const uint8_t byte = data[index / 2];
+      const int nibble = index % 2 == 0 ? (byte & 0x0f) : (byte >> 4);
+      if (nibble != 8) return fmt::format("row {} padding column {} has nibble {}, not 8", r, c, nibble);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> trunk_values_problem(const TrunkTensorInfo& info, const uint8_t* data,
+                                                const uint16_t* scales) {
+  switch (info.format) {
+    case TrunkFormat::kF32:
+      return f32_problem(info, data);
+    case TrunkFormat::kQ8G128:
+      if (auto problem = q8_problem(info, data)) return problem;
+      break;
+    case TrunkFormat::kQ4G128:
+      if (auto problem = q4_problem(info, data)) return problem;
+      break;
+  }
+  const uint64_t groups = info.groups_per_row();
+  for (uint64_t i = 0; i < info.rows * groups; ++i) {
+    // An amax-derived scale is finite and never negative.
+    if ((scales[i] & 0x7c00u) == 0x7c00u || (scales[i] & 0x8000u) != 0) {
+      return fmt::format("scale of row {} group {} is {}, not a finite non-negative number", i / groups, i % groups,
+                         f16_to_f32(scales[i]));
+    }
+  }
+  return std::nullopt;
 }
 
 std::vector<float> dequantize(const TrunkTensor& tensor) {
