@@ -81,7 +81,7 @@ class ConvertTest(unittest.TestCase):
             manifest = json.load(f)
         with open(os.path.join(src, "config.json")) as f:
             config = json.load(f)
-        self.assertEqual(manifest["format_version"], 1)
+        self.assertEqual(manifest["format_version"], 2)
         self.assertEqual(manifest["arch"], config["model_type"])
         self.assertEqual(manifest["config"], config)
         self.assertEqual(sorted(n for n in os.listdir(out)),
