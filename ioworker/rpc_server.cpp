@@ -123,6 +123,14 @@ class Service final : public rpc::SluiceIo::Server {
       result.setRefused(reason);
       return kj::READY_NOW;
     }
+    if (params.getVerify() && !info_.verifies_records) {
+      log_(fmt::format("refused attach from pid {}: it asks for --verify and this daemon does not verify",
+                       params.getPid()));
+      result.setRefused(fmt::format("the client asks for --verify, but sluice-io instance '{}' does not check "
+                                    "record crc32s: start it with --verify (sluice-up --verify)",
+                                    info_.instance));
+      return kj::READY_NOW;
+    }
     const uint32_t session = sessions_.next++;
     sessions_.pids[session] = params.getPid();
     open_.push_back(session);
@@ -144,6 +152,7 @@ class Service final : public rpc::SluiceIo::Server {
     attached.setIdentity(worker_.identity());
     attached.setSession(session);
     attached.setDirectIo(worker_.direct_io());
+    attached.setVerifiesRecords(info_.verifies_records);
     log_(fmt::format("attach: session {} for pid {}", session, params.getPid()));
     return kj::READY_NOW;
   }

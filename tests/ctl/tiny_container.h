@@ -42,7 +42,8 @@ std::string read_text(const std::string& path);
 // or segment it left is removed.
 class Daemon {
  public:
-  explicit Daemon(const std::vector<std::string>& extra_args = {});
+  // Serves `model` (default: the tiny container).
+  explicit Daemon(const std::vector<std::string>& extra_args = {}, const std::string& model = "");
   ~Daemon();
   // Waits until the socket answers; false (with the log in `why`) if the
   // daemon exited or did not answer within `seconds`.
