@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <sys/types.h>
+#include <unistd.h>
 
 namespace sluice::testing {
 
@@ -51,7 +52,9 @@ class Daemon {
   pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
   const std::string& instance() const { return instance_; }
-  std::string segment_path() const { return "/dev/shm/sluice-" + instance_; }
+  std::string segment_path() const { return "/dev/shm/" + segment_name(); }
+  // shm::segment_name spelled out: "sluice-<euid>-<instance>".
+  std::string segment_name() const { return "sluice-" + std::to_string(::geteuid()) + "-" + instance_; }
   std::string log() const { return read_text(log_); }
   // Sends `signal` and waits for the exit; returns the wait status or -1.
   int stop(int signal, double seconds = 20);
