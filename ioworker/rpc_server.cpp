@@ -17,6 +17,7 @@
 #include "ioworker/rpc_socket.h"
 #include "ioworker/worker.h"
 #include "proto/error.h"
+#include "proto/manifest.h"
 #include "proto/sluice_io.capnp.h"
 
 namespace sluice::ioworker {
@@ -171,6 +172,12 @@ class Service final : public rpc::SluiceIo::Server {
 
   kj::Promise<void> prefetch(PrefetchContext context) override {
     const auto params = context.getParams();
+    // Bounded before anything is copied, sorted or locked: a request names
+    // each expert of one layer at most once.
+    if (params.getExperts().size() > kMaxExpertsPerLayer) {
+      return refuse(fmt::format("prefetch: {} experts in one request; a layer has at most {}",
+                                params.getExperts().size(), kMaxExpertsPerLayer));
+    }
     std::vector<uint32_t> experts;
     for (uint32_t expert : params.getExperts()) experts.push_back(expert);
     std::sort(experts.begin(), experts.end());
