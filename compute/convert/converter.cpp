@@ -1,8 +1,10 @@
 // compute/convert/converter.cpp: runs a conversion end to end and makes it
 // resumable. Work state lives in OUT/.convert/ (state.json naming the source
-// and parameters, per-layer codebooks and error sums); every output file is
-// renamed into place only when complete, and manifest.json comes last, so
-// a container without a manifest is simply unfinished.
+// and parameters; per piece, trunk or layer, its error sums and the crc32 of
+// the source tensor bytes it was made from, so a resume redoes a piece whose
+// source changed); every output file is renamed into place only when
+// complete, and manifest.json comes last, so a container without a manifest
+// is simply unfinished.
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -90,6 +92,48 @@ Start prepare_output(const fs::path& out, const Json& state, bool force) {
   if (!force && !problem.empty()) fail("{}: {}; use --force to start over", out.string(), problem);
   wipe(out);
   return Start::kFresh;
+}
+
+// crc32 of the stored bytes of `names`, in order: headers and sizes say
+// nothing about values, so this is what tells a resumed source is unchanged.
+uint32_t source_crc32(const Checkpoint& checkpoint, const std::vector<std::string>& names) {
+  uint32_t running = 0;
+  for (const std::string& name : names) {
+    const auto located = checkpoint.find(name);
+    if (!located) fail("tensor {} is missing from the checkpoint", name);
+    running = located->file->bytes_crc32(*located->info, running);
+  }
+  return running;
+}
+
+std::vector<std::string> trunk_source_names(const ModelPlan& plan) {
+  std::vector<std::string> names;
+  for (const auto& t : plan.trunk) names.push_back(t.name);
+  return names;
+}
+
+std::vector<std::string> layer_source_names(const MoeLayerPlan& layer) {
+  std::vector<std::string> names;
+  for (uint32_t e = 0; e < layer.experts; ++e) {
+    for (const MatrixKind kind : kMatrixKinds) names.push_back(expert_tensor_name(layer.layer, e, kind));
+  }
+  return names;
+}
+
+// On resume: keeps a finished piece only when its recorded source crc32 is
+// that of the source now; otherwise removes its state, says so, and the
+// piece is converted again.
+bool still_current(const fs::path& stats_path, uint32_t source_now, const std::string& piece) {
+  if (!fs::exists(stats_path)) return false;
+  const auto stats = read_json(stats_path);
+  const bool same = stats && stats->is_object() && stats->contains("source_crc32") &&
+                    (*stats)["source_crc32"].is_number_unsigned() &&
+                    (*stats)["source_crc32"].get<uint64_t>() == source_now;
+  if (same) return true;
+  fmt::print(stderr, "sluice convert: {}: the source tensors changed since the interrupted run; converting it again\n",
+             piece);
+  fs::remove(stats_path);
+  return false;
 }
 
 Json sums_json(const ErrorSums& sums) { return Json::array({sums.error, sums.norm}); }
@@ -234,7 +278,19 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 
   uint64_t trunk_bytes = 0;
   const std::vector<TrunkEntry> trunk = layout_trunk(plan, trunk_bytes);
-  const bool trunk_done = fs::exists(work / "trunk.json");
+  const uint32_t trunk_source = source_crc32(source.checkpoint, trunk_source_names(plan));
+  std::vector<uint32_t> layer_sources;
+  for (const auto& layer : plan.moe_layers) layer_sources.push_back(source_crc32(source.checkpoint, layer_source_names(layer)));
+  Json restarted = Json::array();
+  const bool trunk_done = still_current(work / "trunk.json", trunk_source, "the trunk");
+  if (start == Start::kResume && !trunk_done && fs::exists(out / "trunk.bin")) restarted.push_back("trunk");
+  for (size_t i = 0; i < plan.moe_layers.size(); ++i) {
+    const uint32_t layer = plan.moe_layers[i].layer;
+    const fs::path stats_path = work / fmt::format("layer-{}.json", layer_tag(layer));
+    if (fs::exists(stats_path) && !still_current(stats_path, layer_sources[i], fmt::format("layer {}", layer))) {
+      restarted.push_back(layer);
+    }
+  }
   uint64_t remaining = 0;
   if (!trunk_done) {
     for (const auto& t : trunk) {
@@ -255,14 +311,17 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     const auto errors = write_trunk(source.checkpoint, trunk, trunk_bytes, (out / "trunk.bin").string(),
                                     options.threads, progress);
     write_file_atomically((work / "trunk.json").string(),
-                          Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])}}.dump());
+                          Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])},
+                               {"source_crc32", trunk_source}}
+                              .dump());
   }
   const auto trunk_stats = read_json(work / "trunk.json");
   if (!trunk_stats || !trunk_stats->is_object()) fail("{}: unreadable; rerun with --force to start over", (work / "trunk.json").string());
   Json layer_summaries = Json::array();
   std::array<ErrorSums, 3> kind_totals{};
   uint64_t resumed_layers = 0;
-  for (const auto& layer : plan.moe_layers) {
+  for (size_t index = 0; index < plan.moe_layers.size(); ++index) {
+    const auto& layer = plan.moe_layers[index];
     const std::string tag = layer_tag(layer.layer);
     const fs::path stats_path = work / fmt::format("layer-{}.json", tag);
     bool resumed = true;
@@ -272,6 +331,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
                                         (out / fmt::format("experts-{}.bin", tag)).string(), progress);
       Json stats;
       for (int k = 0; k < 3; ++k) stats[kKindNames[k]] = sums_json(errors[k]);
+      stats["source_crc32"] = layer_sources[index];
       write_file_atomically(stats_path.string(), stats.dump());
       if (options.test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
     }
@@ -320,6 +380,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   summary["weights_per_second"] = seconds > 0 ? static_cast<double>(remaining) / seconds : 0.0;
   summary["container_bytes"] = directory_bytes(out);
   summary["resumed_layers"] = resumed_layers;
+  summary["restarted"] = restarted;  // pieces redone because their source changed
   ErrorSums all;
   Json relative;
   for (int k = 0; k < 3; ++k) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/f16.h"
 
@@ -138,6 +139,17 @@ const TensorInfo* SafetensorsFile::find(std::string_view tensor) const {
     if (info.name == tensor) return &info;
   }
   return nullptr;
+}
+
+uint32_t SafetensorsFile::bytes_crc32(const TensorInfo& info, uint32_t running) const {
+  constexpr uint64_t kSlice = uint64_t{4} << 20;
+  std::vector<uint8_t> raw(std::min(info.bytes, kSlice));
+  for (uint64_t done = 0; done < info.bytes; done += kSlice) {
+    const uint64_t count = std::min(kSlice, info.bytes - done);
+    read_exact(*file_, info.offset + done, raw.data(), count);
+    running = crc32_bytes(raw.data(), count, running);
+  }
+  return running;
 }
 
 void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
