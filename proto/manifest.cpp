@@ -418,7 +418,8 @@ Manifest parse_manifest(std::string_view bytes, const std::string& path) {
   json root;
   try {
     root = json::parse(bytes);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds (1e309).
     fail("{}: not valid JSON: {}", path, e.what());
   }
   const Fields f(path);

@@ -27,7 +27,7 @@ class Reader {
   json parse(std::string_view text) const {
     try {
       return json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       fail("{}: not valid JSON: {}", file_, e.what());
     }
   }
