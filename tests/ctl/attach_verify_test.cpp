@@ -2,7 +2,8 @@
 // asks for verification is refused by a daemon that does not verify (at the
 // RPC and through `sluice run`), accepted by one that does, and an attached
 // run over damaged records then fails naming the record instead of
-// producing different logits.
+// producing different logits. Also: a prefetch list longer than any layer is
+// refused before the daemon touches its segment.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -83,4 +84,28 @@ TEST_CASE("a verifying daemon accepts --verify, and damaged records fail the att
   CHECK(run_attached(copy, daemon, &output) != 0);
   CHECK_MESSAGE(output.find("layer " + std::to_string(layer.layer) + " expert") != std::string::npos, output);
   CHECK_MESSAGE(output.find("checksum mismatch") != std::string::npos, output);
+}
+
+TEST_CASE("a prefetch list longer than any layer is refused, and the daemon keeps serving") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  Daemon daemon;
+  require_ready(daemon);
+  ioworker::RpcClient client(daemon.socket());
+  const uint32_t layer = container.moe_layers().front().layer;
+  const std::vector<uint32_t> huge(kMaxExpertsPerLayer + 1, 0);
+  try {
+    client.prefetch(layer, huge, ioworker::RpcPrefetchOrigin::kClient);
+    FAIL("a prefetch of 4097 experts was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("prefetch: 4097 experts in one request; a layer has at most 4096") !=
+          std::string::npos);
+  }
+  // Longer than the layer but within the bound, all duplicates: merged, accepted.
+  const std::vector<uint32_t> too_many(container.moe_layers().front().experts + 1, 0);
+  try {
+    client.prefetch(layer, too_many, ioworker::RpcPrefetchOrigin::kClient);
+  } catch (const Error& e) {
+    FAIL("duplicates within the layer's size are merged, not refused: ", e.what());
+  }
+  CHECK(client.stats().pid == daemon.pid());
 }
