@@ -4,10 +4,10 @@
 // here). Pure arithmetic: no I/O, no knowledge of what the bytes mean.
 #pragma once
 
+#include <libdeflate.h>
+
 #include <cstddef>
 #include <cstdint>
-
-#include <libdeflate.h>
 
 namespace sluice {
 

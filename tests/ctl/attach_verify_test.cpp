@@ -27,9 +27,10 @@ void require_ready(Daemon& daemon) {
 }
 
 int run_attached(const std::string& model, const Daemon& daemon, std::string* output) {
-  return testing::run_command({testing::sluice_bin(), "run", model, "--attach", daemon.socket(), "--verify",
-                               "--prompt-ids", "1,2,3", "-n", "4", "--ignore-eos", "--threads", "1"},
-                              output);
+  return testing::run_command(
+      {testing::sluice_bin(), "run", model, "--attach", daemon.socket(), "--verify", "--prompt-ids",
+       "1,2,3", "-n", "4", "--ignore-eos", "--threads", "1"},
+      output);
 }
 
 }  // namespace
@@ -43,7 +44,8 @@ TEST_CASE("a client asking for --verify is refused by a daemon that does not ver
     client.attach(container.identity(), true);
     FAIL("attached with --verify to a daemon that does not verify");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("does not check record crc32s: start it with --verify") != std::string::npos);
+    CHECK(std::string(e.what()).find("does not check record crc32s: start it with --verify") !=
+          std::string::npos);
   }
   CHECK(client.stats().sessions == 0);
   CHECK_FALSE(client.attach(container.identity(), false).verifies_records);
@@ -55,7 +57,8 @@ TEST_CASE("a client asking for --verify is refused by a daemon that does not ver
 
 TEST_CASE("a verifying daemon accepts --verify, and damaged records fail the attached run") {
   const std::string copy = testing::scratch_dir() + "/attach-verify.sluice";
-  std::filesystem::copy(testing::tiny_container_or_skip(), copy, std::filesystem::copy_options::recursive);
+  std::filesystem::copy(testing::tiny_container_or_skip(), copy,
+                        std::filesystem::copy_options::recursive);
   const Container container = Container::open(copy);
   // One payload byte of every record of the first MoE layer: whatever the
   // routing picks there, the first read of it is damaged.
@@ -63,7 +66,8 @@ TEST_CASE("a verifying daemon accepts --verify, and damaged records fail the att
   {
     std::fstream bank(copy + "/" + layer.file, std::ios::in | std::ios::out | std::ios::binary);
     for (uint32_t e = 0; e < layer.experts; ++e) {
-      const std::streamoff at = static_cast<std::streamoff>(uint64_t{e} * layer.record_stride + 100);
+      const std::streamoff at =
+          static_cast<std::streamoff>(uint64_t{e} * layer.record_stride + 100);
       char c = 0;
       bank.seekg(at);
       bank.read(&c, 1);
@@ -82,7 +86,8 @@ TEST_CASE("a verifying daemon accepts --verify, and damaged records fail the att
   }
   std::string output;
   CHECK(run_attached(copy, daemon, &output) != 0);
-  CHECK_MESSAGE(output.find("layer " + std::to_string(layer.layer) + " expert") != std::string::npos, output);
+  CHECK_MESSAGE(
+      output.find("layer " + std::to_string(layer.layer) + " expert") != std::string::npos, output);
   CHECK_MESSAGE(output.find("checksum mismatch") != std::string::npos, output);
 }
 
@@ -97,7 +102,8 @@ TEST_CASE("a prefetch list longer than any layer is refused, and the daemon keep
     client.prefetch(layer, huge, ioworker::RpcPrefetchOrigin::kClient);
     FAIL("a prefetch of 4097 experts was accepted");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("prefetch: 4097 experts in one request; a layer has at most 4096") !=
+    CHECK(std::string(e.what()).find(
+              "prefetch: 4097 experts in one request; a layer has at most 4096") !=
           std::string::npos);
   }
   // Longer than the layer but within the bound, all duplicates: merged, accepted.

@@ -46,8 +46,8 @@ void spit(const std::string& path, const std::string& bytes) {
 }
 
 uint32_t zlib_crc(const std::string& bytes, uint32_t running = 0) {
-  return static_cast<uint32_t>(
-      ::crc32(running, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  return static_cast<uint32_t>(::crc32(running, reinterpret_cast<const Bytef*>(bytes.data()),
+                                       static_cast<uInt>(bytes.size())));
 }
 
 // A private copy of the tiny container, removed at the end.
@@ -103,7 +103,8 @@ TEST_CASE("damage anywhere in a container is refused naming the file, or changes
   const uint64_t flips_per_file = env_number("SLUICE_PROBE_CASES", 40);
   std::mt19937_64 rng(seed);
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(copy.dir)) files.push_back(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(copy.dir))
+    files.push_back(entry.path().filename().string());
   std::sort(files.begin(), files.end());
   uint64_t cases = 0, refused = 0, identical = 0;
   for (const std::string& file : files) {
@@ -137,8 +138,8 @@ TEST_CASE("damage anywhere in a container is refused naming the file, or changes
       spit(path, original);
     }
   }
-  MESSAGE("damage probe: ", cases, " cases over ", files.size(), " files: ", refused, " refused, ", identical,
-          " identical");
+  MESSAGE("damage probe: ", cases, " cases over ", files.size(), " files: ", refused, " refused, ",
+          identical, " identical");
   CHECK(refused > 0);
 }
 
@@ -174,7 +175,8 @@ TEST_CASE("logits that are not finite stop the run naming the step, never reach 
   } catch (const Error& e) {
     const std::string message = e.what();
     INFO(message);
-    CHECK(message.starts_with("prefill of prompt tokens 0..3: the forward pass produced a non-finite logit"));
+    CHECK(message.starts_with(
+        "prefill of prompt tokens 0..3: the forward pass produced a non-finite logit"));
   }
 }
 

@@ -33,7 +33,8 @@ std::string slurp(const std::string& path) {
 
 bool run_manifest(const uint8_t* data, size_t size) {
   try {
-    parse_manifest(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz/manifest.json");
+    parse_manifest(std::string_view(reinterpret_cast<const char*>(data), size),
+                   "fuzz/manifest.json");
     return true;
   } catch (const Error&) {
     return false;
@@ -129,8 +130,8 @@ std::vector<std::string> safetensors_seeds() {
 
 bool run_tokenizer(const uint8_t* data, size_t size) {
   try {
-    const auto tok = tokenizer::Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(data), size),
-                                                     "fuzz/tokenizer.json");
+    const auto tok = tokenizer::Tokenizer::from_json(
+        std::string_view(reinterpret_cast<const char*>(data), size), "fuzz/tokenizer.json");
     const auto ids = tok.encode("hello hell");
     (void)tok.decode_bytes(ids);
     return true;
@@ -160,7 +161,8 @@ template <typename Reader>
 void touch_stats(Reader stats) {
   uint64_t sum = stats.getHits() + stats.getMisses() + stats.getBytesRead();
   for (auto layer : stats.getLayers()) sum += layer.getHits() + layer.getLayer();
-  for (auto client : stats.getClients()) sum += client.getRequests() + static_cast<uint64_t>(client.getPid());
+  for (auto client : stats.getClients())
+    sum += client.getRequests() + static_cast<uint64_t>(client.getPid());
   sum += stats.getInstance().size() + stats.getModel().size() + stats.getSegmentName().size();
   for (auto guess : stats.getLookahead().getLayers()) sum += guess.getScored();
   (void)sum;

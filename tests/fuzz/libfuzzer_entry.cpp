@@ -12,8 +12,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* name = std::getenv("SLUICE_FUZZ_TARGET");
     const sluice::fuzz::Target* found = sluice::fuzz::find_target(name != nullptr ? name : "");
     if (found == nullptr) {
-      std::fprintf(stderr, "SLUICE_FUZZ_TARGET must name a target (manifest, record_header, safetensors, "
-                           "tokenizer, capnp)\n");
+      std::fprintf(stderr,
+                   "SLUICE_FUZZ_TARGET must name a target (manifest, record_header, safetensors, "
+                   "tokenizer, capnp)\n");
       std::abort();
     }
     return found;

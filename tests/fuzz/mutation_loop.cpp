@@ -18,23 +18,43 @@ namespace {
 
 using Rng = std::mt19937_64;
 
-const std::vector<std::string> kJsonNumbers = {"0", "-1", "1", "255", "256", "4095", "4096", "65536",
-                                               "4294967295", "4294967296", "18446744073709551615",
-                                               "18446744073709551616", "-9223372036854775808", "1e309",
-                                               "0.5", "1e-320", "true", "null", "\"x\"", "[]", "{}"};
-const std::vector<uint8_t> kBytes = {0x00, 0xff, 0x7f, 0x80, 0x01, '"', '{', '}', '[', ']', ',', ':', '-', '9'};
+const std::vector<std::string> kJsonNumbers = {"0",
+                                               "-1",
+                                               "1",
+                                               "255",
+                                               "256",
+                                               "4095",
+                                               "4096",
+                                               "65536",
+                                               "4294967295",
+                                               "4294967296",
+                                               "18446744073709551615",
+                                               "18446744073709551616",
+                                               "-9223372036854775808",
+                                               "1e309",
+                                               "0.5",
+                                               "1e-320",
+                                               "true",
+                                               "null",
+                                               "\"x\"",
+                                               "[]",
+                                               "{}"};
+const std::vector<uint8_t> kBytes = {0x00, 0xff, 0x7f, 0x80, 0x01, '"', '{',
+                                     '}',  '[',  ']',  ',',  ':',  '-', '9'};
 
 // Replaces one run of digits with an interesting JSON value.
 void swap_number(std::string& s, Rng& rng) {
   std::vector<size_t> starts;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (std::isdigit(static_cast<unsigned char>(s[i])) && (i == 0 || !std::isdigit(static_cast<unsigned char>(s[i - 1]))))
+    if (std::isdigit(static_cast<unsigned char>(s[i])) &&
+        (i == 0 || !std::isdigit(static_cast<unsigned char>(s[i - 1]))))
       starts.push_back(i);
   }
   if (starts.empty()) return;
   const size_t begin = starts[rng() % starts.size()];
   size_t end = begin;
-  while (end < s.size() && (std::isdigit(static_cast<unsigned char>(s[end])) || s[end] == '.')) ++end;
+  while (end < s.size() && (std::isdigit(static_cast<unsigned char>(s[end])) || s[end] == '.'))
+    ++end;
   s.replace(begin, end - begin, kJsonNumbers[rng() % kJsonNumbers.size()]);
 }
 
@@ -62,7 +82,8 @@ void mutate(std::string& s, Rng& rng, bool json) {
       break;
     }
     case 5:  // random bytes
-      for (int i = 0, n = 1 + static_cast<int>(rng() % 8); i < n; ++i) s.insert(s.begin() + static_cast<long>(at), static_cast<char>(rng()));
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 8); i < n; ++i)
+        s.insert(s.begin() + static_cast<long>(at), static_cast<char>(rng()));
       break;
     case 6:  // a little-endian word set to an extreme
       if (s.size() >= 4) {
@@ -86,17 +107,22 @@ int main(int argc, char** argv) {
   }
   const sluice::fuzz::Target* target = sluice::fuzz::find_target(argv[1]);
   if (target == nullptr) {
-    std::fprintf(stderr, "fuzz_loop: unknown target %s (manifest, record_header, safetensors, tokenizer, capnp)\n",
-                 argv[1]);
+    std::fprintf(
+        stderr,
+        "fuzz_loop: unknown target %s (manifest, record_header, safetensors, tokenizer, capnp)\n",
+        argv[1]);
     return 2;
   }
   uint64_t cases = 2000, seed = 1;
   std::string seeds_dir;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--cases") cases = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--write-seeds") seeds_dir = argv[i + 1];
+    if (flag == "--cases")
+      cases = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--seed")
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--write-seeds")
+      seeds_dir = argv[i + 1];
     else {
       std::fprintf(stderr, "fuzz_loop: unknown flag %s\n", flag.c_str());
       return 2;
@@ -112,7 +138,9 @@ int main(int argc, char** argv) {
   }
   for (const std::string& s : seeds) {
     if (!target->run(reinterpret_cast<const uint8_t*>(s.data()), s.size())) {
-      std::fprintf(stderr, "fuzz_loop %s: a seed input is refused; the target or its seeds are wrong\n", target->name);
+      std::fprintf(stderr,
+                   "fuzz_loop %s: a seed input is refused; the target or its seeds are wrong\n",
+                   target->name);
       return 1;
     }
   }
@@ -120,19 +148,24 @@ int main(int argc, char** argv) {
   uint64_t accepted = 0, refused = 0, findings = 0;
   for (uint64_t c = 0; c < cases; ++c) {
     std::string input = seeds[rng() % seeds.size()];
-    for (int m = 0, n = 1 + static_cast<int>(rng() % 4); m < n; ++m) mutate(input, rng, target->json);
+    for (int m = 0, n = 1 + static_cast<int>(rng() % 4); m < n; ++m)
+      mutate(input, rng, target->json);
     try {
-      (target->run(reinterpret_cast<const uint8_t*>(input.data()), input.size()) ? accepted : refused) += 1;
+      (target->run(reinterpret_cast<const uint8_t*>(input.data()), input.size()) ? accepted
+                                                                                 : refused) += 1;
     } catch (const std::exception& e) {
       ++findings;
       std::fprintf(stderr, "fuzz_loop %s seed %llu case %llu: escaped %s\n", target->name,
-                   static_cast<unsigned long long>(seed), static_cast<unsigned long long>(c), e.what());
+                   static_cast<unsigned long long>(seed), static_cast<unsigned long long>(c),
+                   e.what());
     }
   }
-  std::printf("{\"target\": \"%s\", \"seed\": %llu, \"cases\": %llu, \"accepted\": %llu, \"refused\": %llu, "
-              "\"findings\": %llu}\n",
-              target->name, static_cast<unsigned long long>(seed), static_cast<unsigned long long>(cases),
-              static_cast<unsigned long long>(accepted), static_cast<unsigned long long>(refused),
-              static_cast<unsigned long long>(findings));
+  std::printf(
+      "{\"target\": \"%s\", \"seed\": %llu, \"cases\": %llu, \"accepted\": %llu, \"refused\": "
+      "%llu, "
+      "\"findings\": %llu}\n",
+      target->name, static_cast<unsigned long long>(seed), static_cast<unsigned long long>(cases),
+      static_cast<unsigned long long>(accepted), static_cast<unsigned long long>(refused),
+      static_cast<unsigned long long>(findings));
   return findings == 0 ? 0 : 1;
 }
