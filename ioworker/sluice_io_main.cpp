@@ -89,6 +89,7 @@ int run(const Options& options) {
   info.budget_bytes = plan.budget_bytes;
   info.cache_bytes = cache_bytes;
   info.readers = options.readers;
+  info.verifies_records = options.verify;
   ioworker::RpcServer server(worker, info, log_line);
   const int signal = server.serve(socket, {SIGINT, SIGTERM});
   log_line(fmt::format("stopping on {}: removing {} and {}", signal == SIGINT ? "SIGINT" : "SIGTERM", socket_path,

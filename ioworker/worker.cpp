@@ -395,6 +395,10 @@ void Worker::Impl::reap() {
 
 void Worker::Impl::prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin) {
   const MoeLayerInfo& info = container_.moe_layer(layer);
+  // The lock below is shared with every client; hold it for one layer at most.
+  if (experts.size() > info.experts) {
+    fail("prefetch: layer {}: {} experts in one request, but the layer has {}", layer, experts.size(), info.experts);
+  }
   for (uint32_t expert : experts) {
     if (expert >= info.experts) fail("prefetch: layer {} expert {}: no such expert (the layer has {})", layer, expert, info.experts);
   }

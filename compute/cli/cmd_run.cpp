@@ -147,6 +147,7 @@ void run(const RunArgs& args) {
     // The reference's last row: the logits after the last generated token.
     std::vector<float> logits(engine.config().vocab);
     engine.transformer().forward(std::span<const int32_t>(&generated.back(), 1), logits, false);
+    check_logits_finite(logits, "the last --dump-logits row");
     write_row(dump, logits, args.dump_logits);
   }
   routing.finish();

@@ -78,9 +78,9 @@ EngineOptions EngineFlags::options() const {
   if (!attach.empty()) {
     auto session = std::make_shared<DaemonSession>();
     const std::string socket = ioworker::resolve_socket(attach);
-    options.expert_source = [session, socket](const Container& container) -> std::unique_ptr<ExpertSource> {
+    options.expert_source = [session, socket, verify = verify](const Container& container) -> std::unique_ptr<ExpertSource> {
       session->client = std::make_unique<ioworker::RpcClient>(socket);
-      const ioworker::Attachment attachment = session->client->attach(container.identity());
+      const ioworker::Attachment attachment = session->client->attach(container.identity(), verify);
       session->session = attachment.session;
       return CachedExpertSource::attached(container, attachment.segment_name);
     };
@@ -110,7 +110,9 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
                  "prefill chunk: tokens whose experts are read once together")
       ->capture_default_str()
       ->check(at_least_one());
-  cmd.add_flag("--verify", flags.verify, "check the crc32 of every expert record read");
+  cmd.add_flag("--verify", flags.verify,
+               "check the crc32 of every expert record read; with --attach, only a daemon that verifies "
+               "(sluice-io --verify) is accepted");
   cmd.add_option("--attach", flags.attach,
                  "join a running sluice-io: its socket path, or an instance name such as 'default'");
   cmd.add_option("--budget", flags.budget,

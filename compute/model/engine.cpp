@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
 
 #include "compute/kernels/dispatch.h"
 #include "proto/error.h"
@@ -15,6 +18,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
+
+void check_logits_finite(std::span<const float> logits, std::string_view step) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isfinite(logits[i])) {
+      fail("{}: the forward pass produced a non-finite logit ({} for token id {}); the model's weights or the "
+           "computation are damaged (try `sluice verify`)",
+           step, logits[i], i);
+    }
+  }
+}
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : container_(Container::open(model_dir)),
@@ -46,6 +59,7 @@ bool Engine::prefill(std::span<const int32_t> tokens, std::span<float> logits) {
   for (size_t start = 0; start < tokens.size(); start += prefill_chunk_) {
     const size_t count = std::min<size_t>(prefill_chunk_, tokens.size() - start);
     transformer_->forward(tokens.subspan(start, count), logits, false);
+    check_logits_finite(logits, fmt::format("prefill of prompt tokens {}..{}", start, start + count - 1));
     if (prefill_progress_ && !prefill_progress_(start + count, tokens.size())) return false;
   }
   return true;
@@ -98,6 +112,7 @@ GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_t
       break;
     }
     transformer_->forward(std::span<const int32_t>(&token, 1), logits, false);
+    check_logits_finite(logits, fmt::format("decode step {} (after generated token {})", i + 1, token));
   }
   stats.decode_seconds = seconds_since(start);
   stats.experts = source_->stats();

@@ -49,6 +49,10 @@ struct GenerationStats {
   ExpertSourceStats experts;
 };
 
+// Throws Error naming `step` when any logit is NaN or infinite: damage or a
+// numerical fault upstream, never something to sample from.
+void check_logits_finite(std::span<const float> logits, std::string_view step);
+
 class Engine {
  public:
   Engine(const std::string& model_dir, const EngineOptions& options);
