@@ -96,12 +96,16 @@ Start prepare_output(const fs::path& out, const Json& state, bool force) {
 
 // crc32 of the stored bytes of `names`, in order: headers and sizes say
 // nothing about values, so this is what tells a resumed source is unchanged.
+// An fp8 weight's block scales are part of its value.
 uint32_t source_crc32(const Checkpoint& checkpoint, const std::vector<std::string>& names) {
   uint32_t running = 0;
   for (const std::string& name : names) {
     const auto located = checkpoint.find(name);
     if (!located) fail("tensor {} is missing from the checkpoint", name);
     running = located->file->bytes_crc32(*located->info, running);
+    if (const auto scales = checkpoint.find(name + "_scale_inv")) {
+      running = scales->file->bytes_crc32(*scales->info, running);
+    }
   }
   return running;
 }
@@ -112,10 +116,10 @@ std::vector<std::string> trunk_source_names(const ModelPlan& plan) {
   return names;
 }
 
-std::vector<std::string> layer_source_names(const MoeLayerPlan& layer) {
+std::vector<std::string> layer_source_names(const ModelConfig& config, const MoeLayerPlan& layer) {
   std::vector<std::string> names;
   for (uint32_t e = 0; e < layer.experts; ++e) {
-    for (const MatrixKind kind : kMatrixKinds) names.push_back(expert_tensor_name(layer.layer, e, kind));
+    for (const MatrixKind kind : kMatrixKinds) names.push_back(expert_tensor_name(config, layer.layer, e, kind));
   }
   return names;
 }
@@ -285,7 +289,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   const std::vector<TrunkEntry> trunk = layout_trunk(plan, trunk_bytes);
   const uint32_t trunk_source = source_crc32(source.checkpoint, trunk_source_names(plan));
   std::vector<uint32_t> layer_sources;
-  for (const auto& layer : plan.moe_layers) layer_sources.push_back(source_crc32(source.checkpoint, layer_source_names(layer)));
+  for (const auto& layer : plan.moe_layers) layer_sources.push_back(source_crc32(source.checkpoint, layer_source_names(plan.config, layer)));
   Json restarted = Json::array();
   const bool trunk_done = still_current(work / "trunk.json", trunk_source, "the trunk");
   if (start == Start::kResume && !trunk_done && fs::exists(out / "trunk.bin")) restarted.push_back("trunk");
