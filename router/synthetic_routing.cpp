@@ -3,7 +3,6 @@
 #include "router/synthetic_routing.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <random>
 
