@@ -106,7 +106,7 @@ class Worker::Impl {
   bool valid_key(uint32_t layer, uint32_t expert) const;
   shm::IndexView index() const;
 
-  Evictor evictor_;
+  std::unique_ptr<Evictor> evictor_;  // made once the segment's slot count is known
   // A prefetch never evicts a slot accessed within this many clock ticks.
   // A cache of at least one token's working set keeps what the next token
   // reuses: protect about one token (a pin per routed expert plus its demand
@@ -126,12 +126,12 @@ class Worker::Impl {
 Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
     : container_(container),
       options_(options),
-      evictor_(options.policy, options.seed),
       depth_(std::max<uint32_t>(options.readers, 1)) {
   const shm::Geometry geometry =
       plan_cache_geometry(container, options.cache_bytes, options.max_clients, options.mailbox_rows);
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
                                       : shm::Segment::create(options.instance, geometry, container.identity());
+  evictor_ = std::make_unique<Evictor>(options.policy, options.seed, container, geometry.slot_count);
   const uint64_t working_set = uint64_t{container.top_k()} * container.moe_layers().size();
   cold_window_ = geometry.slot_count >= working_set ? 2 * working_set : 2ull * container.top_k();
   const Completion on_complete = [this](const ReadJob& job, std::optional<std::string> problem) {
@@ -264,7 +264,7 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
       fill(*slot, key, shm::ReadOrigin::kDemand, pass);  // a failed read gets one more try per request
     }
   } else {
-    slot = evictor_.choose(*segment_);
+    slot = evictor_->choose(*segment_, entry.layer);
     if (!slot) return Outcome::kStarved;
     evict(*slot);
     fill(*slot, key, shm::ReadOrigin::kDemand, pass);
@@ -292,7 +292,7 @@ void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
   }
   const uint64_t clock = segment_->header().clock.load(std::memory_order_relaxed);
   const std::optional<uint32_t> slot =
-      evictor_.choose_cold(*segment_, clock > cold_window_ ? clock - cold_window_ : 0);
+      evictor_->choose_cold(*segment_, clock > cold_window_ ? clock - cold_window_ : 0);
   if (!slot) {
     stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -305,6 +305,7 @@ void Worker::Impl::evict(uint32_t slot) {
   shm::SlotEntry& s = segment_->slot(slot);
   if (s.key == 0) return;
   shm::StatsBlock& stats = segment_->stats();
+  evictor_->evicted(s.key, s.hits);
   index().erase(s.key);
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
     stats.evictions.fetch_add(1, std::memory_order_relaxed);
@@ -326,6 +327,7 @@ void Worker::Impl::fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pas
   std::atomic<uint64_t>& clock = segment_->header().clock;
   s.last_access = origin == shm::ReadOrigin::kDemand ? clock.fetch_add(1, std::memory_order_relaxed) + 1
                                                      : clock.load(std::memory_order_relaxed);
+  evictor_->filled(key, s.last_access);
   s.origin = static_cast<uint32_t>(origin);
   s.used = 0;
   s.waiters = 0;
