@@ -33,7 +33,8 @@ EXAMPLES = [
     ('sluice tokenize', 'sluice tokenize {m} "hello there" --json && '
                         'sluice tokenize --tokenizer {ck}/tokenizer.json "hello" --specials'),
     ('sluice detokenize', 'sluice detokenize {m} 1 2 3 && sluice detokenize --tokenizer {ck}/tokenizer.json 1,2,3'),
-    ('sluice plan MODEL.sluice', 'sluice plan {m} --ctx 64 --json && sluice plan {m} --budget 1000T --force'),
+    ('sluice plan MODEL.sluice', 'sluice plan {m} --ctx 64 --ram 16G --json && sluice plan {m} --budget 1000T --force'),
+    ('sluice plan --config', 'sluice plan --config {ck}/config.json --ctx 64 --ram 16G --json'),
     ('sluice bench kernels', 'sluice bench kernels --json --seconds 0.01 --no-alternatives --threads 1'),
     ('sluice bench io MODEL.sluice', 'sluice bench io {m} --json --seconds 0.1 --rounds 1'),
     ('sluice bench replay TRACE', 'sluice bench replay {w}/trace.jsonl --model {m} --budget {budget} --json'),

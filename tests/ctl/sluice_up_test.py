@@ -129,7 +129,7 @@ class SluiceUpTest(unittest.TestCase):
 
     def paths(self, instance):
         run = os.path.join(self.env['XDG_RUNTIME_DIR'], 'sluice')
-        return {'socket': os.path.join(run, instance + '.sock'), 'segment': '/dev/shm/sluice-' + instance,
+        return {'socket': os.path.join(run, instance + '.sock'), 'segment': '/dev/shm/sluice-%d-%s' % (os.geteuid(), instance),
                 'state': os.path.join(run, instance + '.group.json'), 'log': os.path.join(run, instance + '.log')}
 
     def test_kill9_of_the_supervisor_takes_the_members_along(self):
