@@ -262,8 +262,8 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
   fx.trunk_bytes = trunk.size();
   write_bytes(dir + "/trunk.bin", trunk);
 
-  const std::string tokenizer = "{\"model\": {\"type\": \"BPE\"}}\n";
-  const std::string tokenizer_config = "{}\n";
+  const std::string tokenizer = spec.tokenizer_json.value_or("{\"model\": {\"type\": \"BPE\"}}\n");
+  const std::string tokenizer_config = spec.tokenizer_config.value_or("{}\n");
   write_bytes(dir + "/tokenizer.json", tokenizer);
   write_bytes(dir + "/tokenizer_config.json", tokenizer_config);
 

@@ -62,6 +62,8 @@ struct FixtureSpec {
   uint32_t vocab = 64;
   uint64_t seed = 7;
   std::optional<std::string> chat_template;
+  // The tokenizer files (their sums go in the manifest); a stub when absent.
+  std::optional<std::string> tokenizer_json, tokenizer_config;
 };
 
 // One expert matrix as the fixture wrote it.

@@ -54,13 +54,13 @@ struct Model {
     sluice::testing::FixtureSpec spec;
     if (with_template) spec.chat_template = kTemplate;
     dir = tmp.path();
-    sluice::testing::write_fixture(dir, spec);
     tiny::Spec tok;
     tok.added = nlohmann::json::array({tiny::added_token(256, "<|im_start|>", true),
                                        tiny::added_token(257, "<|im_end|>", true),
                                        tiny::added_token(258, "<s>", true)});
-    sluice::testing::write_bytes(dir + "/tokenizer.json", tiny::json_of(tok).dump());
-    sluice::testing::write_bytes(dir + "/tokenizer_config.json", R"({"bos_token": "<s>"})");
+    spec.tokenizer_json = tiny::json_of(tok).dump();
+    spec.tokenizer_config = R"({"bos_token": "<s>"})";
+    sluice::testing::write_fixture(dir, spec);
   }
   std::string messages(const std::string& name, const std::string& body) const {
     const std::string path = dir + "/" + name;
