@@ -132,6 +132,23 @@ class CheckpointTest(unittest.TestCase):
         with self.assertRaisesRegex(SluiceError, "sluice_moe_weights 'raw' is not one of biased, unbiased"):
             families.resolve(tiny(sluice_moe_weights="raw"))
 
+    def test_the_switch_set_in_config_json_equals_the_cli_override(self):
+        # What the lead's tests do: --set the key at generation, or --moe-weights at run time.
+        with helpers.scratch() as d:
+            keyed = helpers.make_checkpoint(os.path.join(d, "kl"), "kimi_linear", "--seed", "3",
+                                            "--set", 'sluice_moe_weights="unbiased"')
+            with open(os.path.join(keyed, "config.json")) as f:
+                self.assertEqual(json.load(f)["sluice_moe_weights"], "unbiased")
+            rows = {}
+            for label, model, extra in (("keyed", keyed, []), ("override", self.dir, ["--moe-weights", "unbiased"]),
+                                        ("default", self.dir, [])):
+                out = os.path.join(d, label + ".f32")
+                helpers.run_script("reference.py", model, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "2",
+                                   "--temp", "0", "--dump-logits", out, *extra)
+                rows[label] = np.fromfile(out, dtype="<f4")
+        np.testing.assert_array_equal(rows["keyed"], rows["override"])
+        self.assertGreater(float(np.abs(rows["keyed"] - rows["default"]).max()), 1e-3)
+
     def test_nope_mla_absorbed_equals_expanded(self):
         config, weights = reference.load_weights(self.dir)
         weights = {n: torch.as_tensor(v).double() for n, v in weights.items()}
