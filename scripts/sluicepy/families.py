@@ -245,8 +245,9 @@ def _check_kimi_linear(c):
         raise SluiceError(f"config.json: num_nextn_predict_layers {c['num_nextn_predict_layers']} is not "
                           f"supported by kimi_linear (no multi-token-prediction layers)")
     linear = c["linear_attn_config"]
-    if linear is None:
-        c["linear_attn_config"] = linear = {"kda_layers": [], "full_attn_layers": list(range(1, c["num_hidden_layers"] + 1))}
+    if linear is None:  # the released code then builds MLA layers only
+        linear = {"kda_layers": [], "full_attn_layers": list(range(1, c["num_hidden_layers"] + 1))}
+        c["linear_attn_config"] = linear
     if not isinstance(linear, dict):
         raise SluiceError("config.json: linear_attn_config must be an object or null")
     layers = c["num_hidden_layers"]
