@@ -157,6 +157,8 @@ def main(argv=None):
             raise SluiceError(f"--prompt-ids {args.prompt_ids!r}: expected comma-separated integers") from None
         if not prompt or args.n < 0:
             raise SluiceError("--prompt-ids needs at least one id and -n must be >= 0")
+        if args.kda_chunk is not None and args.kda_chunk < 1:
+            raise SluiceError(f"--kda-chunk {args.kda_chunk}: the chunk size must be >= 1")
         options = {"mla_form": args.mla, "exclusion": args.group_exclusion, "kda_chunk": args.kda_chunk,
                    "moe_weights": args.moe_weights}
         if args.compare:

@@ -185,6 +185,10 @@ class CheckpointTest(unittest.TestCase):
                                        "--dump-logits", out, "--moe-weights", "unbiased", "--kda-chunk", "4"])
             self.assertEqual(code, 0)
             self.assertEqual(np.fromfile(out, dtype="<f4").size, 4 * 512)
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                code = reference.main([path, "--prompt-ids", "1,2", "--kda-chunk", "0"])
+            self.assertEqual(code, 1)
+            self.assertIn("--kda-chunk 0: the chunk size must be >= 1", err.getvalue())
 
 
 def random_kda_inputs(steps, heads=3, d=8, decay_scale=16.0, seed=0):
