@@ -275,7 +275,7 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   MemoryPlan plan;
   plan.context = request.context;
   plan.trunk_bytes = inputs.resident_bytes;
-  plan.kv_bytes = config.state_floats_per_token() * request.context * sizeof(float);
+  plan.kv_bytes = (config.state_floats_per_token() * request.context + config.state_floats_fixed()) * sizeof(float);
   plan.scratch_bytes = plan_scratch_bytes(config, request.context, kPlanChunkTokens);
   plan.record_stride = inputs.record_stride;
   const uint64_t top_k = inputs.top_k;

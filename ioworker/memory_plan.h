@@ -26,7 +26,7 @@ struct MemoryPlan {
   uint32_t context = 0;
   // The floor: everything but the cache, plus the smallest cache that works.
   uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin, both resident
-  uint64_t kv_bytes = 0;         // the mixers' state: ctx × state floats per token (ModelConfig) × 4 (f32)
+  uint64_t kv_bytes = 0;         // the mixers' state: (ctx × floats per token + fixed floats) × 4 (ModelConfig)
   uint64_t scratch_bytes = 0;    // see plan_scratch_bytes()
   uint64_t record_stride = 0;    // largest record stride of any MoE layer
   uint64_t cache_tables_bytes = 0;  // the segment's own tables (header, stats, clients, index, rings, mailbox)

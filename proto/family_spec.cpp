@@ -7,8 +7,8 @@
 namespace sluice {
 namespace {
 
-constexpr std::array<const FamilySpec*, 5> kFamilies = {&kOlmoeFamily, &kQwen3MoeFamily, &kMixtralFamily,
-                                                        &kDeepseekV3Family, &kKimiK2Family};
+constexpr std::array<const FamilySpec*, 6> kFamilies = {&kOlmoeFamily,      &kQwen3MoeFamily, &kMixtralFamily,
+                                                        &kDeepseekV3Family, &kKimiK2Family,   &kKimiLinearFamily};
 
 }  // namespace
 

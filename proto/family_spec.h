@@ -38,5 +38,6 @@ extern const FamilySpec kQwen3MoeFamily;
 extern const FamilySpec kMixtralFamily;
 extern const FamilySpec kDeepseekV3Family;
 extern const FamilySpec kKimiK2Family;
+extern const FamilySpec kKimiLinearFamily;
 
 }  // namespace sluice

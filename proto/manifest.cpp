@@ -160,17 +160,21 @@ TrunkTensorInfo parse_trunk_tensor(const Fields& f, const json& t, const std::st
     f.bad(named + ".format", fmt::format("\"{}\" is not one of f32, q8g128, q4g128", format_name));
   info.format = *format;
   const json& shape = f.array(t, named, "shape");
-  if (shape.size() != 1 && shape.size() != 2) {
-    f.bad(named + ".shape", fmt::format("has {} dimensions; tensors have 1 or 2", shape.size()));
+  if (shape.size() < 1 || shape.size() > 4) {
+    f.bad(named + ".shape", fmt::format("has {} dimensions; tensors have 1 to 4", shape.size()));
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     info.shape.push_back(
         f.as_integer(shape[i], fmt::format("{}.shape[{}]", named, i), 1, kMaxTrunkDim));
   }
-  if (shape.size() == 1 && info.format != TrunkFormat::kF32) {
-    f.bad(named, fmt::format("is 1-D but stored as {}; 1-D tensors are f32", format_name));
+  if (shape.size() != 2 && info.format != TrunkFormat::kF32) {
+    f.bad(named, fmt::format("is {}-D but stored as {}; only matrices are quantized", shape.size(), format_name));
   }
-  info.rows = shape.size() == 2 ? info.shape[0] : 1;
+  // A tensor of more than one dimension is rows of its last one (Kimi's
+  // [P, 1, 4] convolutions, [1, 1, H, 1] decay rates).
+  info.rows = 1;
+  for (size_t i = 0; i + 1 < info.shape.size(); ++i) info.rows *= info.shape[i];
+  if (info.rows > kMaxTrunkDim) f.bad(named + ".shape", fmt::format("holds {} rows, over {}", info.rows, kMaxTrunkDim));
   info.cols = info.shape.back();
   info.offset = f.integer(t, named, "offset", 0, trunk_bytes);
   info.bytes = f.integer(t, named, "bytes", 0, trunk_bytes);

@@ -44,6 +44,7 @@ ModelConfig ModelConfig::from_json(const std::string& arch, const nlohmann::json
   ModelConfig c;
   c.arch = arch;
   family->read(reader, c);
+  if (c.layer_is_kda.empty()) c.layer_is_kda.assign(c.layers, false);
   return c;
 }
 
@@ -66,11 +67,17 @@ uint32_t ModelConfig::moe_layers() const {
   return static_cast<uint32_t>(std::count(layer_is_moe.begin(), layer_is_moe.end(), true));
 }
 
+uint32_t ModelConfig::kda_layers() const {
+  return static_cast<uint32_t>(std::count(layer_is_kda.begin(), layer_is_kda.end(), true));
+}
+
 uint64_t ModelConfig::state_floats_per_token() const {
   const uint64_t per_layer =
       mixer == MixerKind::kGqa ? uint64_t{2} * gqa.kv_heads * gqa.head_dim : uint64_t{mla.cached_width()};
-  return per_layer * layers;
+  return per_layer * (layers - kda_layers());
 }
+
+uint64_t ModelConfig::state_floats_fixed() const { return kda.state_floats() * kda_layers(); }
 
 uint64_t ModelConfig::mixer_scratch_floats() const {
   if (mixer == MixerKind::kGqa) {
@@ -80,8 +87,10 @@ uint64_t ModelConfig::mixer_scratch_floats() const {
   // The query (heads × qk), its absorbed latent form (heads × (latent + rope)),
   // the per-head latent read-out, the value heads, and the latent row.
   const uint64_t h = mla.heads;
-  return std::max<uint64_t>(mla.q_lora_rank, 1) + h * mla.qk_dim() + h * mla.cached_width() + h * mla.kv_lora_rank +
-         h * mla.v_dim + mla.cached_width();
+  const uint64_t attention = std::max<uint64_t>(mla.q_lora_rank, 1) + h * mla.qk_dim() + h * mla.cached_width() +
+                             h * mla.kv_lora_rank + h * mla.v_dim + mla.cached_width();
+  // KDA: q, k, v, their convolved forms, the decay, the gate, the output.
+  return std::max<uint64_t>(attention, kda_layers() > 0 ? uint64_t{9} * kda.width() + kda.heads : 0);
 }
 
 float ModelConfig::attention_scale() const {

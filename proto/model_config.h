@@ -74,6 +74,20 @@ struct MlaConfig {
   uint32_t cached_width() const { return kv_lora_rank + rope_dim; }
 };
 
+// Kimi Delta Attention (architectures.md §4.3): a gated delta-rule linear
+// attention whose per-sequence state is fixed (a d × d matrix per head and
+// the short convolutions' last inputs), independent of the context.
+struct KdaConfig {
+  uint32_t heads = 0;
+  uint32_t head_dim = 0;     // key and value width per head
+  uint32_t conv_kernel = 4;  // short causal convolution taps
+  uint32_t width() const { return heads * head_dim; }
+  // f32 values of one layer's state: recurrent matrices and conv inputs.
+  uint64_t state_floats() const {
+    return uint64_t{heads} * head_dim * head_dim + uint64_t{3} * (conv_kernel - 1) * width();
+  }
+};
+
 enum class RouterKind {
   kSoftmax,  // softmax over all experts, top-k of the probabilities
   kSigmoid,  // sigmoid scores, selection on score + bias within the best groups
@@ -94,6 +108,9 @@ struct RouterConfig {
   uint32_t groups = 1;      // n_group
   uint32_t topk_groups = 1;
   GroupMask group_mask = GroupMask::kNegativeInfinity;
+  // Weigh the chosen experts by their biased selection scores (the released
+  // Kimi-Linear modeling code) instead of the unbiased sigmoid scores.
+  bool weights_from_biased = false;
 };
 
 struct ModelConfig {
@@ -114,12 +131,14 @@ struct ModelConfig {
   // prediction layers): the converter skips them and says so once.
   uint32_t skipped_source_layers = 0;
 
-  MixerKind mixer = MixerKind::kGqa;
+  MixerKind mixer = MixerKind::kGqa;  // the softmax-attention layers' mixer
   GqaConfig gqa;  // when mixer is kGqa
   MlaConfig mla;  // when mixer is kMla
-  RopeConfig rope;
+  RopeConfig rope;  // dims 0: no rotation (Kimi-Linear's NoPE MLA)
+  KdaConfig kda;    // when any layer is KDA
   RouterConfig router;
   std::vector<bool> layer_is_moe;
+  std::vector<bool> layer_is_kda;  // else the layer's mixer is `mixer`
 
   // Reads config.json with the family spec registered for `arch`. Throws
   // Error naming the key when a value is missing, of the wrong type, out of
@@ -135,8 +154,12 @@ struct ModelConfig {
   uint32_t context_or_default(uint32_t requested) const;
 
   uint32_t moe_layers() const;
-  // f32 values the mixer keeps per token of context, over all layers.
+  uint32_t kda_layers() const;
+  bool is_kda(uint32_t layer) const { return layer < layer_is_kda.size() && layer_is_kda[layer]; }
+  // f32 values the mixers keep per token of context, over all layers.
   uint64_t state_floats_per_token() const;
+  // f32 values of per-sequence state whatever the context (KDA).
+  uint64_t state_floats_fixed() const;
   // Widest per-token activations of the mixer: queries and attention output.
   uint64_t mixer_scratch_floats() const;
   uint32_t attention_heads() const { return mixer == MixerKind::kGqa ? gqa.heads : mla.heads; }

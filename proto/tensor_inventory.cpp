@@ -33,6 +33,17 @@ std::string_view role_suffix(TensorRole role) {
     case TensorRole::kKVA: return "self_attn.kv_a_proj_with_mqa.weight";
     case TensorRole::kKVANorm: return "self_attn.kv_a_layernorm.weight";
     case TensorRole::kKVB: return "self_attn.kv_b_proj.weight";
+    case TensorRole::kQConv: return "self_attn.q_conv1d.weight";
+    case TensorRole::kKConv: return "self_attn.k_conv1d.weight";
+    case TensorRole::kVConv: return "self_attn.v_conv1d.weight";
+    case TensorRole::kDecayA: return "self_attn.f_a_proj.weight";
+    case TensorRole::kDecayB: return "self_attn.f_b_proj.weight";
+    case TensorRole::kDecayLog: return "self_attn.A_log";
+    case TensorRole::kDecayBias: return "self_attn.dt_bias";
+    case TensorRole::kBeta: return "self_attn.b_proj.weight";
+    case TensorRole::kGateA: return "self_attn.g_a_proj.weight";
+    case TensorRole::kGateB: return "self_attn.g_b_proj.weight";
+    case TensorRole::kOutputNorm: return "self_attn.o_norm.weight";
     case TensorRole::kDenseGate: return "mlp.gate_proj.weight";
     case TensorRole::kDenseUp: return "mlp.up_proj.weight";
     case TensorRole::kDenseDown: return "mlp.down_proj.weight";
@@ -54,7 +65,7 @@ bool in_moe_block(TensorRole role) {
 }
 
 TrunkFormat format_of(TensorRole role, size_t dims) {
-  if (dims == 1 || role == TensorRole::kRouter) return TrunkFormat::kF32;
+  if (dims != 2 || role == TensorRole::kRouter) return TrunkFormat::kF32;
   if (role == TensorRole::kEmbed || role == TensorRole::kLmHead) return TrunkFormat::kQ8G128;
   return TrunkFormat::kQ4G128;
 }
@@ -107,6 +118,26 @@ void add_mla(InventoryBuilder& b, const ModelConfig& c, uint32_t i) {
   b.add(TensorRole::kO, i, {c.hidden, h * m.v_dim});
 }
 
+void add_kda(InventoryBuilder& b, const ModelConfig& c, uint32_t i) {
+  const uint64_t p = c.kda.width(), d = c.kda.head_dim;
+  b.add(TensorRole::kQ, i, {p, c.hidden});
+  b.add(TensorRole::kK, i, {p, c.hidden});
+  b.add(TensorRole::kV, i, {p, c.hidden});
+  for (TensorRole conv : {TensorRole::kQConv, TensorRole::kKConv, TensorRole::kVConv}) {
+    b.add(conv, i, {p, 1, c.kda.conv_kernel});
+  }
+  // The decay and output-gate bottlenecks have rank head_dim (§4.2).
+  b.add(TensorRole::kDecayA, i, {d, c.hidden});
+  b.add(TensorRole::kDecayB, i, {p, d});
+  b.add(TensorRole::kDecayLog, i, {1, 1, c.kda.heads, 1});
+  b.add(TensorRole::kDecayBias, i, {p});
+  b.add(TensorRole::kBeta, i, {c.kda.heads, c.hidden});
+  b.add(TensorRole::kGateA, i, {d, c.hidden});
+  b.add(TensorRole::kGateB, i, {p, d});
+  b.add(TensorRole::kOutputNorm, i, {d});
+  b.add(TensorRole::kO, i, {c.hidden, p});
+}
+
 }  // namespace
 
 uint64_t TensorSpec::elements() const {
@@ -150,7 +181,9 @@ std::vector<TensorSpec> trunk_inventory(const ModelConfig& c) {
   b.add(TensorRole::kEmbed, kNoLayer, {c.vocab, c.hidden});
   for (uint32_t i = 0; i < c.layers; ++i) {
     b.add(TensorRole::kInputNorm, i, {c.hidden});
-    if (c.mixer == MixerKind::kGqa) {
+    if (c.is_kda(i)) {
+      add_kda(b, c, i);
+    } else if (c.mixer == MixerKind::kGqa) {
       add_gqa(b, c, i);
     } else {
       add_mla(b, c, i);
@@ -185,11 +218,16 @@ std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& c) {
   return layers;
 }
 
-uint64_t trunk_tensor_bytes(const TensorSpec& tensor) {
+TrunkTensorInfo stored_geometry(const TensorSpec& tensor) {
   TrunkTensorInfo info;
   info.format = tensor.format;
-  info.rows = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
+  info.rows = tensor.elements() / tensor.shape.back();
   info.cols = tensor.shape.back();
+  return info;
+}
+
+uint64_t trunk_tensor_bytes(const TensorSpec& tensor) {
+  const TrunkTensorInfo info = stored_geometry(tensor);
   return info.expected_bytes() + info.expected_scale_bytes();
 }
 
@@ -197,10 +235,7 @@ uint64_t trunk_file_bytes(const std::vector<TensorSpec>& trunk) {
   auto align = [](uint64_t v) { return (v + kTrunkAlign - 1) / kTrunkAlign * kTrunkAlign; };
   uint64_t cursor = 0;
   for (const TensorSpec& tensor : trunk) {
-    TrunkTensorInfo info;
-    info.format = tensor.format;
-    info.rows = tensor.shape.size() == 2 ? tensor.shape[0] : 1;
-    info.cols = tensor.shape.back();
+    const TrunkTensorInfo info = stored_geometry(tensor);
     cursor = align(cursor) + info.expected_bytes();
     if (info.format != TrunkFormat::kF32) cursor = align(cursor) + info.expected_scale_bytes();
   }

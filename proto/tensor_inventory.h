@@ -24,6 +24,8 @@ enum class TensorRole {
   kQ, kK, kV, kO, kQNorm, kKNorm,
   // MLA (kQ when queries come from one projection)
   kQA, kQANorm, kQB, kKVA, kKVANorm, kKVB,
+  // KDA (with kQ, kK, kV, kO)
+  kQConv, kKConv, kVConv, kDecayA, kDecayB, kDecayLog, kDecayBias, kBeta, kGateA, kGateB, kOutputNorm,
   // FFN
   kDenseGate, kDenseUp, kDenseDown,
   kRouter, kRouterBias, kSharedGate, kSharedUp, kSharedDown,
@@ -35,7 +37,7 @@ struct TensorSpec {
   std::string name;   // the Hugging Face name, kept in the container
   TensorRole role;
   uint32_t layer = kNoLayer;
-  std::vector<uint64_t> shape;  // [n] or [rows, cols]
+  std::vector<uint64_t> shape;  // the source's: [n], [rows, cols], or more (f32 only)
   TrunkFormat format = TrunkFormat::kF32;
   uint64_t elements() const;
 };
@@ -59,6 +61,8 @@ std::string expert_tensor_name(const ModelConfig& config, uint32_t layer, uint32
 // Layers of the source the model does not run (multi-token prediction).
 bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name);
 
+// How trunk.bin stores a tensor: rows of its last dimension.
+TrunkTensorInfo stored_geometry(const TensorSpec& tensor);
 // Bytes a trunk tensor takes in trunk.bin (data and scales, before padding).
 uint64_t trunk_tensor_bytes(const TensorSpec& tensor);
 // trunk.bin's size: every tensor and its scales at 64-byte boundaries.

@@ -13,12 +13,16 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicepy import SluiceError, container, families, mla, routing, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
+from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
+from sluicepy.trunk_int16 import ContainerLinears  # noqa: E402
 
 _DESCRIPTION = """\
 Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 from the
 published equations and dump logits. A checkpoint's fp8 weights are dequantized
 by their block scales; a container's weights are the engine's quantized ones.
 Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
+A container's experts and q8/q4 trunk matrices run the engine's integer
+arithmetic (sluicepy/rvq_int16.py, trunk_int16.py) unless --f32-experts.
 
 Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
   row 0      logits at the prompt's last position;
@@ -50,6 +54,29 @@ def load_weights(path):
     with open(config_path) as f:
         config = json.load(f)
     return config, safetensors.load_checkpoint(path)
+
+
+def with_engine_experts(model, path, f32_experts=False):
+    """A container's experts and q8/q4 trunk matrices run the engine's integer
+    arithmetic (rvq.h, quant.h) unless f32_experts asks for f32 matmuls on the
+    decoded weights."""
+    if is_container(path) and not f32_experts:
+        c = container.Container(path)
+        model.expert_apply = ContainerExperts(c)
+        model.linear_apply = ContainerLinears(c)
+    return model
+
+
+def teacher_forced(model, prompt, tokens):
+    """Logits rows of `prompt + tokens` from the prompt's last position on."""
+    with torch.no_grad():
+        return model.forward(prompt + tokens, model.new_cache())[len(prompt) - 1:]
+
+
+def logit_cost(logits, ref):
+    diff = (logits - ref).abs()
+    return {"top1_agreement": float((logits.argmax(-1) == ref.argmax(-1)).float().mean()),
+            "max_abs_logit_error": float(diff.max()), "mean_abs_logit_error": float(diff.mean())}
 
 
 def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None):
@@ -107,16 +134,16 @@ def compare(model_path, hf_dir, prompt, steps, **options):
         raise SluiceError(f"--compare: {model_path} is not a sluice container")
     qconfig, qweights = load_weights(model_path)
     config, weights = load_weights(hf_dir)
-    q_logits, tokens = generate(MoeModel(qconfig, qweights, **options), prompt, steps)
-    with torch.no_grad():
-        original = MoeModel(config, weights, **options)
-        full = original.forward(prompt + tokens, original.new_cache())
-    ref = full[len(prompt) - 1:]
+    q_logits, tokens = generate(with_engine_experts(MoeModel(qconfig, qweights, **options), model_path), prompt, steps)
+    ref = teacher_forced(MoeModel(config, weights, **options), prompt, tokens)
+    # What the integer arithmetic alone costs: f32 matmuls on the same decoded weights.
+    f32_experts = teacher_forced(MoeModel(qconfig, qweights, **options), prompt, tokens)
     diff = (q_logits - ref).abs()
     return {"tokens": tokens, "rows": int(ref.shape[0]),
             "top1_agreement": float((q_logits.argmax(-1) == ref.argmax(-1)).float().mean()),
             "max_abs_logit_error": float(diff.max()), "mean_abs_logit_error": float(diff.mean()),
             "logit_scale": float(ref.abs().mean()),
+            "integer_kernels_vs_f32": logit_cost(q_logits, f32_experts),
             "relative_weight_error": relative_errors(qweights, weights)}
 
 
@@ -144,6 +171,9 @@ def main(argv=None):
     parser.add_argument("--moe-weights", choices=families.MOE_WEIGHTS,
                         help=f"Kimi-Linear: override the config's {families.MOE_WEIGHTS_KEY} (expert weights from "
                              "the biased scores s + bias, or from the plain sigmoid s)")
+    parser.add_argument("--f32-experts", action="store_true",
+                        help="a container's experts and trunk as f32 matmuls on the decoded weights "
+                             "instead of the engine's integer kernels (int16 table codes and activations)")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "
@@ -166,8 +196,8 @@ def main(argv=None):
             return 0
         config, weights = load_weights(args.model)
         routes = [] if args.trace_out else None
-        logits, tokens = generate(MoeModel(config, weights, **options), prompt, args.n, args.temp, args.seed,
-                                  not args.no_kv_cache, routes)
+        model = with_engine_experts(MoeModel(config, weights, **options), args.model, args.f32_experts)
+        logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache, routes)
         if args.trace_out:
             with open(args.trace_out, "w") as f:
                 f.writelines(json.dumps(row) + "\n" for row in routes)

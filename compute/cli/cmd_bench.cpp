@@ -28,6 +28,7 @@ nlohmann::json kernel_report_json(const kernels::KernelBenchReport& r) {
                      {"kernel", c.kernel},
                      {"shape", c.shape},
                      {"variant", c.variant},
+                     {"isa", c.isa},
                      {"weights", c.weights},
                      {"packed_bytes", c.packed_bytes},
                      {"median_seconds", c.median_seconds},
@@ -35,7 +36,8 @@ nlohmann::json kernel_report_json(const kernels::KernelBenchReport& r) {
                      {"runs", c.runs},
                      {"weights_per_second", wps},
                      {"weights_per_cpu_second", per_core},
-                     {"packed_bytes_per_second", c.packed_bytes / c.median_seconds}});
+                     {"packed_bytes_per_second", c.packed_bytes / c.median_seconds},
+                     {"compute_bound_ratio", c.compute_bound_ratio}});
   }
   return {{"isa", r.isa},
           {"threads", r.threads},
@@ -49,14 +51,14 @@ nlohmann::json kernel_report_json(const kernels::KernelBenchReport& r) {
 void print_kernel_report(const kernels::KernelBenchReport& r) {
   fmt::print("kernels {}, {} thread(s); memory read {:.1f} GB/s ({} MiB buffer)\n", r.isa, r.threads,
              r.memory_read_bytes_per_second / 1e9, r.memory_buffer_bytes >> 20);
-  fmt::print("{:<16} {:<18} {:<24} {:<31} {:>8} {:>8} {:>6} {:>9} {:>7} {:>4}\n", "model", "kernel",
-             "shape", "variant", "wall ms", "cpu ms", "Gw/s", "Gw/cpu-s", "pk GB/s", "%mem");
+  fmt::print("{:<16} {:<18} {:<24} {:<31} {:<6} {:>8} {:>8} {:>6} {:>9} {:>7} {:>4}\n", "model", "kernel",
+             "shape", "variant", "isa", "wall ms", "cpu ms", "Gw/s", "Gw/cpu-s", "pk GB/s", "%mem");
   for (const kernels::KernelBenchCase& c : r.cases) {
     const double gb = c.packed_bytes / c.median_seconds / 1e9;
-    fmt::print("{:<16} {:<18} {:<24} {:<31} {:>8.3f} {:>8.3f} {:>6.2f} {:>9.2f} {:>7.2f} {:>4.0f}\n", c.model,
-               c.kernel, c.shape, c.variant, c.median_seconds * 1e3, c.median_cpu_seconds * 1e3,
+    fmt::print("{:<16} {:<18} {:<24} {:<31} {:<6} {:>8.3f} {:>8.3f} {:>6.2f} {:>9.2f} {:>7.2f} {:>4.0f}\n", c.model,
+               c.kernel, c.shape, c.variant, c.isa, c.median_seconds * 1e3, c.median_cpu_seconds * 1e3,
                c.weights / c.median_seconds / 1e9, c.weights / c.median_cpu_seconds / 1e9, gb,
-               100.0 * gb * 1e9 / r.memory_read_bytes_per_second);
+               100.0 * c.compute_bound_ratio);
   }
 }
 
@@ -74,13 +76,15 @@ void add_bench_kernels(CLI::App& bench) {
   cmd->add_option("--threads", flags->threads, "worker threads (default: SLUICE_THREADS, else all cores)");
   cmd->add_option("--seconds", flags->seconds, "time budget per case; each case runs at least 3 times")
       ->check(CLI::Range(0.0, 600.0));
-  cmd->add_flag("--no-alternatives", flags->no_alternatives, "time only what the engine runs");
+  cmd->add_flag("--no-alternatives", flags->no_alternatives,
+                "time only what the engine runs (at the engine's instruction set only)");
   cmd->callback([flags] {
     kernels::KernelBenchOptions options;
     options.threads = kernels::resolve_thread_count(flags->threads);
     options.seconds_per_case = flags->seconds;
     options.isa = kernels::isa_from_environment();
     options.alternatives = !flags->no_alternatives;
+    options.every_isa = !flags->no_alternatives;
     const kernels::KernelBenchReport report = kernels::run_kernel_bench(options);
     if (flags->json)
       fmt::print("{}\n", kernel_report_json(report).dump(2));

@@ -21,6 +21,7 @@ void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize
 void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
+void add_template_command(CLI::App& app);  // in cmd_template.cpp
 void add_bench_io(CLI::App& bench);  // `sluice bench io`, in bench_io.cpp
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);

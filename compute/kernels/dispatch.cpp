@@ -22,27 +22,66 @@ CpuFeatures detect_cpu_features() {
   if (osxsave) {
     uint32_t xcr0_lo = 0, xcr0_hi = 0;
     __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    features.os_saves_ymm = (xcr0_lo & 0x6u) == 0x6u;  // SSE and AVX state
+    features.os_saves_ymm = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state
+    features.os_saves_zmm = (xcr0_lo & 0xe6u) == 0xe6u;  // plus opmask, ZMM_Hi256, Hi16_ZMM
   }
   __cpuid_count(7, 0, eax, ebx, ecx, edx);
   features.avx2 = (ebx & bit_AVX2) != 0;
+  features.avx512f = (ebx & bit_AVX512F) != 0;
+  features.avx512bw = (ebx & bit_AVX512BW) != 0;
+  features.avx512vl = (ebx & bit_AVX512VL) != 0;
+  features.avx512vbmi = (ecx & bit_AVX512VBMI) != 0;
+  features.avx512vnni = (ecx & bit_AVX512VNNI) != 0;
   return features;
 }
 
-const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kScalar:
+      break;
+  }
+  return "scalar";
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures f = detect_cpu_features();
+  const bool avx2 = f.avx2 && f.fma && f.os_saves_ymm;
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return avx2;
+    case Isa::kAvx512:
+      return avx2 && f.os_saves_zmm && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi &&
+             f.avx512vnni;
+  }
+  return false;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(isa)) out.push_back(isa);
+  return out;
+}
 
 Isa best_isa() {
-  const CpuFeatures f = detect_cpu_features();
-  return f.avx2 && f.fma && f.os_saves_ymm ? Isa::kAvx2 : Isa::kScalar;
+  return supported_isas().back();
 }
 
 Isa parse_isa(std::string_view name, std::string_view what) {
-  if (name == "scalar") return Isa::kScalar;
-  if (name == "avx2") {
-    if (best_isa() != Isa::kAvx2) fail("{}=avx2: this CPU (or OS) does not support AVX2 with FMA", what);
-    return Isa::kAvx2;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (name != isa_name(isa)) continue;
+    if (!isa_supported(isa))
+      fail("{}={}: this CPU (or OS) does not support it{}", what, name,
+           isa == Isa::kAvx2 ? " (needs AVX2 with FMA)" : " (needs AVX-512 F/BW/VL/VBMI/VNNI)");
+    return isa;
   }
-  fail("{}={}: unknown kernel set (expected scalar or avx2)", what, name);
+  fail("{}={}: unknown kernel set (expected scalar, avx2 or avx512)", what, name);
 }
 
 Isa isa_from_environment() {

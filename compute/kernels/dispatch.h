@@ -4,28 +4,37 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 namespace sluice::kernels {
 
 class ThreadPool;
 
-enum class Isa { kScalar, kAvx2 };
+// kAvx512 means AVX-512 F/BW/VL with VBMI and VNNI (Ice Lake, Zen 4 and later):
+// the RVQ kernel needs vpermi2b and the trunk kernels vpdpbusd.
+enum class Isa { kScalar, kAvx2, kAvx512 };
 
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool os_saves_ymm = false;  // XGETBV says the OS preserves the upper halves of ymm
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vbmi = false, avx512vnni = false;
+  bool os_saves_zmm = false;  // XGETBV: opmask, upper zmm0-15 and zmm16-31 state too
 };
 
 CpuFeatures detect_cpu_features();
 const char* isa_name(Isa isa);
 
-// The fastest instruction set this machine runs (AVX2 needs AVX2, FMA and OS
-// support for ymm state).
+// Whether this machine (CPU and OS) runs `isa`.
+bool isa_supported(Isa isa);
+// Every instruction set this machine runs, slowest first (scalar is always there).
+std::vector<Isa> supported_isas();
+
+// The fastest instruction set this machine runs.
 Isa best_isa();
 
-// best_isa(), unless SLUICE_KERNELS says otherwise: "scalar" forces the scalar
-// path; "avx2" requests AVX2 and fails with an Error naming the variable when
+// best_isa(), unless SLUICE_KERNELS says otherwise: "scalar", "avx2" or
+// "avx512" request that set and fail with an Error naming the variable when
 // this machine cannot run it; any other value is an Error.
 Isa isa_from_environment();
 Isa parse_isa(std::string_view name, std::string_view what);

@@ -4,14 +4,16 @@
 // asserts on a time; it only reports medians.
 #include "compute/kernels/kernel_bench.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <fmt/format.h>
 
 #include "compute/kernels/quant.h"
 #include "compute/kernels/rvq.h"
+#include "compute/kernels/rvq_decoded.h"
 #include "compute/kernels/rvq_kernels.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/f16.h"
@@ -22,7 +24,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kDistinctExperts = 24;  // more than the LLC holds, as records from the slot cache
+constexpr uint32_t kDistinctExperts =
+    24;  // more than the LLC holds, as records from the slot cache
 constexpr uint64_t kMemoryBufferBytes = uint64_t{512} << 20;
 
 struct TrunkShape {
@@ -38,12 +41,24 @@ struct ModelShape {
 };
 
 constexpr ModelShape kModels[] = {
-    {"olmoe-1b-7b", 2048, 1024, 8,
-     {{"q_proj", QuantFormat::kQ4G128, 2048, 2048}, {"lm_head", QuantFormat::kQ8G128, 50304, 2048}}},
-    {"qwen3-30b-a3b", 2048, 768, 8,
-     {{"q_proj", QuantFormat::kQ4G128, 4096, 2048}, {"lm_head", QuantFormat::kQ8G128, 151936, 2048}}},
-    {"kimi-linear-48b", 2304, 1024, 8,
-     {{"q_proj", QuantFormat::kQ4G128, 4096, 2304}, {"lm_head", QuantFormat::kQ8G128, 163840, 2304}}},
+    {"olmoe-1b-7b",
+     2048,
+     1024,
+     8,
+     {{"q_proj", QuantFormat::kQ4G128, 2048, 2048},
+      {"lm_head", QuantFormat::kQ8G128, 50304, 2048}}},
+    {"qwen3-30b-a3b",
+     2048,
+     768,
+     8,
+     {{"q_proj", QuantFormat::kQ4G128, 4096, 2048},
+      {"lm_head", QuantFormat::kQ8G128, 151936, 2048}}},
+    {"kimi-linear-48b",
+     2304,
+     1024,
+     8,
+     {{"q_proj", QuantFormat::kQ4G128, 4096, 2304},
+      {"lm_head", QuantFormat::kQ8G128, 163840, 2304}}},
 };
 
 void fill_random(uint8_t* out, size_t n, uint64_t seed) {
@@ -86,8 +101,8 @@ Timing time_runs(double budget, F&& f) {
   f();  // warm-up: first-touch pages, caches, thread wake-up
   std::vector<double> wall, cpu;
   const auto start = Clock::now();
-  while (wall.size() < 3 ||
-         (std::chrono::duration<double>(Clock::now() - start).count() < budget && wall.size() < 10000)) {
+  while (wall.size() < 3 || (std::chrono::duration<double>(Clock::now() - start).count() < budget &&
+                             wall.size() < 10000)) {
     const double c0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     f();
@@ -107,15 +122,15 @@ double memory_read_bandwidth(ThreadPool& pool, double budget) {
   constexpr size_t kChunks = 256;
   std::vector<uint64_t> sums(kChunks);
   const double seconds = time_runs(std::max(budget, 0.5), [&] {
-    pool.parallel_for(kChunks, 1, [&](size_t b, size_t e) {
-      for (size_t c = b; c < e; ++c) {
-        uint64_t s = 0;
-        const uint64_t* p = buffer.data() + c * (words / kChunks);
-        for (size_t i = 0; i < words / kChunks; ++i) s += p[i];
-        sums[c] = s;
-      }
-    });
-  }).wall;
+                           pool.parallel_for(kChunks, 1, [&](size_t b, size_t e) {
+                             for (size_t c = b; c < e; ++c) {
+                               uint64_t s = 0;
+                               const uint64_t* p = buffer.data() + c * (words / kChunks);
+                               for (size_t i = 0; i < words / kChunks; ++i) s += p[i];
+                               sums[c] = s;
+                             }
+                           });
+                         }).wall;
   volatile uint64_t sink = 0;
   for (uint64_t s : sums) sink = sink + s;
   return static_cast<double>(kMemoryBufferBytes) / seconds;
@@ -141,23 +156,26 @@ struct ExpertBank {
     }
   }
   RvqMatrixView view(int kind, uint32_t expert) const {
-    return {shapes[kind], indices[kind].data() + shapes[kind].index_bytes() * (expert % kDistinctExperts),
+    return {shapes[kind],
+            indices[kind].data() + shapes[kind].index_bytes() * (expert % kDistinctExperts),
             scales[kind].data()};
   }
-  uint64_t packed_bytes(int kind) const { return shapes[kind].index_bytes() + shapes[kind].rows_padded() * 2; }
+  uint64_t packed_bytes(int kind) const {
+    return shapes[kind].index_bytes() + shapes[kind].rows_padded() * 2;
+  }
 };
 
 struct ExpertRun {
   const char* name;
   Isa isa;
-  detail::RvqRowsPlan plan;
   bool shared_tables;
   bool by_matrix;  // all experts' gate, then all up, then each down: the shared table stays in L2
 };
 
 class Bench {
  public:
-  explicit Bench(const KernelBenchOptions& o) : options_(o), pool_(o.threads), exec_{o.isa, &pool_} {}
+  explicit Bench(const KernelBenchOptions& o)
+      : options_(o), pool_(o.threads), exec_{o.isa, &pool_} {}
 
   KernelBenchReport run() {
     report_.isa = isa_name(options_.isa);
@@ -166,6 +184,7 @@ class Bench {
     report_.memory_read_bytes_per_second = memory_read_bandwidth(pool_, options_.seconds_per_case);
     for (const ModelShape& model : kModels) {
       bench_experts(model);
+      bench_prefill_expert(model);
       for (const TrunkShape& t : model.trunk) bench_trunk(model, t);
     }
     return std::move(report_);
@@ -174,13 +193,26 @@ class Bench {
  private:
   template <typename F>
   void time_case(const ModelShape& m, std::string kernel, std::string shape, std::string variant,
-                 uint64_t weights, uint64_t bytes, F&& f) {
-    KernelBenchCase c{m.name, std::move(kernel), std::move(shape), std::move(variant), weights, bytes};
+                 Isa isa, uint64_t weights, uint64_t bytes, F&& f) {
+    KernelBenchCase c{
+        m.name, std::move(kernel), std::move(shape), std::move(variant), isa_name(isa), weights,
+        bytes};
     const Timing t = time_runs(options_.seconds_per_case, f);
     c.median_seconds = t.wall;
     c.median_cpu_seconds = t.cpu;
     c.runs = t.runs;
+    c.compute_bound_ratio =
+        static_cast<double>(bytes) / t.wall / report_.memory_read_bytes_per_second;
     report_.cases.push_back(std::move(c));
+  }
+
+  // The engine's instruction set first, then (when asked) every other one this CPU runs.
+  std::vector<Isa> isas() const {
+    std::vector<Isa> out{options_.isa};
+    if (options_.every_isa)
+      for (Isa isa : supported_isas())
+        if (isa != options_.isa) out.push_back(isa);
+    return out;
   }
 
   void bench_experts(const ModelShape& m) {
@@ -192,26 +224,19 @@ class Bench {
     const uint32_t token = 0;
     uint32_t next_expert = 0;
     const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
-    const uint64_t expert_bytes = bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
+    const uint64_t expert_bytes =
+        bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
 
-    const detail::RvqRowsPlan engine_plan = detail::default_rvq_rows_plan();
-    std::vector<ExpertRun> runs = {{"engine", options_.isa, engine_plan, true, false}};
+    std::vector<ExpertRun> runs;
+    for (Isa isa : isas()) runs.push_back({"engine", isa, true, false});
     if (options_.alternatives) {
-      runs.push_back({"scalar gather", Isa::kScalar, {}, true, false});
-      runs.push_back({"tables per expert", options_.isa, engine_plan, false, false});
-      runs.push_back({"gate all, up all, then downs", options_.isa, engine_plan, true, true});
-      if (options_.isa == Isa::kAvx2)
-        for (const auto& [name, plan] : std::initializer_list<std::pair<const char*, detail::RvqRowsPlan>>{
-                 {"avx2 gather 32 rows", {2, 0}},
-                 {"avx2 gather 32 rows, tile 8 v", {2, 8}},
-                 {"avx2 gather 32 rows, tile 32 v", {2, 32}},
-                 {"avx2 gather 32 rows, tile 64 v", {2, 64}}})
-          runs.push_back({name, Isa::kAvx2, plan, true, false});
+      runs.push_back({"tables per expert", options_.isa, false, false});
+      runs.push_back({"gate all, up all, then downs", options_.isa, true, true});
     }
     for (const ExpertRun& run : runs) {
       const Exec exec{run.isa, &pool_};
-      time_case(m, "rvq expert", fmt::format("3x[{}x{}] top-{}", m.width, m.hidden, m.top_k), run.name,
-                expert_weights * m.top_k, expert_bytes * m.top_k, [&] {
+      time_case(m, "rvq expert", fmt::format("3x[{}x{}] top-{}", m.width, m.hidden, m.top_k),
+                run.name, run.isa, expert_weights * m.top_k, expert_bytes * m.top_k, [&] {
                   if (run.shared_tables) {
                     gate_table.build(bank.books[0], x.data(), m.hidden, 1, exec);
                     up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
@@ -220,11 +245,11 @@ class Bench {
                   next_expert += m.top_k;
                   if (run.by_matrix) {
                     for (uint32_t k = 0; k < m.top_k; ++k)
-                      detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, first + k),
-                                                 gk.data() + k * m.width, exec, run.plan);
+                      rvq_matmul(gate_table, {&token, 1}, bank.view(0, first + k),
+                                 gk.data() + k * m.width, exec);
                     for (uint32_t k = 0; k < m.top_k; ++k)
-                      detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, first + k),
-                                                 uk.data() + k * m.width, exec, run.plan);
+                      rvq_matmul(up_table, {&token, 1}, bank.view(1, first + k),
+                                 uk.data() + k * m.width, exec);
                   }
                   for (uint32_t k = 0; k < m.top_k; ++k) {
                     const uint32_t e = first + k;
@@ -235,29 +260,83 @@ class Bench {
                       up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
                     }
                     if (!run.by_matrix) {
-                      detail::rvq_matmul_planned(gate_table, {&token, 1}, bank.view(0, e), gate_out, exec, run.plan);
-                      detail::rvq_matmul_planned(up_table, {&token, 1}, bank.view(1, e), up_out, exec, run.plan);
+                      rvq_matmul(gate_table, {&token, 1}, bank.view(0, e), gate_out, exec);
+                      rvq_matmul(up_table, {&token, 1}, bank.view(1, e), up_out, exec);
                     }
                     for (uint32_t i = 0; i < m.width; ++i)
                       h[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
                     down_table.build(bank.books[2], h.data(), m.width, 1, exec);
-                    detail::rvq_matmul_planned(down_table, {&token, 1}, bank.view(2, e), out.data(), exec, run.plan);
+                    rvq_matmul(down_table, {&token, 1}, bank.view(2, e), out.data(), exec);
                   }
                 });
     }
     const char* names[3] = {"rvq gate", "rvq up", "rvq down"};
-    for (int kind = 0; kind < 3; ++kind) {
-      const RvqMatrixShape s = bank.shapes[kind];
-      RvqTable& table = kind == 2 ? down_table : kind == 0 ? gate_table : up_table;
-      table.build(bank.books[kind], kind == 2 ? h.data() : x.data(), s.cols, 1, exec_);
-      float* y = kind == 2 ? out.data() : g.data();
-      time_case(m, names[kind], fmt::format("[{}x{}]", s.rows, s.cols), "engine", uint64_t{s.rows} * s.cols,
-                bank.packed_bytes(kind), [&] { rvq_matvec(table, 0, bank.view(kind, next_expert++), y, exec_); });
+    for (Isa isa : isas()) {
+      const Exec exec{isa, &pool_};
+      for (int kind = 0; kind < 3; ++kind) {
+        const RvqMatrixShape s = bank.shapes[kind];
+        RvqTable& table = kind == 2 ? down_table : kind == 0 ? gate_table : up_table;
+        table.build(bank.books[kind], kind == 2 ? h.data() : x.data(), s.cols, 1, exec);
+        float* y = kind == 2 ? out.data() : g.data();
+        time_case(m, names[kind], fmt::format("[{}x{}]", s.rows, s.cols), "engine", isa,
+                  uint64_t{s.rows} * s.cols, bank.packed_bytes(kind),
+                  [&] { rvq_matvec(table, 0, bank.view(kind, next_expert++), y, exec); });
+      }
+      for (const uint32_t cols : {m.hidden, m.width}) {
+        const std::vector<float> in = random_floats(cols, 51);
+        time_case(m, "rvq table build", fmt::format("{} inputs", cols), "engine", isa, 0, 0,
+                  [&] { gate_table.build(bank.books[0], in.data(), cols, 1, exec); });
+      }
     }
-    for (const uint32_t cols : {m.hidden, m.width}) {
-      const std::vector<float> in = random_floats(cols, 51);
-      time_case(m, "rvq table build", fmt::format("{} inputs", cols), "engine", 0, 0,
-                [&] { gate_table.build(bank.books[0], in.data(), cols, 1, exec_); });
+  }
+
+  // One expert applied to n prefill tokens: the table path (gate and up tables
+  // prebuilt, as the engine shares them across a layer's experts; the down
+  // table per expert) against decoding the weights once. Their crossover is
+  // rvq_decode_crossover().
+  void bench_prefill_expert(const ModelShape& m) {
+    const ExpertBank bank(m.hidden, m.width);
+    constexpr uint32_t kMaxTokens = 64;
+    const std::vector<float> x = random_floats(size_t{m.hidden} * kMaxTokens, 43);
+    std::vector<float> g(size_t{m.width} * kMaxTokens), u(g.size()), h(g.size()),
+        out(size_t{m.hidden} * kMaxTokens);
+    std::vector<uint32_t> all(kMaxTokens);
+    for (uint32_t t = 0; t < kMaxTokens; ++t) all[t] = t;
+    RvqTable gate_table, up_table, down_table;
+    uint32_t expert = 0;
+    const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
+    const uint64_t expert_bytes =
+        bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
+    auto swiglu = [&](uint32_t n) {
+      for (size_t i = 0; i < size_t{n} * m.width; ++i)
+        h[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    };
+    for (Isa isa : isas()) {
+      const Exec exec{isa, &pool_};
+      for (const uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 64u}) {
+        gate_table.build(bank.books[0], x.data(), m.hidden, n, exec);
+        up_table.build(bank.books[1], x.data(), m.hidden, n, exec);
+        const std::span<const uint32_t> tokens(all.data(), n);
+        const std::string shape = fmt::format("3x[{}x{}] x{} tokens", m.width, m.hidden, n);
+        time_case(m, "rvq prefill expert", shape, "tables", isa, expert_weights * n, expert_bytes,
+                  [&] {
+                    const uint32_t e = expert++;
+                    rvq_matmul(gate_table, tokens, bank.view(0, e), g.data(), exec);
+                    rvq_matmul(up_table, tokens, bank.view(1, e), u.data(), exec);
+                    swiglu(n);
+                    down_table.build(bank.books[2], h.data(), m.width, n, exec);
+                    rvq_matmul(down_table, tokens, bank.view(2, e), out.data(), exec);
+                  });
+        time_case(m, "rvq prefill expert", shape, "decode once", isa, expert_weights * n,
+                  expert_bytes, [&] {
+                    const uint32_t e = expert++;
+                    rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), n, g.data(), exec);
+                    rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), n, u.data(), exec);
+                    swiglu(n);
+                    rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), n, out.data(),
+                                       exec);
+                  });
+      }
     }
   }
 
@@ -275,13 +354,17 @@ class Bench {
     constexpr uint32_t kPrefillTokens = 16;
     const std::vector<float> x = random_floats(size_t{t.cols} * kPrefillTokens, 71);
     std::vector<float> y(size_t{t.rows} * kPrefillTokens);
-    time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols), "engine",
-              weights, bytes, [&] { quant_matvec(view, x.data(), y.data(), exec_); });
-    if (t.rows <= 8192)
-      time_case(m, fmt::format("{} {}", fmt_name, t.name),
-                fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), "engine",
-                weights * kPrefillTokens, bytes,
-                [&] { quant_matmul(view, x.data(), kPrefillTokens, y.data(), exec_); });
+    for (Isa isa : isas()) {
+      const Exec exec{isa, &pool_};
+      time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols),
+                "engine", isa, weights, bytes,
+                [&] { quant_matvec(view, x.data(), y.data(), exec); });
+      if (t.rows <= 8192)
+        time_case(m, fmt::format("{} {}", fmt_name, t.name),
+                  fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), "engine", isa,
+                  weights * kPrefillTokens, bytes,
+                  [&] { quant_matmul(view, x.data(), kPrefillTokens, y.data(), exec); });
+    }
   }
 
   KernelBenchOptions options_;
@@ -292,6 +375,8 @@ class Bench {
 
 }  // namespace
 
-KernelBenchReport run_kernel_bench(const KernelBenchOptions& options) { return Bench(options).run(); }
+KernelBenchReport run_kernel_bench(const KernelBenchOptions& options) {
+  return Bench(options).run();
+}
 
 }  // namespace sluice::kernels

@@ -14,23 +14,30 @@ namespace sluice::kernels {
 
 struct KernelBenchOptions {
   size_t threads = 1;
-  double seconds_per_case = 0.3;  // repeated runs of one case stop after this long (at least 3 runs)
+  double seconds_per_case =
+      0.3;  // repeated runs of one case stop after this long (at least 3 runs)
   Isa isa = Isa::kScalar;
-  bool alternatives = true;  // also time the RVQ alternatives (row plans, scalar, unshared tables)
+  bool alternatives = true;  // also time the RVQ alternatives (row plans, unshared tables)
+  bool every_isa =
+      true;  // also time the engine's cases at every other instruction set this CPU runs
 };
 
 struct KernelBenchCase {
-  std::string model;   // e.g. "olmoe-1b-7b"
-  std::string kernel;  // e.g. "rvq expert", "rvq gate", "q4g128 q_proj"
-  std::string shape;   // e.g. "3x[1024x2048] top-8"
-  std::string variant; // "engine" for what the engine runs, else the alternative's name
-  uint64_t weights = 0;        // weights multiplied per run
-  uint64_t packed_bytes = 0;   // stored bytes read per run (indices/ints plus scales)
-  double median_seconds = 0;      // wall clock
+  std::string model;          // e.g. "olmoe-1b-7b"
+  std::string kernel;         // e.g. "rvq expert", "rvq gate", "q4g128 q_proj"
+  std::string shape;          // e.g. "3x[1024x2048] top-8"
+  std::string variant;        // "engine" for what the engine runs, else the alternative's name
+  std::string isa;            // the instruction set this case ran with
+  uint64_t weights = 0;       // weights multiplied per run
+  uint64_t packed_bytes = 0;  // stored bytes read per run (indices/ints plus scales)
+  double median_seconds = 0;  // wall clock
   // CPU time of the whole process per run: on a shared, oversubscribed machine
   // this still measures the work (weights per CPU second = per-core speed).
   double median_cpu_seconds = 0;
   size_t runs = 0;
+  // Achieved packed bytes/s (wall clock) ÷ the memory read bandwidth of the
+  // same run: 1.0 means the kernel runs at the memory's speed.
+  double compute_bound_ratio = 0;
 };
 
 struct KernelBenchReport {

@@ -1,21 +1,23 @@
 // compute/kernels/rvq.cpp: RVQ table build and matvec entry points, their
-// argument checks, the scalar bodies, and the split of rows over the pool.
-// Every path sums in the order rvq.h documents; never reorders a row's sum.
+// argument checks, the scalar bodies, and the split of work over the pool.
+// Every path computes exactly what rvq.h documents; never changes the codes.
 #include "compute/kernels/rvq.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "compute/kernels/rounding.h"
 #include "compute/kernels/rvq_kernels.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
-#include "proto/f16.h"
 
 namespace sluice::kernels {
 
 namespace {
 
 constexpr uint32_t kBuildGrainVectors = 32;
-constexpr uint32_t kRowGrainBlocks = 4;
+constexpr uint32_t kRowGrainBlocks = 4;  // 64 rows: the AVX-512 kernel's group
+constexpr size_t kGatherPadCodes = 2;
 
 template <typename Body>
 void split(const Exec& exec, size_t count, size_t grain, Body&& body) {
@@ -32,14 +34,18 @@ void check_matrix(const RvqTable& table, const RvqMatrixView& m) {
   if (m.shape.cols != table.cols())
     fail("rvq matvec: matrix has {} cols but the table was built for {} inputs", m.shape.cols,
          table.cols());
-  if (m.indices == nullptr || m.scales == nullptr) fail("rvq matvec: matrix indices or scales missing");
+  if (m.indices == nullptr || m.scales == nullptr)
+    fail("rvq matvec: matrix indices or scales missing");
 }
 
 }  // namespace
 
 RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1, const float* stage2)
-    : transposed_(size_t{kRvqStages} * kRvqVecDim * kRvqEntries) {
+    : transposed_(size_t{kRvqStages} * kRvqVecDim * kRvqEntries), entries_(transposed_.size()) {
   const float* stages[kRvqStages] = {stage0, stage1, stage2};
+  for (int s = 0; s < kRvqStages; ++s)
+    std::copy(stages[s], stages[s] + kRvqEntries * kRvqVecDim,
+              entries_.begin() + s * kRvqEntries * kRvqVecDim);
   for (int s = 0; s < kRvqStages; ++s)
     for (int c = 0; c < kRvqEntries; ++c)
       for (int j = 0; j < kRvqVecDim; ++j)
@@ -49,8 +55,9 @@ RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1, const float
 
 namespace detail {
 
-void rvq_build_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin, uint32_t v_end,
-                      float* lut) {
+float rvq_build_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
+                       uint32_t v_end, float* lut) {
+  float amax = 0.0f;
   for (uint32_t v = v_begin; v < v_end; ++v) {
     const float* xv = x + size_t{v} * kRvqVecDim;
     for (int s = 0; s < kRvqStages; ++s) {
@@ -60,25 +67,39 @@ void rvq_build_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_
         float acc = xv[0] * ct[c];
         for (int j = 1; j < kRvqVecDim; ++j) acc = acc + xv[j] * ct[j * kRvqEntries + c];
         out[c] = acc;
+        amax = std::max(amax, std::fabs(acc));
       }
     }
   }
+  return amax;
 }
 
-void rvq_rows_scalar(const float* const* luts, size_t n, const RvqMatrixView& m, uint32_t block_begin,
-                     uint32_t block_end, float* const* ys) {
+void rvq_quantize_scalar(const float* exact, size_t count, float inv, int16_t* codes,
+                         uint8_t* planes) {
+  for (size_t i = 0; i < count; ++i) {
+    codes[i] = static_cast<int16_t>(round_clamped(exact[i] * inv, kRvqCodeMax));
+    if (planes == nullptr) continue;
+    const auto biased = static_cast<uint16_t>(codes[i] + kRvqPlaneBias);
+    uint8_t* block = planes + i / kRvqEntries * 2 * kRvqEntries;
+    block[i % kRvqEntries] = static_cast<uint8_t>(biased & 0xff);
+    block[kRvqEntries + i % kRvqEntries] = static_cast<uint8_t>(biased >> 8);
+  }
+}
+
+void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
+                     const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y) {
   const uint32_t nv = m.shape.vectors_per_row();
   const uint32_t row_end = std::min(m.shape.rows, block_end * kRowBlock);
-  for (size_t t = 0; t < n; ++t) {
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const int16_t* codes = table.token_codes(tokens[t]);
+    const float scale = table.token_scale(tokens[t]);
     for (uint32_t r = block_begin * kRowBlock; r < row_end; ++r) {
-      const uint8_t* block = m.indices + size_t{r / kRowBlock} * nv * kRvqStages * kRowBlock + r % kRowBlock;
-      float acc = 0.0f;
-      for (uint32_t v = 0; v < nv; ++v)
-        for (int s = 0; s < kRvqStages; ++s) {
-          const size_t vs = size_t{v} * kRvqStages + s;
-          acc += luts[t][vs * kRvqEntries + block[vs * kRowBlock]];
-        }
-      ys[t][r] = f16_to_f32(m.scales[r]) * acc;
+      const uint8_t* block =
+          m.indices + size_t{r / kRowBlock} * nv * kRvqStages * kRowBlock + r % kRowBlock;
+      int32_t total = 0;
+      for (size_t vs = 0; vs < size_t{nv} * kRvqStages; ++vs)
+        total += codes[vs * kRvqEntries + block[vs * kRowBlock]];
+      y[t * m.shape.rows + r] = rvq_row_output(total, scale, m.scales[r]);
     }
   }
 }
@@ -87,31 +108,77 @@ void rvq_rows_scalar(const float* const* luts, size_t n, const RvqMatrixView& m,
 
 void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
                      const Exec& exec) {
-  if (cols == 0 || cols % kRvqVecDim != 0) fail("rvq table: {} inputs is not a positive multiple of 8", cols);
+  if (cols == 0 || cols % kRvqVecDim != 0)
+    fail("rvq table: {} inputs is not a positive multiple of 8", cols);
+  if (cols > kRvqMaxCols)
+    fail("rvq table: {} inputs exceeds the kernel's limit of {}", cols, kRvqMaxCols);
   if (tokens == 0) fail("rvq table: no input vectors");
   cols_ = cols;
   tokens_ = tokens;
-  data_.resize(size_t{tokens} * floats_per_token());
+  const size_t per_token = codes_per_token();
   const uint32_t nv = cols / kRvqVecDim;
   const size_t grains_per_token = (nv + kBuildGrainVectors - 1) / kBuildGrainVectors;
-  split(exec, grains_per_token * tokens, 1, [&](size_t begin, size_t end) {
-    for (size_t g = begin; g < end; ++g) {
-      const size_t t = g / grains_per_token;
-      const uint32_t v0 = static_cast<uint32_t>(g % grains_per_token) * kBuildGrainVectors;
-      const uint32_t v1 = std::min(nv, v0 + kBuildGrainVectors);
-      const float* xt = x + t * cols;
-      float* lut = data_.data() + t * floats_per_token();
-      if (exec.isa == Isa::kAvx2)
-        detail::rvq_build_avx2(codebooks, xt, v0, v1, lut);
-      else
-        detail::rvq_build_scalar(codebooks, xt, v0, v1, lut);
-    }
-  });
+  has_planes_ = exec.isa == Isa::kAvx512;
+  // resize() never shrinks capacity: a rebuild at the same size allocates nothing.
+  // The f32 table is one token's: it stays in L2 between the two passes.
+  exact_.resize(per_token);
+  codes_.resize(tokens * per_token + kGatherPadCodes);
+  if (has_planes_) planes_.resize(tokens * per_token * 2);
+  grain_max_.resize(grains_per_token);
+  scales_.resize(tokens);
+  auto grain_range = [&](size_t g) {
+    const uint32_t v0 = static_cast<uint32_t>(g) * kBuildGrainVectors;
+    return std::pair<uint32_t, uint32_t>{v0, std::min(nv, v0 + kBuildGrainVectors)};
+  };
+  for (uint32_t t = 0; t < tokens; ++t) {
+    const float* xt = x + size_t{t} * cols;
+    split(exec, grains_per_token, 1, [&](size_t begin, size_t end) {
+      for (size_t g = begin; g < end; ++g) {
+        const auto [v0, v1] = grain_range(g);
+        grain_max_[g] = exec.isa == Isa::kAvx512
+                            ? detail::rvq_build_avx512(codebooks, xt, v0, v1, exact_.data())
+                        : exec.isa == Isa::kAvx2
+                            ? detail::rvq_build_avx2(codebooks, xt, v0, v1, exact_.data())
+                            : detail::rvq_build_scalar(codebooks, xt, v0, v1, exact_.data());
+      }
+    });
+    float amax = 0.0f;
+    for (float m : grain_max_) amax = std::max(amax, m);
+    scales_[t] = amax > 0.0f ? amax / static_cast<float>(detail::kRvqCodeMax) : 0.0f;
+    const float inv = amax > 0.0f ? static_cast<float>(detail::kRvqCodeMax) / amax : 0.0f;
+    split(exec, grains_per_token, 1, [&](size_t begin, size_t end) {
+      for (size_t g = begin; g < end; ++g) {
+        const auto [v0, v1] = grain_range(g);
+        const size_t first = size_t{v0} * kRvqStages * kRvqEntries;
+        const size_t count = size_t{v1 - v0} * kRvqStages * kRvqEntries;
+        const float* exact = exact_.data() + first;
+        int16_t* codes = codes_.data() + size_t{t} * per_token + first;
+        uint8_t* planes =
+            has_planes_ ? planes_.data() + (size_t{t} * per_token + first) * 2 : nullptr;
+        if (exec.isa == Isa::kAvx512)
+          detail::rvq_quantize_avx512(exact, count, inv, codes, planes);
+        else if (exec.isa == Isa::kAvx2)
+          detail::rvq_quantize_avx2(exact, count, inv, codes, planes);
+        else
+          detail::rvq_quantize_scalar(exact, count, inv, codes, planes);
+      }
+    });
+  }
 }
 
-const float* RvqTable::token_table(uint32_t token) const {
+const int16_t* RvqTable::token_codes(uint32_t token) const {
   if (token >= tokens_) fail("rvq table: token {} out of range (table holds {})", token, tokens_);
-  return data_.data() + size_t{token} * floats_per_token();
+  return codes_.data() + size_t{token} * codes_per_token();
+}
+
+float RvqTable::token_scale(uint32_t token) const {
+  if (token >= tokens_) fail("rvq table: token {} out of range (table holds {})", token, tokens_);
+  return scales_[token];
+}
+
+const uint8_t* RvqTable::token_planes(uint32_t token) const {
+  if (token >= tokens_) fail("rvq table: token {} out of range (table holds {})", token, tokens_);
+  return has_planes_ ? planes_.data() + size_t{token} * codes_per_token() * 2 : nullptr;
 }
 
 void rvq_matvec(const RvqTable& table, uint32_t token, const RvqMatrixView& matrix, float* y,
@@ -119,31 +186,24 @@ void rvq_matvec(const RvqTable& table, uint32_t token, const RvqMatrixView& matr
   rvq_matmul(table, std::span<const uint32_t>(&token, 1), matrix, y, exec);
 }
 
-void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& matrix,
-                float* y, const Exec& exec) {
-  detail::rvq_matmul_planned(table, tokens, matrix, y, exec, detail::default_rvq_rows_plan());
-}
-
-void detail::rvq_matmul_planned(const RvqTable& table, std::span<const uint32_t> tokens,
-                                const RvqMatrixView& matrix, float* y, const Exec& exec,
-                                const RvqRowsPlan& plan) {
+void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens,
+                const RvqMatrixView& matrix, float* y, const Exec& exec) {
   check_matrix(table, matrix);
   if (tokens.empty()) return;
-  std::vector<const float*> luts(tokens.size());
-  std::vector<float*> ys(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    luts[i] = table.token_table(tokens[i]);
-    ys[i] = y + i * matrix.shape.rows;
-  }
+  for (uint32_t t : tokens) table.token_scale(t);  // throws naming a token out of range
+  // A table built without planes runs the AVX2 body: same bits, only slower.
+  const bool planes = table.token_planes(tokens[0]) != nullptr;
   const uint32_t blocks = matrix.shape.rows_padded() / kRowBlock;
   const size_t grains = (blocks + kRowGrainBlocks - 1) / kRowGrainBlocks;
   split(exec, grains, 1, [&](size_t begin, size_t end) {
     const auto b0 = static_cast<uint32_t>(begin * kRowGrainBlocks);
     const auto b1 = static_cast<uint32_t>(std::min<size_t>(blocks, end * kRowGrainBlocks));
-    if (exec.isa == Isa::kAvx2)
-      detail::rvq_rows_avx2(luts.data(), luts.size(), matrix, b0, b1, ys.data(), plan);
+    if (exec.isa == Isa::kAvx512 && planes)
+      detail::rvq_rows_avx512(table, tokens, matrix, b0, b1, y);
+    else if (exec.isa != Isa::kScalar)
+      detail::rvq_rows_avx2(table, tokens, matrix, b0, b1, y);
     else
-      detail::rvq_rows_scalar(luts.data(), luts.size(), matrix, b0, b1, ys.data());
+      detail::rvq_rows_scalar(table, tokens, matrix, b0, b1, y);
   });
 }
 

@@ -15,24 +15,39 @@
 namespace sluice::kernels {
 
 // The three stage codebooks of one (layer, matrix kind), prepared once at load.
-// Summation order of everything below (the PyTorch reference models this):
 //
-//   table   lut[t][v][s][c] = (((x8v·C[c][0] + x8v+1·C[c][1]) + ...) + x8v+7·C[c][7]),
+// Arithmetic of everything below (scripts/sluicepy/rvq_int16.py models it
+// exactly):
+//
+//   table   f[v][s][c] = (((x8v·C[c][0] + x8v+1·C[c][1]) + ...) + x8v+7·C[c][7]),
 //           each product and each sum rounded to f32 (no FMA), j = 0..7 in order.
-//   rows    acc = 0; for v = 0..nv-1: for s = 0..2: acc += lut[t][v][s][idx(r, v, s)]
-//           (f32, strictly in that order), then y[r] = f16_to_f32(scale[r]) * acc.
+//   codes   per input vector (token): a = max |f| over all v, s, c;
+//           scale = a / 32767 and inv = 32767 / a (f32 divisions; both 0 when a is
+//           0); q[v][s][c] = clamp(round_half_even(f · inv), -32767, 32767), where
+//           a NaN or out-of-int32 product counts as -2^31 before the clamp.
+//   rows    T[r] = Σ_v Σ_s q[v][s][idx(r, v, s)], exact in int32 (any order);
+//           y[r] = f16_to_f32(rowscale[r]) · (scale · f32(T[r])).
 //
-// The scalar and AVX2 paths perform exactly these operations, so their results
-// are bit-identical, for any thread count and for batched versus single calls.
+// The integer sum has no order, so the scalar, AVX2 and AVX-512 paths give
+// bit-identical results for any thread count and for batched versus single
+// calls. Against exact f32 arithmetic the int16 codes cost a relative error
+// of about 2^-15 of the table's largest entry per lookup.
 class RvqCodebooks {
  public:
   // Each stage: 256 entries × 8 f32, entry-major, as in codebooks.bin.
   RvqCodebooks(const float* stage0, const float* stage1, const float* stage2);
   // Transposed to [stage][dim][entry] so the table build reads 8 entries at once.
-  const float* transposed(int stage) const { return transposed_.data() + stage * kRvqVecDim * kRvqEntries; }
+  const float* transposed(int stage) const {
+    return transposed_.data() + stage * kRvqVecDim * kRvqEntries;
+  }
+  // As stored, [stage][entry][dim], for decoding weights (rvq_decoded.h).
+  const float* entries(int stage) const {
+    return entries_.data() + stage * kRvqVecDim * kRvqEntries;
+  }
 
  private:
   std::vector<float> transposed_;
+  std::vector<float> entries_;
 };
 
 // One stored matrix: its indices (layout rowblock16.vector.stage.row, exactly
@@ -44,23 +59,37 @@ struct RvqMatrixView {
   const uint16_t* scales = nullptr;
 };
 
+// The largest `cols` a table accepts: keeps every integer row sum inside 32 bits.
+inline constexpr uint32_t kRvqMaxCols = 65536;
+
 // Lookup tables for `tokens` input vectors of `cols` values against one codebook
-// set: tokens × (cols/8) × 3 × 256 f32. The engine builds the gate and up tables
-// once per token per layer and shares them among that layer's experts; the down
-// table once per expert. Reusing one RvqTable object reuses its memory.
+// set, as int16 codes (above) with one f32 scale per token. The engine builds
+// the gate and up tables once per token per layer and shares them among that
+// layer's experts; the down table once per expert. Reusing one RvqTable object
+// reuses its memory: rebuilding at the same or a smaller size allocates nothing.
 class RvqTable {
  public:
-  // x holds `tokens` rows of `cols` f32 values (row stride `cols`).
+  // x holds `tokens` rows of `cols` f32 values (row stride `cols`). Built with
+  // Isa::kAvx512 it also keeps the codes as byte planes for vpermi2b lookups.
   void build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
              const Exec& exec);
   uint32_t cols() const { return cols_; }
   uint32_t tokens() const { return tokens_; }
-  const float* token_table(uint32_t token) const;
-  size_t bytes() const { return size_t{tokens_} * floats_per_token() * sizeof(float); }
+  // Codes q[v][s][c] of one token, (cols/8)·3·256 int16.
+  const int16_t* token_codes(uint32_t token) const;
+  float token_scale(uint32_t token) const;
+  // (q + 32768) split per (v, s) into 256 low bytes then 256 high bytes;
+  // nullptr unless built with Isa::kAvx512.
+  const uint8_t* token_planes(uint32_t token) const;
+  size_t codes_per_token() const { return size_t{cols_ / kRvqVecDim} * kRvqStages * kRvqEntries; }
 
  private:
-  size_t floats_per_token() const { return size_t{cols_ / kRvqVecDim} * kRvqStages * kRvqEntries; }
-  std::vector<float> data_;
+  std::vector<float> exact_;      // one token's f32 table f, kept between the two build passes
+  std::vector<float> grain_max_;  // max |f| per build grain of that token
+  std::vector<int16_t> codes_;    // + padding: AVX2 gathers read 4 bytes at the last code
+  std::vector<uint8_t> planes_;
+  std::vector<float> scales_;
+  bool has_planes_ = false;
   uint32_t cols_ = 0;
   uint32_t tokens_ = 0;
 };
@@ -71,8 +100,8 @@ void rvq_matvec(const RvqTable& table, uint32_t token, const RvqMatrixView& matr
 
 // For each i, y[i × rows ..] = W · x of table token tokens[i] (a prefill chunk
 // applying one expert to the tokens that chose it). Bit-identical to calling
-// rvq_matvec once per token.
-void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& matrix,
-                float* y, const Exec& exec);
+// rvq_matvec once per token. Allocates nothing.
+void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens,
+                const RvqMatrixView& matrix, float* y, const Exec& exec);
 
 }  // namespace sluice::kernels

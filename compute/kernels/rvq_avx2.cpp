@@ -1,18 +1,18 @@
-// compute/kernels/rvq_avx2.cpp: AVX2 table build and row kernel for RVQ. Built
-// with -mavx2 -mfma but must not contract mul+add: the bits must equal the
-// scalar path's (meson passes -ffp-contract=off). Called only after dispatch.
+// compute/kernels/rvq_avx2.cpp: AVX2 table build, quantization and row kernel
+// for RVQ. Built with -mavx2 -mfma but must not contract mul+add: the table's
+// bits must equal the scalar path's (meson passes -ffp-contract=off).
 #include <immintrin.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "compute/kernels/rvq_kernels.h"
-#include "proto/f16.h"
 
 namespace sluice::kernels::detail {
 
-void rvq_build_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin, uint32_t v_end,
-                    float* lut) {
+float rvq_build_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
+                     uint32_t v_end, float* lut) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps();
   for (uint32_t v = v_begin; v < v_end; ++v) {
     __m256 xs[kRvqVecDim];
     for (int j = 0; j < kRvqVecDim; ++j) xs[j] = _mm256_set1_ps(x[v * kRvqVecDim + j]);
@@ -24,75 +24,145 @@ void rvq_build_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_be
         for (int j = 1; j < kRvqVecDim; ++j)
           acc = _mm256_add_ps(acc, _mm256_mul_ps(xs[j], _mm256_loadu_ps(ct + j * kRvqEntries + c)));
         _mm256_storeu_ps(out + c, acc);
+        amax = _mm256_max_ps(_mm256_andnot_ps(sign, acc), amax);  // a NaN lane keeps amax
       }
+    }
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float out = 0.0f;
+  for (float l : lanes) out = std::max(out, l);
+  return out;
+}
+
+void rvq_quantize_avx2(const float* exact, size_t count, float inv, int16_t* codes,
+                       uint8_t* planes) {
+  const __m256 scale = _mm256_set1_ps(inv);
+  const __m256i hi = _mm256_set1_epi32(kRvqCodeMax), lo = _mm256_set1_epi32(-kRvqCodeMax);
+  const __m128i bias = _mm_set1_epi16(static_cast<int16_t>(0x8000));
+  for (size_t i = 0; i < count; i += 16) {
+    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(exact + i), scale));
+    __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(exact + i + 8), scale));
+    q0 = _mm256_max_epi32(_mm256_min_epi32(q0, hi), lo);
+    q1 = _mm256_max_epi32(_mm256_min_epi32(q1, hi), lo);
+    // packs works per 128-bit lane: put the halves back in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), packed);
+    if (planes == nullptr) continue;
+    uint8_t* block = planes + i / kRvqEntries * 2 * kRvqEntries + i % kRvqEntries;
+    for (int half = 0; half < 2; ++half) {
+      const __m128i biased = _mm_xor_si128(
+          half == 0 ? _mm256_castsi256_si128(packed) : _mm256_extracti128_si256(packed, 1), bias);
+      const __m128i low = _mm_and_si128(biased, _mm_set1_epi16(0xff));
+      const __m128i high = _mm_srli_epi16(biased, 8);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(block + half * 8), _mm_packus_epi16(low, low));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(block + kRvqEntries + half * 8),
+                       _mm_packus_epi16(high, high));
     }
   }
 }
 
 namespace {
 
-constexpr uint32_t kChunkBlocks = 32;  // rows whose partial sums live in memory between tiles
-
-// Adds vector positions [v0, v1) of P consecutive blocks starting at `block`
-// to the partial sums acc[P * 16], in v-then-stage order.
-template <int P>
-void add_tile(const float* lut, const uint8_t* indices, uint32_t nv, uint32_t block, uint32_t v0,
-              uint32_t v1, float* acc) {
-  __m256 lo[P], hi[P];
-  const uint8_t* base[P];
-  for (int p = 0; p < P; ++p) {
-    lo[p] = _mm256_loadu_ps(acc + p * 16);
-    hi[p] = _mm256_loadu_ps(acc + p * 16 + 8);
-    base[p] = indices + size_t{block + p} * nv * kRvqStages * kRowBlock;
-  }
-  for (uint32_t v = v0; v < v1; ++v) {
-    for (int s = 0; s < kRvqStages; ++s) {
-      const float* table = lut + (size_t{v} * kRvqStages + s) * kRvqEntries;
-      const size_t at = (size_t{v} * kRvqStages + s) * kRowBlock;
-      for (int p = 0; p < P; ++p) {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base[p] + at));
-        const __m256i i_lo = _mm256_cvtepu8_epi32(bytes);
-        const __m256i i_hi = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
-        lo[p] = _mm256_add_ps(lo[p], _mm256_i32gather_ps(table, i_lo, 4));
-        hi[p] = _mm256_add_ps(hi[p], _mm256_i32gather_ps(table, i_hi, 4));
-      }
-    }
-  }
-  for (int p = 0; p < P; ++p) {
-    _mm256_storeu_ps(acc + p * 16, lo[p]);
-    _mm256_storeu_ps(acc + p * 16 + 8, hi[p]);
-  }
+// 16 codes at the bytes `indices` points to, sign-extended from a gather that
+// reads 4 bytes at each code (the table is padded for the last one).
+inline __m256i lookup8(const int16_t* codes, __m128i bytes8) {
+  const __m256i at = _mm256_cvtepu8_epi32(bytes8);
+  const __m256i pair = _mm256_i32gather_epi32(reinterpret_cast<const int*>(codes), at, 2);
+  return _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
 }
 
 }  // namespace
 
-// One block per pass, untiled: fastest of the measured plans on Zen 5 (see
-// `sluice bench kernels`); two blocks and v-tiles were 10-25% slower.
-RvqRowsPlan default_rvq_rows_plan() { return RvqRowsPlan{1, 0}; }
-
-void rvq_rows_avx2(const float* const* luts, size_t n, const RvqMatrixView& m, uint32_t block_begin,
-                   uint32_t block_end, float* const* ys, const RvqRowsPlan& plan) {
+void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& m,
+                   uint32_t block_begin, uint32_t block_end, float* y) {
   const uint32_t nv = m.shape.vectors_per_row();
-  const uint32_t tile = plan.tile_vectors == 0 ? nv : std::min(plan.tile_vectors, nv);
-  std::vector<float> acc(size_t{kChunkBlocks} * kRowBlock * n);
-  for (uint32_t chunk = block_begin; chunk < block_end; chunk += kChunkBlocks) {
-    const uint32_t chunk_end = std::min(block_end, chunk + kChunkBlocks);
-    const size_t chunk_rows = size_t{chunk_end - chunk} * kRowBlock;
-    std::fill(acc.begin(), acc.begin() + static_cast<ptrdiff_t>(chunk_rows * n), 0.0f);
-    for (uint32_t v0 = 0; v0 < nv; v0 += tile) {
-      const uint32_t v1 = std::min(nv, v0 + tile);
-      uint32_t b = chunk;
-      for (; plan.blocks_per_pass == 2 && b + 2 <= chunk_end; b += 2)
-        for (size_t t = 0; t < n; ++t)
-          add_tile<2>(luts[t], m.indices, nv, b, v0, v1, acc.data() + t * chunk_rows + (b - chunk) * kRowBlock);
-      for (; b < chunk_end; ++b)
-        for (size_t t = 0; t < n; ++t)
-          add_tile<1>(luts[t], m.indices, nv, b, v0, v1, acc.data() + t * chunk_rows + (b - chunk) * kRowBlock);
+  const size_t block_bytes = size_t{nv} * kRvqStages * kRowBlock;
+  for (uint32_t b = block_begin; b < block_end; ++b) {
+    const uint8_t* base = m.indices + b * block_bytes;
+    const uint32_t row0 = b * kRowBlock, rows = std::min(m.shape.rows, row0 + kRowBlock) - row0;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const int16_t* codes = table.token_codes(tokens[t]);
+      __m256i acc_lo = _mm256_setzero_si256(), acc_hi = _mm256_setzero_si256();
+      for (size_t vs = 0; vs < size_t{nv} * kRvqStages; ++vs) {
+        const __m128i bytes =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + vs * kRowBlock));
+        const int16_t* table_vs = codes + vs * kRvqEntries;
+        acc_lo = _mm256_add_epi32(acc_lo, lookup8(table_vs, bytes));
+        acc_hi = _mm256_add_epi32(acc_hi, lookup8(table_vs, _mm_srli_si128(bytes, 8)));
+      }
+      alignas(32) int32_t totals[kRowBlock];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(totals), acc_lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(totals + 8), acc_hi);
+      const float scale = table.token_scale(tokens[t]);
+      for (uint32_t r = 0; r < rows; ++r)
+        y[t * m.shape.rows + row0 + r] = rvq_row_output(totals[r], scale, m.scales[row0 + r]);
     }
-    const uint32_t row_end = std::min(m.shape.rows, chunk_end * kRowBlock);
-    for (size_t t = 0; t < n; ++t)
-      for (uint32_t r = chunk * kRowBlock; r < row_end; ++r)
-        ys[t][r] = f16_to_f32(m.scales[r]) * acc[t * chunk_rows + (r - chunk * kRowBlock)];
+  }
+}
+
+void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, float* tile) {
+  const uint32_t nv = m.shape.vectors_per_row();
+  const float* e0 = codebooks.entries(0);
+  const float* e1 = codebooks.entries(1);
+  const float* e2 = codebooks.entries(2);
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* idx = m.indices + m.shape.index_position(r, 0, 0);
+    float* out = tile + size_t{r - row_begin} * m.shape.cols;
+    for (uint32_t v = 0; v < nv; ++v, idx += kRvqStages * kRowBlock) {
+      const __m256 c0 = _mm256_loadu_ps(e0 + idx[0] * kRvqVecDim);
+      const __m256 c1 = _mm256_loadu_ps(e1 + idx[kRowBlock] * kRvqVecDim);
+      const __m256 c2 = _mm256_loadu_ps(e2 + idx[2 * kRowBlock] * kRvqVecDim);
+      _mm256_storeu_ps(out + size_t{v} * kRvqVecDim, _mm256_add_ps(_mm256_add_ps(c0, c1), c2));
+    }
+  }
+}
+
+namespace {
+
+// rvq_decoded.h's fold of 16 lanes held as two halves (lanes 0-7, 8-15).
+inline float fold_halves(__m256 lo, __m256 hi) {
+  alignas(32) float lanes[16];
+  _mm256_store_ps(lanes, lo);
+  _mm256_store_ps(lanes + 8, hi);
+  return fold16(lanes);
+}
+
+template <int T>
+void decoded_tile(const float* w, uint32_t cols, const float* x, uint32_t t0, float scale, float* y,
+                  size_t y_stride) {
+  __m256 lo[T], hi[T];
+  for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+  uint32_t k = 0;
+  for (; k + 16 <= cols; k += 16) {
+    const __m256 w0 = _mm256_loadu_ps(w + k), w1 = _mm256_loadu_ps(w + k + 8);
+    for (int t = 0; t < T; ++t) {
+      const float* xt = x + size_t{t0 + t} * cols + k;
+      lo[t] = _mm256_add_ps(lo[t], _mm256_mul_ps(w0, _mm256_loadu_ps(xt)));
+      hi[t] = _mm256_add_ps(hi[t], _mm256_mul_ps(w1, _mm256_loadu_ps(xt + 8)));
+    }
+  }
+  if (k < cols) {  // cols is a multiple of 8: one half chunk, lanes 0-7 only
+    const __m256 w0 = _mm256_loadu_ps(w + k);
+    for (int t = 0; t < T; ++t)
+      lo[t] =
+          _mm256_add_ps(lo[t], _mm256_mul_ps(w0, _mm256_loadu_ps(x + size_t{t0 + t} * cols + k)));
+  }
+  for (int t = 0; t < T; ++t) y[(t0 + t) * y_stride] = scale * fold_halves(lo[t], hi[t]);
+}
+
+}  // namespace
+
+void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, const float* x, uint32_t tokens, float* y) {
+  const uint32_t cols = m.shape.cols;
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    const float* w = tile + size_t{r - row_begin} * cols;
+    const float scale = f16_to_f32(m.scales[r]);
+    uint32_t t = 0;
+    for (; t + 4 <= tokens; t += 4) decoded_tile<4>(w, cols, x, t, scale, y + r, m.shape.rows);
+    for (; t < tokens; ++t) decoded_tile<1>(w, cols, x, t, scale, y + r, m.shape.rows);
   }
 }
 

@@ -1,6 +1,6 @@
 // compute/kernels/rvq_kernels.h: internal to compute/kernels (and its bench):
-// the scalar and AVX2 bodies behind rvq.h. Callers outside this folder use
-// rvq.h. No bounds checks here; rvq.cpp checks before calling.
+// the scalar, AVX2 and AVX-512 bodies behind rvq.h. Callers outside this folder
+// use rvq.h. No bounds checks here; rvq.cpp checks before calling.
 #pragma once
 
 #include <cstddef>
@@ -8,32 +8,72 @@
 #include <span>
 
 #include "compute/kernels/rvq.h"
+#include "proto/f16.h"
 
 namespace sluice::kernels::detail {
 
-// Fills lut[v][s][c] for vectors [v_begin, v_end) of one input vector x.
-void rvq_build_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin, uint32_t v_end,
-                      float* lut);
-void rvq_build_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin, uint32_t v_end,
-                    float* lut);
+inline constexpr int32_t kRvqCodeMax = 32767;
+inline constexpr int32_t kRvqPlaneBias = 32768;  // planes hold q + 32768 as unsigned 16 bits
 
-// How the AVX2 row kernel walks the matrix. Any setting gives the same bits
-// (each row is summed in the order rvq.h documents); they differ in speed only.
-struct RvqRowsPlan {
-  uint32_t blocks_per_pass = 2;  // 1 or 2 row blocks (16 or 32 rows) in registers at once
-  uint32_t tile_vectors = 0;     // vector positions per pass over the rows; 0 = all of them
-};
-RvqRowsPlan default_rvq_rows_plan();
+// Fills f[v][s][c] for vectors [v_begin, v_end) of one input vector x and
+// returns max |f| over what it wrote (NaNs ignored).
+float rvq_build_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
+                       uint32_t v_end, float* lut);
+float rvq_build_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
+                     uint32_t v_end, float* lut);
+float rvq_build_avx512(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
+                       uint32_t v_end, float* lut);
 
-// rvq_matmul with an explicit AVX2 row plan (the benchmark compares plans).
-void rvq_matmul_planned(const RvqTable& table, std::span<const uint32_t> tokens,
-                        const RvqMatrixView& matrix, float* y, const Exec& exec, const RvqRowsPlan& plan);
+// Codes of `count` table entries (a multiple of 256, starting on a (v, s)
+// boundary): codes[i] = q(exact[i]), and when planes is not null its byte
+// planes too (planes points at the first entry's (v, s) block).
+void rvq_quantize_scalar(const float* exact, size_t count, float inv, int16_t* codes,
+                         uint8_t* planes);
+void rvq_quantize_avx2(const float* exact, size_t count, float inv, int16_t* codes,
+                       uint8_t* planes);
+void rvq_quantize_avx512(const float* exact, size_t count, float inv, int16_t* codes,
+                         uint8_t* planes);
 
-// Outputs of row blocks [block_begin, block_end) for n tokens: token i reads
-// table luts[i] and writes ys[i][row] for the real (unpadded) rows only.
-void rvq_rows_scalar(const float* const* luts, size_t n,
-                     const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* const* ys);
-void rvq_rows_avx2(const float* const* luts, size_t n, const RvqMatrixView& m, uint32_t block_begin,
-                   uint32_t block_end, float* const* ys, const RvqRowsPlan& plan);
+// One output from its exact integer sum, as rvq.h documents.
+inline float rvq_row_output(int32_t total, float table_scale, uint16_t row_scale) {
+  return f16_to_f32(row_scale) * (table_scale * static_cast<float>(total));
+}
+
+// Outputs of row blocks [block_begin, block_end) for table tokens `tokens`:
+// y[i × rows + r] for the real (unpadded) rows r only. rvq_rows_avx512 needs a
+// table built with Isa::kAvx512 and block_begin a multiple of 4.
+void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
+                     const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y);
+void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& m,
+                   uint32_t block_begin, uint32_t block_end, float* y);
+void rvq_rows_avx512(const RvqTable& table, std::span<const uint32_t> tokens,
+                     const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y);
+
+}  // namespace sluice::kernels::detail
+
+namespace sluice::kernels::detail {
+
+// Decode-once path (rvq_decoded.h). Decodes rows [row_begin, row_end) of m
+// into tile (row stride cols), before the row scale.
+void rvq_decode_rows_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                            uint32_t row_begin, uint32_t row_end, float* tile);
+void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, float* tile);
+// y[t × m.rows + r] for r in [row_begin, row_end) and every token, from a tile
+// holding exactly those rows.
+void rvq_tile_matmul_scalar(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                            uint32_t row_end, const float* x, uint32_t tokens, float* y);
+void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, const float* x, uint32_t tokens, float* y);
+void rvq_tile_matmul_avx512(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                            uint32_t row_end, const float* x, uint32_t tokens, float* y);
+
+// The documented 16-lane fold: ((a_l + a_{l+8}), then + 4, then + 2, then the last pair).
+inline float fold16(const float* a) {
+  float s[8], t[4];
+  for (int l = 0; l < 8; ++l) s[l] = a[l] + a[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = s[l] + s[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
 
 }  // namespace sluice::kernels::detail

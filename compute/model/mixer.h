@@ -1,7 +1,8 @@
 // compute/model/mixer.h: the token-mixing half of a layer (GQA attention,
-// MLA). A mixer owns its per-sequence state for every layer it serves (KV
-// cache, latent cache) and says how large it is; it reads the input-normed
-// hidden states and writes what the layer adds to the residual.
+// MLA, KDA). A mixer owns its per-sequence state for every layer it serves
+// (KV cache, latent cache, recurrent state) and says how large it is; it
+// reads the input-normed hidden states and writes what the layer adds to
+// the residual.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +26,8 @@ class Mixer {
   virtual size_t state_bytes() const = 0;
 };
 
-// The mixer of `config.mixer` for a context of `context` positions.
+// The softmax-attention mixer of `config.mixer` for a context of `context`
+// positions (the KDA layers' mixer is make_kda_mixer).
 std::unique_ptr<Mixer> make_mixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
                                   kernels::Exec exec);
 
@@ -33,6 +35,8 @@ std::unique_ptr<Mixer> make_mixer(const ModelConfig& config, const ModelWeights&
 std::unique_ptr<Mixer> make_gqa_mixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
                                       kernels::Exec exec);
 std::unique_ptr<Mixer> make_mla_mixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
+                                      kernels::Exec exec);
+std::unique_ptr<Mixer> make_kda_mixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
                                       kernels::Exec exec);
 
 }  // namespace sluice

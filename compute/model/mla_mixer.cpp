@@ -2,7 +2,8 @@
 // form (architectures.md §3.4). The cache holds, per layer and position, the
 // normed latent and the rotated shared rope key, never expanded keys or
 // values: kv_b_proj's key half is folded into the query and its value half
-// applied to the attention-weighted latent.
+// applied to the attention-weighted latent. Without rotary dims (Kimi-
+// Linear's NoPE layers) the rope part is cached and dotted unrotated.
 #include <algorithm>
 
 #include "compute/model/attention.h"
@@ -22,7 +23,14 @@ class MlaMixer final : public Mixer {
         rope_(config.rope, context),
         context_(context),
         scale_(config.attention_scale()),
-        cache_(size_t{config.layers} * context * m_.cached_width()) {}
+        slot_(config.layers, UINT32_MAX) {
+    // Only this mixer's layers hold a cache (Kimi-Linear interleaves KDA).
+    uint32_t layers = 0;
+    for (uint32_t i = 0; i < config.layers; ++i) {
+      if (!config.is_kda(i)) slot_[i] = layers++;
+    }
+    cache_.assign(size_t{layers} * context * m_.cached_width(), 0.0f);
+  }
 
   void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, float* out) override {
     const MlaWeights& w = weights_.layers[layer].mla;
@@ -107,7 +115,7 @@ class MlaMixer final : public Mixer {
 
   float* entry(uint32_t layer, uint32_t position) {
     if (position >= context_) fail("position {} is past the context length {}", position, context_);
-    return &cache_[(size_t{layer} * context_ + position) * m_.cached_width()];
+    return &cache_[(size_t{slot_[layer]} * context_ + position) * m_.cached_width()];
   }
 
   const MlaConfig& m_;
@@ -116,7 +124,8 @@ class MlaMixer final : public Mixer {
   RopeTable rope_;
   uint32_t context_;
   float scale_;
-  std::vector<float> cache_;  // [layer][position][latent | rope key]
+  std::vector<uint32_t> slot_;  // model layer → cache slot
+  std::vector<float> cache_;     // [slot][position][latent | rope key]
   std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, attn_, read_out_, scores_;
 };
 

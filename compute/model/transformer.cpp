@@ -29,7 +29,8 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       experts_(experts),
       exec_(exec),
       context_(context),
-      mixer_(make_mixer(config, weights, context, exec)) {}
+      attention_(make_mixer(config, weights, context, exec)),
+      kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr) {}
 
 void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions) {
   const auto count = static_cast<uint32_t>(tokens.size());
@@ -59,7 +60,8 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
     for (uint32_t t = 0; t < count; ++t) {
       rms_norm(&x_[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps, &normed_[size_t{t} * hidden]);
     }
-    mixer_->forward(layer, normed_.data(), count, position_, proj_.data());
+    Mixer& mixer = config_.is_kda(layer) ? *kda_ : *attention_;
+    mixer.forward(layer, normed_.data(), count, position_, proj_.data());
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
     for (uint32_t t = 0; t < count; ++t) {
       rms_norm(&x_[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,

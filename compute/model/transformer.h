@@ -36,7 +36,7 @@ class Transformer {
   void reset() { position_ = 0; }
   // The routing of the last forward call: [token][moe layer].
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
-  size_t kv_cache_bytes() const { return mixer_->state_bytes(); }
+  size_t kv_cache_bytes() const { return attention_->state_bytes() + (kda_ ? kda_->state_bytes() : 0); }
 
   // Called for each MoE layer once its routing is decided and its records are
   // requested, with the layer, its MoE ordinal, the chunk's tokens and their
@@ -56,7 +56,8 @@ class Transformer {
   ExpertSource& experts_;
   kernels::Exec exec_;
   uint32_t context_;
-  std::unique_ptr<Mixer> mixer_;
+  std::unique_ptr<Mixer> attention_;  // the softmax-attention layers (GQA or MLA)
+  std::unique_ptr<Mixer> kda_;        // the KDA layers, when the model has any
   uint32_t position_ = 0;
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.

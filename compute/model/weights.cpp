@@ -179,7 +179,24 @@ ModelWeights ModelWeights::load(const Container& container, const ModelConfig& c
     LayerWeights layer;
     layer.input_norm = t.vector(TensorRole::kInputNorm, i);
     layer.post_attention_norm = t.vector(TensorRole::kPostAttentionNorm, i);
-    if (config.mixer == MixerKind::kGqa) {
+    if (config.is_kda(i)) {
+      KdaWeights& k = layer.kda;
+      k.q = t.linear(TensorRole::kQ, i);
+      k.k = t.linear(TensorRole::kK, i);
+      k.v = t.linear(TensorRole::kV, i);
+      k.o = t.linear(TensorRole::kO, i);
+      k.q_conv = t.vector(TensorRole::kQConv, i);
+      k.k_conv = t.vector(TensorRole::kKConv, i);
+      k.v_conv = t.vector(TensorRole::kVConv, i);
+      k.decay_a = t.linear(TensorRole::kDecayA, i);
+      k.decay_b = t.linear(TensorRole::kDecayB, i);
+      k.decay_log = t.vector(TensorRole::kDecayLog, i);
+      k.decay_bias = t.vector(TensorRole::kDecayBias, i);
+      k.beta = t.linear(TensorRole::kBeta, i);
+      k.gate_a = t.linear(TensorRole::kGateA, i);
+      k.gate_b = t.linear(TensorRole::kGateB, i);
+      k.o_norm = t.vector(TensorRole::kOutputNorm, i);
+    } else if (config.mixer == MixerKind::kGqa) {
       GqaWeights& g = layer.gqa;
       g.q = t.linear(TensorRole::kQ, i);
       g.k = t.linear(TensorRole::kK, i);

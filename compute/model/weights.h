@@ -53,6 +53,17 @@ struct MlaWeights {
   std::vector<float> kv_a_norm;
 };
 
+struct KdaWeights {
+  Linear q, k, v, o;
+  std::vector<float> q_conv, k_conv, v_conv;  // [width][kernel]
+  Linear decay_a, decay_b;                    // f_a_proj, f_b_proj
+  std::vector<float> decay_log;               // A_log, one per head
+  std::vector<float> decay_bias;              // dt_bias, one per channel
+  Linear beta;                                // b_proj
+  Linear gate_a, gate_b;                      // g_a_proj, g_b_proj
+  std::vector<float> o_norm;
+};
+
 struct MoeWeights {
   const MoeLayerInfo* bank = nullptr;
   std::vector<float> router;  // f32 [experts, hidden]
@@ -69,6 +80,7 @@ struct LayerWeights {
   std::vector<float> input_norm, post_attention_norm;
   GqaWeights gqa;  // mixer kGqa
   MlaWeights mla;  // mixer kMla
+  KdaWeights kda;  // KDA layers
   std::optional<MoeWeights> moe;  // MoE layers
   DenseWeights dense;             // dense layers
 };

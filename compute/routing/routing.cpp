@@ -100,8 +100,9 @@ Routing route(const RouterConfig& router, std::span<const float> logits, std::sp
     routing.experts = order_by(selection_scores(router, scores, bias), router.top_k);
     float chosen = 0.0f;
     for (uint32_t e : routing.experts) {
-      routing.weights.push_back(scores[e]);
-      chosen += scores[e];
+      const float weight = router.weights_from_biased ? scores[e] + bias[e] : scores[e];
+      routing.weights.push_back(weight);
+      chosen += weight;
     }
     const float denominator = chosen + 1e-20f;
     for (float& w : routing.weights) {

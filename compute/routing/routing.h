@@ -30,8 +30,8 @@ struct Routing {
 // Sigmoid: s = σ(logits), selection on s + bias; with groups, each group
 // scores the sum of its two best, the best topk_groups groups are kept and
 // the others' selection scores become 0 or −∞ (router.group_mask); weights
-// are the unbiased s of the chosen, divided by their sum + 1e-20 when
-// router.normalize, times router.scaling.
+// are the unbiased s of the chosen (s + bias when router.weights_from_biased),
+// divided by their sum + 1e-20 when router.normalize, times router.scaling.
 Routing route(const RouterConfig& router, std::span<const float> logits, std::span<const float> bias = {});
 
 // The `k` experts the selection ranks highest (k may exceed top_k; excluded

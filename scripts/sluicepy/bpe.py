@@ -141,16 +141,19 @@ def train(text, regex, merges_wanted):
     return merges
 
 
-def build_tokenizer_json(family, vocab_size):
+def build_tokenizer_json(family, vocab_size, text=None):
     """tokenizer.json for `family` with at most `vocab_size` ids (exactly, when
-    the embedded corpus has enough repeated pairs)."""
+    the corpus has enough repeated pairs), merges learnt from `text` (default:
+    the embedded corpus)."""
     specials = _SPECIALS[family]
     alphabet = byte_alphabet()
     if vocab_size < len(specials) + 256:
         raise SluiceError(f"vocab_size {vocab_size} cannot hold {len(specials)} specials + 256 bytes")
     pre = _PRE_TOKENIZER[family]
-    with open(CORPUS, encoding="utf-8") as f:
-        text = unicodedata.normalize("NFC", f.read())
+    if text is None:
+        with open(CORPUS, encoding="utf-8") as f:
+            text = f.read()
+    text = unicodedata.normalize("NFC", text)
     merges = train(text, pre_tokenizer_regex(pre), vocab_size - len(specials) - 256)
     vocab = {s: i for i, s in enumerate(specials)}
     for ch in alphabet:

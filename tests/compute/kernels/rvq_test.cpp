@@ -1,14 +1,17 @@
 // RVQ LUT matvec against a dequantize-then-multiply reference written from
-// FORMAT.md, against the documented summation order bit for bit, and across
-// instruction sets, thread counts, row plans and batching.
+// FORMAT.md, against rvq.h's documented int16-code arithmetic bit for bit at
+// every instruction set, and across thread counts, batching and shapes that
+// cover odd sizes, many row groups and more than one 16-bit summation span.
+#include "compute/kernels/rvq.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
-#include "compute/kernels/rvq.h"
 #include "compute/kernels/rvq_kernels.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
@@ -22,14 +25,18 @@ namespace {
 constexpr float kSentinel = 12345.0f;
 
 struct Fixture {
-  uint32_t rows, cols, rows_padded, nv;
+  uint32_t rows, cols, rows_padded, nv, tokens;
   std::vector<float> codebooks;  // 3 × 256 × 8, entry-major
   std::vector<uint8_t> indices;
   std::vector<uint16_t> scales;
   std::vector<float> x;  // tokens × cols
 
-  Fixture(uint32_t rows_, uint32_t cols_, uint32_t tokens, uint32_t seed)
-      : rows(rows_), cols(cols_), rows_padded((rows_ + 15) / 16 * 16), nv(cols_ / 8) {
+  Fixture(uint32_t rows_, uint32_t cols_, uint32_t tokens_, uint32_t seed)
+      : rows(rows_),
+        cols(cols_),
+        rows_padded((rows_ + 15) / 16 * 16),
+        nv(cols_ / 8),
+        tokens(tokens_) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     std::uniform_real_distribution<float> positive(0.01f, 2.0f);
@@ -51,8 +58,40 @@ struct Fixture {
   RvqMatrixView view() const { return {RvqMatrixShape{rows, cols}, indices.data(), scales.data()}; }
 };
 
+// The f32 table of one token in rvq.h's documented order (this file is built
+// without FMA), its int16 codes and their scale, written from rvq.h.
+struct DocumentedTable {
+  std::vector<float> exact;
+  std::vector<int32_t> codes;
+  float scale = 0.0f;
+
+  DocumentedTable(const Fixture& f, const float* x)
+      : exact(size_t{f.nv} * 3 * 256), codes(exact.size()) {
+    float amax = 0.0f;
+    for (uint32_t v = 0; v < f.nv; ++v)
+      for (int s = 0; s < 3; ++s)
+        for (int c = 0; c < 256; ++c) {
+          const float* e = f.stage(s) + c * 8;
+          float acc = x[v * 8] * e[0];
+          for (int j = 1; j < 8; ++j) acc = acc + x[v * 8 + j] * e[j];
+          exact[(v * 3 + s) * 256 + c] = acc;
+          if (std::fabs(acc) > amax) amax = std::fabs(acc);
+        }
+    scale = amax > 0.0f ? amax / 32767.0f : 0.0f;
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    for (size_t i = 0; i < exact.size(); ++i)
+      codes[i] = static_cast<int32_t>(std::nearbyint(exact[i] * inv));
+  }
+  float row(const Fixture& f, uint32_t r) const {
+    int64_t total = 0;
+    for (uint32_t v = 0; v < f.nv; ++v)
+      for (int s = 0; s < 3; ++s) total += codes[(v * 3 + s) * 256 + f.index(r, v, s)];
+    return f16_to_f32(f.scales[r]) * (scale * static_cast<float>(total));
+  }
+};
+
 // Dequantize row r (FORMAT.md reconstruction) and multiply by x in double.
-// Also returns Σ|terms| of the kernel's own expansion, the scale of its
+// Also returns Σ|terms| of the kernel's own expansion, the scale of its f32
 // rounding error.
 void reference_row(const Fixture& f, const float* x, uint32_t r, double& y, double& magnitude) {
   const double scale = f16_to_f32(f.scales[r]);
@@ -71,92 +110,76 @@ void reference_row(const Fixture& f, const float* x, uint32_t r, double& y, doub
   magnitude *= scale;
 }
 
-// rvq.h's documented order, in plain f32 (this file is built without FMA).
-float documented_row(const Fixture& f, const float* x, uint32_t r) {
-  float acc = 0.0f;
-  for (uint32_t v = 0; v < f.nv; ++v)
-    for (int s = 0; s < 3; ++s) {
-      const float* c = f.stage(s) + f.index(r, v, s) * 8;
-      float lut = x[v * 8] * c[0];
-      for (int j = 1; j < 8; ++j) lut = lut + x[v * 8 + j] * c[j];
-      acc += lut;
-    }
-  return f16_to_f32(f.scales[r]) * acc;
-}
-
-std::vector<float> run(const Fixture& f, uint32_t token, const Exec& exec) {
+std::vector<float> run_all(const Fixture& f, const Exec& exec) {
   RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
   RvqTable table;
-  table.build(books, f.x.data(), f.cols, static_cast<uint32_t>(f.x.size() / f.cols), exec);
-  std::vector<float> y(f.rows + 4, kSentinel);
-  rvq_matvec(table, token, f.view(), y.data(), exec);
+  table.build(books, f.x.data(), f.cols, f.tokens, exec);
+  std::vector<uint32_t> tokens(f.tokens);
+  for (uint32_t t = 0; t < f.tokens; ++t) tokens[t] = t;
+  std::vector<float> y(size_t{f.tokens} * f.rows + 4, kSentinel);
+  rvq_matmul(table, tokens, f.view(), y.data(), exec);
   return y;
 }
 
-std::vector<Isa> isas() {
-  std::vector<Isa> out{Isa::kScalar};
-  if (best_isa() == Isa::kAvx2) out.push_back(Isa::kAvx2);
-  return out;
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-const uint32_t kRows[] = {1, 15, 16, 17, 40, 100};
-const uint32_t kCols[] = {8, 24, 136, 512};
+// Odd sizes, one to many 64-row groups, and nv beyond the AVX-512 kernel's
+// 64-vector 16-bit span (cols 520, 1032).
+const uint32_t kRows[] = {1, 15, 16, 17, 63, 64, 65, 100, 200};
+const uint32_t kCols[] = {8, 24, 136, 520, 1032};
 
 }  // namespace
 
-TEST_CASE("rvq matvec matches dequantize-then-multiply and the documented order") {
+TEST_CASE("rvq matvec equals the documented int16-code arithmetic at every ISA and thread count") {
   uint32_t seed = 1;
   for (uint32_t rows : kRows)
     for (uint32_t cols : kCols) {
       const Fixture f(rows, cols, 2, seed++);
-      for (Isa isa : isas()) {
-        CAPTURE(rows);
-        CAPTURE(cols);
-        CAPTURE(isa_name(isa));
-        const std::vector<float> y = run(f, 1, Exec{isa, nullptr});
-        // Sequential f32 sums of 3·nv lookups of 8-term dots, one scale multiply:
-        // error ≤ (3·nv + 8 + 1)·2^-24·Σ|terms|.
-        const double bound = (3.0 * f.nv + 9.0) * std::ldexp(1.0, -24);
-        for (uint32_t r = 0; r < rows; ++r) {
-          double ref = 0.0, magnitude = 0.0;
-          reference_row(f, f.x.data() + cols, r, ref, magnitude);
-          CHECK(std::fabs(y[r] - ref) <= bound * magnitude + 1e-30);
-          const float documented = documented_row(f, f.x.data() + cols, r);
-          CHECK(std::memcmp(&y[r], &documented, sizeof(float)) == 0);
-        }
-        for (uint32_t r = rows; r < rows + 4; ++r) CHECK(y[r] == kSentinel);
+      std::vector<float> documented(size_t{f.tokens} * rows);
+      for (uint32_t t = 0; t < f.tokens; ++t) {
+        const DocumentedTable table(f, f.x.data() + t * cols);
+        for (uint32_t r = 0; r < rows; ++r) documented[t * rows + r] = table.row(f, r);
       }
+      for (Isa isa : supported_isas())
+        for (size_t threads : {1, 2, 3}) {
+          CAPTURE(rows);
+          CAPTURE(cols);
+          CAPTURE(isa_name(isa));
+          CAPTURE(threads);
+          ThreadPool pool(threads);
+          std::vector<float> y = run_all(f, Exec{isa, &pool});
+          for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
+          y.resize(documented.size());
+          CHECK(same_bits(y, documented));
+        }
     }
 }
 
-TEST_CASE("rvq results are bit-identical across instruction sets, threads and row plans") {
-  const Fixture f(100, 136, 1, 77);
-  const std::vector<float> base = run(f, 0, Exec{Isa::kScalar, nullptr});
-  for (Isa isa : isas())
-    for (size_t threads : {1, 2, 3}) {
-      ThreadPool pool(threads);
-      CHECK(run(f, 0, Exec{isa, &pool}) == base);
+TEST_CASE("rvq matvec stays within the int16 codes' error of dequantize-then-multiply") {
+  uint32_t seed = 100;
+  for (uint32_t cols : kCols) {
+    const Fixture f(40, cols, 1, seed++);
+    const DocumentedTable table(f, f.x.data());
+    const std::vector<float> y = run_all(f, Exec{best_isa(), nullptr});
+    for (uint32_t r = 0; r < f.rows; ++r) {
+      double ref = 0.0, magnitude = 0.0;
+      reference_row(f, f.x.data(), r, ref, magnitude);
+      // Each of 3·nv codes is off by at most half a step; the f32 table by
+      // 8 roundings per entry; the final conversions by 3 more.
+      const double step_error = 3.0 * f.nv * 0.5 * table.scale * f16_to_f32(f.scales[r]);
+      const double bound = step_error * 1.001 + 12.0 * std::ldexp(1.0, -24) * magnitude;
+      CHECK(std::fabs(y[r] - ref) <= bound);
     }
-  if (best_isa() != Isa::kAvx2) return;
-  RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
-  RvqTable table;
-  table.build(books, f.x.data(), f.cols, 1, Exec{Isa::kScalar, nullptr});
-  const float* lut = table.token_table(0);
-  for (const detail::RvqRowsPlan plan :
-       {detail::RvqRowsPlan{1, 0}, detail::RvqRowsPlan{2, 0}, detail::RvqRowsPlan{2, 4},
-        detail::RvqRowsPlan{1, 3}, detail::RvqRowsPlan{2, 1}}) {
-    std::vector<float> y(f.rows + 4, kSentinel);
-    float* ys = y.data();
-    detail::rvq_rows_avx2(&lut, 1, f.view(), 0, f.rows_padded / 16, &ys, plan);
-    CHECK(y == base);
   }
 }
 
 TEST_CASE("batched rvq equals one call per token, bit for bit, tokens in any order") {
   const uint32_t tokens = 5;
-  const Fixture f(40, 24, tokens, 99);
+  const Fixture f(70, 24, tokens, 99);
   const std::vector<uint32_t> chosen = {4, 0, 2, 2};
-  for (Isa isa : isas()) {
+  for (Isa isa : supported_isas()) {
     ThreadPool pool(2);
     const Exec exec{isa, &pool};
     RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
@@ -172,12 +195,77 @@ TEST_CASE("batched rvq equals one call per token, bit for bit, tokens in any ord
   }
 }
 
+TEST_CASE("a table built at one ISA gives the same bits when applied at another") {
+  const Fixture f(100, 136, 1, 7);
+  const std::vector<float> base = run_all(f, Exec{Isa::kScalar, nullptr});
+  RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
+  for (Isa build : supported_isas())
+    for (Isa apply : supported_isas()) {
+      RvqTable table;
+      table.build(books, f.x.data(), f.cols, 1, Exec{build, nullptr});
+      std::vector<float> y(f.rows + 4, kSentinel);
+      rvq_matvec(table, 0, f.view(), y.data(), Exec{apply, nullptr});
+      CHECK(same_bits(y, base));
+    }
+}
+
+TEST_CASE("codes round half to even and clamp, NaN and infinities included, at every ISA") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  std::vector<float> exact(256, 0.0f);
+  const float inputs[] = {0.5f,     1.5f,      -2.5f, 2.4f, -0.5f, 32767.4f,
+                          40000.0f, -40000.0f, nan,   inf,  -inf,  3e9f};
+  const int16_t expected[] = {0, 2, -2, 2, 0, 32767, 32767, -32767, -32767, -32767, -32767, -32767};
+  std::copy(std::begin(inputs), std::end(inputs), exact.begin());
+  using Quantize = void (*)(const float*, size_t, float, int16_t*, uint8_t*);
+  std::vector<Quantize> paths = {detail::rvq_quantize_scalar};
+  if (isa_supported(Isa::kAvx2)) paths.push_back(detail::rvq_quantize_avx2);
+  if (isa_supported(Isa::kAvx512)) paths.push_back(detail::rvq_quantize_avx512);
+  for (Quantize quantize : paths) {
+    std::vector<int16_t> codes(256, 99);
+    std::vector<uint8_t> planes(512, 7);
+    quantize(exact.data(), exact.size(), 1.0f, codes.data(), planes.data());
+    for (size_t i = 0; i < std::size(expected); ++i) {
+      CAPTURE(i);
+      CHECK(codes[i] == expected[i]);
+      const auto biased = static_cast<uint16_t>(expected[i] + 32768);
+      CHECK(planes[i] == (biased & 0xff));
+      CHECK(planes[256 + i] == (biased >> 8));
+    }
+    CHECK(codes[255] == 0);
+    CHECK(planes[255] == 0x00);
+    CHECK(planes[511] == 0x80);
+  }
+}
+
+TEST_CASE("an all-zero input gives exact zeros") {
+  Fixture f(33, 136, 1, 3);
+  std::fill(f.x.begin(), f.x.end(), 0.0f);
+  for (Isa isa : supported_isas()) {
+    std::vector<float> y = run_all(f, Exec{isa, nullptr});
+    y.resize(f.rows);
+    CHECK(y == std::vector<float>(f.rows, 0.0f));
+  }
+}
+
+TEST_CASE("rebuilding a table at the same size keeps its memory") {
+  const Fixture f(16, 136, 3, 4);
+  RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
+  RvqTable table;
+  table.build(books, f.x.data(), f.cols, 3, Exec{best_isa(), nullptr});
+  const int16_t* codes = table.token_codes(0);
+  table.build(books, f.x.data(), f.cols, 2, Exec{best_isa(), nullptr});
+  CHECK(table.token_codes(0) == codes);
+}
+
 TEST_CASE("rvq refuses mismatched shapes and tokens with errors naming them") {
   const Fixture f(16, 24, 1, 5);
   RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
   RvqTable table;
   const Exec exec{Isa::kScalar, nullptr};
   CHECK_THROWS_AS(table.build(books, f.x.data(), 20, 1, exec), Error);
+  CHECK_THROWS_WITH_AS(table.build(books, f.x.data(), kRvqMaxCols + 8, 1, exec),
+                       doctest::Contains("limit"), Error);
   table.build(books, f.x.data(), 24, 1, exec);
   std::vector<float> y(16);
   RvqMatrixView wrong = f.view();

@@ -84,6 +84,12 @@ TEST_CASE("sigmoid: the bias picks the experts, the unbiased scores weigh them")
   router.normalize = false;
   const Routing raw = route(router, logits, bias);
   CHECK(raw.weights[0] == doctest::Approx(2.5 * s3).epsilon(1e-6));
+  // Kimi-Linear's released code weighs with the biased scores instead.
+  router.normalize = true;
+  router.weights_from_biased = true;
+  const Routing biased = route(router, logits, bias);
+  CHECK(biased.experts == r.experts);
+  CHECK(biased.weights[0] == doctest::Approx(2.5 * (s3 + 1.0) / (s3 + 1.0 + s0)).epsilon(1e-6));
 }
 
 TEST_CASE("sigmoid: group-limited selection excludes a high score in a losing group") {

@@ -1,0 +1,207 @@
+// compute/kernels/rvq_avx512.cpp: AVX-512 (F/BW/VL/VBMI) table build,
+// quantization and row kernel for RVQ. The row kernel looks codes up in
+// registers with vpermi2b on byte planes and sums them exactly in integers, so
+// its outputs equal the scalar path's bit for bit. Built with -ffp-contract=off.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "compute/kernels/rvq_kernels.h"
+
+namespace sluice::kernels::detail {
+
+float rvq_build_avx512(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
+                       uint32_t v_end, float* lut) {
+  __m512 amax = _mm512_setzero_ps();
+  for (uint32_t v = v_begin; v < v_end; ++v) {
+    __m512 xs[kRvqVecDim];
+    for (int j = 0; j < kRvqVecDim; ++j) xs[j] = _mm512_set1_ps(x[v * kRvqVecDim + j]);
+    for (int s = 0; s < kRvqStages; ++s) {
+      const float* ct = codebooks.transposed(s);
+      float* out = lut + (size_t{v} * kRvqStages + s) * kRvqEntries;
+      for (int c = 0; c < kRvqEntries; c += 16) {
+        __m512 acc = _mm512_mul_ps(xs[0], _mm512_loadu_ps(ct + c));
+        for (int j = 1; j < kRvqVecDim; ++j)
+          acc = _mm512_add_ps(acc, _mm512_mul_ps(xs[j], _mm512_loadu_ps(ct + j * kRvqEntries + c)));
+        _mm512_storeu_ps(out + c, acc);
+        amax = _mm512_max_ps(_mm512_abs_ps(acc), amax);  // a NaN lane keeps amax
+      }
+    }
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, amax);
+  float out = 0.0f;
+  for (float l : lanes) out = std::max(out, l);
+  return out;
+}
+
+void rvq_quantize_avx512(const float* exact, size_t count, float inv, int16_t* codes,
+                         uint8_t* planes) {
+  const __m512 scale = _mm512_set1_ps(inv);
+  const __m512i hi = _mm512_set1_epi32(kRvqCodeMax), lo = _mm512_set1_epi32(-kRvqCodeMax);
+  for (size_t i = 0; i < count; i += 16) {
+    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(exact + i), scale));
+    q = _mm512_max_epi32(_mm512_min_epi32(q, hi), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm512_cvtepi32_epi16(q));
+    if (planes == nullptr) continue;
+    const __m512i biased = _mm512_add_epi32(q, _mm512_set1_epi32(kRvqPlaneBias));
+    uint8_t* block = planes + i / kRvqEntries * 2 * kRvqEntries + i % kRvqEntries;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(block), _mm512_cvtepi32_epi8(biased));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(block + kRvqEntries),
+                     _mm512_cvtepi32_epi8(_mm512_srli_epi32(biased, 8)));
+  }
+}
+
+namespace {
+
+constexpr uint32_t kGroupBlocks = 4;  // 64 rows: one index byte per zmm lane
+// Vector positions summed in 16-bit lanes before widening: 3 · 64 lookups of
+// at most 255 stay below 65536.
+constexpr uint32_t kWordSpanVectors = 64;
+
+// The 64 codes' plane bytes for the 64 indices in idx: bit 7 picks the upper
+// 128 entries, vpermi2b resolves the lower seven bits in registers.
+inline __m512i lookup_plane(const uint8_t* plane, __m512i idx, __mmask64 upper) {
+  const auto at = [plane](int k) { return _mm512_loadu_si512(plane + 64 * k); };
+  return _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(at(0), idx, at(1)),
+                                _mm512_permutex2var_epi8(at(2), idx, at(3)));
+}
+
+// Widens 32 word sums to dwords and adds low + 256 · high to the two
+// accumulators (words 0-15 and 16-31).
+inline void widen_into(__m512i low_words, __m512i high_words, __m512i& first, __m512i& second) {
+  const auto part = [](__m512i w, int half) {
+    return _mm512_cvtepu16_epi32(half == 0 ? _mm512_castsi512_si256(w)
+                                           : _mm512_extracti64x4_epi64(w, 1));
+  };
+  first = _mm512_add_epi32(
+      first, _mm512_add_epi32(part(low_words, 0), _mm512_slli_epi32(part(high_words, 0), 8)));
+  second = _mm512_add_epi32(
+      second, _mm512_add_epi32(part(low_words, 1), _mm512_slli_epi32(part(high_words, 1), 8)));
+}
+
+}  // namespace
+
+void rvq_rows_avx512(const RvqTable& table, std::span<const uint32_t> tokens,
+                     const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y) {
+  const uint32_t nv = m.shape.vectors_per_row();
+  const size_t block_bytes = size_t{nv} * kRvqStages * kRowBlock;
+  const int64_t bias = int64_t{kRvqPlaneBias} * kRvqStages * nv;
+  const __m512i even = _mm512_set1_epi16(0x00ff);
+  for (uint32_t g = block_begin; g < block_end; g += kGroupBlocks) {
+    const uint32_t blocks = std::min(kGroupBlocks, block_end - g);
+    // A short last group repeats its last block; those lanes are never written.
+    const uint8_t* base[kGroupBlocks];
+    for (uint32_t k = 0; k < kGroupBlocks; ++k)
+      base[k] = m.indices + (g + std::min(k, blocks - 1)) * block_bytes;
+    const uint32_t row0 = g * kRowBlock,
+                   rows = std::min(m.shape.rows, row0 + blocks * kRowBlock) - row0;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const uint8_t* planes = table.token_planes(tokens[t]);
+      // Dword sums of q + 32768 by lane byte: even bytes 0-30, 32-62; odd 1-31, 33-63.
+      __m512i even_a = _mm512_setzero_si512(), even_b = even_a, odd_a = even_a, odd_b = even_a;
+      for (uint32_t v0 = 0; v0 < nv; v0 += kWordSpanVectors) {
+        const uint32_t v1 = std::min(nv, v0 + kWordSpanVectors);
+        __m512i even_lo = _mm512_setzero_si512(), odd_lo = even_lo, even_hi = even_lo,
+                odd_hi = even_lo;
+        for (size_t vs = size_t{v0} * kRvqStages; vs < size_t{v1} * kRvqStages; ++vs) {
+          const size_t at = vs * kRowBlock;
+          __m512i idx = _mm512_castsi128_si512(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(base[0] + at)));
+          idx = _mm512_inserti32x4(
+              idx, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base[1] + at)), 1);
+          idx = _mm512_inserti32x4(
+              idx, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base[2] + at)), 2);
+          idx = _mm512_inserti32x4(
+              idx, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base[3] + at)), 3);
+          const __mmask64 upper = _mm512_movepi8_mask(idx);
+          const uint8_t* plane = planes + vs * 2 * kRvqEntries;
+          const __m512i lo = lookup_plane(plane, idx, upper);
+          const __m512i hi = lookup_plane(plane + kRvqEntries, idx, upper);
+          even_lo = _mm512_add_epi16(even_lo, _mm512_and_si512(lo, even));
+          odd_lo = _mm512_add_epi16(odd_lo, _mm512_srli_epi16(lo, 8));
+          even_hi = _mm512_add_epi16(even_hi, _mm512_and_si512(hi, even));
+          odd_hi = _mm512_add_epi16(odd_hi, _mm512_srli_epi16(hi, 8));
+        }
+        widen_into(even_lo, even_hi, even_a, even_b);
+        widen_into(odd_lo, odd_hi, odd_a, odd_b);
+      }
+      alignas(64) uint32_t sums[4][16];
+      _mm512_store_si512(sums[0], even_a);
+      _mm512_store_si512(sums[1], even_b);
+      _mm512_store_si512(sums[2], odd_a);
+      _mm512_store_si512(sums[3], odd_b);
+      const float scale = table.token_scale(tokens[t]);
+      for (uint32_t p = 0; p < rows; ++p) {
+        const uint32_t biased = sums[(p % 2) * 2 + p / 32][(p % 32) / 2];
+        const auto total = static_cast<int32_t>(int64_t{biased} - bias);
+        y[t * m.shape.rows + row0 + p] = rvq_row_output(total, scale, m.scales[row0 + p]);
+      }
+    }
+  }
+}
+
+namespace {
+
+inline float fold_lanes(__m512 a) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, a);
+  return fold16(lanes);
+}
+
+// R rows × T tokens of decoded-path outputs; each keeps its own 16 lanes.
+template <int R, int T>
+void decoded_tile(const float* tile, uint32_t cols, const float* x, uint32_t r_in_tile, uint32_t t0,
+                  const float* scales, float* y, size_t y_stride) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  uint32_t k = 0;
+  for (; k + 16 <= cols; k += 16) {
+    __m512 w[R];
+    for (int r = 0; r < R; ++r) w[r] = _mm512_loadu_ps(tile + size_t{r_in_tile + r} * cols + k);
+    for (int t = 0; t < T; ++t) {
+      const __m512 xs = _mm512_loadu_ps(x + size_t{t0 + t} * cols + k);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_add_ps(acc[r][t], _mm512_mul_ps(w[r], xs));
+    }
+  }
+  if (k < cols) {  // cols is a multiple of 8: lanes 0-7 take the last half chunk, 8-15 nothing
+    constexpr __mmask16 kLow = 0x00ff;
+    for (int t = 0; t < T; ++t) {
+      const __m512 xs = _mm512_maskz_loadu_ps(kLow, x + size_t{t0 + t} * cols + k);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_maskz_loadu_ps(kLow, tile + size_t{r_in_tile + r} * cols + k);
+        acc[r][t] = _mm512_mask_add_ps(acc[r][t], kLow, acc[r][t], _mm512_mul_ps(w, xs));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[(t0 + t) * y_stride + r] = scales[r] * fold_lanes(acc[r][t]);
+}
+
+template <int R>
+void decoded_rows(const float* tile, uint32_t cols, const float* x, uint32_t tokens,
+                  uint32_t r_in_tile, const float* scales, float* y, size_t y_stride) {
+  uint32_t t = 0;
+  for (; t + 4 <= tokens; t += 4)
+    decoded_tile<R, 4>(tile, cols, x, r_in_tile, t, scales, y, y_stride);
+  for (; t < tokens; ++t) decoded_tile<R, 1>(tile, cols, x, r_in_tile, t, scales, y, y_stride);
+}
+
+}  // namespace
+
+void rvq_tile_matmul_avx512(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
+                            uint32_t row_end, const float* x, uint32_t tokens, float* y) {
+  const uint32_t cols = m.shape.cols;
+  uint32_t r = row_begin;
+  for (; r + 2 <= row_end; r += 2) {
+    const float scales[2] = {f16_to_f32(m.scales[r]), f16_to_f32(m.scales[r + 1])};
+    decoded_rows<2>(tile, cols, x, tokens, r - row_begin, scales, y + r, m.shape.rows);
+  }
+  for (; r < row_end; ++r) {
+    const float scale = f16_to_f32(m.scales[r]);
+    decoded_rows<1>(tile, cols, x, tokens, r - row_begin, &scale, y + r, m.shape.rows);
+  }
+}
+
+}  // namespace sluice::kernels::detail

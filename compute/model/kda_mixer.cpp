@@ -1,0 +1,157 @@
+// compute/model/kda_mixer.cpp: the Kimi Delta Attention layers (§4.3): the
+// projections, the short causal convolutions with their carried inputs, the
+// decay and write-strength gates, L2 normalisation as fla places its
+// epsilon, the recurrence (kda.h), the gated output norm. State per layer is
+// fixed: each head's d × d matrix and the convolutions' last inputs; it is
+// cleared whenever a sequence starts at position 0.
+#include <algorithm>
+#include <cmath>
+
+#include "compute/model/kda.h"
+#include "compute/model/mixer.h"
+#include "compute/model/ops.h"
+#include "proto/error.h"
+
+namespace sluice {
+namespace {
+
+float softplus(float u) { return u > 20.0f ? u : std::log1p(std::exp(u)); }
+float sigmoid(float u) { return 1.0f / (1.0f + std::exp(-u)); }
+
+// x / sqrt(‖x‖² + 1e-6) · scale, fla's l2norm.
+void l2_normalize(float* x, uint32_t n, float scale) {
+  float sum = 0.0f;
+  for (uint32_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  const float inverse = scale / std::sqrt(sum + 1e-6f);
+  for (uint32_t i = 0; i < n; ++i) x[i] *= inverse;
+}
+
+class KdaMixer final : public Mixer {
+ public:
+  KdaMixer(const ModelConfig& config, const ModelWeights& weights, kernels::Exec exec)
+      : config_(config), kda_(config.kda), weights_(weights), exec_(exec), index_(config.layers, kNone) {
+    for (uint32_t i = 0; i < config.layers; ++i) {
+      if (config.is_kda(i)) index_[i] = layers_++;
+    }
+    state_.assign(size_t{layers_} * kda_.state_floats(), 0.0f);
+  }
+
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, float* out) override {
+    if (index_[layer] == kNone) fail("layer {} is not a KDA layer", layer);
+    const KdaWeights& w = weights_.layers[layer].kda;
+    const uint32_t heads = kda_.heads, d = kda_.head_dim, p = kda_.width();
+    float* recurrent = &state_[size_t{index_[layer]} * kda_.state_floats()];
+    float* carried = recurrent + size_t{heads} * d * d;  // [q, k, v][kernel − 1][p]
+    if (first_position == 0) std::fill(recurrent, recurrent + kda_.state_floats(), 0.0f);
+
+    const size_t rows = size_t{tokens} * p;
+    q_.resize(rows), k_.resize(rows), v_.resize(rows);
+    w.q.apply(normed, tokens, q_.data(), exec_);
+    w.k.apply(normed, tokens, k_.data(), exec_);
+    w.v.apply(normed, tokens, v_.data(), exec_);
+    convolve(w.q_conv, q_, carried, tokens);
+    convolve(w.k_conv, k_, carried + size_t{kda_.conv_kernel - 1} * p, tokens);
+    convolve(w.v_conv, v_, carried + size_t{2} * (kda_.conv_kernel - 1) * p, tokens);
+    gates(w, normed, tokens);
+
+    // Per head: gather [tokens][d], normalise, run the recurrence.
+    const float query_scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const size_t head_rows = size_t{tokens} * d;
+    hq_.resize(head_rows), hk_.resize(head_rows), hv_.resize(head_rows), hg_.resize(head_rows);
+    hbeta_.resize(tokens), ho_.resize(head_rows), attn_.resize(rows);
+    for (uint32_t h = 0; h < heads; ++h) {
+      for (uint32_t t = 0; t < tokens; ++t) {
+        const size_t from = size_t{t} * p + size_t{h} * d, to = size_t{t} * d;
+        std::copy_n(&q_[from], d, &hq_[to]);
+        std::copy_n(&k_[from], d, &hk_[to]);
+        std::copy_n(&v_[from], d, &hv_[to]);
+        std::copy_n(&decay_[from], d, &hg_[to]);
+        l2_normalize(&hq_[to], d, query_scale);
+        l2_normalize(&hk_[to], d, 1.0f);
+        hbeta_[t] = beta_[size_t{t} * heads + h];
+      }
+      float* s = recurrent + size_t{h} * d * d;
+      if (tokens == 1) {
+        kda_recurrent({hq_.data(), hk_.data(), hv_.data(), hg_.data(), hbeta_.data()}, 1, d, s, ho_.data());
+      } else {
+        for (uint32_t start = 0; start < tokens; start += kKdaChunk) {
+          const uint32_t n = std::min(kKdaChunk, tokens - start);
+          const size_t at = size_t{start} * d;
+          kda_chunk({&hq_[at], &hk_[at], &hv_[at], &hg_[at], &hbeta_[start]}, n, d, s, &ho_[at], scratch_);
+        }
+      }
+      // Gated output norm: RMSNorm(o_h) ⊙ σ(γ_h).
+      for (uint32_t t = 0; t < tokens; ++t) {
+        float* o = &attn_[size_t{t} * p + size_t{h} * d];
+        rms_norm(&ho_[size_t{t} * d], w.o_norm.data(), d, config_.rms_eps, o);
+        const float* gate = &gate_[size_t{t} * p + size_t{h} * d];
+        for (uint32_t c = 0; c < d; ++c) o[c] *= sigmoid(gate[c]);
+      }
+    }
+    w.o.apply(attn_.data(), tokens, out, exec_);
+  }
+
+  size_t state_bytes() const override { return state_.size() * sizeof(float); }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  // x[t][c] ← silu(Σ_j w[c][j] · in_{t−K+1+j}[c]): tap K−1 multiplies the
+  // current token; inputs before the chunk come from `carried` (the last
+  // K − 1 pre-activation rows), which is then replaced by this chunk's last.
+  void convolve(const std::vector<float>& weight, std::vector<float>& x, float* carried, uint32_t tokens) {
+    const uint32_t p = kda_.width(), taps = kda_.conv_kernel, history = taps - 1;
+    sequence_.resize(size_t{history + tokens} * p);
+    std::copy_n(carried, size_t{history} * p, sequence_.begin());
+    std::copy(x.begin(), x.begin() + size_t{tokens} * p, sequence_.begin() + size_t{history} * p);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      for (uint32_t c = 0; c < p; ++c) {
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < taps; ++j) sum += weight[size_t{c} * taps + j] * sequence_[size_t{t + j} * p + c];
+        x[size_t{t} * p + c] = silu(sum);
+      }
+    }
+    std::copy_n(sequence_.begin() + size_t{tokens} * p, size_t{history} * p, carried);
+  }
+
+  // The log-decay g = −exp(A_log[h]) · softplus(f_b(f_a x) + dt_bias), the
+  // write strength β = σ(b x) and the output gate γ = g_b(g_a x).
+  void gates(const KdaWeights& w, const float* normed, uint32_t tokens) {
+    const uint32_t heads = kda_.heads, d = kda_.head_dim, p = kda_.width();
+    low_rank_.resize(size_t{tokens} * d);
+    decay_.resize(size_t{tokens} * p);
+    w.decay_a.apply(normed, tokens, low_rank_.data(), exec_);
+    w.decay_b.apply(low_rank_.data(), tokens, decay_.data(), exec_);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      for (uint32_t c = 0; c < p; ++c) {
+        float& g = decay_[size_t{t} * p + c];
+        g = -std::exp(w.decay_log[c / d]) * softplus(g + w.decay_bias[c]);
+      }
+    }
+    beta_.resize(size_t{tokens} * heads);
+    w.beta.apply(normed, tokens, beta_.data(), exec_);
+    for (float& b : beta_) b = sigmoid(b);
+    gate_.resize(size_t{tokens} * p);
+    w.gate_a.apply(normed, tokens, low_rank_.data(), exec_);
+    w.gate_b.apply(low_rank_.data(), tokens, gate_.data(), exec_);
+  }
+
+  const ModelConfig& config_;
+  const KdaConfig& kda_;
+  const ModelWeights& weights_;
+  kernels::Exec exec_;
+  std::vector<uint32_t> index_;  // model layer → KDA layer, kNone for others
+  uint32_t layers_ = 0;
+  std::vector<float> state_;     // per KDA layer: heads × d × d, then 3 × (kernel − 1) × p
+  std::vector<float> q_, k_, v_, sequence_, low_rank_, decay_, beta_, gate_, attn_;
+  std::vector<float> hq_, hk_, hv_, hg_, hbeta_, ho_, scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_kda_mixer(const ModelConfig& config, const ModelWeights& weights, uint32_t /*context*/,
+                                      kernels::Exec exec) {
+  return std::make_unique<KdaMixer>(config, weights, exec);
+}
+
+}  // namespace sluice
