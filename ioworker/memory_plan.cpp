@@ -201,6 +201,23 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_
   return (activations + tables + scores + config.vocab) * sizeof(float);
 }
 
+namespace {
+
+// The segment of a slot for every one of `records` experts, and the slots a
+// worker makes of a segment of a given size.
+void add_cache_limits(PlanInputs& inputs, const ioworker::CacheShape& shape, uint64_t records,
+                      uint32_t max_clients, uint32_t mailbox_rows) {
+  if (records >= 2 * inputs.top_k && records <= UINT32_MAX) {
+    inputs.full_cache_bytes = ioworker::cache_bytes_for_slots(shape, static_cast<uint32_t>(records),
+                                                              max_clients, mailbox_rows);
+  }
+  inputs.slots_in = [shape, max_clients, mailbox_rows](uint64_t cache_bytes) -> uint64_t {
+    return ioworker::plan_cache_geometry(shape, cache_bytes, max_clients, mailbox_rows).slot_count;
+  };
+}
+
+}  // namespace
+
 PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
   PlanInputs inputs;
   inputs.model = container.dir();
@@ -211,6 +228,8 @@ PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_
   if (inputs.moe_layers > 0) {
     inputs.cache_tables_bytes =
         ioworker::min_cache_bytes(container, max_clients, mailbox_rows) - 2 * inputs.top_k * inputs.record_stride;
+    add_cache_limits(inputs, ioworker::cache_shape(container), container.record_count(),
+                     max_clients, mailbox_rows);
   }
   return inputs;
 }
@@ -230,6 +249,8 @@ PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint3
                                      config.top_k};
     inputs.cache_tables_bytes = ioworker::cache_bytes_for_slots(shape, 2 * config.top_k, max_clients, mailbox_rows) -
                                 2 * inputs.top_k * inputs.record_stride;
+    add_cache_limits(inputs, shape, uint64_t{config.experts} * moe.size(), max_clients,
+                     mailbox_rows);
   }
   return inputs;
 }
@@ -287,15 +308,32 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   plan.usable_bytes = ram.usable_bytes;
   plan.usable_source = ram.source;
 
+  plan.full_cache_bytes = inputs.full_cache_bytes;
+  // The budget of a cache holding every expert: nothing above it is ever used.
+  const uint64_t all_experts_budget =
+      plan.full_cache_bytes > plan.min_cache_bytes
+          ? plan.floor_bytes - plan.min_cache_bytes + plan.full_cache_bytes
+          : 0;
+  const uint64_t cap = plan.usable_bytes / 8 * 7;
   if (request.budget_bytes) {
     if (*request.budget_bytes < plan.floor_bytes) {
       fail("--budget {} is under the floor of {}; the plan at context {}:\n{}", format_bytes(*request.budget_bytes),
            format_bytes(plan.floor_bytes), plan.context, describe_plan(plan));
     }
+    if (*request.budget_bytes > plan.usable_bytes && !request.force) {
+      fail(
+          "--budget {} is above the usable memory of {} (from {}); --force takes it anyway. The "
+          "plan at "
+          "context {}:\n{}",
+          format_bytes(*request.budget_bytes), format_bytes(plan.usable_bytes), plan.usable_source,
+          plan.context, describe_plan(plan));
+    }
     plan.budget_bytes = *request.budget_bytes;
     plan.budget_given = true;
+    plan.forced = *request.budget_bytes > plan.usable_bytes;
+  } else if (all_experts_budget != 0 && all_experts_budget <= cap) {
+    plan.budget_bytes = all_experts_budget;
   } else {
-    const uint64_t cap = plan.usable_bytes / 8 * 7;
     plan.budget_bytes = plan.floor_bytes;
     for (uint32_t sets = 3; sets >= 1; --sets) {
       const uint64_t candidate = plan.floor_bytes + sets * plan.working_set_bytes;
@@ -307,7 +345,13 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
     }
   }
   plan.cache_bytes = plan.budget_bytes - plan.floor_bytes + plan.min_cache_bytes;
-  plan.cache_slots = (plan.cache_bytes - plan.cache_tables_bytes) / plan.record_stride;
+  if (all_experts_budget != 0 && plan.cache_bytes >= plan.full_cache_bytes) {
+    plan.cache_bytes = plan.full_cache_bytes;
+    plan.all_experts = true;
+  }
+  plan.cache_slots = inputs.slots_in
+                         ? inputs.slots_in(plan.cache_bytes)
+                         : (plan.cache_bytes - plan.cache_tables_bytes) / plan.record_stride;
   return plan;
 }
 
@@ -367,8 +411,12 @@ std::string describe_plan(const MemoryPlan& plan) {
   line("physical memory", plan.physical_bytes);
   line("usable memory", plan.usable_bytes, fmt::format("(from {})", plan.usable_source));
   std::string how;
-  if (plan.budget_given) {
+  if (plan.forced) {
+    how = "(as given, with --force: above the usable memory)";
+  } else if (plan.budget_given) {
     how = "(as given)";
+  } else if (plan.all_experts) {
+    how = "(the floor and a cache of every expert, under 7/8 of usable)";
   } else if (plan.working_sets > 0) {
     how = fmt::format("(floor + {} working set{}, under 7/8 of usable)", plan.working_sets,
                       plan.working_sets == 1 ? "" : "s");
@@ -379,7 +427,9 @@ std::string describe_plan(const MemoryPlan& plan) {
   }
   if (plan.budget_bytes != 0) {
     line("budget", plan.budget_bytes, how);
-    line("cache", plan.cache_bytes, fmt::format("({} slots)", plan.cache_slots));
+    line("cache", plan.cache_bytes,
+         fmt::format("({} slots{})", plan.cache_slots,
+                     plan.all_experts ? ": every expert of the container" : ""));
   }
   return out;
 }
@@ -400,6 +450,9 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
           {"budget_bytes", plan.budget_bytes},
           {"budget_given", plan.budget_given},
           {"working_sets", plan.working_sets},
+          {"all_experts", plan.all_experts},
+          {"forced", plan.forced},
+          {"full_cache_bytes", plan.full_cache_bytes},
           {"cache_bytes", plan.cache_bytes},
           {"cache_slots", plan.cache_slots}};
 }

@@ -6,11 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "ioworker/worker.h"
 
@@ -41,8 +41,11 @@ struct MemoryPlan {
   uint64_t budget_bytes = 0;
   uint32_t working_sets = 0;     // whole working sets above the floor (0..3), when chosen
   bool budget_given = false;     // --budget, used as given
-  uint64_t cache_bytes = 0;      // budget − floor + min cache
-  uint64_t cache_slots = 0;      // about (cache_bytes − tables) / record_stride
+  bool all_experts = false;      // the cache holds every expert of the container
+  bool forced = false;           // --force: a given budget above the usable memory
+  uint64_t full_cache_bytes = 0;  // a segment with a slot for every expert (0: not known)
+  uint64_t cache_bytes = 0;       // budget − floor + min cache, at most full_cache_bytes
+  uint64_t cache_slots = 0;       // the slots a worker makes of cache_bytes
 };
 
 // RAM this process may use, and which limit set it.
@@ -77,6 +80,10 @@ struct PlanInputs {
   uint64_t moe_layers = 0;
   uint64_t record_stride = 0;   // the largest of any MoE layer
   uint64_t cache_tables_bytes = 0;  // a segment of the minimum cache, less its slots
+  uint64_t full_cache_bytes = 0;    // a segment holding every expert; 0: unknown, no cap
+  // The slots a worker carves out of a segment of this many bytes (the
+  // segment's tables grow with the slots); empty: (bytes − tables) / stride.
+  std::function<uint64_t(uint64_t cache_bytes)> slots_in;
 };
 // The segment's tables are sized for `max_clients` clients and a mailbox of
 // `mailbox_rows` rows.
@@ -96,6 +103,7 @@ nlohmann::json model_breakdown(const ModelConfig& config);
 struct PlanRequest {
   uint32_t context = 4096;
   std::optional<uint64_t> budget_bytes;  // as given by --budget
+  bool force = false;                    // --force: take a given budget above the usable memory
   // The segment the cache lives in (read by the Container overload only).
   uint32_t max_clients = ioworker::WorkerOptions{}.max_clients;
   uint32_t mailbox_rows = ioworker::WorkerOptions{}.mailbox_rows;
@@ -103,8 +111,10 @@ struct PlanRequest {
 
 // The floor and working set of `container` at request.context, and the
 // budget: the given one (refused with the whole plan in the Error when it is
-// under the floor), else the largest of floor + 3, 2, 1 working sets that
-// fits under 7/8 of ram.usable_bytes, else the floor.
+// under the floor, or above the usable memory without request.force), else
+// the floor with a cache of every expert when that fits under 7/8 of
+// ram.usable_bytes, else the largest of floor + 3, 2, 1 working sets that
+// does, else the floor. The cache never exceeds full_cache_bytes.
 MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, const PlanRequest& request,
                        const UsableRam& ram);
 MemoryPlan plan_memory(const Container& container, const ModelConfig& config, const PlanRequest& request,
@@ -112,7 +122,8 @@ MemoryPlan plan_memory(const Container& container, const ModelConfig& config, co
 
 // The plan as the commands ask for it: `budget` as --budget gives it (empty:
 // choose one), at `context` as --ctx gives it (0: the model's default), for
-// a segment of `shape` (its budget_bytes and context are ignored). Its
+// a segment of `shape` (its budget_bytes and context are ignored; its force
+// is --force). Its
 // cache_bytes is what `sluice run`, sluice-io and the benchmarks size the
 // cache with.
 MemoryPlan plan_for(const Container& container, const std::string& budget, uint32_t context = 0,

@@ -134,10 +134,11 @@ RpcClient::RpcClient(const std::string& socket_path, std::chrono::milliseconds t
 RpcClient::~RpcClient() = default;
 
 
-Attachment RpcClient::attach(uint64_t identity) {
+Attachment RpcClient::attach(uint64_t identity, bool verify) {
   auto request = impl_->daemon.attachRequest();
   request.setPid(::getpid());
   request.setIdentity(identity);
+  request.setVerify(verify);
   auto response = impl_->wait(request.send(), "attach");
   const auto result = response.getResult();
   if (result.isRefused()) {
@@ -158,6 +159,11 @@ Attachment RpcClient::attach(uint64_t identity) {
   out.geometry.mailbox_rows = g.getMailboxRows();
   out.geometry.mailbox_ids = g.getMailboxIds();
   out.segment_bytes = attached.getSegmentBytes();
+  out.verifies_records = attached.getVerifiesRecords();
+  if (verify && !out.verifies_records) {
+    fail("--verify: sluice-io at {} does not check record crc32s; start it with --verify (sluice-up --verify)",
+         impl_->socket_path);
+  }
   out.identity = attached.getIdentity();
   out.session = attached.getSession();
   out.direct_io = attached.getDirectIo();

@@ -26,6 +26,7 @@ struct Attachment {
   uint64_t identity = 0;
   uint32_t session = 0;      // for detach
   bool direct_io = false;
+  bool verifies_records = false;  // the daemon checks each record's crc32
 };
 
 // The daemon's stats: the segment's counters plus the daemon itself.
@@ -57,8 +58,9 @@ class RpcClient {
   RpcClient& operator=(const RpcClient&) = delete;
 
   // Attaches this process (its pid) for the container `identity`. Throws
-  // Error with the daemon's reason when it serves another container.
-  Attachment attach(uint64_t identity);
+  // Error with the daemon's reason when it serves another container or, with
+  // `verify`, when it does not check record crc32s.
+  Attachment attach(uint64_t identity, bool verify = false);
   void detach(uint32_t session);
   // Returns how many distinct experts the daemon queued.
   uint32_t prefetch(uint32_t layer, std::span<const uint32_t> experts, RpcPrefetchOrigin origin);

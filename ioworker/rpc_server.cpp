@@ -17,6 +17,7 @@
 #include "ioworker/rpc_socket.h"
 #include "ioworker/worker.h"
 #include "proto/error.h"
+#include "proto/manifest.h"
 #include "proto/sluice_io.capnp.h"
 
 namespace sluice::ioworker {
@@ -123,6 +124,14 @@ class Service final : public rpc::SluiceIo::Server {
       result.setRefused(reason);
       return kj::READY_NOW;
     }
+    if (params.getVerify() && !info_.verifies_records) {
+      log_(fmt::format("refused attach from pid {}: it asks for --verify and this daemon does not verify",
+                       params.getPid()));
+      result.setRefused(fmt::format("the client asks for --verify, but sluice-io instance '{}' does not check "
+                                    "record crc32s: start it with --verify (sluice-up --verify)",
+                                    info_.instance));
+      return kj::READY_NOW;
+    }
     const uint32_t session = sessions_.next++;
     sessions_.pids[session] = params.getPid();
     open_.push_back(session);
@@ -144,6 +153,7 @@ class Service final : public rpc::SluiceIo::Server {
     attached.setIdentity(worker_.identity());
     attached.setSession(session);
     attached.setDirectIo(worker_.direct_io());
+    attached.setVerifiesRecords(info_.verifies_records);
     log_(fmt::format("attach: session {} for pid {}", session, params.getPid()));
     return kj::READY_NOW;
   }
@@ -162,6 +172,12 @@ class Service final : public rpc::SluiceIo::Server {
 
   kj::Promise<void> prefetch(PrefetchContext context) override {
     const auto params = context.getParams();
+    // Bounded before anything is copied, sorted or locked: a request names
+    // each expert of one layer at most once.
+    if (params.getExperts().size() > kMaxExpertsPerLayer) {
+      return refuse(fmt::format("prefetch: {} experts in one request; a layer has at most {}",
+                                params.getExperts().size(), kMaxExpertsPerLayer));
+    }
     std::vector<uint32_t> experts;
     for (uint32_t expert : params.getExperts()) experts.push_back(expert);
     std::sort(experts.begin(), experts.end());

@@ -21,6 +21,7 @@ struct DaemonInfo {
   uint64_t budget_bytes = 0;
   uint64_t cache_bytes = 0;
   uint32_t readers = 0;
+  bool verifies_records = false;  // sluice-io --verify
 };
 
 class RpcServer {

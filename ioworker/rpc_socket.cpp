@@ -33,14 +33,14 @@ std::string parent_dir(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-void make_private_dir(const std::string& dir) {
+void make_dir(const std::string& dir) {
   struct stat info{};
   if (::stat(dir.c_str(), &info) == 0) {
     if (!S_ISDIR(info.st_mode)) fail("{}: exists and is not a directory", dir);
     return;
   }
   const std::string parent = parent_dir(dir);
-  if (parent != dir && parent != "/" && parent != ".") make_private_dir(parent);
+  if (parent != dir && parent != "/" && parent != ".") make_dir(parent);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     fail("{}: cannot create the socket directory: {}", dir, std::strerror(errno));
   }
@@ -56,10 +56,39 @@ std::string runtime_dir() {
   return "/tmp/sluice-" + std::to_string(::geteuid());
 }
 
+void check_private_dir(const std::string& dir) {
+  struct stat info{};
+  if (::lstat(dir.c_str(), &info) != 0) fail("{}: cannot inspect the runtime directory: {}", dir, std::strerror(errno));
+  if (S_ISLNK(info.st_mode)) fail("{}: the runtime directory is a symlink; refusing to use it", dir);
+  if (!S_ISDIR(info.st_mode)) fail("{}: the runtime directory exists and is not a directory", dir);
+  if (info.st_uid != ::geteuid()) {
+    fail("{}: the runtime directory belongs to uid {}, not to you (uid {}); refusing to use it", dir, info.st_uid,
+         ::geteuid());
+  }
+  if ((info.st_mode & 077) != 0) {
+    fail("{}: the runtime directory has mode {:04o}; it must be private (0700) to be used", dir,
+         info.st_mode & 07777);
+  }
+}
+
+void make_private_runtime_dir(const std::string& dir) {
+  const std::string parent = parent_dir(dir);
+  if (parent != "/" && parent != ".") make_dir(parent);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    fail("{}: cannot create the runtime directory: {}", dir, std::strerror(errno));
+  }
+  check_private_dir(dir);  // also when it was there already, or another process won the race
+}
+
 std::string default_socket_path(const std::string& instance) { return runtime_dir() + "/" + instance + ".sock"; }
 
 std::string resolve_socket(const std::string& path_or_instance) {
-  return path_or_instance.find('/') == std::string::npos ? default_socket_path(path_or_instance) : path_or_instance;
+  if (path_or_instance.find('/') != std::string::npos) return path_or_instance;
+  // Only a private runtime directory proves the daemon there is our own.
+  const std::string dir = runtime_dir();
+  struct stat info{};
+  if (::lstat(dir.c_str(), &info) == 0) check_private_dir(dir);
+  return default_socket_path(path_or_instance);
 }
 
 bool socket_answers(const std::string& path) {
@@ -73,7 +102,11 @@ bool socket_answers(const std::string& path) {
 
 ListeningSocket::ListeningSocket(const std::string& path) : path_(path) {
   const sockaddr_un address = socket_address(path);
-  make_private_dir(parent_dir(path));
+  if (parent_dir(path) == runtime_dir()) {
+    make_private_runtime_dir(runtime_dir());
+  } else {
+    make_dir(parent_dir(path));
+  }
   struct stat existing{};
   if (::lstat(path.c_str(), &existing) == 0) {
     if (!S_ISSOCK(existing.st_mode)) fail("{}: exists and is not a socket; refusing to replace it", path);

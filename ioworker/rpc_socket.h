@@ -15,11 +15,20 @@ inline constexpr const char* kDefaultInstance = "default";
 // $XDG_RUNTIME_DIR/sluice, /run/sluice for root, else /tmp/sluice-<uid>.
 std::string runtime_dir();
 
+// Throws Error naming `dir` unless it is a directory (not a symlink) owned by
+// this user with no access for anyone else: another user who created it
+// first could swap or read what is put in it.
+void check_private_dir(const std::string& dir);
+// Creates `dir` mode 0700 when missing (its parents too), then
+// check_private_dir.
+void make_private_runtime_dir(const std::string& dir);
+
 // <runtime_dir()>/<instance>.sock
 std::string default_socket_path(const std::string& instance);
 
 // What --attach names: a path (it holds a '/') is used as it is; anything
-// else is an instance name, resolved to its default socket.
+// else is an instance name, resolved to its default socket after
+// check_private_dir on the runtime directory (when it exists).
 std::string resolve_socket(const std::string& path_or_instance);
 
 // True when something accepts connections at `path` right now.
@@ -27,7 +36,8 @@ bool socket_answers(const std::string& path);
 
 class ListeningSocket {
  public:
-  // Creates the parent directory (mode 0700) when missing, refuses a path
+  // Creates the parent directory (mode 0700) when missing (the runtime
+  // directory must pass check_private_dir), refuses a path
   // where a live daemon answers (naming it), removes a stale socket, binds
   // with mode 0600 and listens. Throws Error naming the path.
   explicit ListeningSocket(const std::string& path);

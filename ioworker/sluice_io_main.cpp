@@ -2,6 +2,12 @@
 // create the segment and worker, serve the control socket until SIGINT or
 // SIGTERM. Every resource is an RAII object, so no exit path (signal or
 // error) leaves a socket or a segment behind.
+#include <fmt/format.h>
+#include <kj/async-unix.h>
+#include <kj/exception.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -9,12 +15,7 @@
 #include <optional>
 #include <string>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <kj/async-unix.h>
-#include <kj/exception.h>
-#include <unistd.h>
-
+#include "ioworker/command_line.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/rpc_server.h"
 #include "ioworker/rpc_socket.h"
@@ -44,6 +45,7 @@ struct Options {
   uint32_t context = 0;
   uint32_t max_clients = 16;
   bool verify = false;
+  bool force = false;
 };
 
 int run(const Options& options) {
@@ -57,6 +59,7 @@ int run(const Options& options) {
   const Container container = Container::open(options.model);
   PlanRequest shape;
   shape.max_clients = options.max_clients;
+  shape.force = options.force;
   const MemoryPlan plan = plan_for(container, options.budget, options.context, shape);
   const uint64_t cache_bytes = plan.cache_bytes;
 
@@ -70,12 +73,15 @@ int run(const Options& options) {
   ioworker::Worker worker(container, worker_options);
   const shm::Geometry& geometry = worker.geometry();
   log_line(fmt::format("serving {} (identity {:016x}) on {}", options.model, container.identity(), socket_path));
-  log_line(fmt::format("segment {}: {} slots of {}, {} mapped; budget {} ({}), cache {}; {} readers via {}, {}",
-                       worker.segment_name(), geometry.slot_count, format_bytes(geometry.slot_bytes),
-                       format_bytes(worker.segment().mapped_bytes()), format_bytes(plan.budget_bytes),
-                       plan.budget_given ? "as given" : fmt::format("floor + {} working sets", plan.working_sets),
-                       format_bytes(cache_bytes), options.readers, worker.backend_name(),
-                       worker.direct_io() ? "O_DIRECT" : "buffered reads (O_DIRECT refused)"));
+  log_line(fmt::format(
+      "segment {}: {} slots of {}, {} mapped; budget {} ({}), cache {}; {} readers via {}, {}",
+      worker.segment_name(), geometry.slot_count, format_bytes(geometry.slot_bytes),
+      format_bytes(worker.segment().mapped_bytes()), format_bytes(plan.budget_bytes),
+      plan.budget_given  ? "as given"
+      : plan.all_experts ? "floor + every expert"
+                         : fmt::format("floor + {} working sets", plan.working_sets),
+      format_bytes(cache_bytes), options.readers, worker.backend_name(),
+      worker.direct_io() ? "O_DIRECT" : "buffered reads (O_DIRECT refused)"));
 
   ioworker::DaemonInfo info;
   info.instance = options.instance;
@@ -83,6 +89,7 @@ int run(const Options& options) {
   info.budget_bytes = plan.budget_bytes;
   info.cache_bytes = cache_bytes;
   info.readers = options.readers;
+  info.verifies_records = options.verify;
   ioworker::RpcServer server(worker, info, log_line);
   const int signal = server.serve(socket, {SIGINT, SIGTERM});
   log_line(fmt::format("stopping on {}: removing {} and {}", signal == SIGINT ? "SIGINT" : "SIGTERM", socket_path,
@@ -94,21 +101,33 @@ int run(const Options& options) {
 
 int main(int argc, char** argv) {
   CLI::App app{"sluice-io: the I/O daemon; reads expert records into a shared-memory cache for sluice clients"};
+  app.set_version_flag("--version", sluice::version_line("sluice-io"));
   Options options;
   app.add_option("MODEL", options.model, "Container directory (NAME.sluice)")->required();
-  app.add_option("--budget", options.budget, "Memory budget (K/M/G/T, 1024-based); default: the plan's choice");
+  app.add_option("--budget", options.budget,
+                 "Memory budget (K/M/G/T, 1024-based); default: the plan's choice")
+      ->check(CLI::Validator(
+          [](std::string& text) { return text.empty() ? std::string("an empty size") : ""; },
+          "SIZE"));
   app.add_option("--socket", options.socket, "Control socket path; default $XDG_RUNTIME_DIR/sluice/INSTANCE.sock");
-  app.add_option("--readers", options.readers, "Reader threads (or io_uring reads in flight)")->capture_default_str();
+  app.add_option("--readers", options.readers, "Reader threads (or io_uring reads in flight)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_flag("--verify", options.verify, "Check every record's payload crc32");
+  app.add_flag("--force", options.force, "Take a --budget above the usable memory");
   app.add_option("--instance", options.instance, "Instance name: names the segment and the default socket")
       ->capture_default_str();
-  app.add_option("--ctx", options.context, "Context length the plan reserves KV cache for (default: the model's, at most 4096)");
+  app.add_option(
+         "--ctx", options.context,
+         "Context length the plan reserves KV cache for (default: the model's, at most 4096)")
+      ->check(CLI::Range(1u, UINT32_MAX));
   app.add_option("--max-clients", options.max_clients, "Compute clients that may attach at once")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1u, sluice::shm::kMaxClients));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return sluice::exit_for_parse_error(app, e, "sluice-io");
   }
   // Before any thread exists: the signals stay blocked in every thread the
   // worker starts and are delivered only to the event loop.

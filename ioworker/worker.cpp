@@ -62,11 +62,15 @@ uint64_t min_cache_bytes(const Container& container, uint32_t max_clients, uint3
   return cache_bytes_for_slots(container, 2 * container.top_k(), max_clients, mailbox_rows);
 }
 
+shm::Geometry plan_cache_geometry(const CacheShape& shape, uint64_t cache_bytes,
+                                  uint32_t max_clients, uint32_t mailbox_rows) {
+  return shm::plan_geometry(cache_bytes, shape.record_stride, 2 * shape.top_k, max_clients,
+                            shape.experts, mailbox_of(shape, mailbox_rows));
+}
+
 shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_bytes, uint32_t max_clients,
                                   uint32_t mailbox_rows) {
-  check_container(container);
-  return shm::plan_geometry(cache_bytes, container.largest_record_stride(), 2 * container.top_k(), max_clients,
-                            container.widest_moe_layer(), mailbox_shape(container, mailbox_rows));
+  return plan_cache_geometry(cache_shape(container), cache_bytes, max_clients, mailbox_rows);
 }
 
 class Worker::Impl {
@@ -102,7 +106,7 @@ class Worker::Impl {
   bool valid_key(uint32_t layer, uint32_t expert) const;
   shm::IndexView index() const;
 
-  Evictor evictor_;
+  std::unique_ptr<Evictor> evictor_;  // made once the segment's slot count is known
   // A prefetch never evicts a slot accessed within this many clock ticks.
   // A cache of at least one token's working set keeps what the next token
   // reuses: protect about one token (a pin per routed expert plus its demand
@@ -122,12 +126,12 @@ class Worker::Impl {
 Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
     : container_(container),
       options_(options),
-      evictor_(options.policy, options.seed),
       depth_(std::max<uint32_t>(options.readers, 1)) {
   const shm::Geometry geometry =
       plan_cache_geometry(container, options.cache_bytes, options.max_clients, options.mailbox_rows);
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
                                       : shm::Segment::create(options.instance, geometry, container.identity());
+  evictor_ = std::make_unique<Evictor>(options.policy, options.seed, container, geometry.slot_count);
   const uint64_t working_set = uint64_t{container.top_k()} * container.moe_layers().size();
   cold_window_ = geometry.slot_count >= working_set ? 2 * working_set : 2ull * container.top_k();
   const Completion on_complete = [this](const ReadJob& job, std::optional<std::string> problem) {
@@ -260,7 +264,7 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
       fill(*slot, key, shm::ReadOrigin::kDemand, pass);  // a failed read gets one more try per request
     }
   } else {
-    slot = evictor_.choose(*segment_);
+    slot = evictor_->choose(*segment_, entry.layer);
     if (!slot) return Outcome::kStarved;
     evict(*slot);
     fill(*slot, key, shm::ReadOrigin::kDemand, pass);
@@ -288,7 +292,7 @@ void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
   }
   const uint64_t clock = segment_->header().clock.load(std::memory_order_relaxed);
   const std::optional<uint32_t> slot =
-      evictor_.choose_cold(*segment_, clock > cold_window_ ? clock - cold_window_ : 0);
+      evictor_->choose_cold(*segment_, clock > cold_window_ ? clock - cold_window_ : 0);
   if (!slot) {
     stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -301,6 +305,7 @@ void Worker::Impl::evict(uint32_t slot) {
   shm::SlotEntry& s = segment_->slot(slot);
   if (s.key == 0) return;
   shm::StatsBlock& stats = segment_->stats();
+  evictor_->evicted(s.key, s.hits);
   index().erase(s.key);
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
     stats.evictions.fetch_add(1, std::memory_order_relaxed);
@@ -322,6 +327,7 @@ void Worker::Impl::fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pas
   std::atomic<uint64_t>& clock = segment_->header().clock;
   s.last_access = origin == shm::ReadOrigin::kDemand ? clock.fetch_add(1, std::memory_order_relaxed) + 1
                                                      : clock.load(std::memory_order_relaxed);
+  evictor_->filled(key, s.last_access);
   s.origin = static_cast<uint32_t>(origin);
   s.used = 0;
   s.waiters = 0;
@@ -391,6 +397,10 @@ void Worker::Impl::reap() {
 
 void Worker::Impl::prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin) {
   const MoeLayerInfo& info = container_.moe_layer(layer);
+  // The lock below is shared with every client; hold it for one layer at most.
+  if (experts.size() > info.experts) {
+    fail("prefetch: layer {}: {} experts in one request, but the layer has {}", layer, experts.size(), info.experts);
+  }
   for (uint32_t expert : experts) {
     if (expert >= info.experts) fail("prefetch: layer {} expert {}: no such expert (the layer has {})", layer, expert, info.experts);
   }

@@ -7,8 +7,10 @@
 
 #include <bit>
 #include <cmath>
+#include <filesystem>
 
 #include "proto/aligned_buffer.h"
+#include "proto/checksum.h"
 #include "proto/error.h"
 
 namespace sluice {
@@ -29,15 +31,39 @@ void check_size(const RandomAccessFile& file, uint64_t expected, std::string_vie
   }
 }
 
-std::string read_manifest_bytes(FileSystem& fs, const std::string& path) {
+std::string read_whole_file(FileSystem& fs, const std::string& path, uint64_t limit) {
   const auto file = fs.open(path, OpenMode::kBuffered);
-  if (file->size() > kMaxManifestBytes) {
-    fail("{}: {} bytes, larger than any manifest (limit {})", path, file->size(),
-         kMaxManifestBytes);
+  if (file->size() > limit) {
+    fail("{}: {} bytes, larger than this file can be (limit {})", path, file->size(), limit);
   }
   std::string bytes(file->size(), '\0');
   read_exact(*file, 0, bytes.data(), bytes.size());
   return bytes;
+}
+
+// Why `dir`, which has no manifest, is not a container, as the one thing the
+// user should know: what it is instead.
+[[noreturn]] void refuse_non_container(FileSystem& fs, const std::string& dir) {
+  std::error_code error;
+  if (std::filesystem::exists(dir, error) && !std::filesystem::is_directory(dir, error)) {
+    fail("{}: not a directory (a sluice container is a directory made by `sluice convert`)", dir);
+  }
+  const bool checkpoint = fs.exists(join_path(dir, "config.json")) &&
+                          (fs.exists(join_path(dir, "model.safetensors")) ||
+                           fs.exists(join_path(dir, "model.safetensors.index.json")));
+  if (checkpoint) {
+    fail(
+        "{}: a Hugging Face checkpoint, not a sluice container: convert it with `sluice convert {} "
+        "OUT.sluice`",
+        dir, dir);
+  }
+  if (fs.exists(join_path(dir, kTrunkFile))) {
+    fail(
+        "{}: incomplete container: conversion did not finish (run the same `sluice convert` again "
+        "to resume)",
+        dir);
+  }
+  fail("{}: no manifest.json: not a sluice container", dir);
 }
 
 }  // namespace
@@ -45,11 +71,11 @@ std::string read_manifest_bytes(FileSystem& fs, const std::string& path) {
 Container Container::open(const std::string& dir, FileSystem& fs, OpenMode bank_mode) {
   if (!fs.exists(dir)) fail("{}: no such container directory", dir);
   const std::string manifest_path = join_path(dir, kManifestFile);
-  if (!fs.exists(manifest_path)) fail("{}: incomplete container: conversion did not finish", dir);
+  if (!fs.exists(manifest_path)) refuse_non_container(fs, dir);
   Container c;
   c.dir_ = dir;
   c.fs_ = &fs;
-  c.manifest_ = parse_manifest(read_manifest_bytes(fs, manifest_path), manifest_path);
+  c.manifest_ = parse_manifest(read_whole_file(fs, manifest_path, kMaxManifestBytes), manifest_path);
   c.trunk_file_ = fs.open(join_path(dir, kTrunkFile), OpenMode::kBuffered);
   check_size(*c.trunk_file_, c.manifest_.trunk_bytes, "trunk.bytes");
   c.codebooks_file_ = fs.open(join_path(dir, kCodebooksFile), OpenMode::kBuffered);
@@ -61,8 +87,16 @@ Container Container::open(const std::string& dir, FileSystem& fs, OpenMode bank_
                fmt::format("{} experts × stride {}", layer.experts, layer.record_stride));
     c.banks_.push_back(std::move(bank));
   }
-  for (const std::string& path : c.tokenizer_paths()) {
+  const std::vector<std::string> tokenizer_paths = c.tokenizer_paths();
+  for (size_t i = 0; i < tokenizer_paths.size(); ++i) {
+    const std::string& path = tokenizer_paths[i];
     if (!fs.exists(path)) fail("{}: tokenizer file named in the manifest is missing", path);
+    const std::string bytes = read_whole_file(fs, path, kMaxTokenizerFileBytes);
+    const uint32_t sum = crc32_bytes(bytes.data(), bytes.size());
+    if (sum != c.manifest_.tokenizer_crc32[i]) {
+      fail("{}: checksum mismatch (manifest says {:08x}, file has {:08x})", path,
+           c.manifest_.tokenizer_crc32[i], sum);
+    }
   }
   return c;
 }
@@ -132,12 +166,13 @@ Codebooks Container::load_codebooks() const {
   const uint32_t count = manifest_.codebook_count;
   std::vector<float> values(size_t{count} * kRvqEntries * kRvqVecDim);
   read_exact(*codebooks_file_, 0, values.data(), values.size() * sizeof(float));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      const size_t per_book = size_t{kRvqEntries} * kRvqVecDim;
-      fail("{}: codebook {} entry {} holds a non-finite value", codebooks_file_->path(),
-           i / per_book, i % per_book / kRvqVecDim);
-    }
+  const uint32_t sum = crc32_bytes(values.data(), values.size() * sizeof(float));
+  if (sum != manifest_.codebooks_crc32) {
+    fail("{}: checksum mismatch (manifest says {:08x}, file has {:08x})", codebooks_file_->path(),
+         manifest_.codebooks_crc32, sum);
+  }
+  if (auto problem = codebook_values_problem(values.data(), count)) {
+    fail("{}: {}", codebooks_file_->path(), *problem);
   }
   return Codebooks(count, std::move(values));
 }
@@ -155,12 +190,13 @@ TrunkTensor Container::load_trunk_tensor(std::string_view name) const {
     fail("trunk tensor \"{}\": {}", info->name, e.what());
   }
   TrunkTensor tensor(*info, std::move(data), std::move(scales));
-  const uint64_t groups = info->groups_per_row();
-  for (uint64_t i = 0; i < info->rows * groups; ++i) {
-    if ((tensor.scales()[i] & 0x7c00u) == 0x7c00u) {
-      fail("{}: trunk tensor \"{}\": scale of row {} group {} is not finite", trunk_file_->path(),
-           info->name, i / groups, i % groups);
-    }
+  const uint32_t sum = trunk_tensor_crc32(*info, tensor.data(), tensor.scales());
+  if (sum != info->crc32) {
+    fail("{}: trunk tensor \"{}\": checksum mismatch (manifest says {:08x}, bytes sum to {:08x})",
+         trunk_file_->path(), info->name, info->crc32, sum);
+  }
+  if (auto problem = trunk_values_problem(*info, tensor.data(), tensor.scales())) {
+    fail("{}: trunk tensor \"{}\": {}", trunk_file_->path(), info->name, *problem);
   }
   return tensor;
 }

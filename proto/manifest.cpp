@@ -9,6 +9,7 @@
 #include <array>
 #include <set>
 
+#include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/family_spec.h"
 #include "proto/model_config.h"
@@ -77,6 +78,10 @@ class Fields {
     if (number > hi) bad(field, fmt::format("is {}, above the limit of {}", number, hi));
     if (number < lo) bad(field, fmt::format("is {}, below the minimum of {}", number, lo));
     return number;
+  }
+
+  uint32_t crc(const json& parent, std::string_view field, const char* key) const {
+    return static_cast<uint32_t>(integer(parent, field, key, 0, UINT32_MAX));
   }
 
   void expect_string(const json& parent, std::string_view field, const char* key,
@@ -180,6 +185,7 @@ TrunkTensorInfo parse_trunk_tensor(const Fields& f, const json& t, const std::st
   info.bytes = f.integer(t, named, "bytes", 0, trunk_bytes);
   info.scale_offset = f.integer(t, named, "scale_offset", 0, trunk_bytes);
   info.scale_bytes = f.integer(t, named, "scale_bytes", 0, trunk_bytes);
+  info.crc32 = f.crc(t, named, "crc32");
   if (info.offset % kTrunkAlign != 0) {
     f.bad(named + ".offset", fmt::format("{} is not a multiple of {}", info.offset, kTrunkAlign));
   }
@@ -203,11 +209,41 @@ TrunkTensorInfo parse_trunk_tensor(const Fields& f, const json& t, const std::st
           fmt::format("is {}, but {} rows of {} groups take {}", info.scale_bytes, info.rows,
                       info.groups_per_row(), info.expected_scale_bytes()));
   }
+  if (info.scale_offset % kTrunkAlign != 0) {
+    f.bad(named + ".scale_offset",
+          fmt::format("{} is not a multiple of {}", info.scale_offset, kTrunkAlign));
+  }
   if (info.scale_bytes > trunk_bytes - info.scale_offset) {
     f.bad(named, fmt::format("scales [{}, {}) run past the end of trunk.bin ({} bytes)",
                              info.scale_offset, info.scale_offset + info.scale_bytes, trunk_bytes));
   }
   return info;
+}
+
+// Two tensors sharing bytes would let one tensor's damage pass as another's
+// data; every data and scale range must stand alone.
+void check_trunk_overlap(const Fields& f, const std::vector<TrunkTensorInfo>& tensors) {
+  struct Range {
+    uint64_t begin, end;
+    std::string what;
+  };
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TrunkTensorInfo& t = tensors[i];
+    const std::string named = fmt::format("trunk.tensors[{}] ({})", i, t.name);
+    if (t.bytes != 0) ranges.push_back({t.offset, t.offset + t.bytes, named + " data"});
+    if (t.scale_bytes != 0)
+      ranges.push_back({t.scale_offset, t.scale_offset + t.scale_bytes, named + " scales"});
+  }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].begin < ranges[i - 1].end) {
+      f.bad(ranges[i].what, fmt::format("[{}, {}) overlaps {} [{}, {})", ranges[i].begin,
+                                        ranges[i].end, ranges[i - 1].what, ranges[i - 1].begin,
+                                        ranges[i - 1].end));
+    }
+  }
 }
 
 void parse_trunk(const Fields& f, const json& root, Manifest& m) {
@@ -227,6 +263,7 @@ void parse_trunk(const Fields& f, const json& root, Manifest& m) {
     }
     m.trunk_tensors.push_back(std::move(info));
   }
+  check_trunk_overlap(f, m.trunk_tensors);
 }
 
 void parse_codebooks(const Fields& f, const json& root, Manifest& m) {
@@ -237,6 +274,7 @@ void parse_codebooks(const Fields& f, const json& root, Manifest& m) {
   m.codebook_count =
       static_cast<uint32_t>(f.integer(books, "codebooks", "count", 1, kMaxCodebookCount));
   m.codebooks_bytes = f.integer(books, "codebooks", "bytes", 0, UINT64_MAX);
+  m.codebooks_crc32 = f.crc(books, "codebooks", "crc32");
   if (m.codebooks_bytes != uint64_t{m.codebook_count} * kCodebookBytes) {
     f.bad("codebooks.bytes",
           fmt::format("is {}, but {} codebooks of {} bytes take {}", m.codebooks_bytes,
@@ -288,6 +326,7 @@ MoeLayerInfo parse_moe_layer(const Fields& f, const json& entry, const std::stri
                       layer.record_stride, layer.hidden, layer.expert_width, layer.layout.stride));
   }
   layer.bytes = f.integer(entry, where, "bytes", 0, UINT64_MAX);
+  layer.records_crc32 = f.crc(entry, where, "records_crc32");
   if (layer.bytes != uint64_t{layer.experts} * layer.record_stride) {
     f.bad(where + ".bytes",
           fmt::format("is {}, but {} experts × stride {} = {}", layer.bytes, layer.experts,
@@ -328,6 +367,14 @@ void parse_tokenizer(const Fields& f, const json& root, Manifest& m) {
   for (size_t i = 0; i < files.size(); ++i) {
     m.tokenizer_files.push_back(f.file_name(files[i], fmt::format("tokenizer.files[{}]", i)));
   }
+  const json& sums = f.array(tok, "tokenizer", "crc32");
+  if (sums.size() != files.size()) {
+    f.bad("tokenizer.crc32", fmt::format("has {} entries for {} files", sums.size(), files.size()));
+  }
+  for (size_t i = 0; i < sums.size(); ++i) {
+    m.tokenizer_crc32.push_back(static_cast<uint32_t>(
+        f.as_integer(sums[i], fmt::format("tokenizer.crc32[{}]", i), 0, UINT32_MAX)));
+  }
   const json& chat = f.member(tok, "tokenizer", "chat_template");
   if (!chat.is_null()) m.chat_template = f.as_string(chat, "tokenizer.chat_template");
 }
@@ -340,6 +387,23 @@ std::string bank_file_name(uint32_t layer) {
 
 bool known_arch(std::string_view arch) {
   return find_family(arch) != nullptr;
+}
+
+uint32_t manifest_crc32(const json& root) {
+  json rest = root;
+  if (rest.is_object()) rest.erase("manifest_crc32");
+  const std::string text = rest.dump();
+  return crc32_bytes(text.data(), text.size());
+}
+
+uint32_t records_digest(const std::vector<uint32_t>& record_crcs) {
+  uint32_t digest = 0;
+  for (const uint32_t crc : record_crcs) {
+    const uint8_t bytes[4] = {static_cast<uint8_t>(crc), static_cast<uint8_t>(crc >> 8),
+                              static_cast<uint8_t>(crc >> 16), static_cast<uint8_t>(crc >> 24)};
+    digest = crc32_bytes(bytes, sizeof bytes, digest);
+  }
+  return digest;
 }
 
 uint64_t fnv1a64(std::string_view bytes) {
@@ -355,7 +419,8 @@ Manifest parse_manifest(std::string_view bytes, const std::string& path) {
   json root;
   try {
     root = json::parse(bytes);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds (1e309).
     fail("{}: not valid JSON: {}", path, e.what());
   }
   const Fields f(path);
@@ -363,9 +428,10 @@ Manifest parse_manifest(std::string_view bytes, const std::string& path) {
     f.bad("the top level", fmt::format("must be an object, found {}", root.type_name()));
   f.expect_string(root, "", "format", "sluice");
   const uint64_t version = f.integer(root, "", "format_version", 0, UINT64_MAX);
-  if (version != kFormatVersion) {
-    fail("{}: format_version {} is not supported (this build reads format_version {})", path,
-         version, kFormatVersion);
+  if (version != kContainerFormatVersion) {
+    fail("{}: format_version {} is not supported (this build reads format_version {}{})", path,
+         version, kContainerFormatVersion,
+         version < kContainerFormatVersion ? "; convert the checkpoint again" : "");
   }
   Manifest m;
   m.arch = f.string(root, "", "arch");
@@ -381,6 +447,14 @@ Manifest parse_manifest(std::string_view bytes, const std::string& path) {
   parse_codebooks(f, root, m);
   parse_moe_layers(f, root, m);
   parse_tokenizer(f, root, m);
+  // Last, so a manifest refused for a field names that field.
+  const uint32_t recorded = f.crc(root, "", "manifest_crc32");
+  const uint32_t computed = manifest_crc32(root);
+  if (recorded != computed) {
+    fail("{}: checksum mismatch: manifest_crc32 is {:08x} but the manifest's content sums to {:08x}; "
+         "the manifest was damaged or edited",
+         path, recorded, computed);
+  }
   m.identity = fnv1a64(bytes);
   return m;
 }

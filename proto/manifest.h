@@ -15,6 +15,11 @@
 
 namespace sluice {
 
+// The manifest's format_version this build reads and writes. Version 2 added
+// the checksums (trunk tensors, codebooks, tokenizer files, the manifest
+// itself); record headers keep their own version (kFormatVersion).
+inline constexpr uint64_t kContainerFormatVersion = 2;
+
 // FORMAT.md bounds.
 inline constexpr uint64_t kMaxLayers = 256;
 inline constexpr uint64_t kMaxExpertsPerLayer = 4096;
@@ -28,6 +33,7 @@ inline constexpr uint32_t kCodebooksPerLayer = 9;  // 3 matrix kinds × 3 stages
 inline constexpr uint64_t kMaxTrunkDim = uint64_t{1} << 24;
 inline constexpr uint64_t kMaxCodebookCount = 65536;
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{256} << 20;
 
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kTrunkFile = "trunk.bin";
@@ -45,6 +51,7 @@ struct MoeLayerInfo {
   uint32_t codebook_base = 0;
   uint32_t hidden = 0;
   uint32_t expert_width = 0;
+  uint32_t records_crc32 = 0;  // crc32 of the records' header crc32s, in expert order
   RecordLayout layout;  // derived from hidden and expert_width
 };
 
@@ -61,8 +68,10 @@ struct Manifest {
   std::vector<TrunkTensorInfo> trunk_tensors;
   uint64_t codebooks_bytes = 0;
   uint32_t codebook_count = 0;
+  uint32_t codebooks_crc32 = 0;
   std::vector<MoeLayerInfo> moe_layers;  // ascending layer index
   std::vector<std::string> tokenizer_files;
+  std::vector<uint32_t> tokenizer_crc32;  // parallel to tokenizer_files
   std::optional<std::string> chat_template;
   uint64_t identity = 0;  // hash of the manifest bytes
 };
@@ -72,6 +81,15 @@ bool known_arch(std::string_view arch);
 
 // Parses and checks manifest bytes; `path` names the file in every error.
 Manifest parse_manifest(std::string_view bytes, const std::string& path);
+
+// What the manifest's "manifest_crc32" must be: the crc32 of the manifest
+// without that key, serialised compactly with sorted keys (nlohmann::json
+// dump()), so no edit of any value, however well-formed, goes unnoticed.
+uint32_t manifest_crc32(const nlohmann::json& root);
+
+// The crc32 of a bank's record crc32s (each 4 little-endian bytes, in expert
+// order): FORMAT.md records_crc32.
+uint32_t records_digest(const std::vector<uint32_t>& record_crcs);
 
 // 64-bit FNV-1a; the container identity is this hash of the manifest bytes.
 uint64_t fnv1a64(std::string_view bytes);

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include <fmt/format.h>
-#include <zlib.h>
 
+#include "proto/checksum.h"
 #include "proto/error.h"
 
 namespace sluice {
@@ -166,7 +166,7 @@ std::optional<std::string> check_header(const RecordHeader& found, const RecordH
 
 uint32_t payload_crc32(const uint8_t* record, uint32_t payload_end) {
   const uint8_t* begin = record + kRecordHeaderBytes;
-  return static_cast<uint32_t>(::crc32(0L, begin, payload_end - static_cast<uint32_t>(kRecordHeaderBytes)));
+  return crc32_bytes(begin, payload_end - kRecordHeaderBytes);
 }
 
 }  // namespace sluice

@@ -2,10 +2,26 @@
 // must be obviously equal to FORMAT.md, not fast.
 #include "proto/rvq_decode.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 #include "proto/error.h"
 #include "proto/f16.h"
 
 namespace sluice {
+
+std::optional<std::string> codebook_values_problem(const float* values, uint32_t count) {
+  const size_t per_book = size_t{kRvqEntries} * kRvqVecDim;
+  for (size_t i = 0; i < count * per_book; ++i) {
+    if (!std::isfinite(values[i]) || std::fabs(values[i]) > kCodebookValueLimit) {
+      return fmt::format("codebook {} entry {} element {} is {}, outside [-{}, {}]", i / per_book,
+                         i % per_book / kRvqVecDim, i % kRvqVecDim, values[i], kCodebookValueLimit,
+                         kCodebookValueLimit);
+    }
+  }
+  return std::nullopt;
+}
 
 Codebooks::Codebooks(uint32_t count, std::vector<float> values)
     : count_(count), values_(std::move(values)) {

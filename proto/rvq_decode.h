@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "proto/record_format.h"
@@ -27,6 +29,15 @@ class Codebooks {
   uint32_t count_ = 0;
   std::vector<float> values_;
 };
+
+// No codebook entry can lie outside this: stage 0 approximates vectors of a
+// row divided by its absmax (within [-1, 1]), and each later stage the
+// residual of the stages before it, which at most doubles the range.
+inline constexpr float kCodebookValueLimit = 4.0f;
+
+// The first entry of `count` codebooks (entry-major, as in codebooks.bin)
+// that is not finite or exceeds kCodebookValueLimit, described; else nothing.
+std::optional<std::string> codebook_values_problem(const float* values, uint32_t count);
 
 // Codebook id of (layer base, matrix kind, stage): base + kind·3 + stage.
 inline uint32_t codebook_id(uint32_t codebook_base, MatrixKind kind, int stage) {

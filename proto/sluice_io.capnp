@@ -28,6 +28,7 @@ struct Attached {
   identity @3 :UInt64;       # the container identity the daemon serves
   session @4 :UInt32;        # names this attachment in detach
   directIo @5 :Bool;
+  verifiesRecords @6 :Bool;  # the daemon checks every record's crc32 (sluice-io --verify)
 }
 
 struct AttachResult {
@@ -124,8 +125,10 @@ struct Stats {
 
 interface SluiceIo {
   # Joins the cache of a daemon serving the container with `identity`; a
-  # daemon serving another one refuses, saying which.
-  attach @0 (pid :Int32, identity :UInt64) -> (result :AttachResult);
+  # daemon serving another one refuses, saying which. With `verify` the
+  # client wants every record it uses crc-checked: a daemon that does not
+  # check them refuses, saying so.
+  attach @0 (pid :Int32, identity :UInt64, verify :Bool) -> (result :AttachResult);
   # Ends an attachment; closing the connection ends its attachments too.
   detach @1 (session :UInt32) -> ();
   # Queues reads of `experts` of model layer `layer` behind every demand

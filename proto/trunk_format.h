@@ -32,6 +32,7 @@ struct TrunkTensorInfo {
   uint64_t bytes = 0;
   uint64_t scale_offset = 0;
   uint64_t scale_bytes = 0;
+  uint32_t crc32 = 0;  // of the data bytes followed by the scale bytes
 
   // cols rounded up to the 128-wide group for q8g128/q4g128; cols for f32.
   uint64_t padded_cols() const;
@@ -66,6 +67,15 @@ class TrunkTensor {
   AlignedBuffer data_;
   AlignedBuffer scales_;
 };
+
+// crc32 of a tensor's stored bytes: its data, then its scales (FORMAT.md).
+uint32_t trunk_tensor_crc32(const TrunkTensorInfo& info, const uint8_t* data, const uint16_t* scales);
+
+// The first value the format does not allow, described for a person: a
+// non-finite f32, a q8 value of -128, non-zero padding, a scale that is
+// negative or not finite. Nothing when every value is in range.
+std::optional<std::string> trunk_values_problem(const TrunkTensorInfo& info, const uint8_t* data,
+                                                const uint16_t* scales);
 
 // rows × cols f32, row-major, padding dropped: q × f16_to_f32(group scale).
 std::vector<float> dequantize(const TrunkTensor& tensor);

@@ -1,27 +1,214 @@
-// router/replay.cpp: the LRU and Belady simulators. Belady needs each
-// access's next use, computed in one backward pass over the flattened trace.
+// router/replay.cpp: the cache simulators. The online policies run on a slot
+// array kept as sluice-io keeps its segment (a fill ticks the clock, its pin
+// ticks it again); Belady needs each access's next use, computed in one
+// backward pass over the flattened trace.
 #include "router/replay.h"
 
 #include <algorithm>
 #include <limits>
-#include <list>
+#include <optional>
+#include <random>
 #include <set>
 #include <unordered_map>
 
+#include "ioworker/eviction_score.h"
 #include "proto/error.h"
 
 namespace sluice::router {
 namespace {
+
+constexpr int kLfruSamples = 16;  // as ioworker/eviction.cpp
+constexpr double kSlruProtectedShare = 0.8;
 
 uint64_t key_of(uint32_t layer, uint32_t expert) { return uint64_t{layer} << 32 | expert; }
 
 void check_slots(const std::vector<ReplayRequest>& requests, uint32_t slots) {
   size_t widest = 0;
   for (const ReplayRequest& r : requests) widest = std::max(widest, r.experts.size());
-  if (slots < widest) fail("replay: {} slots cannot hold a request of {} experts", slots, widest);
+  if (slots < widest || slots == 0) fail("replay: {} slots cannot hold a request of {} experts", slots, widest);
 }
 
+struct SimSlot {
+  std::optional<uint64_t> key;
+  uint32_t layer = 0;
+  uint64_t hits = 0, last_access = 0;
+  bool pinned = false;
+  bool protected_segment = false;  // SLRU
+  uint64_t past_uses = 0, first_seen = 0;
+};
+
+struct History {
+  uint64_t uses = 0;        // over earlier stays
+  uint64_t first_seen = 0;  // clock of the first fill
+};
+
+class SlotCache {
+ public:
+  SlotCache(uint32_t slots, uint32_t layers, uint32_t top_k, SimPolicy policy, uint64_t seed)
+      : slots_(slots),
+        policy_(policy),
+        cycle_(layers, top_k),
+        rng_(seed),
+        by_frequency_(ioworker::weigh_frequency(slots, uint64_t{layers} * top_k)) {}
+
+  PolicyResult serve(const std::vector<ReplayRequest>& requests) {
+    PolicyResult result;
+    std::vector<uint32_t> misses, pinned;
+    for (const ReplayRequest& r : requests) {
+      misses.clear();
+      pinned.clear();
+      for (uint32_t e : r.experts) {
+        ++result.accesses;
+        const auto it = where_.find(key_of(r.layer, e));
+        if (it == where_.end()) {
+          misses.push_back(e);
+          continue;
+        }
+        ++result.hits;
+        pin(it->second);
+        pinned.push_back(it->second);
+        if (policy_ == SimPolicy::kSlru) promote(it->second);
+      }
+      for (uint32_t e : misses) {
+        ++result.misses;
+        cycle_.observe(r.layer, clock_);
+        const uint32_t s = victim();
+        SimSlot& slot = slots_[s];
+        if (slot.key) {
+          where_.erase(*slot.key);
+          history_[*slot.key].uses += slot.hits;
+        }
+        if (slot.protected_segment) --protected_count_;
+        slot = SimSlot{key_of(r.layer, e), r.layer, 0, ++clock_, false, false};
+        const auto [seen, fresh] = history_.try_emplace(*slot.key, History{0, clock_});
+        slot.past_uses = seen->second.uses;
+        slot.first_seen = seen->second.first_seen;
+        where_[*slot.key] = s;
+        pin(s);
+        pinned.push_back(s);
+      }
+      for (uint32_t s : pinned) slots_[s].pinned = false;
+    }
+    return result;
+  }
+
+ private:
+  void pin(uint32_t s) {
+    SimSlot& slot = slots_[s];
+    slot.pinned = true;
+    ++slot.hits;
+    slot.last_access = ++clock_;
+  }
+
+  void promote(uint32_t s) {
+    if (slots_[s].protected_segment) return;
+    slots_[s].protected_segment = true;
+    ++protected_count_;
+    if (protected_count_ <= kSlruProtectedShare * double(slots_.size())) return;
+    std::optional<uint32_t> oldest;
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      const SimSlot& c = slots_[i];
+      if (c.protected_segment && !c.pinned && (!oldest || c.last_access < slots_[*oldest].last_access)) oldest = i;
+    }
+    if (oldest) {
+      slots_[*oldest].protected_segment = false;
+      --protected_count_;
+    }
+  }
+
+  bool lfru_better(const SimSlot& a, const SimSlot& b) const {
+    return a.hits != b.hits ? a.hits < b.hits : a.last_access < b.last_access;
+  }
+
+  uint32_t victim() {
+    while (next_empty_ < slots_.size()) {
+      if (!slots_[next_empty_].key) return next_empty_++;
+      ++next_empty_;
+    }
+    std::optional<uint32_t> best;
+    if (policy_ == SimPolicy::kLfru) {
+      std::uniform_int_distribution<uint32_t> pick(0, static_cast<uint32_t>(slots_.size() - 1));
+      for (int i = 0; i < kLfruSamples; ++i) {
+        const uint32_t s = pick(rng_);
+        if (!slots_[s].pinned && (!best || lfru_better(slots_[s], slots_[*best]))) best = s;
+      }
+      if (best) return *best;
+    }
+    const double tpt = cycle_.ticks_per_token();
+    double best_score = 0;
+    for (uint32_t s = 0; s < slots_.size(); ++s) {
+      const SimSlot& c = slots_[s];
+      if (c.pinned) continue;
+      if (!best) {
+        best = s;
+        best_score = score(c, tpt);
+        continue;
+      }
+      const SimSlot& b = slots_[*best];
+      bool better = false;
+      switch (policy_) {
+        case SimPolicy::kLru:
+          better = c.last_access < b.last_access;
+          break;
+        case SimPolicy::kLfru:
+          better = lfru_better(c, b);
+          break;
+        case SimPolicy::kSlru:
+          better = c.protected_segment != b.protected_segment ? !c.protected_segment : c.last_access < b.last_access;
+          break;
+        case SimPolicy::kNextUse: {
+          const double sc = score(c, tpt);
+          better = sc > best_score || (sc == best_score && c.last_access < b.last_access);
+          if (better) best_score = sc;
+          break;
+        }
+      }
+      if (better) best = s;
+    }
+    if (!best) fail("replay: every slot is pinned");
+    return *best;
+  }
+
+  double score(const SimSlot& c, double tpt) const {
+    if (policy_ != SimPolicy::kNextUse) return 0;
+    return ioworker::next_use_estimate({c.layer, c.hits, c.last_access, c.past_uses, c.first_seen}, cycle_, clock_, tpt,
+                                       by_frequency_);
+  }
+
+  std::vector<SimSlot> slots_;
+  SimPolicy policy_;
+  ioworker::LayerCycle cycle_;
+  std::mt19937_64 rng_;
+  std::unordered_map<uint64_t, uint32_t> where_;
+  std::unordered_map<uint64_t, History> history_;  // every key ever filled
+  uint64_t clock_ = 0;
+  uint32_t next_empty_ = 0;
+  uint32_t protected_count_ = 0;
+  bool by_frequency_;
+};
+
 }  // namespace
+
+const char* policy_name(SimPolicy policy) {
+  switch (policy) {
+    case SimPolicy::kLru:
+      return "lru";
+    case SimPolicy::kLfru:
+      return "lfru";
+    case SimPolicy::kSlru:
+      return "slru";
+    case SimPolicy::kNextUse:
+      return "next-use";
+  }
+  return "?";
+}
+
+SimPolicy parse_policy(const std::string& name, const std::string& flag) {
+  for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kLfru, SimPolicy::kSlru, SimPolicy::kNextUse}) {
+    if (name == policy_name(p)) return p;
+  }
+  fail("{}: '{}' is not lru, lfru, slru or next-use", flag, name);
+}
 
 std::vector<ReplayRequest> replay_requests(const std::vector<TraceToken>& trace) {
   std::vector<ReplayRequest> requests;
@@ -37,32 +224,19 @@ std::vector<ReplayRequest> replay_requests(const std::vector<TraceToken>& trace)
   return requests;
 }
 
-PolicyResult simulate_lru(const std::vector<ReplayRequest>& requests, uint32_t slots) {
+PolicyResult simulate(const std::vector<ReplayRequest>& requests, uint32_t slots, uint32_t layers, SimPolicy policy,
+                      uint64_t seed) {
   check_slots(requests, slots);
-  PolicyResult result;
-  std::list<uint64_t> order;  // front: most recent
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
-  for (const ReplayRequest& r : requests) {
-    for (uint32_t e : r.experts) {
-      const uint64_t key = key_of(r.layer, e);
-      ++result.accesses;
-      if (auto it = where.find(key); it != where.end()) {
-        ++result.hits;
-        order.splice(order.begin(), order, it->second);
-        continue;
-      }
-      ++result.misses;
-      // The request's own keys are the most recent ones, so the least recent
-      // key is never one of them while slots ≥ the request's width.
-      if (where.size() == slots) {
-        where.erase(order.back());
-        order.pop_back();
-      }
-      order.push_front(key);
-      where[key] = order.begin();
-    }
-  }
-  return result;
+  uint32_t top_k = 1;
+  for (const ReplayRequest& r : requests) top_k = std::max<uint32_t>(top_k, static_cast<uint32_t>(r.experts.size()));
+  SlotCache cache(slots, layers, top_k, policy, seed);
+  return cache.serve(requests);
+}
+
+PolicyResult simulate_lru(const std::vector<ReplayRequest>& requests, uint32_t slots) {
+  uint32_t layers = 1;
+  for (const ReplayRequest& r : requests) layers = std::max(layers, r.layer + 1);
+  return simulate(requests, slots, layers, SimPolicy::kLru);
 }
 
 PolicyResult simulate_belady(const std::vector<ReplayRequest>& requests, uint32_t slots) {
@@ -82,33 +256,39 @@ PolicyResult simulate_belady(const std::vector<ReplayRequest>& requests, uint32_
 
   PolicyResult result;
   // Cached keys by next use: the farthest (largest) is the victim; never-used
-  // keys share kNever and the set orders them by key.
+  // keys share kNever and the set orders them by key. Pinned keys (hits of
+  // the request being served, then its fills) are out of the set meanwhile.
   std::set<std::pair<uint64_t, uint64_t>> by_next;
   std::unordered_map<uint64_t, uint64_t> cached;  // key → its next use
-  size_t i = 0;
+  std::vector<size_t> misses;
+  std::vector<size_t> held;
+  size_t first = 0;
   for (const ReplayRequest& r : requests) {
-    const size_t first = i;
-    for (size_t j = 0; j < r.experts.size(); ++j, ++i) {
-      const uint64_t key = keys[i];
+    misses.clear();
+    held.clear();
+    for (size_t i = first; i < first + r.experts.size(); ++i) {
       ++result.accesses;
-      if (auto it = cached.find(key); it != cached.end()) {
+      if (auto it = cached.find(keys[i]); it != cached.end()) {
         ++result.hits;
-        by_next.erase({it->second, key});
+        by_next.erase({it->second, keys[i]});
+        it->second = next_use[i];
+        held.push_back(i);
       } else {
-        ++result.misses;
-        if (cached.size() == slots) {
-          // Skip keys of this request (pinned): at most its width of them.
-          auto victim = by_next.end();
-          do {
-            --victim;
-          } while (std::find(keys.begin() + first, keys.begin() + i, victim->second) != keys.begin() + i);
-          cached.erase(victim->second);
-          by_next.erase(victim);
-        }
+        misses.push_back(i);
       }
-      cached[key] = next_use[i];
-      by_next.insert({next_use[i], key});
     }
+    for (size_t i : misses) {
+      ++result.misses;
+      if (cached.size() == slots) {
+        const auto victim = std::prev(by_next.end());
+        cached.erase(victim->second);
+        by_next.erase(victim);
+      }
+      cached[keys[i]] = next_use[i];
+      held.push_back(i);
+    }
+    for (size_t i : held) by_next.insert({next_use[i], keys[i]});
+    first += r.experts.size();
   }
   return result;
 }

@@ -1,10 +1,12 @@
-// router/replay.h: cache policies measured on recorded routing, without
-// compute: LRU and the optimal offline policy (Belady) simulated over the
-// same accesses and slot count the real cache is driven with. Simulation only:
-// nothing here touches a segment or a disk.
+// router/replay.h: cache policies measured on recorded or synthetic routing,
+// without compute: the real cache's policies, LRU, a segmented LRU and the
+// optimal offline policy (Belady) simulated over the same accesses, slot
+// count and batch-and-pin rule the real cache is driven with. Simulation
+// only: nothing here touches a segment or a disk.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "router/trace.h"
@@ -29,11 +31,28 @@ struct PolicyResult {
   double hit_rate() const { return accesses ? double(hits) / double(accesses) : 0.0; }
 };
 
-// A cache of `slots` slots (at least the widest request; Error otherwise).
-// LRU evicts the least recently used key; Belady evicts the key used farthest
-// in the future (never again first, the higher key on ties). Neither evicts a key
-// of the request being served: the real cache pins a whole batch.
+// Every simulated request is served as the real cache serves it: the
+// layer's cached experts are looked up and pinned first, then each miss
+// evicts an unpinned slot. Pins last until the request is done.
+enum class SimPolicy {
+  kLru,      // least recently used
+  kLfru,     // sluice-io's former default: sample 16, fewest hits since the fill, oldest on ties
+  kSlru,     // segmented LRU: a hit moves a key to the protected 80%, misses evict the probationary
+             // LRU
+  kNextUse,  // sluice-io's default (eviction_score.h): farthest estimated next use, from the layer
+             // cycle
+};
+const char* policy_name(SimPolicy policy);
+// Parses "lru", "lfru", "slru" or "next-use"; throws Error naming `flag`.
+SimPolicy parse_policy(const std::string& name, const std::string& flag);
+
+// A cache of `slots` slots (at least the widest request; Error otherwise),
+// for a model of `layers` MoE layers (the next-use policy's cycle).
+PolicyResult simulate(const std::vector<ReplayRequest>& requests, uint32_t slots, uint32_t layers, SimPolicy policy,
+                      uint64_t seed = 0x5eed);
 PolicyResult simulate_lru(const std::vector<ReplayRequest>& requests, uint32_t slots);
+// Belady evicts the unpinned key used farthest in the future (never again
+// first, the higher key on ties).
 PolicyResult simulate_belady(const std::vector<ReplayRequest>& requests, uint32_t slots);
 
 }  // namespace sluice::router

@@ -2,15 +2,16 @@
 // group: attach to the daemon, map its cache segment, read the hidden-state
 // mailbox in it, and turn each published hidden state into a Cap'n Proto
 // prefetch (origin router). It never pins a slot and never blocks a client.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <optional>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <unistd.h>
-
+#include "ioworker/command_line.h"
 #include "ioworker/rpc_client.h"
 #include "ioworker/rpc_socket.h"
 #include "proto/container.h"
@@ -69,11 +70,16 @@ int serve(const Options& options) {
 
 int main(int argc, char** argv) {
   CLI::App app{"sluice-router: lookahead prefetch for a sluice-io group"};
+  app.set_version_flag("--version", sluice::version_line("sluice-router"));
   Options options;
   app.add_option("--attach", options.socket, "control socket of sluice-io, or an instance name (default: 'default')");
   app.add_option("--model", options.model, "the container (default: the one the daemon serves)");
   app.add_option("--lookahead", options.lookahead, "experts guessed per token and layer (default SLUICE_LOOKAHEAD or 6; 0: off)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return sluice::exit_for_parse_error(app, e, "sluice-router");
+  }
   struct sigaction action {};
   action.sa_handler = on_signal;
   ::sigaction(SIGINT, &action, nullptr);

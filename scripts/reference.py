@@ -14,15 +14,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicepy import SluiceError, container, families, mla, routing, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
-from sluicepy.trunk_int16 import ContainerLinears  # noqa: E402
 
 _DESCRIPTION = """\
 Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 from the
 published equations and dump logits. A checkpoint's fp8 weights are dequantized
 by their block scales; a container's weights are the engine's quantized ones.
 Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
-A container's experts and q8/q4 trunk matrices run the engine's integer
-arithmetic (sluicepy/rvq_int16.py, trunk_int16.py) unless --f32-experts.
+A container's experts run the engine's integer table arithmetic
+(sluicepy/rvq_int16.py) unless --f32-experts.
 
 Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
   row 0      logits at the prompt's last position;
@@ -57,13 +56,10 @@ def load_weights(path):
 
 
 def with_engine_experts(model, path, f32_experts=False):
-    """A container's experts and q8/q4 trunk matrices run the engine's integer
-    arithmetic (rvq.h, quant.h) unless f32_experts asks for f32 matmuls on the
-    decoded weights."""
+    """A container's experts run the engine's integer table arithmetic (rvq.h)
+    unless f32_experts asks for f32 matmuls on the decoded weights."""
     if is_container(path) and not f32_experts:
-        c = container.Container(path)
-        model.expert_apply = ContainerExperts(c)
-        model.linear_apply = ContainerLinears(c)
+        model.expert_apply = ContainerExperts(container.Container(path))
     return model
 
 
@@ -172,8 +168,8 @@ def main(argv=None):
                         help=f"Kimi-Linear: override the config's {families.MOE_WEIGHTS_KEY} (expert weights from "
                              "the biased scores s + bias, or from the plain sigmoid s)")
     parser.add_argument("--f32-experts", action="store_true",
-                        help="a container's experts and trunk as f32 matmuls on the decoded weights "
-                             "instead of the engine's integer kernels (int16 table codes and activations)")
+                        help="a container's experts as f32 matmuls on the decoded weights "
+                             "instead of the engine's integer table kernels (int16 table codes)")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "

@@ -50,7 +50,9 @@ std::string segment_name(const std::string& instance) {
                     c == '.' || c == '-';
     if (!ok) fail("instance name \"{}\" may hold only letters, digits, '_', '.' and '-'", instance);
   }
-  return "sluice-" + instance;
+  // The user id keeps one user's instance names out of another's way in
+  // the /dev/shm every user shares.
+  return fmt::format("sluice-{}-{}", ::geteuid(), instance);
 }
 
 Segment::Segment() = default;

@@ -13,7 +13,8 @@
 
 namespace sluice::shm {
 
-// "sluice-<instance>": the POSIX shm name (no leading slash) of an instance.
+// "sluice-<euid>-<instance>": the POSIX shm name (no leading slash) of an
+// instance of this user.
 // Throws Error when `instance` is empty or holds more than [A-Za-z0-9_.-]{1,48}.
 std::string segment_name(const std::string& instance);
 

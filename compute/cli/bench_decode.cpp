@@ -1,16 +1,21 @@
 // compute/cli/bench_decode.cpp: `sluice bench decode`, decode (greedy, or a
 // seeded draw) over the embedded expert cache at a given budget, with
 // lookahead off and on (and on in prefill too) in one process, each arm on a
-// fresh cache. Measures, never asserts; the arms must produce the same tokens,
-// which it checks.
+// fresh cache; optionally with synthetic or recorded routing in place of the
+// model's router, and the disk's and memory's bandwidth measured in the same
+// run. Measures, never asserts; the arms must produce the same tokens, which
+// it checks.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
+#include "compute/cli/bench_disk.h"
 #include "compute/cli/commands.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
@@ -20,6 +25,8 @@
 #include "proto/container.h"
 #include "proto/error.h"
 #include "router/lookahead.h"
+#include "router/synthetic_routing.h"
+#include "router/trace.h"
 
 namespace sluice::cli {
 namespace {
@@ -35,8 +42,98 @@ struct DecodeFlags {
   uint64_t seed = 0;
   uint32_t repeat = 1;
   size_t threads = 0;
+  uint32_t readers = ioworker::WorkerOptions{}.readers;
+  std::string routing;  // empty: the model's router; synthetic[:SEED] or a trace file
+  double disk_seconds = 2.0;
   bool json = false;
 };
+
+// Decode's expert requests rerouted: a decode step's request for a layer asks
+// the cache for the routing's experts of that token and layer instead, and
+// hands them out in the model's positions, so cache and disk see the
+// routing's accesses while the model computes on what lands. Prefill (more
+// experts than top-k per request) keeps the model's own routing.
+class ReroutedSource final : public ExpertSource {
+ public:
+  ReroutedSource(std::unique_ptr<ExpertSource> inner, const Container& container,
+                 std::vector<router::TraceToken> routing)
+      : inner_(std::move(inner)), routing_(std::move(routing)) {
+    for (const MoeLayerInfo& info : container.moe_layers()) ordinal_.push_back(info.layer);
+  }
+  void request(uint32_t layer, std::span<const uint32_t> experts) override {
+    const auto at = std::find(ordinal_.begin(), ordinal_.end(), layer);
+    const uint32_t o = static_cast<uint32_t>(at - ordinal_.begin());
+    if (at == ordinal_.end() || experts.size() != routing_.front().layers[o].size()) {
+      inner_->request(layer, experts);
+      return;
+    }
+    if (started_ && o <= last_ordinal_) ++token_;
+    started_ = true;
+    last_ordinal_ = o;
+    inner_->request(layer, routing_[token_ % routing_.size()].layers[o]);
+  }
+  LandedExpert next() override { return inner_->next(); }
+  void release(const LandedExpert& expert) override { inner_->release(expert); }
+  ExpertSourceStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<ExpertSource> inner_;
+  std::vector<router::TraceToken> routing_;
+  std::vector<uint32_t> ordinal_;  // MoE ordinal → model layer
+  uint64_t token_ = 0;
+  uint32_t last_ordinal_ = 0;
+  bool started_ = false;
+};
+
+// The routing `flag` names for this container, checked against its banks.
+std::vector<router::TraceToken> load_routing(const std::string& flag, const Container& container, uint32_t tokens) {
+  const auto& layers = container.moe_layers();
+  router::RoutingGeometry g{static_cast<uint32_t>(layers.size()), layers.front().experts, container.top_k()};
+  for (const MoeLayerInfo& info : layers) g.experts = std::min(g.experts, info.experts);
+  std::vector<router::TraceToken> trace;
+  if (flag == "synthetic" || flag.rfind("synthetic:", 0) == 0) {
+    const std::string digits = flag.size() > 10 ? flag.substr(10) : "1";
+    if (digits.empty() || digits.size() > 19 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      fail("--routing: '{}' is not synthetic, synthetic:SEED or a trace file", flag);
+    }
+    trace = router::synthetic_trace(g, std::max<uint32_t>(tokens, 1) + 1, std::stoull(digits));
+  } else {
+    trace = router::read_trace(flag);
+  }
+  if (trace.empty()) fail("{}: the routing holds no tokens", flag);
+  for (const router::TraceToken& token : trace) {
+    if (token.layers.size() != layers.size()) {
+      fail("{}: {} MoE layers per token, {} has {}", flag, token.layers.size(), container.dir(), layers.size());
+    }
+    for (size_t o = 0; o < layers.size(); ++o) {
+      if (token.layers[o].size() != container.top_k()) {
+        fail("{}: MoE layer {} routes {} experts, the model top-{}", flag, o, token.layers[o].size(),
+             container.top_k());
+      }
+      for (uint32_t e : token.layers[o]) {
+        if (e >= layers[o].experts)
+          fail("{}: MoE layer {} expert {} is out of range ({} experts)", flag, o, e, layers[o].experts);
+      }
+    }
+  }
+  return trace;
+}
+
+// Memory bandwidth: the best of a few copies of a buffer far larger than the caches.
+double memory_gbps() {
+  constexpr size_t kBytes = size_t{256} << 20;
+  std::vector<uint8_t> from(kBytes, 1), to(kBytes, 0);
+  double best = 0;
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(to.data(), from.data(), kBytes);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // A copy reads and writes every byte.
+    if (seconds > 0) best = std::max(best, 2.0 * kBytes / seconds / 1e9);
+    from[round] = to[kBytes - 1 - round];  // keeps the copies observable
+  }
+  return best;
+}
 
 struct Arm {
   std::string name;
@@ -75,7 +172,8 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   return f;
 }
 
-ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes) {
+ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes,
+                  const std::vector<router::TraceToken>& rerouting) {
   CachedExpertSource* cached = nullptr;
   EngineOptions options;
   if (flags.threads > 0) options.threads = flags.threads;
@@ -84,9 +182,11 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
     worker.cache_bytes = cache_bytes;
     worker.quiet = true;
     worker.mailbox_rows = kPlanChunkTokens;  // every arm: the one publishing prefill chunks needs whole chunks
+    worker.readers = flags.readers;
     auto source = CachedExpertSource::embedded(container, worker);
     cached = source.get();
-    return source;
+    if (rerouting.empty()) return std::unique_ptr<ExpertSource>(std::move(source));
+    return std::unique_ptr<ExpertSource>(std::make_unique<ReroutedSource>(std::move(source), container, rerouting));
   };
   Engine engine(flags.model, options);
   const uint32_t vocab = engine.config().vocab;
@@ -96,7 +196,9 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   RoutingSession routing(engine, routing_options);
   const auto counters = [&] { return Counters{cached->stats(), cached->cache_stats()}; };
   using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
 
   std::vector<int32_t> prompt(flags.prompt_tokens);
   for (uint32_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919u + 17u) % vocab);
@@ -140,21 +242,56 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
 
 // One arm's runs, summarized by medians (the machine is shared and noisy).
 struct ArmSummary {
-  double tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0, prefill_seconds = 0, prefill_bytes = 0;
+  double tok_per_s = 0, min_tok_per_s = 0, max_tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0,
+         wait_share = 0, compute_seconds_per_token = 0, prefill_seconds = 0, prefill_bytes = 0;
 };
 
 ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
-  std::vector<double> rate, hits, bytes, wait, prefill, prefill_bytes;
+  std::vector<double> rate, hits, bytes, wait, share, compute, prefill, prefill_bytes;
   for (const ArmResult& r : runs) {
     const PhaseFigures& d = r.decode;
     rate.push_back(d.seconds > 0 ? tokens / d.seconds : 0.0);
     hits.push_back(d.requests ? double(d.hits) / double(d.requests) : 0.0);
     bytes.push_back(tokens ? double(d.bytes_read) / tokens : 0.0);
     wait.push_back(d.wait_seconds);
+    share.push_back(d.seconds > 0 ? d.wait_seconds / d.seconds : 0.0);
+    compute.push_back(tokens ? std::max(0.0, d.seconds - d.wait_seconds) / tokens : 0.0);
     prefill.push_back(r.prefill.seconds);
     prefill_bytes.push_back(double(r.prefill.bytes_read));
   }
-  return {median(rate), median(hits), median(bytes), median(wait), median(prefill), median(prefill_bytes)};
+  return {median(rate),
+          *std::min_element(rate.begin(), rate.end()),
+          *std::max_element(rate.begin(), rate.end()),
+          median(hits),
+          median(bytes),
+          median(wait),
+          median(share),
+          median(compute),
+          median(prefill),
+          median(prefill_bytes)};
+}
+
+// Achieved tok/s over what the bytes missed per token at the disk's
+// bandwidth, plus the compute time, allow: 1 means the disk is the only limit.
+double io_bound_ratio(const ArmSummary& m, double disk_gbps) {
+  if (disk_gbps <= 0) return 0.0;
+  const double allowed_seconds = m.bytes_per_token / (disk_gbps * 1e9) + m.compute_seconds_per_token;
+  return allowed_seconds > 0 ? m.tok_per_s * allowed_seconds : 0.0;
+}
+
+// The machine as this run found it: raw O_DIRECT reads at the record size
+// with as many threads as the worker keeps reads in flight, and memory copies.
+struct Machine {
+  double disk_gbps = 0;
+  bool disk_direct = true;
+  double memory_gbps = 0;
+};
+
+Machine measure_machine(const Container& container, const DecodeFlags& flags) {
+  Machine m;
+  m.disk_gbps = raw_reads(container, std::max<uint32_t>(flags.readers, 1), flags.disk_seconds, m.disk_direct).gbps;
+  m.memory_gbps = memory_gbps();
+  return m;
 }
 
 void run_decode(const DecodeFlags& flags) {
@@ -166,68 +303,109 @@ void run_decode(const DecodeFlags& flags) {
   const uint64_t cache_bytes =
       std::max(plan_for(container, flags.budget).cache_bytes,
                ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients, kPlanChunkTokens));
+  if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
+    fail(
+        "--routing replaces the model's router, which lookahead predicts: use it with --lookahead "
+        "0");
+  }
+  const std::vector<router::TraceToken> routing =
+      flags.routing.empty() ? std::vector<router::TraceToken>{} : load_routing(flags.routing, container, flags.tokens);
   std::vector<Arm> arms;
   if (flags.compare) {
-    arms = {{"lookahead off", 0, false}, {"lookahead on", flags.lookahead, false},
+    arms = {{"lookahead off", 0, false},
+            {"lookahead on", flags.lookahead, false},
             {"lookahead on, also in prefill", flags.lookahead, true}};
   } else {
     arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false}};
   }
-  // Rounds interleave the arms, so drift in the machine's load hits them alike.
+  // Rounds interleave the arms, so drift in the machine's load hits them alike;
+  // the machine is measured before and after them.
+  const Machine before = measure_machine(container, flags);
   std::vector<std::vector<ArmResult>> runs(arms.size());
   for (uint32_t round = 0; round < flags.repeat; ++round) {
     for (size_t a = 0; a < arms.size(); ++a) {
-      runs[a].push_back(run_arm(flags, arms[a], cache_bytes));
+      runs[a].push_back(run_arm(flags, arms[a], cache_bytes, routing));
       if (runs[a].back().tokens != runs[0][0].tokens) {
         fail("bench decode: '{}' generated other tokens than '{}'", arms[a].name, arms[0].name);
       }
     }
   }
+  const Machine after = measure_machine(container, flags);
+  const double disk_gbps = median({before.disk_gbps, after.disk_gbps});
+  const double mem_gbps = median({before.memory_gbps, after.memory_gbps});
   std::vector<ArmSummary> summaries;
   for (const auto& arm_runs : runs) summaries.push_back(summarize(arm_runs, flags.tokens));
   const double off_rate = summaries[0].tok_per_s;
 
   if (flags.json) {
-    nlohmann::json out = {{"model", flags.model}, {"budget", flags.budget}, {"cache_bytes", cache_bytes},
-                          {"prompt_tokens", flags.prompt_tokens}, {"tokens", flags.tokens},
-                          {"temperature", flags.temperature}, {"seed", flags.seed}, {"repeat", flags.repeat},
+    nlohmann::json out = {{"model", flags.model},
+                          {"budget", flags.budget},
+                          {"cache_bytes", cache_bytes},
+                          {"prompt_tokens", flags.prompt_tokens},
+                          {"tokens", flags.tokens},
+                          {"temperature", flags.temperature},
+                          {"seed", flags.seed},
+                          {"repeat", flags.repeat},
+                          {"routing", flags.routing.empty() ? "model" : flags.routing},
+                          {"queue_depth", flags.readers},
+                          {"disk",
+                           {{"record_bytes", container.largest_record_stride()},
+                            {"o_direct_gbps", disk_gbps},
+                            {"o_direct_gbps_before", before.disk_gbps},
+                            {"o_direct_gbps_after", after.disk_gbps},
+                            {"direct", before.disk_direct && after.disk_direct},
+                            {"threads", std::max<uint32_t>(flags.readers, 1)}}},
+                          {"memory_gbps", mem_gbps},
                           {"arms", nlohmann::json::array()}};
     for (size_t a = 0; a < arms.size(); ++a) {
       const ArmSummary& m = summaries[a];
       nlohmann::json each = nlohmann::json::array();
       for (const ArmResult& r : runs[a]) {
-        each.push_back({{"prefill", phase_json(r.prefill, flags.prompt_tokens)},
-                        {"decode", phase_json(r.decode, flags.tokens)}});
+        each.push_back(
+            {{"prefill", phase_json(r.prefill, flags.prompt_tokens)}, {"decode", phase_json(r.decode, flags.tokens)}});
       }
-      out["arms"].push_back({{"name", arms[a].name},
-                             {"lookahead", arms[a].lookahead},
-                             {"lookahead_in_prefill", arms[a].in_prefill},
-                             {"precision_at_1", runs[a].back().precision_at_1},
-                             {"recall", runs[a].back().recall},
-                             {"median", {{"decode_tok_per_s", m.tok_per_s},
-                                         {"decode_speedup_vs_first_arm", off_rate > 0 ? m.tok_per_s / off_rate : 0.0},
-                                         {"demand_hit_rate", m.hit_rate},
-                                         {"bytes_read_per_token", m.bytes_per_token},
-                                         {"wait_seconds", m.wait_seconds},
-                                         {"prefill_seconds", m.prefill_seconds},
-                                         {"prefill_bytes_read", m.prefill_bytes}}},
-                             {"runs", each}});
+      out["arms"].push_back(
+          {{"name", arms[a].name},
+           {"lookahead", arms[a].lookahead},
+           {"lookahead_in_prefill", arms[a].in_prefill},
+           {"precision_at_1", runs[a].back().precision_at_1},
+           {"recall", runs[a].back().recall},
+           {"decode_tok_per_s", {{"median", m.tok_per_s}, {"min", m.min_tok_per_s}, {"max", m.max_tok_per_s}}},
+           {"hit_rate", m.hit_rate},
+           {"bytes_read_per_token", m.bytes_per_token},
+           {"read_wait_share", m.wait_share},
+           {"io_bound_ratio", io_bound_ratio(m, disk_gbps)},
+           {"median",
+            {{"decode_tok_per_s", m.tok_per_s},
+             {"decode_speedup_vs_first_arm", off_rate > 0 ? m.tok_per_s / off_rate : 0.0},
+             {"demand_hit_rate", m.hit_rate},
+             {"bytes_read_per_token", m.bytes_per_token},
+             {"wait_seconds", m.wait_seconds},
+             {"prefill_seconds", m.prefill_seconds},
+             {"prefill_bytes_read", m.prefill_bytes}}},
+           {"runs", each}});
     }
     fmt::print("{}\n", out.dump(2));
     return;
   }
   fmt::print("decode of {} tokens after a {}-token prompt, budget {}: cache {}; medians of {} run{}\n", flags.tokens,
              flags.prompt_tokens, flags.budget, format_bytes(cache_bytes), flags.repeat, flags.repeat == 1 ? "" : "s");
+  fmt::print("  routing {}; disk {:.2f} GB/s O_DIRECT at {} records, {} in flight; memory {:.1f} GB/s\n",
+             flags.routing.empty() ? "the model's" : flags.routing, disk_gbps,
+             format_bytes(container.largest_record_stride()), flags.readers, mem_gbps);
   for (size_t a = 0; a < arms.size(); ++a) {
     const ArmSummary& m = summaries[a];
-    fmt::print("  {:<30} decode {:.2f} tok/s ({:.2f}x), {:.1f}% demand hits, {:.2f} MB/token, {:.2f} s waiting",
-               arms[a].name, m.tok_per_s, off_rate > 0 ? m.tok_per_s / off_rate : 0.0, 100 * m.hit_rate,
-               m.bytes_per_token / 1e6, m.wait_seconds);
+    fmt::print(
+        "  {:<30} decode {:.2f} tok/s ({:.2f}x), {:.1f}% demand hits, {:.2f} MB/token, {:.2f} s "
+        "waiting",
+        arms[a].name, m.tok_per_s, off_rate > 0 ? m.tok_per_s / off_rate : 0.0, 100 * m.hit_rate,
+        m.bytes_per_token / 1e6, m.wait_seconds);
     if (arms[a].lookahead) {
       fmt::print("; guesses P@1 {:.1f}%, recall {:.1f}%", 100 * runs[a].back().precision_at_1,
                  100 * runs[a].back().recall);
     }
-    fmt::print("; prefill {:.2f} s, {:.1f} MB\n", m.prefill_seconds, m.prefill_bytes / 1e6);
+    fmt::print("; {:.0f}% of the step waiting, io_bound_ratio {:.2f}; prefill {:.2f} s, {:.1f} MB\n",
+               100 * m.wait_share, io_bound_ratio(m, disk_gbps), m.prefill_seconds, m.prefill_bytes / 1e6);
   }
 }
 
@@ -237,19 +415,34 @@ void add_bench_decode(CLI::App& bench) {
   auto flags = std::make_shared<DecodeFlags>();
   CLI::App* cmd = bench.add_subcommand("decode", "decode over the expert cache, lookahead off and on");
   cmd->add_option("MODEL", flags->model, "the .sluice container")->required();
-  cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run`, e.g. one working set above the floor")
-      ->required();
+  cmd->add_option("--budget", flags->budget,
+                  "memory budget as for `sluice run`, e.g. one working set above the floor")
+      ->required()
+      ->check(memory_size());
   cmd->add_flag("--compare-lookahead", flags->compare, "run lookahead off, on, and on in prefill too, in one process");
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();
-  cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")->capture_default_str();
+  cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")
+      ->capture_default_str()
+      ->check(at_least_one());
   cmd->add_option("--temp", flags->temperature,
                   "sampling temperature (0: greedy); a seeded draw gives every arm the same tokens")
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--repeat", flags->repeat, "rounds of every arm, interleaved; figures are medians")
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "compute threads (default: SLUICE_THREADS or every core)");
+  cmd->add_option("--threads", flags->threads,
+                  "compute threads (default: SLUICE_THREADS or every core)")
+      ->check(at_least_one());
+  cmd->add_option("--readers", flags->readers, "the worker's reads in flight (its queue depth)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--routing", flags->routing,
+                  "synthetic[:SEED] (real routing's statistics) or a trace file, in place of the "
+                  "model's router in "
+                  "decode; needs --lookahead 0");
+  cmd->add_option("--disk-seconds", flags->disk_seconds, "seconds of raw O_DIRECT reads before and after the arms")
+      ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON instead of text");
   cmd->callback([flags] {
     SamplingParams sampling;

@@ -2,19 +2,20 @@
 // O_DIRECT bandwidth at the record size (random whole-record reads over the
 // banks, 1/2/4 threads) next to what the I/O worker sustains serving a decode
 // whose experts miss, and their ratio. Measures, never asserts; no compute.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
+#include "compute/cli/bench_disk.h"
 #include "compute/cli/commands.h"
 #include "ioworker/worker.h"
 #include "proto/aligned_buffer.h"
@@ -28,12 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct RawResult {
-  uint32_t threads = 0;
-  uint64_t reads = 0;
-  double seconds = 0;
-  double gbps = 0;
-};
+}  // namespace
 
 // Random whole-record reads, each thread with its own descriptors and buffer.
 RawResult raw_reads(const Container& container, uint32_t threads, double seconds, bool& all_direct) {
@@ -79,6 +75,8 @@ RawResult raw_reads(const Container& container, uint32_t threads, double seconds
   all_direct = all_direct && direct;
   return result;
 }
+
+namespace {
 
 struct DaemonResult {
   uint64_t tokens = 0, hits = 0, misses = 0, reads = 0, bytes = 0;
@@ -161,8 +159,9 @@ void add_bench_io(CLI::App& bench) {
     std::string backend = "auto";
   };
   auto flags = std::make_shared<Flags>();
-  CLI::App* cmd = bench.add_subcommand(
-      "io", "raw O_DIRECT record reads of the container's disk next to the I/O worker serving an all-miss decode");
+  CLI::App* cmd = bench.add_subcommand("io",
+                                       "raw O_DIRECT record reads of the container's disk next to "
+                                       "the I/O worker serving an all-miss decode");
   cmd->add_option("MODEL", flags->model, "Container directory (NAME.sluice)")->required();
   cmd->add_flag("--json", flags->json, "print JSON instead of a table");
   cmd->add_option("--seconds", flags->seconds, "time per measurement")->check(CLI::Range(0.1, 600.0));

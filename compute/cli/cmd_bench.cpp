@@ -1,13 +1,14 @@
 // compute/cli/cmd_bench.cpp: `sluice bench` and its subcommands. Each one is a
 // single add_bench_<name> function wired in add_bench_command (kernels lives
 // here; io, decode and replay get their own files). Measures, never asserts.
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "compute/cli/commands.h"
 #include "compute/kernels/dispatch.h"
@@ -73,7 +74,9 @@ void add_bench_kernels(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "kernels", "time the RVQ expert and trunk q4/q8 kernels at real model shapes, next to memory bandwidth");
   cmd->add_flag("--json", flags->json, "print JSON instead of a table");
-  cmd->add_option("--threads", flags->threads, "worker threads (default: SLUICE_THREADS, else all cores)");
+  cmd->add_option("--threads", flags->threads,
+                  "worker threads (default: SLUICE_THREADS, else all cores)")
+      ->check(at_least_one());
   cmd->add_option("--seconds", flags->seconds, "time budget per case; each case runs at least 3 times")
       ->check(CLI::Range(0.0, 600.0));
   cmd->add_flag("--no-alternatives", flags->no_alternatives,
@@ -85,7 +88,17 @@ void add_bench_kernels(CLI::App& bench) {
     options.isa = kernels::isa_from_environment();
     options.alternatives = !flags->no_alternatives;
     options.every_isa = !flags->no_alternatives;
+    const bool terminal = ::isatty(STDERR_FILENO) == 1;
+    size_t timed = 0;
+    if (terminal) {
+      options.on_case = [&timed](const kernels::KernelBenchCase& c) {
+        fmt::print(stderr, "\r\033[Kbench kernels: {} cases timed; {} {} ({})", ++timed, c.model,
+                   c.kernel, c.variant);
+        std::fflush(stderr);
+      };
+    }
     const kernels::KernelBenchReport report = kernels::run_kernel_bench(options);
+    if (terminal) fmt::print(stderr, "\r\033[K");
     if (flags->json)
       fmt::print("{}\n", kernel_report_json(report).dump(2));
     else
@@ -105,7 +118,9 @@ void add_bench_replay(CLI::App& bench);  // bench_replay.cpp
 void add_bench_decode(CLI::App& bench);  // bench_decode.cpp
 
 void add_bench_command(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "measure this machine: kernels (more to come)");
+  CLI::App* bench = app.add_subcommand("bench",
+                                       "measure this machine and a container: kernels, io, replay "
+                                       "(cache policy), decode (lookahead)");
   bench->require_subcommand(1);
   add_bench_kernels(*bench);
   add_bench_io(*bench);

@@ -1,15 +1,17 @@
 // compute/cli/cmd_convert.cpp: `sluice convert SRC_DIR OUT.sluice`. Parses
 // flags and prints; all conversion logic lives in compute/convert/, and this
 // file never writes container files itself.
+#include <fmt/format.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "compute/cli/commands.h"
 #include "compute/convert/convert.h"
 #include "compute/kernels/thread_pool.h"
+#include "proto/error.h"
 
 namespace sluice::cli {
 
@@ -18,6 +20,7 @@ void add_convert_command(CLI::App& app) {
     convert::ConvertOptions options;
     bool json = false;
     bool quiet = false;
+    bool no_tokenizer = false;
   };
   auto flags = std::make_shared<Flags>();
   flags->options.threads = static_cast<int>(kernels::available_cores());
@@ -42,10 +45,25 @@ void add_convert_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", flags->json, "print a JSON summary on stdout (speed, quantization error, sizes)");
   cmd->add_flag("-q,--quiet", flags->quiet, "no progress on stderr");
+  cmd->add_flag("--no-tokenizer", flags->no_tokenizer,
+                "convert a checkpoint that has no tokenizer.json or tiktoken.model (the container "
+                "then takes only "
+                "--prompt-ids)");
   cmd->add_flag("--force", flags->options.force,
                 "start over when OUT holds a conversion of another source or with other parameters");
   cmd->callback([flags] {
-    if (const char* delay = std::getenv("SLUICE_CONVERT_TEST_DELAY_MS")) flags->options.test_delay_ms = std::atoi(delay);
+    const std::filesystem::path source(flags->options.source_dir);
+    const bool has_tokenizer = std::filesystem::exists(source / "tokenizer.json") ||
+                               std::filesystem::exists(source / "tiktoken.model");
+    if (!flags->no_tokenizer && std::filesystem::is_directory(source) && !has_tokenizer) {
+      fail(
+          "{}: no tokenizer.json (or tiktoken.model), so the container could not read or write "
+          "text; add the "
+          "checkpoint's tokenizer, or pass --no-tokenizer to convert without one",
+          flags->options.source_dir);
+    }
+    if (const char* delay = std::getenv("SLUICE_CONVERT_TEST_DELAY_MS"))
+      flags->options.test_delay_ms = std::atoi(delay);
     auto progress = convert::make_stderr_progress(flags->quiet);
     const auto summary = convert::convert_checkpoint(flags->options, *progress);
     if (flags->json) {

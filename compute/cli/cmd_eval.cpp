@@ -57,6 +57,8 @@ void eval(const EvalArgs& args) {
     for (size_t at = start; at < end; at += chunk) {
       const size_t count = std::min<size_t>(chunk, end - at);
       engine.transformer().forward(std::span<const int32_t>(ids).subspan(at, count), logits, true);
+      check_logits_finite(std::span<const float>(logits).first(size_t{count} * vocab),
+                          fmt::format("tokens {}..{} of --text", at, at + count - 1));
       for (size_t t = 0; t < count; ++t) {
         const std::span<const float> row(&logits[t * vocab], vocab);
         if (dump.is_open()) dump.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size_bytes()));

@@ -47,6 +47,7 @@ void add_plan_command(CLI::App& app) {
     uint32_t context = 0;
     std::string budget;
     std::string ram;
+    bool force = false;
     bool json = false;
   };
   auto options = std::make_shared<Options>();
@@ -55,13 +56,21 @@ void add_plan_command(CLI::App& app) {
   auto* model = cmd->add_option("MODEL", options->model, "Container directory (NAME.sluice)");
   cmd->add_option("--config", options->config, "Plan from a Hugging Face config.json instead of a container")
       ->excludes(model);
-  cmd->add_option("--ctx", options->context,
-                  "Context length the mixers' state is sized for (default: the model's, at most 4096)");
-  cmd->add_option("--budget", options->budget, "Use this budget (K/M/G/T, 1024-based) instead of choosing one");
-  cmd->add_option("--ram", options->ram, "Choose the budget for a machine with this much RAM (default: this one)");
+  cmd->add_option(
+         "--ctx", options->context,
+         "Context length the mixers' state is sized for (default: the model's, at most 4096)")
+      ->check(at_least_one());
+  cmd->add_option("--budget", options->budget,
+                  "Use this budget (K/M/G/T, 1024-based) instead of choosing one")
+      ->check(memory_size());
+  cmd->add_flag("--force", options->force, "Take a --budget above the usable memory");
+  cmd->add_option("--ram", options->ram,
+                  "Choose the budget for a machine with this much RAM (default: this one)")
+      ->check(memory_size());
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
-    if (options->model.empty() && options->config.empty()) fail("plan: give a container or --config config.json");
+    if (options->model.empty() && options->config.empty())
+      usage_error("give a container or --config config.json");
     std::optional<uint64_t> ram;
     if (!options->ram.empty()) ram = parse_size(options->ram, "--ram");
     std::optional<Container> container;
@@ -81,8 +90,10 @@ void add_plan_command(CLI::App& app) {
       }
       config = ModelConfig::from_json(parsed, options->config);
     }
-    const MemoryPlan plan =
-        plan_for(container ? &*container : nullptr, config, name, options->budget, options->context, ram);
+    PlanRequest shape;
+    shape.force = options->force;
+    const MemoryPlan plan = plan_for(container ? &*container : nullptr, config, name,
+                                     options->budget, options->context, ram, shape);
     const nlohmann::json breakdown = model_breakdown(config);
     if (options->json) {
       nlohmann::json out = plan_to_json(plan);

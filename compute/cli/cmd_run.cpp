@@ -1,14 +1,19 @@
 // compute/cli/cmd_run.cpp: `sluice run`, text generation from a prompt. Text
 // streams to stdout as it is generated; the summary goes to stderr so stdout
 // stays pipeable. --dump-logits is the interface scripts/reference.py shares.
+// Ctrl-C ends the run early with its summary; a second one kills it.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
-#include <optional>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
@@ -27,6 +32,7 @@ struct RunArgs {
   std::string prompt_ids;
   uint32_t max_tokens = 128;
   SamplingParams sampling;
+  int64_t seed = -1;
   EngineFlags engine;
   std::string dump_logits;
   bool ignore_eos = false;
@@ -40,8 +46,55 @@ void write_row(std::ofstream& out, std::span<const float> row, const std::string
   if (!out) fail("{}: cannot write logits", path);
 }
 
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void on_interrupt(int) {
+  g_interrupted = 1;
+}
+
+// SIGINT sets g_interrupted while this lives; the handler resets itself, so
+// a second Ctrl-C ends the process the usual way.
+class InterruptScope {
+ public:
+  InterruptScope() {
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    action.sa_flags = SA_RESETHAND;
+    ::sigaction(SIGINT, &action, &previous_);
+  }
+  ~InterruptScope() { ::sigaction(SIGINT, &previous_, nullptr); }
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
+// "prefill: 192/1000 tokens" on stderr, redrawn at most 5 times a second,
+// only on a terminal and only for prompts of more than a few chunks.
+std::function<bool(size_t, size_t)> prefill_feedback(uint32_t chunk) {
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  auto last =
+      std::make_shared<std::chrono::steady_clock::time_point>();  // the first chunk reports at once
+  return [terminal, chunk, last](size_t done, size_t total) {
+    if (terminal && total > size_t{4} * chunk) {
+      const auto now = std::chrono::steady_clock::now();
+      if (done == total) {
+        fmt::print(stderr, "\r\033[K");
+      } else if (now - *last > std::chrono::milliseconds(200)) {
+        *last = now;
+        fmt::print(stderr, "\r\033[Kprefill: {}/{} tokens", done, total);
+      }
+      std::fflush(stderr);
+    }
+    return g_interrupted == 0;
+  };
+}
+
 void run(const RunArgs& args) {
-  Engine engine(args.model, args.engine.options());
+  EngineOptions options = args.engine.options();
+  options.prefill_progress = prefill_feedback(args.engine.chunk);
+  Engine engine(args.model, options);
   RoutingOptions routing_options;
   routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
   routing_options.trace_out = args.trace_out;
@@ -49,13 +102,21 @@ void run(const RunArgs& args) {
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
   std::vector<int32_t> prompt;
   if (!args.prompt_ids.empty()) {
-    if (!args.prompt.empty()) fail("give either PROMPT or --prompt-ids, not both");
+    if (!args.prompt.empty()) usage_error("give either PROMPT or --prompt-ids, not both");
     prompt = parse_token_ids(args.prompt_ids, "--prompt-ids");
   } else {
-    if (args.prompt.empty()) fail("no prompt: give PROMPT (or - for stdin) or --prompt-ids");
+    if (args.prompt.empty()) usage_error("no prompt: give PROMPT (or - for stdin) or --prompt-ids");
     prompt = tok.encode(args.prompt == "-" ? read_stdin() : args.prompt);
     if (tok.add_bos() && tok.bos_id()) prompt.insert(prompt.begin(), *tok.bos_id());
   }
+  const uint32_t context = engine.transformer().context();
+  if (prompt.size() > context) {
+    usage_error(
+        "the prompt is {} tokens, longer than the context of {} (--ctx; the model's maximum is {})",
+        prompt.size(), context, engine.config().max_positions);
+  }
+  SamplingParams sampling = args.sampling;
+  sampling.seed = resolve_seed(args.seed);
 
   std::ofstream dump;
   if (!args.dump_logits.empty()) {
@@ -66,25 +127,27 @@ void run(const RunArgs& args) {
   std::vector<int32_t> generated;
   std::string text;
   const bool stream = !args.json;
-  const GenerationStats stats = engine.generate(
-      prompt, args.max_tokens, args.sampling, {}, args.ignore_eos || dump.is_open(),
-      [&](int32_t token, std::span<const float> logits) {
-        if (dump.is_open()) write_row(dump, logits, args.dump_logits);
-        generated.push_back(token);
-        const std::string piece = decoder.push(token);
-        text += piece;
-        if (stream) {
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
-        }
-        return true;
-      });
+  const InterruptScope interrupt_scope;
+  const GenerationStats stats =
+      engine.generate(prompt, args.max_tokens, sampling, {}, args.ignore_eos || dump.is_open(),
+                      [&](int32_t token, std::span<const float> logits) {
+                        if (dump.is_open()) write_row(dump, logits, args.dump_logits);
+                        generated.push_back(token);
+                        const std::string piece = decoder.push(token);
+                        text += piece;
+                        if (stream) {
+                          std::fwrite(piece.data(), 1, piece.size(), stdout);
+                          std::fflush(stdout);
+                        }
+                        return g_interrupted == 0;
+                      });
   const std::string tail = decoder.finish();
   text += tail;
   if (dump.is_open() && !generated.empty()) {
     // The reference's last row: the logits after the last generated token.
     std::vector<float> logits(engine.config().vocab);
     engine.transformer().forward(std::span<const int32_t>(&generated.back(), 1), logits, false);
+    check_logits_finite(logits, "the last --dump-logits row");
     write_row(dump, logits, args.dump_logits);
   }
   routing.finish();
@@ -93,6 +156,11 @@ void run(const RunArgs& args) {
   const shm::GuessStats guesses = routing.guesses();
   const double decode_rate = stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0;
   const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0;
+  const std::string finish = finish_reason_name(stats.finish);
+  const std::string finish_note = stats.context_full
+                                      ? fmt::format(" (the context of {} is full)", context)
+                                  : stats.finish == FinishReason::kCancelled ? " (interrupted)"
+                                                                             : "";
   if (args.json) {
     nlohmann::json out = {{"text", text},
                           {"prompt_tokens", stats.prompt_tokens},
@@ -102,6 +170,10 @@ void run(const RunArgs& args) {
                           {"decode_seconds", stats.decode_seconds},
                           {"tok_per_s", decode_rate},
                           {"prefill_tok_per_s", prefill_rate},
+                          {"finish_reason", finish},
+                          {"context", context},
+                          {"context_full", stats.context_full},
+                          {"seed", sampling.seed},
                           {"experts", experts_json(stats.experts)}};
     if (routing.runs_router()) {
       out["lookahead"] = {{"k", routing_options.lookahead},
@@ -112,9 +184,12 @@ void run(const RunArgs& args) {
   } else {
     fmt::print("{}\n", tail);
     std::fflush(stdout);  // the text ends before the summary on a shared terminal
-    fmt::print(stderr, "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; {}\n",
-               stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens, prefill_rate,
-               experts_summary(stats.experts));
+    fmt::print(stderr,
+               "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; "
+               "finish {}{}; seed {}; "
+               "{}\n",
+               stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens,
+               prefill_rate, finish, finish_note, sampling.seed, experts_summary(stats.experts));
     if (routing.runs_router()) {
       fmt::print(stderr, "sluice: lookahead {}: guesses P@1 {:.1f}%, recall {:.1f}% of the real experts\n",
                  routing_options.lookahead, 100 * guesses.precision_at_1(), 100 * guesses.recall());
@@ -130,8 +205,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("MODEL", args->model, "the .sluice container")->required();
   cmd->add_option("PROMPT", args->prompt, "prompt text, or - to read it from stdin");
   cmd->add_option("--prompt-ids", args->prompt_ids, "prompt as comma-separated token ids instead of text");
-  cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens to generate")->capture_default_str();
-  add_sampling_flags(*cmd, args->sampling);
+  cmd->add_option("-n,--max-tokens", args->max_tokens,
+                  "tokens to generate (generation also ends at the context's end)")
+      ->capture_default_str();
+  add_sampling_flags(*cmd, args->sampling, args->seed);
   add_engine_flags(*cmd, args->engine);
   cmd->add_option("--dump-logits", args->dump_logits,
                   "write raw little-endian f32 logits: the row after the prompt, then one row after each "

@@ -103,51 +103,84 @@ nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& p
           {"router", router_json(c.lookahead)}};
 }
 
+// The text view fits a terminal of kColumns: lists (per layer, per client)
+// wrap, and a path too long for its line keeps its end.
+constexpr size_t kColumns = 80;
+
+std::string fit(const std::string& text, size_t width) {
+  return text.size() <= width ? text : "..." + text.substr(text.size() - (width - 3));
+}
+
+// "  label       item item item", wrapped under the first item.
+void add_wrapped(std::string& out, std::string_view label, const std::vector<std::string>& items) {
+  const std::string indent(14, ' ');
+  std::string line = fmt::format("  {:<12}", label);
+  bool first = true;
+  for (const std::string& item : items) {
+    if (!first && line.size() + 1 + item.size() > kColumns) {
+      out += line + "\n";
+      line = indent;
+      first = true;
+    }
+    line += (first ? "" : " ") + item;
+    first = false;
+  }
+  out += line + "\n";
+}
+
 std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& previous) {
   const auto& c = s.cache;
   std::string out;
-  out += fmt::format("sluice-io pid {} instance '{}' serving {}, up {:.1f} s\n", s.pid, s.instance, s.model,
+  out += fmt::format("sluice-io pid {}, instance '{}', up {:.1f} s\n", s.pid, s.instance,
                      s.uptime_seconds);
+  out += fmt::format("  model       {}\n", fit(s.model, kColumns - 14));
   out += fmt::format("  readers     {} via {}, {}\n", s.readers, s.backend,
-                     c.direct_io ? "O_DIRECT in effect" : "buffered (O_DIRECT refused by the filesystem)");
-  out += fmt::format("  cache       {} slots of {} ({} ready, {} pinned); cache {}, budget {}; segment {}\n",
-                     c.slot_count, format_bytes(c.slot_bytes), c.slots_ready, c.slots_pinned,
-                     format_bytes(s.cache_bytes), format_bytes(s.budget_bytes), s.segment_name);
-  out += fmt::format("  hit rate    {:.1f}% ({} hits, {} of them still loading; {} misses)\n", 100 * c.hit_rate(),
-                     c.hits, c.inflight_hits, c.misses);
-  out += fmt::format("  reads       demand {}, prefetch {} (asked {}, dropped {}, wasted {}); errors {}\n",
-                     c.demand_reads, c.prefetch_reads, c.prefetch_requests, c.prefetch_dropped,
-                     c.wasted_prefetches, c.read_errors);
-  out += fmt::format("  bytes read  {}, {:.3f} GB/s {}\n", format_bytes(c.bytes_read), read_gbps(s, previous),
-                     previous ? "over the last interval" : "since start");
-  out += fmt::format("  latency     p50 {:.0f} us, p90 {:.0f} us, p99 {:.0f} us (bucket upper bounds)\n",
-                     c.read_p50_us, c.read_p90_us, c.read_p99_us);
-  out += fmt::format("  queue       {} waiting, {} in flight; {} evictions; {} clients reaped; {} bad requests\n",
-                     c.queue_depth, c.inflight, c.evictions, c.clients_reaped, c.bad_requests);
+                     c.direct_io ? "O_DIRECT" : "buffered (no O_DIRECT here)");
+  out += fmt::format("  cache       {} slots of {}: {} ready, {} pinned\n", c.slot_count,
+                     format_bytes(c.slot_bytes), c.slots_ready, c.slots_pinned);
+  out += fmt::format("  memory      cache {}, budget {}\n", format_bytes(s.cache_bytes),
+                     format_bytes(s.budget_bytes));
+  out += fmt::format("  segment     /dev/shm/{}\n", fit(s.segment_name, kColumns - 23));
+  out += fmt::format("  hit rate    {:.1f}%: {} hits ({} still loading), {} misses\n",
+                     100 * c.hit_rate(), c.hits, c.inflight_hits, c.misses);
+  out += fmt::format("  reads       {} demand, {} prefetch, {} errors\n", c.demand_reads,
+                     c.prefetch_reads, c.read_errors);
+  out += fmt::format("  prefetch    {} asked, {} dropped, {} wasted\n", c.prefetch_requests,
+                     c.prefetch_dropped, c.wasted_prefetches);
+  out += fmt::format("  bytes read  {}, {:.3f} GB/s {}\n", format_bytes(c.bytes_read),
+                     read_gbps(s, previous), previous ? "(last interval)" : "(since start)");
+  out += fmt::format("  latency     p50 {:.0f} us, p90 {:.0f} us, p99 {:.0f} us\n", c.read_p50_us,
+                     c.read_p90_us, c.read_p99_us);
+  out += fmt::format("  queue       {} waiting, {} in flight, {} evictions\n", c.queue_depth,
+                     c.inflight, c.evictions);
   if (!c.layers.empty()) {
-    out += "  per layer  ";
+    std::vector<std::string> items;
     for (const auto& layer : c.layers) {
-      out += fmt::format(" L{} {:.0f}% ({}/{})", layer.layer, 100 * rate(layer.hits, layer.misses), layer.hits,
-                         layer.hits + layer.misses);
+      items.push_back(
+          fmt::format("L{} {:.0f}%", layer.layer, 100 * rate(layer.hits, layer.misses)));
     }
-    out += "\n";
+    add_wrapped(out, "layer hits", items);
   }
   if (const shm::LookaheadStats& r = c.lookahead; router_served(r)) {
-    out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped), {} prefetches of {} experts\n",
-                       r.router_pid, r.k, r.messages, r.skipped, r.prefetches, r.prefetched);
+    out += fmt::format("  router      pid {}, lookahead {}: {} messages ({} skipped)\n",
+                       r.router_pid, r.k, r.messages, r.skipped);
+    out += fmt::format("  prefetched  {} experts in {} prefetches\n", r.prefetched, r.prefetches);
     if (!r.layers.empty()) {
-      out += "  guesses    ";
+      std::vector<std::string> items;
       for (const shm::GuessStats& a : r.layers) {
-        out += fmt::format(" L{} P@1 {:.0f}% recall {:.0f}%", a.layer, 100 * a.precision_at_1(), 100 * a.recall());
+        items.push_back(fmt::format("L{} {:.0f}%/{:.0f}%", a.layer, 100 * a.precision_at_1(),
+                                    100 * a.recall()));
       }
-      out += "\n";
+      add_wrapped(out, "P@1/recall", items);
     }
   }
-  out += fmt::format("  clients     {} attached session(s), {} in the client table\n", s.sessions, c.clients.size());
+  out += fmt::format("  clients     {} session(s), {} in the table, {} reaped, {} bad requests\n",
+                     s.sessions, c.clients.size(), c.clients_reaped, c.bad_requests);
   for (const auto& client : c.clients) {
-    out += fmt::format("    client {} pid {}: {} requests, hit rate {:.1f}%, waited {:.3f} s, heartbeat {:.1f} s ago\n",
-                       client.id, client.pid, client.requests, 100 * rate(client.hits, client.misses),
-                       client.wait_seconds, client.heartbeat_age_seconds);
+    out += fmt::format(
+        "    {} pid {}: {} requests, {:.1f}% hits, waited {:.3f} s, beat {:.1f} s ago\n", client.id,
+        client.pid, client.requests, 100 * rate(client.hits, client.misses), client.wait_seconds,
+        client.heartbeat_age_seconds);
   }
   return out;
 }
@@ -164,10 +197,12 @@ void add_stats_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("stats", "Show a running sluice-io's cache hit rate, reads and clients");
   cmd->add_option("--attach", options->socket,
                   "Control socket path, or an instance name (no '/') for its default socket; default: 'default'");
-  cmd->add_option("--watch", options->watch, "Redraw every SECONDS (one JSON line per interval when not a terminal)");
+  cmd->add_option("--watch", options->watch,
+                  "Redraw every SECONDS (one JSON line per interval when not a terminal) until the "
+                  "daemon goes away")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
-    if (options->watch < 0) fail("--watch {}: must be a positive number of seconds", options->watch);
     const std::string socket = ioworker::resolve_socket(
         options->socket.empty() ? std::string(ioworker::kDefaultInstance) : options->socket);
     ioworker::RpcClient client(socket);
@@ -184,7 +219,14 @@ void add_stats_command(CLI::App& app) {
     std::optional<DaemonStats> previous;
     const auto interval = std::chrono::duration<double>(options->watch);
     while (true) {
-      const DaemonStats stats = client.stats();
+      DaemonStats stats;
+      try {
+        stats = client.stats();
+      } catch (const Error&) {
+        // The daemon stopped (or was stopped): the end of the watch, not a fault of ours.
+        fmt::print(stderr, "sluice: sluice-io at {} went away; stopped watching\n", socket);
+        throw ExitStatus{1};
+      }
       if (terminal) {
         fmt::print("\033[H\033[2J{}", to_text(stats, previous));  // home, clear, redraw
       } else {

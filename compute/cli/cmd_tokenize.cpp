@@ -25,16 +25,21 @@ using tokenizer::TokenId;
 using tokenizer::Tokenizer;
 
 struct Source {
-  std::vector<std::string> args;  // [MODEL] INPUT
+  std::vector<std::string> args;  // [MODEL] INPUT...
   std::string tokenizer_file;
 };
 
-void add_source_options(CLI::App* cmd, Source& source, const char* input_name) {
-  cmd->add_option("args", source.args,
-                  fmt::format("MODEL {0} (MODEL: a .sluice container directory), or just {0} with --tokenizer; "
-                              "{0} '-' reads stdin",
-                              input_name))
-      ->expected(1, 2)
+// `several_inputs`: INPUT may come as several arguments (detokenize's
+// `MODEL 1 2 3`), joined with spaces.
+void add_source_options(CLI::App* cmd, Source& source, const char* input_name,
+                        bool several_inputs) {
+  cmd->add_option(
+         "args", source.args,
+         fmt::format(
+             "MODEL {0} (MODEL: a .sluice container directory), or just {0} with --tokenizer; "
+             "{0} '-' reads stdin",
+             input_name))
+      ->expected(1, several_inputs ? CLI::detail::expected_max_vector_size : 2)
       ->required();
   cmd->add_option(
       "--tokenizer", source.tokenizer_file,
@@ -43,16 +48,24 @@ void add_source_options(CLI::App* cmd, Source& source, const char* input_name) {
 }
 
 // Resolves the tokenizer and returns it with the remaining INPUT argument.
-std::pair<Tokenizer, std::string> open(const Source& source, const char* input_name) {
-  if (!source.tokenizer_file.empty()) {
-    if (source.args.size() != 1) fail("--tokenizer takes the place of MODEL: give only {}", input_name);
+std::pair<Tokenizer, std::string> open(const Source& source, const char* input_name,
+                                       bool several_inputs) {
+  const size_t inputs_from = source.tokenizer_file.empty() ? 1 : 0;
+  const size_t inputs = source.args.size() - std::min(source.args.size(), inputs_from);
+  if (inputs == 0 || (!several_inputs && inputs > 1)) {
+    if (inputs_from == 0)
+      usage_error("--tokenizer takes the place of MODEL: give only {}", input_name);
+    usage_error("give MODEL and {}, or --tokenizer FILE and {}", input_name, input_name);
+  }
+  std::string input = source.args[inputs_from];
+  for (size_t i = inputs_from + 1; i < source.args.size(); ++i) input += " " + source.args[i];
+  if (inputs_from == 0) {
     const std::string dir = std::filesystem::path(source.tokenizer_file).parent_path().string();
     const std::string config = (dir.empty() ? std::string(".") : dir) + "/tokenizer_config.json";
     const bool has_config = posix_file_system().exists(config);
-    return {Tokenizer::load(source.tokenizer_file, has_config ? config : ""), source.args[0]};
+    return {Tokenizer::load(source.tokenizer_file, has_config ? config : ""), input};
   }
-  if (source.args.size() != 2) fail("give MODEL and {}, or --tokenizer FILE and {}", input_name, input_name);
-  return {Tokenizer::load_from_container(source.args[0]), source.args[1]};
+  return {Tokenizer::load_from_container(source.args[0]), input};
 }
 
 std::string read_input(const std::string& arg) {
@@ -76,7 +89,8 @@ std::vector<TokenId> parse_ids(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != item.size() || value < 0 || value > INT32_MAX) fail("IDS: \"{}\" is not a token id", item);
+    if (used != item.size() || value < 0 || value > INT32_MAX)
+      usage_error("IDS: \"{}\" is not a token id", item);
     ids.push_back(static_cast<TokenId>(value));
     item.clear();
   };
@@ -103,15 +117,15 @@ void add_tokenize_commands(CLI::App& app) {
   };
   auto opts = std::make_shared<TokenizeOptions>();
   auto* tok = app.add_subcommand("tokenize", "Turn text into token ids (space separated on one line)");
-  add_source_options(tok, opts->source, "TEXT");
+  add_source_options(tok, opts->source, "TEXT", false);
   tok->add_flag("--json", opts->json, "print a JSON list of ids");
   tok->add_flag("--specials", opts->specials,
                 "recognise special-token text (e.g. <|im_end|>) as control tokens; without it TEXT is plain content");
   tok->add_flag("--verbose", opts->verbose, "print one 'id<TAB>token' line per token (token as a JSON string)");
   tok->add_flag("--bos", opts->bos, "put the tokenizer_config.json bos_token first");
   tok->callback([opts] {
-    if (opts->json && opts->verbose) fail("--json and --verbose exclude each other");
-    auto [tokenizer, input] = open(opts->source, "TEXT");
+    if (opts->json && opts->verbose) usage_error("--json and --verbose exclude each other");
+    auto [tokenizer, input] = open(opts->source, "TEXT", false);
     const std::string text = read_input(input);
     std::vector<TokenId> ids;
     if (opts->bos) {
@@ -124,7 +138,8 @@ void add_tokenize_commands(CLI::App& app) {
     if (opts->json) {
       fmt::print("{}\n", nlohmann::json(ids).dump());
     } else if (opts->verbose) {
-      for (TokenId id : ids) fmt::print("{}\t{}\n", id, nlohmann::json(*tokenizer.id_to_token(id)).dump());
+      for (TokenId id : ids)
+        fmt::print("{}\t{}\n", id, nlohmann::json(*tokenizer.id_to_token(id)).dump());
     } else {
       fmt::print("{}\n", fmt::join(ids, " "));
     }
@@ -135,12 +150,14 @@ void add_tokenize_commands(CLI::App& app) {
     bool skip_special = false;
   };
   auto dopts = std::make_shared<DetokenizeOptions>();
-  auto* detok = app.add_subcommand(
-      "detokenize", "Turn token ids (comma or space separated) back into text, printed exactly, with no newline added");
-  add_source_options(detok, dopts->source, "IDS");
+  auto* detok = app.add_subcommand("detokenize",
+                                   "Turn token ids (comma or space separated, in one argument or "
+                                   "several; '[1, 2]' too) back into text, "
+                                   "printed exactly, with no newline added");
+  add_source_options(detok, dopts->source, "IDS", true);
   detok->add_flag("--skip-special", dopts->skip_special, "leave special tokens out of the text");
   detok->callback([dopts] {
-    auto [tokenizer, input] = open(dopts->source, "IDS");
+    auto [tokenizer, input] = open(dopts->source, "IDS", true);
     const std::string text = tokenizer.decode(parse_ids(read_input(input)), dopts->skip_special);
     std::fwrite(text.data(), 1, text.size(), stdout);
   });

@@ -1,6 +1,8 @@
-// compute/cli/cmd_verify.cpp: `sluice verify MODEL [--json]` reads every
-// expert record with O_DIRECT and checks its header and crc32. It reports
-// damage and exits 1; it never repairs or rewrites anything.
+// compute/cli/cmd_verify.cpp: `sluice verify MODEL [--json]` checks every
+// byte a kernel would see: each trunk tensor and codebooks.bin against their
+// manifest crc32 and value ranges, every expert record (read with O_DIRECT)
+// for its header and crc32, and each bank's records_crc32. It reports damage
+// and exits 1; it never repairs or rewrites anything.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "compute/cli/commands.h"
 #include "proto/aligned_buffer.h"
 #include "proto/container.h"
+#include "proto/error.h"
 
 namespace sluice::cli {
 namespace {
@@ -30,17 +33,33 @@ void verify(const std::string& model, bool json) {
   const bool progress = ::isatty(STDERR_FILENO) == 1;
   const uint64_t total = c.record_count();
   nlohmann::json damaged = nlohmann::json::array();
+  auto report = [&](nlohmann::json entry, const std::string& line) {
+    damaged.push_back(std::move(entry));
+    if (!json) fmt::print("{}{}\n", progress ? "\r\033[K" : "", line);
+  };
+  for (const TrunkTensorInfo& tensor : c.trunk_tensors()) {
+    try {
+      (void)c.load_trunk_tensor(tensor.name);
+    } catch (const Error& e) {
+      report({{"tensor", tensor.name}, {"problem", e.what()}}, e.what());
+    }
+  }
+  try {
+    (void)c.load_codebooks();
+  } catch (const Error& e) {
+    report({{"file", kCodebooksFile}, {"problem", e.what()}}, e.what());
+  }
   uint64_t records = 0, bytes = 0;
   const Clock::time_point start = Clock::now();
-  Clock::time_point last_report = start;
+  Clock::time_point last_report{};  // the first record reports at once
   for (const MoeLayerInfo& layer : c.moe_layers()) {
+    std::vector<uint32_t> record_crcs;
     for (uint32_t e = 0; e < layer.experts; ++e) {
       if (auto problem = c.try_read_record(layer.layer, e, buffer.data(), true)) {
-        damaged.push_back({{"layer", layer.layer}, {"expert", e}, {"problem", *problem}});
-        if (!json)
-          fmt::print("{}layer {} expert {}: {}\n", progress ? "\r\033[K" : "", layer.layer, e,
-                     *problem);
+        report({{"layer", layer.layer}, {"expert", e}, {"problem", *problem}},
+               fmt::format("layer {} expert {}: {}", layer.layer, e, *problem));
       }
+      record_crcs.push_back(RecordHeader::decode(static_cast<const uint8_t*>(buffer.data())).crc32);
       ++records;
       bytes += layer.record_stride;
       if (progress && Clock::now() - last_report > std::chrono::milliseconds(200)) {
@@ -49,6 +68,12 @@ void verify(const std::string& model, bool json) {
                    static_cast<double>(bytes) / 1e9 / seconds_since(start));
         std::fflush(stderr);
       }
+    }
+    if (const uint32_t digest = records_digest(record_crcs); digest != layer.records_crc32) {
+      report({{"layer", layer.layer}, {"file", layer.file}, {"problem", "records_crc32 mismatch"}},
+             fmt::format("{}: records_crc32 mismatch (manifest says {:08x}, the records' crc32s sum to {:08x}): "
+                         "the bank holds other records than the ones converted",
+                         layer.file, layer.records_crc32, digest));
     }
   }
   const double seconds = seconds_since(start);
@@ -62,7 +87,8 @@ void verify(const std::string& model, bool json) {
                                       {"gb_per_s", gb_per_s}}
                            .dump(2));
   } else {
-    fmt::print("{} records, {} bytes in {:.3f} s ({:.2f} GB/s{}): {}\n", records, bytes, seconds,
+    fmt::print("{} trunk tensors, {} codebooks, {} records, {} bytes in {:.3f} s ({:.2f} GB/s{}): {}\n",
+               c.trunk_tensors().size(), c.manifest().codebook_count, records, bytes, seconds,
                gb_per_s, c.bank_direct(c.moe_layers().front().layer) ? ", O_DIRECT" : ", buffered",
                damaged.empty() ? "all sound" : fmt::format("{} damaged", damaged.size()));
   }
@@ -73,7 +99,7 @@ void verify(const std::string& model, bool json) {
 
 void add_verify_command(CLI::App& app) {
   auto* cmd =
-      app.add_subcommand("verify", "Read every expert record and check its header and crc32");
+      app.add_subcommand("verify", "Check the crc32 of every trunk tensor, codebook and expert record");
   auto model = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   cmd->add_option("MODEL", *model, "container directory (MODEL.sluice)")->required();

@@ -2,9 +2,12 @@
 // registers itself on the application here; main.cpp only wires them.
 #pragma once
 
-#include <vector>
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace sluice::cli {
 
@@ -13,6 +16,19 @@ namespace sluice::cli {
 struct ExitStatus {
   int code;
 };
+
+// An argument the parser could not judge (flags that exclude each other, a
+// prompt too long for the context): reported like a parse error, one line
+// "sluice: error: ..." and exit status 2.
+template <typename... Args>
+[[noreturn]] void usage_error(fmt::format_string<Args...> format, Args&&... args) {
+  throw CLI::ValidationError(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Validators shared by the commands: a count of at least 1 (--ctx, --threads,
+// --readers, ...) and a size --budget accepts (K/M/G/T; never empty).
+CLI::Validator at_least_one();
+CLI::Validator memory_size();
 
 void add_convert_command(CLI::App& app);
 void add_info_command(CLI::App& app);

@@ -1,16 +1,18 @@
 // compute/cli/main.cpp: the sluice command line. Errors reach the user as one
-// line on stderr naming what is wrong, and a non-zero exit status.
-#include <cstdio>
-
+// line on stderr naming what is wrong: status 2 for a bad argument, 1 for a
+// failure. It only registers the subcommands; each lives in its own file.
 #include <fmt/format.h>
 
+#include <cstdio>
+
 #include "compute/cli/commands.h"
+#include "ioworker/command_line.h"
 #include "proto/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sluice: run Mixture-of-Experts models larger than RAM, streaming experts from disk"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "sluice 0.1.0");
+  app.set_version_flag("--version", sluice::version_line("sluice"));
   sluice::cli::add_run_command(app);
   sluice::cli::add_eval_command(app);
   sluice::cli::add_convert_command(app);
@@ -24,7 +26,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return sluice::exit_for_parse_error(app, e, "sluice");
   } catch (const sluice::cli::ExitStatus& status) {
     return status.code;
   } catch (const sluice::Error& e) {

@@ -1,14 +1,17 @@
 // compute/cli/run_options.cpp: shared flags of the model-loading commands.
 #include "compute/cli/run_options.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
+#include <random>
 #include <sstream>
 
-#include <fmt/format.h>
-
+#include "compute/cli/commands.h"
 #include "compute/model/cached_expert_source.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/rpc_client.h"
@@ -35,6 +38,34 @@ struct DaemonSession {
 
 }  // namespace
 
+CLI::Validator at_least_one() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        long long value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error != std::errc() || end != text.data() + text.size())
+          return fmt::format("'{}' is not a number", text);
+        return value >= 1 ? "" : fmt::format("{} is out of range: must be at least 1", text);
+      },
+      "N>=1");
+}
+
+CLI::Validator memory_size() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.empty()) return "an empty size: give e.g. 2G, 512M";
+        try {
+          parse_size(text, "SIZE");
+        } catch (const Error&) {
+          return fmt::format(
+              "bad size '{}' (expected a number with an optional K, M, G or T suffix, 1024-based)",
+              text);
+        }
+        return "";
+      },
+      "SIZE");
+}
+
 EngineOptions EngineFlags::options() const {
   EngineOptions options;
   options.context = context;
@@ -47,9 +78,9 @@ EngineOptions EngineFlags::options() const {
   if (!attach.empty()) {
     auto session = std::make_shared<DaemonSession>();
     const std::string socket = ioworker::resolve_socket(attach);
-    options.expert_source = [session, socket](const Container& container) -> std::unique_ptr<ExpertSource> {
+    options.expert_source = [session, socket, verify = verify](const Container& container) -> std::unique_ptr<ExpertSource> {
       session->client = std::make_unique<ioworker::RpcClient>(socket);
-      const ioworker::Attachment attachment = session->client->attach(container.identity());
+      const ioworker::Attachment attachment = session->client->attach(container.identity(), verify);
       session->session = attachment.session;
       return CachedExpertSource::attached(container, attachment.segment_name);
     };
@@ -57,7 +88,9 @@ EngineOptions EngineFlags::options() const {
   }
   options.expert_source = [flags = *this](const Container& container) -> std::unique_ptr<ExpertSource> {
     ioworker::WorkerOptions worker;
-    worker.cache_bytes = plan_for(container, flags.budget, flags.context).cache_bytes;
+    PlanRequest shape;
+    shape.force = flags.force;
+    worker.cache_bytes = plan_for(container, flags.budget, flags.context, shape).cache_bytes;
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
     worker.quiet = true;
@@ -67,20 +100,33 @@ EngineOptions EngineFlags::options() const {
 }
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
-  cmd.add_option("--ctx", flags.context, "context length in tokens (default: the model's, at most 4096)");
-  cmd.add_option("--threads", flags.threads, "compute threads (default: SLUICE_THREADS or every available core)");
-  cmd.add_option("--chunk", flags.chunk, "prefill chunk: tokens whose experts are read once together")
-      ->capture_default_str();
-  cmd.add_flag("--verify", flags.verify, "check the crc32 of every expert record read");
+  cmd.add_option("--ctx", flags.context,
+                 "context length in tokens (default: the model's, at most 4096)")
+      ->check(at_least_one());
+  cmd.add_option("--threads", flags.threads,
+                 "compute threads (default: SLUICE_THREADS or every available core)")
+      ->check(at_least_one());
+  cmd.add_option("--chunk", flags.chunk,
+                 "prefill chunk: tokens whose experts are read once together")
+      ->capture_default_str()
+      ->check(at_least_one());
+  cmd.add_flag("--verify", flags.verify,
+               "check the crc32 of every expert record read; with --attach, only a daemon that verifies "
+               "(sluice-io --verify) is accepted");
   cmd.add_option("--attach", flags.attach,
                  "join a running sluice-io: its socket path, or an instance name such as 'default'");
   cmd.add_option("--budget", flags.budget,
-                 "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule");
-  cmd.add_option("--readers", flags.readers, "reads in flight of the in-process cache")->capture_default_str();
+                 "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule")
+      ->check(memory_size());
+  cmd.add_flag("--force", flags.force,
+               "take a --budget above the usable memory (physical RAM, cgroup limits)");
+  cmd.add_option("--readers", flags.readers, "reads in flight of the in-process cache")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd.add_flag("--no-cache", flags.no_cache, "read every expert record from disk, with no cache");
 }
 
-void add_sampling_flags(CLI::App& cmd, SamplingParams& params) {
+void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed) {
   cmd.add_option("--temp", params.temperature, "temperature; 0 is greedy")->capture_default_str();
   cmd.add_option("--top-k", params.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
   cmd.add_option("--top-p", params.top_p, "keep the smallest set with this much probability (1: off)")
@@ -89,7 +135,17 @@ void add_sampling_flags(CLI::App& cmd, SamplingParams& params) {
       ->capture_default_str();
   cmd.add_option("--repeat-penalty", params.repetition_penalty, "penalty on tokens already in the context (1: off)")
       ->capture_default_str();
-  cmd.add_option("--seed", params.seed, "random seed of the sampler")->capture_default_str();
+  cmd.add_option("--seed", seed,
+                 "random seed of the sampler; -1: draw one (printed in the summary)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
+}
+
+uint64_t resolve_seed(int64_t seed) {
+  if (seed >= 0) return static_cast<uint64_t>(seed);
+  std::random_device entropy;
+  // Kept below 2^53 so a JSON reader that parses numbers as doubles repeats it exactly.
+  return ((uint64_t{entropy()} << 32) | entropy()) & ((uint64_t{1} << 53) - 1);
 }
 
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& flag) {
@@ -103,17 +159,24 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
     int32_t id = 0;
     const auto [end, error] = std::from_chars(text.data() + i, text.data() + text.size(), id);
     if (error != std::errc() || id < 0) {
-      fail("{}: '{}' is not a list of token ids (expected e.g. 1,2,3)", flag, text);
+      usage_error("{}: '{}' is not a list of token ids (expected e.g. 1,2,3)", flag, text);
     }
     ids.push_back(id);
     i = static_cast<size_t>(end - text.data());
   }
-  if (ids.empty()) fail("{}: no token ids given", flag);
+  if (ids.empty()) usage_error("{}: no token ids given", flag);
   return ids;
 }
 
 std::string read_stdin() {
-  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  std::string text(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>{});
+  if (std::cin.bad()) fail("reading stdin failed");
+  if (text.ends_with("\r\n")) {
+    text.resize(text.size() - 2);
+  } else if (text.ends_with('\n')) {
+    text.pop_back();
+  }
+  return text;
 }
 
 std::string read_file(const std::string& path, const std::string& flag) {

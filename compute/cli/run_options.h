@@ -23,6 +23,7 @@ struct EngineFlags {
   bool verify = false;
   std::string attach;
   std::string budget;
+  bool force = false;  // a --budget above the usable memory
   uint32_t readers = 4;
   bool no_cache = false;
   // The options for these flags. An attached session lives as long as the
@@ -31,10 +32,14 @@ struct EngineFlags {
 };
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
-void add_sampling_flags(CLI::App& cmd, SamplingParams& params);
+// --seed lands in `seed`: -1 (the default) asks for a random one, which
+// resolve_seed() draws and the command prints so the run can be repeated.
+void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed);
+uint64_t resolve_seed(int64_t seed);
 
-// "1,2,3" or "1 2 3"; throws Error naming `flag` on anything else.
+// "1,2,3" or "1 2 3"; anything else is a usage error naming `flag`.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& flag);
+// All of stdin, less one trailing newline (the one `echo` or a heredoc adds).
 std::string read_stdin();
 std::string read_file(const std::string& path, const std::string& flag);
 

@@ -1,5 +1,5 @@
 // compute/convert/convert.h: the converter's public surface: Hugging Face
-// checkpoint directory → sluice container v1 (proto/FORMAT.md). Other rooms
+// checkpoint directory → sluice container, format 2 (proto/FORMAT.md). Other rooms
 // call only what is declared here. A run that fails or is killed never
 // leaves a manifest.json, so its output never looks complete.
 #pragma once

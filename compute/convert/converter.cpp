@@ -1,22 +1,28 @@
 // compute/convert/converter.cpp: runs a conversion end to end and makes it
 // resumable. Work state lives in OUT/.convert/ (state.json naming the source
-// and parameters, per-layer codebooks and error sums); every output file is
-// renamed into place only when complete, and manifest.json comes last, so
-// a container without a manifest is simply unfinished.
+// and parameters; per piece, trunk or layer, its error sums and the crc32 of
+// the source tensor bytes it was made from, so a resume redoes a piece whose
+// source changed); every output file is renamed into place only when
+// complete, and manifest.json comes last, so a container without a manifest
+// is simply unfinished.
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include "compute/convert/atomic_file.h"
 #include "compute/convert/codebook.h"
 #include "compute/convert/convert_steps.h"
+#include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/file_io.h"
+#include "proto/manifest.h"
 #include "proto/record_format.h"
+#include "proto/rvq_decode.h"
+#include "proto/trunk_format.h"
 
 namespace sluice::convert {
 namespace {
@@ -88,6 +94,52 @@ Start prepare_output(const fs::path& out, const Json& state, bool force) {
   return Start::kFresh;
 }
 
+// crc32 of the stored bytes of `names`, in order: headers and sizes say
+// nothing about values, so this is what tells a resumed source is unchanged.
+// An fp8 weight's block scales are part of its value.
+uint32_t source_crc32(const Checkpoint& checkpoint, const std::vector<std::string>& names) {
+  uint32_t running = 0;
+  for (const std::string& name : names) {
+    const auto located = checkpoint.find(name);
+    if (!located) fail("tensor {} is missing from the checkpoint", name);
+    running = located->file->bytes_crc32(*located->info, running);
+    if (const auto scales = checkpoint.find(name + "_scale_inv")) {
+      running = scales->file->bytes_crc32(*scales->info, running);
+    }
+  }
+  return running;
+}
+
+std::vector<std::string> trunk_source_names(const ModelPlan& plan) {
+  std::vector<std::string> names;
+  for (const auto& t : plan.trunk) names.push_back(t.name);
+  return names;
+}
+
+std::vector<std::string> layer_source_names(const ModelConfig& config, const MoeLayerPlan& layer) {
+  std::vector<std::string> names;
+  for (uint32_t e = 0; e < layer.experts; ++e) {
+    for (const MatrixKind kind : kMatrixKinds) names.push_back(expert_tensor_name(config, layer.layer, e, kind));
+  }
+  return names;
+}
+
+// On resume: keeps a finished piece only when its recorded source crc32 is
+// that of the source now; otherwise removes its state, says so, and the
+// piece is converted again.
+bool still_current(const fs::path& stats_path, uint32_t source_now, const std::string& piece) {
+  if (!fs::exists(stats_path)) return false;
+  const auto stats = read_json(stats_path);
+  const bool same = stats && stats->is_object() && stats->contains("source_crc32") &&
+                    (*stats)["source_crc32"].is_number_unsigned() &&
+                    (*stats)["source_crc32"].get<uint64_t>() == source_now;
+  if (same) return true;
+  fmt::print(stderr, "sluice convert: {}: the source tensors changed since the interrupted run; converting it again\n",
+             piece);
+  fs::remove(stats_path);
+  return false;
+}
+
 Json sums_json(const ErrorSums& sums) { return Json::array({sums.error, sums.norm}); }
 ErrorSums sums_from(const Json& json) {
   ErrorSums sums;
@@ -107,31 +159,54 @@ void check_size(const fs::path& path, uint64_t expected) {
   }
 }
 
-// The crc32 of a bank's record crc32s in expert order: it makes the manifest,
-// and so the container identity, differ whenever any expert's content does.
-uint32_t records_crc32(const fs::path& bank, uint32_t experts, uint32_t stride) {
+// records_crc32 of a bank (FORMAT.md): it makes the manifest, and so the
+// container identity, differ whenever any expert's content does.
+uint32_t bank_records_crc32(const fs::path& bank, uint32_t experts, uint32_t stride) {
   const auto file = posix_file_system().open(bank.string(), OpenMode::kBuffered);
-  uint32_t digest = 0;
+  std::vector<uint32_t> crcs;
   uint8_t header[kRecordHeaderBytes];
   for (uint32_t e = 0; e < experts; ++e) {
     read_exact(*file, uint64_t{e} * stride, header, sizeof header);
-    const uint32_t crc = RecordHeader::decode(header).crc32;
-    uint8_t bytes[4] = {static_cast<uint8_t>(crc), static_cast<uint8_t>(crc >> 8), static_cast<uint8_t>(crc >> 16),
-                        static_cast<uint8_t>(crc >> 24)};
-    digest = static_cast<uint32_t>(::crc32(digest, bytes, sizeof bytes));
+    crcs.push_back(RecordHeader::decode(header).crc32);
   }
-  return digest;
+  return records_digest(crcs);
+}
+
+// Reads each tensor back from trunk.bin, refuses a value the format does not
+// allow (the same check every loader applies) and records its crc32.
+Json trunk_tensors_json(const std::vector<TrunkEntry>& trunk, const fs::path& trunk_path) {
+  const auto file = posix_file_system().open(trunk_path.string(), OpenMode::kBuffered);
+  Json tensors = Json::array();
+  for (const auto& t : trunk) {
+    TrunkTensorInfo info;
+    info.name = t.plan.name;
+    info.format = *sluice::parse_trunk_format(trunk_format_name(t.plan.format));
+    info.shape = t.plan.shape;
+    info.rows = t.plan.shape.size() == 2 ? t.plan.shape[0] : 1;
+    info.cols = t.plan.shape.back();
+    info.offset = t.offset;
+    info.bytes = t.bytes;
+    info.scale_offset = t.scale_offset;
+    info.scale_bytes = t.scale_bytes;
+    std::vector<uint8_t> data(t.bytes);
+    std::vector<uint16_t> scales(t.scale_bytes / sizeof(uint16_t));
+    read_exact(*file, t.offset, data.data(), data.size());
+    if (t.scale_bytes != 0) read_exact(*file, t.scale_offset, scales.data(), t.scale_bytes);
+    if (auto problem = trunk_values_problem(info, data.data(), scales.data())) {
+      fail("{}: trunk tensor \"{}\": {}", trunk_path.string(), info.name, *problem);
+    }
+    tensors.push_back({{"name", t.plan.name}, {"format", trunk_format_name(t.plan.format)}, {"shape", t.plan.shape},
+                       {"offset", t.offset}, {"bytes", t.bytes}, {"scale_offset", t.scale_offset},
+                       {"scale_bytes", t.scale_bytes},
+                       {"crc32", trunk_tensor_crc32(info, data.data(), scales.data())}});
+  }
+  return tensors;
 }
 
 Json build_manifest(const Source& source, const Json& kmeans, const std::vector<TrunkEntry>& trunk, uint64_t trunk_bytes,
-                    const fs::path& out) {
+                    uint32_t codebooks_crc32, const fs::path& out) {
   const auto& plan = source.plan;
-  Json tensors = Json::array();
-  for (const auto& t : trunk) {
-    tensors.push_back({{"name", t.plan.name}, {"format", trunk_format_name(t.plan.format)}, {"shape", t.plan.shape},
-                       {"offset", t.offset}, {"bytes", t.bytes}, {"scale_offset", t.scale_offset},
-                       {"scale_bytes", t.scale_bytes}});
-  }
+  const Json tensors = trunk_tensors_json(trunk, out / "trunk.bin");
   Json layers = Json::array();
   for (const auto& layer : plan.moe_layers) {
     const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
@@ -139,15 +214,18 @@ Json build_manifest(const Source& source, const Json& kmeans, const std::vector<
                       {"experts", layer.experts}, {"record_stride", layout.stride},
                       {"bytes", uint64_t{layer.experts} * layout.stride}, {"codebook_base", layer.codebook_base},
                       {"hidden", layer.hidden}, {"expert_width", layer.expert_width},
-                      {"records_crc32", records_crc32(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)),
+                      {"records_crc32", bank_records_crc32(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)),
                                                       layer.experts, layout.stride)}});
   }
-  Json tokenizer_files = Json::array();
-  for (const auto& [name, bytes] : source.tokenizer_files) tokenizer_files.push_back(name);
+  Json tokenizer_files = Json::array(), tokenizer_crcs = Json::array();
+  for (const auto& [name, bytes] : source.tokenizer_files) {
+    tokenizer_files.push_back(name);
+    tokenizer_crcs.push_back(crc32_bytes(bytes.data(), bytes.size()));
+  }
   const uint64_t codebook_count = plan.moe_layers.size() * 3 * kRvqStages;
-  return Json{
+  Json manifest{
       {"format", "sluice"},
-      {"format_version", kFormatVersion},
+      {"format_version", kContainerFormatVersion},
       {"arch", plan.arch},
       {"config", source.config},
       {"source", source.identity},
@@ -157,10 +235,13 @@ Json build_manifest(const Source& source, const Json& kmeans, const std::vector<
         {"index_layout", "rowblock16.vector.stage.row"}, {"scale", "f16_row_absmax"},
         {"codebook_sharing", "layer.matrix.stage"}, {"kmeans", kmeans}}},
       {"trunk", {{"file", "trunk.bin"}, {"bytes", trunk_bytes}, {"tensors", tensors}}},
-      {"codebooks", {{"file", "codebooks.bin"}, {"bytes", codebook_count * kCodebookBytes}, {"count", codebook_count}}},
+      {"codebooks", {{"file", "codebooks.bin"}, {"bytes", codebook_count * kCodebookBytes}, {"count", codebook_count},
+                     {"crc32", codebooks_crc32}}},
       {"moe_layers", layers},
-      {"tokenizer", {{"files", tokenizer_files}, {"chat_template", source.chat_template}}},
+      {"tokenizer", {{"files", tokenizer_files}, {"crc32", tokenizer_crcs}, {"chat_template", source.chat_template}}},
   };
+  manifest["manifest_crc32"] = manifest_crc32(nlohmann::json::parse(manifest.dump()));
+  return manifest;
 }
 
 uint64_t directory_bytes(const fs::path& out) {
@@ -206,7 +287,19 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 
   uint64_t trunk_bytes = 0;
   const std::vector<TrunkEntry> trunk = layout_trunk(plan, trunk_bytes);
-  const bool trunk_done = fs::exists(work / "trunk.json");
+  const uint32_t trunk_source = source_crc32(source.checkpoint, trunk_source_names(plan));
+  std::vector<uint32_t> layer_sources;
+  for (const auto& layer : plan.moe_layers) layer_sources.push_back(source_crc32(source.checkpoint, layer_source_names(plan.config, layer)));
+  Json restarted = Json::array();
+  const bool trunk_done = still_current(work / "trunk.json", trunk_source, "the trunk");
+  if (start == Start::kResume && !trunk_done && fs::exists(out / "trunk.bin")) restarted.push_back("trunk");
+  for (size_t i = 0; i < plan.moe_layers.size(); ++i) {
+    const uint32_t layer = plan.moe_layers[i].layer;
+    const fs::path stats_path = work / fmt::format("layer-{}.json", layer_tag(layer));
+    if (fs::exists(stats_path) && !still_current(stats_path, layer_sources[i], fmt::format("layer {}", layer))) {
+      restarted.push_back(layer);
+    }
+  }
   uint64_t remaining = 0;
   if (!trunk_done) {
     for (const auto& t : trunk) {
@@ -227,14 +320,17 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     const auto errors = write_trunk(source.checkpoint, trunk, trunk_bytes, (out / "trunk.bin").string(),
                                     options.threads, progress);
     write_file_atomically((work / "trunk.json").string(),
-                          Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])}}.dump());
+                          Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])},
+                               {"source_crc32", trunk_source}}
+                              .dump());
   }
   const auto trunk_stats = read_json(work / "trunk.json");
   if (!trunk_stats || !trunk_stats->is_object()) fail("{}: unreadable; rerun with --force to start over", (work / "trunk.json").string());
   Json layer_summaries = Json::array();
   std::array<ErrorSums, 3> kind_totals{};
   uint64_t resumed_layers = 0;
-  for (const auto& layer : plan.moe_layers) {
+  for (size_t index = 0; index < plan.moe_layers.size(); ++index) {
+    const auto& layer = plan.moe_layers[index];
     const std::string tag = layer_tag(layer.layer);
     const fs::path stats_path = work / fmt::format("layer-{}.json", tag);
     bool resumed = true;
@@ -244,6 +340,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
                                         (out / fmt::format("experts-{}.bin", tag)).string(), progress);
       Json stats;
       for (int k = 0; k < 3; ++k) stats[kKindNames[k]] = sums_json(errors[k]);
+      stats["source_crc32"] = layer_sources[index];
       write_file_atomically(stats_path.string(), stats.dump());
       if (options.test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
     }
@@ -261,11 +358,18 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 
   progress.phase("manifest");
   AtomicFile codebooks((out / "codebooks.bin").string());
+  uint32_t codebooks_crc32 = 0;
   for (const auto& layer : plan.moe_layers) {
     const fs::path part = work / fmt::format("codebooks-{}.bin", layer_tag(layer.layer));
     check_size(part, 3 * kRvqStages * kCodebookBytes);
     const std::string bytes = read_small_file(posix_file_system(), part.string(), 3 * kRvqStages * kCodebookBytes);
+    std::vector<float> values(bytes.size() / sizeof(float));
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    if (auto problem = codebook_values_problem(values.data(), 3 * kRvqStages)) {
+      fail("{}: layer {}: {}", part.string(), layer.layer, *problem);
+    }
     codebooks.append(bytes.data(), bytes.size());
+    codebooks_crc32 = crc32_bytes(bytes.data(), bytes.size(), codebooks_crc32);
   }
   codebooks.commit();
   for (const auto& [name, bytes] : source.tokenizer_files) write_file_atomically((out / name).string(), bytes);
@@ -274,7 +378,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
     check_size(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)), uint64_t{layer.experts} * layout.stride);
   }
-  write_file_atomically((out / "manifest.json").string(), build_manifest(source, kmeans, trunk, trunk_bytes, out).dump(2) + "\n");
+  write_file_atomically((out / "manifest.json").string(), build_manifest(source, kmeans, trunk, trunk_bytes, codebooks_crc32, out).dump(2) + "\n");
   fs::remove_all(work);
   progress.finish();
 
@@ -285,6 +389,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   summary["weights_per_second"] = seconds > 0 ? static_cast<double>(remaining) / seconds : 0.0;
   summary["container_bytes"] = directory_bytes(out);
   summary["resumed_layers"] = resumed_layers;
+  summary["restarted"] = restarted;  // pieces redone because their source changed
   ErrorSums all;
   Json relative;
   for (int k = 0; k < 3; ++k) {

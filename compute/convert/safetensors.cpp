@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/f16.h"
 
@@ -148,6 +149,17 @@ float e4m3_to_f32(uint8_t byte) {
   if (exponent == 0x0f && mantissa == 0x07) return std::numeric_limits<float>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa) / 8.0f, -6);
   return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
+uint32_t SafetensorsFile::bytes_crc32(const TensorInfo& info, uint32_t running) const {
+  constexpr uint64_t kSlice = uint64_t{4} << 20;
+  std::vector<uint8_t> raw(std::min(info.bytes, kSlice));
+  for (uint64_t done = 0; done < info.bytes; done += kSlice) {
+    const uint64_t count = std::min(kSlice, info.bytes - done);
+    read_exact(*file_, info.offset + done, raw.data(), count);
+    running = crc32_bytes(raw.data(), count, running);
+  }
+  return running;
 }
 
 void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {

@@ -203,6 +203,7 @@ class Bench {
     c.runs = t.runs;
     c.compute_bound_ratio =
         static_cast<double>(bytes) / t.wall / report_.memory_read_bytes_per_second;
+    if (options_.on_case) options_.on_case(c);
     report_.cases.push_back(std::move(c));
   }
 

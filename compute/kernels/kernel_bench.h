@@ -5,12 +5,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "compute/kernels/dispatch.h"
 
 namespace sluice::kernels {
+
+struct KernelBenchCase;
 
 struct KernelBenchOptions {
   size_t threads = 1;
@@ -20,6 +23,8 @@ struct KernelBenchOptions {
   bool alternatives = true;  // also time the RVQ alternatives (row plans, unshared tables)
   bool every_isa =
       true;  // also time the engine's cases at every other instruction set this CPU runs
+  // Told each case as it is timed (progress for people); may be empty.
+  std::function<void(const KernelBenchCase&)> on_case;
 };
 
 struct KernelBenchCase {

@@ -1,7 +1,6 @@
 // compute/kernels/quant.h: matvec and prefill matmul over the resident trunk
 // formats q8g128 and q4g128 (FORMAT.md, "Trunk tensor formats"), and a plain f32
-// matvec (routers). Weights stay quantized; activations become int16 per group
-// and each group's dot product is an exact integer sum.
+// matvec (routers). Weights stay quantized; activations and sums are f32.
 // Never reads x past `cols` nor weights past the stored padded row.
 #pragma once
 
@@ -25,27 +24,23 @@ struct QuantMatrixView {
 
   uint32_t padded_cols() const { return (cols + kQuantGroup - 1) / kQuantGroup * kQuantGroup; }
   uint32_t groups() const { return padded_cols() / kQuantGroup; }
-  size_t row_bytes() const {
-    return format == QuantFormat::kQ8G128 ? padded_cols() : padded_cols() / 2;
-  }
+  size_t row_bytes() const { return format == QuantFormat::kQ8G128 ? padded_cols() : padded_cols() / 2; }
 };
 
-// Arithmetic, identical bit for bit at every instruction set
-// (scripts/sluicepy/trunk_int16.py models it). Group g covers columns
-// [128g, 128g + 128) ∩ [0, cols); w is the stored integer (q8: int8, q4: nibble − 8).
+// Summation order. w = the stored integer q converted to f32 (exact); group g
+// covers columns [128g, 128g + 128) ∩ [0, cols).
 //
-//   activations  once per token and group: a_g = max |x_k| over the group;
-//                d_g = a_g / 32767 and inv_g = 32767 / a_g (f32 divisions, both 0
-//                when a_g is 0); xq_k = clamp(round_half_even(x_k · inv_g), ±32767),
-//                a NaN or out-of-int32 product counting as −2^31 before the clamp.
-//   rows         S_g = Σ_k w_k · xq_k, exact in int32 (any order);
-//                y = 0; for g ascending: y = y + (f16_to_f32(scale_g) · d_g) · f32(S_g),
-//                each product and sum rounded to f32 (no FMA).
+//   scalar  for g: s_g = 0; for k in group g ascending: s_g += w[k] * x[k]  (mul then add)
+//                  y += f16_to_f32(scale_g) * s_g  (mul then add), y starting at 0.
+//   avx2    eight lanes l = 0..7. For each group g: a_g[l] = 0; for i ascending:
+//             a_g[l] = fma(w[128g + 8i + l], x[128g + 8i + l], a_g[l])  (x beyond cols reads
+//             as 0; chunks of 8 wholly beyond cols are skipped). Then
+//             acc[l] = fma(f16_to_f32(scale_g), a_g[l], acc[l]) for g ascending, acc from 0.
+//             y = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
 //
-// Against f32 activations this costs a relative error of about 2^-16 of each
-// group's largest |x| per term. quant_matmul equals `tokens` quant_matvec calls
-// bit for bit, and no result depends on the thread count. The activations are
-// quantized into per-thread scratch that grows once and is then reused.
+// The batched forms compute each output with exactly the matvec's operations,
+// so quant_matmul equals `tokens` quant_matvec calls bit for bit, and no result
+// depends on the thread count.
 void quant_matvec(const QuantMatrixView& m, const float* x, float* y, const Exec& exec);
 
 // x: tokens × cols (row stride cols); y: tokens × rows (row stride rows).
@@ -55,8 +50,7 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
 // y[r] = Σ_k w[r][k] x[k], w row-major rows × cols f32.
 //   scalar  y = 0; for k ascending: y += w[k] * x[k] (mul then add).
 //   avx2    a[l] = fma(w[8i + l], x[8i + l], a[l]) for i ascending (x and w beyond
-//           cols read as 0), then y = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
-//   avx512  runs the avx2 body.
+//           cols read as 0), then the same eight-lane reduction as above.
 void f32_matvec(const float* w, uint32_t rows, uint32_t cols, const float* x, float* y,
                 const Exec& exec);
 

@@ -1,6 +1,6 @@
-// compute/kernels/quant_avx2.cpp: AVX2 bodies for q8g128 and q4g128 (int16
-// activations, exact vpmaddwd group sums) and the f32 matvec. Each output is
-// computed as quant.h documents whatever the tile shape. Called after dispatch.
+// compute/kernels/quant_avx2.cpp: AVX2+FMA bodies for q8g128, q4g128 and f32
+// matvec/matmul. Each output is summed in the order quant.h documents whatever
+// the tile shape, so tiles only change speed. Called only after dispatch.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -27,111 +27,82 @@ __m256i lane_mask(uint32_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
 }
 
-inline int32_t hsum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
-inline __m256i load16(const int16_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-// R rows × T tokens of outputs at once; each group's integer sums are exact,
-// so the tile shape changes speed only.
-template <QuantFormat F, int R, int T>
-void quant_tile(const QuantMatrixView& m, const QuantActivations& a, uint32_t r0, uint32_t t0,
-                float* y) {
-  const size_t row_bytes = m.row_bytes();
-  float out[R][T] = {};
-  for (uint32_t g = 0; g < a.groups; ++g) {
-    __m256i acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
-    const int16_t* xg[T];
-    for (int t = 0; t < T; ++t)
-      xg[t] = a.xq + size_t{t0 + t} * a.padded_cols + size_t{g} * kQuantGroup;
-    if constexpr (F == QuantFormat::kQ8G128) {
-      for (uint32_t c = 0; c < kQuantGroup; c += 16) {
-        __m256i xs[T];
-        for (int t = 0; t < T; ++t) xs[t] = load16(xg[t] + c);
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* w = m.data + size_t{r0 + r} * row_bytes + size_t{g} * kQuantGroup + c;
-          const __m256i w16 =
-              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-          for (int t = 0; t < T; ++t)
-            acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(w16, xs[t]));
-        }
-      }
-    } else {
-      const __m256i nibble = _mm256_set1_epi8(0x0f);
-      for (uint32_t h = 0; h < 2; ++h) {
-        __m256i lo[R], hi[R];
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* w =
-              m.data + size_t{r0 + r} * row_bytes + size_t{g} * kQuantGroup / 2 + 32 * h;
-          const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-          lo[r] = _mm256_and_si256(bytes, nibble);
-          hi[r] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-        }
-        for (int sub = 0; sub < 2; ++sub) {
-          const uint32_t at = 32 * h + 16 * sub;  // slot in the even (and odd) half
-          for (int r = 0; r < R; ++r) {
-            const __m256i wl = _mm256_cvtepu8_epi16(sub == 0 ? _mm256_castsi256_si128(lo[r])
-                                                             : _mm256_extracti128_si256(lo[r], 1));
-            const __m256i wh = _mm256_cvtepu8_epi16(sub == 0 ? _mm256_castsi256_si128(hi[r])
-                                                             : _mm256_extracti128_si256(hi[r], 1));
-            for (int t = 0; t < T; ++t)
-              acc[r][t] = _mm256_add_epi32(
-                  acc[r][t], _mm256_add_epi32(_mm256_madd_epi16(wl, load16(xg[t] + at)),
-                                              _mm256_madd_epi16(wh, load16(xg[t] + 64 + at))));
-          }
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) {
-        const size_t tg = size_t{t0 + t} * a.groups + g;
-        int32_t sum = hsum(acc[r][t]);
-        if constexpr (F == QuantFormat::kQ4G128) sum -= 8 * a.sums[tg];
-        out[r][t] = add_group(out[r][t], m.scales[size_t{r0 + r} * a.groups + g], a.step[tg], sum);
-      }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) y[size_t{t0 + t} * m.rows + r0 + r] = out[r][t];
+// Eight x values starting at column k; columns at or beyond cols read as 0.
+__m256 load_x(const float* x, uint32_t k, uint32_t cols) {
+  if (k + 8 <= cols) return _mm256_loadu_ps(x + k);
+  return _mm256_maskload_ps(x + k, lane_mask(cols - k));
 }
 
 template <QuantFormat F>
-void quant_rows(const QuantMatrixView& m, const QuantActivations& a, uint32_t tokens,
-                uint32_t row_begin, uint32_t row_end, float* y) {
+__m256 load_w(const uint8_t* row, uint32_t k) {
+  if constexpr (F == QuantFormat::kQ8G128) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k))));
+  } else {
+    int32_t packed;
+    std::memcpy(&packed, row + k / 2, sizeof(packed));
+    const __m128i bytes = _mm_cvtsi32_si128(packed);
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(bytes, nibble);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+    const __m128i q = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  }
+}
+
+// R rows × T tokens of outputs at once; every output keeps its own lanes.
+template <QuantFormat F, int R, int T>
+void quant_tile(const QuantMatrixView& m, const float* x, uint32_t r0, uint32_t t0, float* y) {
+  const uint32_t groups = m.groups();
+  const size_t row_bytes = m.row_bytes();
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (uint32_t g = 0; g < groups; ++g) {
+    __m256 part[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) part[r][t] = _mm256_setzero_ps();
+    const uint32_t k_end = std::min(m.cols, (g + 1) * kQuantGroup);
+    for (uint32_t k = g * kQuantGroup; k < k_end; k += 8) {
+      __m256 xs[T];
+      for (int t = 0; t < T; ++t) xs[t] = load_x(x + size_t{t0 + t} * m.cols, k, m.cols);
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = load_w<F>(m.data + size_t{r0 + r} * row_bytes, k);
+        for (int t = 0; t < T; ++t) part[r][t] = _mm256_fmadd_ps(w, xs[t], part[r][t]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 scale = _mm256_set1_ps(f16_to_f32(m.scales[size_t{r0 + r} * groups + g]));
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(scale, part[r][t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[size_t{t0 + t} * m.rows + r0 + r] = reduce8(acc[r][t]);
+}
+
+template <QuantFormat F>
+void quant_rows(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,
+                uint32_t row_end, float* y) {
   if (tokens == 1) {
     uint32_t r = row_begin;
-    for (; r + 4 <= row_end; r += 4) quant_tile<F, 4, 1>(m, a, r, 0, y);
-    for (; r < row_end; ++r) quant_tile<F, 1, 1>(m, a, r, 0, y);
+    for (; r + 4 <= row_end; r += 4) quant_tile<F, 4, 1>(m, x, r, 0, y);
+    for (; r < row_end; ++r) quant_tile<F, 1, 1>(m, x, r, 0, y);
     return;
   }
-  uint32_t r = row_begin;
-  for (; r + 2 <= row_end; r += 2) {
+  for (uint32_t r = row_begin; r < row_end; ++r) {
     uint32_t t = 0;
-    for (; t + 4 <= tokens; t += 4) quant_tile<F, 2, 4>(m, a, r, t, y);
-    for (; t < tokens; ++t) quant_tile<F, 2, 1>(m, a, r, t, y);
-  }
-  for (; r < row_end; ++r) {
-    uint32_t t = 0;
-    for (; t + 4 <= tokens; t += 4) quant_tile<F, 1, 4>(m, a, r, t, y);
-    for (; t < tokens; ++t) quant_tile<F, 1, 1>(m, a, r, t, y);
+    for (; t + 4 <= tokens; t += 4) quant_tile<F, 1, 4>(m, x, r, t, y);
+    for (; t < tokens; ++t) quant_tile<F, 1, 1>(m, x, r, t, y);
   }
 }
 
 }  // namespace
 
-void quant_rows_avx2(const QuantMatrixView& m, const QuantActivations& a, uint32_t tokens,
-                     uint32_t row_begin, uint32_t row_end, float* y) {
+void quant_rows_avx2(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,
+                     uint32_t row_end, float* y) {
   if (m.format == QuantFormat::kQ8G128)
-    quant_rows<QuantFormat::kQ8G128>(m, a, tokens, row_begin, row_end, y);
+    quant_rows<QuantFormat::kQ8G128>(m, x, tokens, row_begin, row_end, y);
   else
-    quant_rows<QuantFormat::kQ4G128>(m, a, tokens, row_begin, row_end, y);
+    quant_rows<QuantFormat::kQ4G128>(m, x, tokens, row_begin, row_end, y);
 }
 
 namespace {
@@ -157,8 +128,8 @@ void f32_tile(const float* w, uint32_t cols, const float* x, uint32_t r0, float*
 
 }  // namespace
 
-void f32_rows_avx2(const float* w, uint32_t cols, const float* x, uint32_t row_begin,
-                   uint32_t row_end, float* y) {
+void f32_rows_avx2(const float* w, uint32_t cols, const float* x, uint32_t row_begin, uint32_t row_end,
+                   float* y) {
   uint32_t r = row_begin;
   for (; r + 4 <= row_end; r += 4) f32_tile<4>(w, cols, x, r, y);
   for (; r < row_end; ++r) f32_tile<1>(w, cols, x, r, y);

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
 
 #include "compute/kernels/dispatch.h"
 #include "proto/error.h"
@@ -16,12 +19,23 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+void check_logits_finite(std::span<const float> logits, std::string_view step) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isfinite(logits[i])) {
+      fail("{}: the forward pass produced a non-finite logit ({} for token id {}); the model's weights or the "
+           "computation are damaged (try `sluice verify`)",
+           step, logits[i], i);
+    }
+  }
+}
+
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : container_(Container::open(model_dir)),
       config_(ModelConfig::from_json(container_.arch(), container_.config())),
       weights_(ModelWeights::load(container_, config_)),
       pool_(kernels::resolve_thread_count(options.threads)),
-      prefill_chunk_(options.prefill_chunk) {
+      prefill_chunk_(options.prefill_chunk),
+      prefill_progress_(options.prefill_progress) {
   if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
   source_ = options.expert_source ? options.expert_source(container_)
                                   : std::make_unique<DirectExpertSource>(container_, options.verify_records);
@@ -29,26 +43,53 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   transformer_ = std::make_unique<Transformer>(config_, weights_, *source_, config_.context_or_default(options.context), exec);
 }
 
-void Engine::prefill(std::span<const int32_t> tokens, std::span<float> logits) {
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+bool Engine::prefill(std::span<const int32_t> tokens, std::span<float> logits) {
   for (size_t start = 0; start < tokens.size(); start += prefill_chunk_) {
     const size_t count = std::min<size_t>(prefill_chunk_, tokens.size() - start);
     transformer_->forward(tokens.subspan(start, count), logits, false);
+    check_logits_finite(logits, fmt::format("prefill of prompt tokens {}..{}", start, start + count - 1));
+    if (prefill_progress_ && !prefill_progress_(start + count, tokens.size())) return false;
   }
+  return true;
 }
 
 GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_tokens, const SamplingParams& sampling,
                                  std::span<const int32_t> stop_ids, bool ignore_eos,
                                  const TokenCallback& on_token) {
   if (prompt.empty()) fail("the prompt is empty: nothing to continue");
+  const uint32_t room = transformer_->context() - transformer_->position();
+  if (prompt.size() > room) {
+    fail(
+        "the prompt is {} tokens, longer than the {} left of the context of {} (the model's "
+        "maximum is {})",
+        prompt.size(), room, transformer_->context(), config_.max_positions);
+  }
   Sampler sampler(sampling);
   GenerationStats stats;
   std::vector<float> logits(config_.vocab);
   std::vector<int32_t> context(prompt.begin(), prompt.end());
 
   auto start = std::chrono::steady_clock::now();
-  prefill(prompt, logits);
+  const bool prefilled = prefill(prompt, logits);
   stats.prompt_tokens = static_cast<uint32_t>(prompt.size());
   stats.prefill_seconds = seconds_since(start);
+  if (!prefilled) {
+    stats.finish = FinishReason::kCancelled;
+    stats.experts = source_->stats();
+    return stats;
+  }
 
   start = std::chrono::steady_clock::now();
   for (uint32_t i = 0; i < max_tokens; ++i) {
@@ -57,8 +98,21 @@ GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_t
     ++stats.generated_tokens;
     const bool stop = !ignore_eos && (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end() ||
                       std::find(config_.eos_ids.begin(), config_.eos_ids.end(), token) != config_.eos_ids.end());
-    if (!on_token(token, logits) || stop || i + 1 == max_tokens) break;
+    if (!on_token(token, logits)) {
+      stats.finish = FinishReason::kCancelled;
+      break;
+    }
+    if (stop) {
+      stats.finish = FinishReason::kStop;
+      break;
+    }
+    if (i + 1 == max_tokens) break;
+    if (transformer_->position() == transformer_->context()) {
+      stats.context_full = true;
+      break;
+    }
     transformer_->forward(std::span<const int32_t>(&token, 1), logits, false);
+    check_logits_finite(logits, fmt::format("decode step {} (after generated token {})", i + 1, token));
   }
   stats.decode_seconds = seconds_since(start);
   stats.experts = source_->stats();

@@ -29,15 +29,29 @@ struct EngineOptions {
   // DirectExpertSource (no cache). CachedExpertSource::embedded / ::attached
   // (compute/model/cached_expert_source.h) plug the shared-memory cache in.
   std::function<std::unique_ptr<ExpertSource>(const Container&)> expert_source;
+  // Called after each prefill chunk with the prompt tokens done so far and
+  // their total; returning false abandons the prefill (and the generation).
+  std::function<bool(size_t done, size_t total)> prefill_progress;
 };
+
+// Why generate() stopped: an end-of-sequence or stop id, max_tokens or the
+// end of the context, or the caller (its callback or prefill_progress).
+enum class FinishReason { kStop, kLength, kCancelled };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled"
 
 struct GenerationStats {
   uint32_t prompt_tokens = 0;
   uint32_t generated_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  FinishReason finish = FinishReason::kLength;
+  bool context_full = false;  // kLength because the context, not max_tokens, ran out
   ExpertSourceStats experts;
 };
+
+// Throws Error naming `step` when any logit is NaN or infinite: damage or a
+// numerical fault upstream, never something to sample from.
+void check_logits_finite(std::span<const float> logits, std::string_view step);
 
 class Engine {
  public:
@@ -52,8 +66,9 @@ class Engine {
   size_t threads() const { return pool_.size(); }
 
   // Runs `tokens` through the model in chunks of at most prefill_chunk and
-  // leaves the last token's logits in `logits`.
-  void prefill(std::span<const int32_t> tokens, std::span<float> logits);
+  // leaves the last token's logits in `logits`. False when prefill_progress
+  // abandoned it.
+  bool prefill(std::span<const int32_t> tokens, std::span<float> logits);
 
   // Called with each generated token; return false to stop.
   using TokenCallback = std::function<bool(int32_t token, std::span<const float> logits)>;
@@ -61,7 +76,9 @@ class Engine {
   // Prefills `prompt`, then samples up to `max_tokens` tokens, stopping after
   // an end-of-sequence id of the config or one of `stop_ids` (unless
   // `ignore_eos`). The callback sees every token with the logits it was
-  // sampled from. The last token is not run through the model.
+  // sampled from. The last token is not run through the model. A prompt
+  // longer than the context left is refused before any prefill; generation
+  // that fills the context ends with FinishReason::kLength.
   GenerationStats generate(std::span<const int32_t> prompt, uint32_t max_tokens, const SamplingParams& sampling,
                            std::span<const int32_t> stop_ids, bool ignore_eos, const TokenCallback& on_token);
 
@@ -73,6 +90,7 @@ class Engine {
   std::unique_ptr<ExpertSource> source_;
   std::unique_ptr<Transformer> transformer_;
   uint32_t prefill_chunk_;
+  std::function<bool(size_t, size_t)> prefill_progress_;
 };
 
 }  // namespace sluice

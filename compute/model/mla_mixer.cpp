@@ -64,6 +64,14 @@ class MlaMixer final : public Mixer {
       }
     }
 
+    // Both halves of kv_b_proj are applied as f32 weights (the reference
+    // models the same), dequantized once per chunk.
+    value_half_.resize(size_t{heads} * v_dim * latent);
+    for (uint32_t h = 0; h < heads; ++h) {
+      for (uint32_t i = 0; i < v_dim; ++i) {
+        w.kv_b.row(h * (nope + v_dim) + nope + i, &value_half_[(size_t{h} * v_dim + i) * latent]);
+      }
+    }
     attn_.resize(size_t{tokens} * heads * v_dim);
     read_out_.resize(latent);
     for (uint32_t t = 0; t < tokens; ++t) {
@@ -88,8 +96,13 @@ class MlaMixer final : public Mixer {
           for (uint32_t j = 0; j < latent; ++j) read_out_[j] += weight * c[j];
         }
         // o[h] = W_UV[h] u: the value half of head h's rows.
-        w.kv_b.apply_rows(h * (nope + v_dim) + nope, v_dim, read_out_.data(), 1,
-                          &attn_[(size_t{t} * heads + h) * v_dim], exec_);
+        float* o = &attn_[(size_t{t} * heads + h) * v_dim];
+        for (uint32_t i = 0; i < v_dim; ++i) {
+          const float* row = &value_half_[(size_t{h} * v_dim + i) * latent];
+          float dot = 0.0f;
+          for (uint32_t j = 0; j < latent; ++j) dot += row[j] * read_out_[j];
+          o[i] = dot;
+        }
       }
     }
     w.o.apply(attn_.data(), tokens, out, exec_);
@@ -126,7 +139,7 @@ class MlaMixer final : public Mixer {
   float scale_;
   std::vector<uint32_t> slot_;  // model layer → cache slot
   std::vector<float> cache_;     // [slot][position][latent | rope key]
-  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, attn_, read_out_, scores_;
+  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, scores_;
 };
 
 }  // namespace

@@ -112,24 +112,14 @@ Linear::Linear(TrunkTensor tensor) : rows_(static_cast<uint32_t>(tensor.rows()))
 }
 
 void Linear::apply(const float* x, uint32_t tokens, float* y, const kernels::Exec& exec) const {
-  apply_rows(0, rows_, x, tokens, y, exec);
-}
-
-void Linear::apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
-                        const kernels::Exec& exec) const {
-  if (size_t{first} + count > rows_) fail("tensor {}: rows [{}, {}) out of range ({} rows)", tensor_->name(), first, first + count, rows_);
   if (tensor_->format() == TrunkFormat::kF32) {
-    const auto* w = reinterpret_cast<const float*>(tensor_->data()) + size_t{first} * cols_;
+    const auto* w = reinterpret_cast<const float*>(tensor_->data());
     for (uint32_t t = 0; t < tokens; ++t) {
-      kernels::f32_matvec(w, count, cols_, x + size_t{t} * cols_, y + size_t{t} * count, exec);
+      kernels::f32_matvec(w, rows_, cols_, x + size_t{t} * cols_, y + size_t{t} * rows_, exec);
     }
     return;
   }
-  kernels::QuantMatrixView rows = view_;
-  rows.rows = count;
-  rows.data = view_.data + size_t{first} * view_.row_bytes();
-  rows.scales = view_.scales + size_t{first} * view_.groups();
-  kernels::quant_matmul(rows, x, tokens, y, exec);
+  kernels::quant_matmul(view_, x, tokens, y, exec);
 }
 
 void Linear::row(uint32_t row, float* out) const {

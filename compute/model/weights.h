@@ -27,9 +27,6 @@ class Linear {
   bool empty() const { return !tensor_; }
   // y (tokens × rows) = x (tokens × cols) · Wᵀ
   void apply(const float* x, uint32_t tokens, float* y, const kernels::Exec& exec) const;
-  // The same for rows [first, first + count) only: y is tokens × count.
-  void apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
-                  const kernels::Exec& exec) const;
   // Row `row` as f32 (embedding lookup, transposed products).
   void row(uint32_t row, float* out) const;
   size_t bytes() const;

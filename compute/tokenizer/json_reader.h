@@ -25,7 +25,7 @@ class Reader {
   nlohmann::json parse(std::string_view text) const {
     try {
       return nlohmann::json::parse(text.begin(), text.end());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // also out-of-range numbers such as 1e309
       fail("{}: not valid JSON: {}", file_, e.what());
     }
   }

@@ -12,7 +12,8 @@ import numpy as np
 
 from . import SluiceError, families
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1          # record headers
+MANIFEST_FORMAT_VERSION = 2  # manifest.json format_version (FORMAT.md)
 ARCHES = families.FAMILIES
 RECORD_MAGIC = 0x52584C53  # "SLXR"
 HEADER_BYTES = 64
@@ -104,9 +105,9 @@ class Container:
         if not isinstance(manifest, dict) or manifest.get("format") != "sluice":
             raise SluiceError(f"{where}: format is not \"sluice\"")
         version = manifest.get("format_version")
-        if version != FORMAT_VERSION:
+        if version != MANIFEST_FORMAT_VERSION:
             raise SluiceError(f"{where}: format_version {version} is not supported "
-                              f"(this reader reads {FORMAT_VERSION})")
+                              f"(this reader reads {MANIFEST_FORMAT_VERSION})")
         self.arch = manifest.get("arch")
         if self.arch not in ARCHES:
             raise SluiceError(f"{where}: unknown arch {self.arch!r}")

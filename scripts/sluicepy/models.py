@@ -61,19 +61,6 @@ class MoeModel:
             self.kda = kda.Kda(c, self.w, kda_chunk, self._linear) if self.family == "kimi_linear" else None
             self.mixer = lambda i, *args: (self.kda if families.is_kda_layer(c, i) else attention)(i, *args)
         self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows) (rvq_int16.py)
-        self.linear_apply = None  # None: f32 matmuls; else f(name, x), None for a tensor it leaves to us
-
-    def _linear(self, name, x):
-        """x @ W.T, or the engine's trunk arithmetic when linear_apply is set (trunk_int16.py)."""
-        y = self.linear_apply(name, x) if self.linear_apply is not None else None
-        return x @ self.w[name].T if y is None else y
-
-    def _swiglu(self, p, b):
-        """The SwiGLU of tensors p + {gate,up,down}_proj.weight through _linear."""
-        if self.linear_apply is None:
-            return swiglu(b, self.w[p + "gate_proj.weight"], self.w[p + "up_proj.weight"], self.w[p + "down_proj.weight"])
-        h = torch.nn.functional.silu(self._linear(p + "gate_proj.weight", b)) * self._linear(p + "up_proj.weight", b)
-        return self._linear(p + "down_proj.weight", h)
 
     def new_cache(self):
         return Cache(self.layers)
@@ -81,7 +68,7 @@ class MoeModel:
     def _attention(self, i, a, positions, state):
         """GQA causal attention (§0.7) with each family's q/k norms (§1.3, §2.3) and Mixtral's window."""
         p, c, T, d = f"model.layers.{i}.self_attn.", self.config, a.shape[0], self.head_dim
-        q, k, v = (self._linear(p + f"{x}_proj.weight", a) for x in "qkv")
+        q, k, v = (a @ self.w[p + f"{x}_proj.weight"].T for x in "qkv")
         if self.family == "olmoe":  # one norm over all heads together, before the split
             q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps)
             k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps)
@@ -105,7 +92,7 @@ class MoeModel:
             hidden = hidden | (positions[:, None] - key_pos[None, :] >= c["sliding_window"])
         scores = scores.masked_fill(hidden[None], float("-inf"))
         out = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), values).reshape(T, self.heads * d)
-        return self._linear(p + "o_proj.weight", out)
+        return out @ self.w[p + "o_proj.weight"].T
 
     def _route(self, i, b):
         c, m = self.config, families.moe_prefix(self.config, i)
@@ -141,7 +128,8 @@ class MoeModel:
             total = total + weights[:, slot:slot + 1] * outputs[:, slot]
         shared = families.moe_prefix(self.config, i) + "shared_experts."
         if shared + "gate_proj.weight" in self.w:
-            total = total + self._swiglu(shared, b)
+            total = total + swiglu(b, self.w[shared + "gate_proj.weight"], self.w[shared + "up_proj.weight"],
+                                   self.w[shared + "down_proj.weight"])
         return total
 
     def forward(self, token_ids, cache, trace=None):
@@ -161,6 +149,7 @@ class MoeModel:
             if families.is_moe_layer(self.config, i):
                 h = h + self._moe(i, b, trace)
             else:
-                h = h + self._swiglu(p + "mlp.", b)
+                h = h + swiglu(b, self.w[p + "mlp.gate_proj.weight"], self.w[p + "mlp.up_proj.weight"],
+                               self.w[p + "mlp.down_proj.weight"])
         cache.length += ids.numel()
-        return self._linear("lm_head.weight", rms_norm(h, self.w["model.norm.weight"], self.eps))
+        return rms_norm(h, self.w["model.norm.weight"], self.eps) @ self.w["lm_head.weight"].T

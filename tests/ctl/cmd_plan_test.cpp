@@ -53,10 +53,34 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   const uint64_t top_k = manifest["config"]["num_experts_per_tok"];
   CHECK(plan["working_set_bytes"].get<uint64_t>() == top_k * manifest["moe_layers"].size() * stride);
   CHECK(plan["usable_bytes"].get<uint64_t>() <= plan["physical_bytes"].get<uint64_t>());
-  // The tiny model fits many times over on any test machine.
-  CHECK(plan["working_sets"].get<int>() == 3);
-  CHECK(plan["budget_bytes"].get<uint64_t>() ==
-        expected_floor(manifest, 128, tables) + 3 * plan["working_set_bytes"].get<uint64_t>());
+  // The tiny model fits many times over on any test machine: every expert gets a slot, and no slot
+  // is spare.
+  uint64_t records = 0;
+  for (const auto& layer : manifest["moe_layers"]) records += layer["experts"].get<uint64_t>();
+  CHECK(plan["all_experts"].get<bool>());
+  CHECK(plan["cache_slots"].get<uint64_t>() == records);
+  CHECK(plan["cache_bytes"].get<uint64_t>() >= records * stride);
+  CHECK(plan["budget_bytes"].get<uint64_t>() == expected_floor(manifest, 128, tables) -
+                                                    2 * top_k * stride - tables +
+                                                    plan["cache_bytes"].get<uint64_t>());
+}
+
+TEST_CASE(
+    "sluice plan --budget above the usable memory: refused with the plan, taken with --force") {
+  std::string output;
+  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "1000T"},
+                    &output) == 1);
+  CHECK(output.find("sluice: error: --budget 1000.00 TiB is above the usable memory") !=
+        std::string::npos);
+  CHECK(output.find("working set") != std::string::npos);
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "1000T",
+                       "--force", "--json"},
+                      &output) == 0);
+  const json plan = json::parse(output);
+  CHECK(plan["forced"].get<bool>());
+  // The cache stays the container's size whatever the budget.
+  CHECK(plan["all_experts"].get<bool>());
+  CHECK(plan["cache_bytes"].get<uint64_t>() < 64 * 1024 * 1024);
 }
 
 TEST_CASE("sluice plan --budget: used as given; under the floor refused with the plan") {
@@ -79,8 +103,9 @@ TEST_CASE("sluice plan --budget: used as given; under the floor refused with the
   CHECK(output.find("under the floor") != std::string::npos);
   CHECK(output.find("kv cache") != std::string::npos);
 
-  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "3Q"}, &output) == 1);
-  CHECK(output.find("--budget: bad size '3Q'") != std::string::npos);
+  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "3Q"}, &output) ==
+        2);
+  CHECK(output.find("sluice: error: --budget: bad size '3Q'") != std::string::npos);
 }
 
 TEST_CASE("sluice plan without --json prints the parts for people") {

@@ -175,13 +175,13 @@ TEST_CASE("plan: a given budget is used as given; under the floor it is refused 
   request.context = 256;
   const uint64_t floor = expected_floor(256);
   request.budget_bytes = floor + 100000;
-  const MemoryPlan plan = plan_memory(small_inputs(), config, request, ram_of(kMiB));
+  const MemoryPlan plan = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
   CHECK(plan.budget_given);
   CHECK(plan.budget_bytes == floor + 100000);
   CHECK(plan.cache_bytes == 100000 + 2 * 4 * 8192);
   request.budget_bytes = floor - 1;
   try {
-    plan_memory(small_inputs(), config, request, ram_of(kMiB));
+    plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
     FAIL("accepted a budget under the floor");
   } catch (const Error& e) {
     const std::string message = e.what();
@@ -189,6 +189,77 @@ TEST_CASE("plan: a given budget is used as given; under the floor it is refused 
     CHECK(message.find("under the floor") != std::string::npos);
     CHECK(message.find("kv cache") != std::string::npos);
     CHECK(message.find("working set") != std::string::npos);
+  }
+}
+
+TEST_CASE("plan: a given budget above the usable memory is refused with the plan unless forced") {
+  const ModelConfig config = small_config();
+  PlanRequest request;
+  request.context = 256;
+  request.budget_bytes = 1024 * kGiB;
+  try {
+    plan_memory(small_inputs(), config, request, ram_of(16 * kGiB));
+    FAIL("accepted a budget above the usable memory");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("above the usable memory of 16.00 GiB") != std::string::npos);
+    CHECK(message.find("--force") != std::string::npos);
+    CHECK(message.find("floor") != std::string::npos);
+  }
+  request.force = true;
+  const MemoryPlan forced = plan_memory(small_inputs(), config, request, ram_of(16 * kGiB));
+  CHECK(forced.forced);
+  CHECK(forced.budget_bytes == 1024 * kGiB);
+  // At the usable memory exactly it is no longer "above".
+  request.force = false;
+  request.budget_bytes = 16 * kGiB;
+  CHECK_FALSE(plan_memory(small_inputs(), config, request, ram_of(16 * kGiB)).forced);
+}
+
+TEST_CASE("plan: the cache never outgrows the container, and caches every expert when they fit") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  const uint32_t records = static_cast<uint32_t>(container.record_count());
+  const uint32_t max_clients = ioworker::WorkerOptions{}.max_clients;
+  const uint64_t every_expert = ioworker::cache_bytes_for_slots(container, records, max_clients);
+  PlanRequest request;
+  request.context = 256;
+  // Plenty of memory: the default holds every expert, and no more.
+  const MemoryPlan roomy = plan_memory(container, config, request, ram_of(64 * kGiB));
+  CHECK(roomy.all_experts);
+  CHECK(roomy.cache_bytes == every_expert);
+  CHECK(roomy.cache_slots == records);
+  CHECK(roomy.budget_bytes == roomy.floor_bytes - roomy.min_cache_bytes + every_expert);
+  // A huge given budget still makes a cache of the container's size.
+  request.budget_bytes = 32 * kGiB;
+  const MemoryPlan given = plan_memory(container, config, request, ram_of(64 * kGiB));
+  CHECK(given.cache_bytes == every_expert);
+  CHECK(given.budget_bytes == 32 * kGiB);
+  // Too little memory for every expert: the working-set rule again.
+  request.budget_bytes.reset();
+  const uint64_t usable = (roomy.floor_bytes + roomy.working_set_bytes) / 7 * 8 + 8;
+  const MemoryPlan tight = plan_memory(container, config, request, ram_of(usable));
+  CHECK_FALSE(tight.all_experts);
+  CHECK(tight.working_sets == 1);
+  CHECK(tight.cache_bytes < every_expert);
+}
+
+TEST_CASE("plan: the slot count is the one the worker makes of the cache") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  const MemoryPlan floor_plan = plan_memory(container, config, PlanRequest{256}, ram_of(kMiB));
+  // Budgets between the floor and every expert, where the index and rings grow with the slots.
+  for (uint64_t extra :
+       {uint64_t{0}, floor_plan.record_stride * 5 + 17, floor_plan.record_stride * 9}) {
+    CAPTURE(extra);
+    PlanRequest request{256};
+    request.budget_bytes = floor_plan.floor_bytes + extra;
+    const MemoryPlan plan = plan_memory(container, config, request, ram_of(64 * kGiB));
+    ioworker::WorkerOptions options;
+    options.cache_bytes = plan.cache_bytes;
+    options.quiet = true;
+    const ioworker::Worker worker(container, options);
+    CHECK(worker.geometry().slot_count == plan.cache_slots);
   }
 }
 

@@ -53,7 +53,7 @@ TEST_CASE("sluice-io serves stats and attach, refuses another container, stops c
   const ioworker::DaemonStats stats = client.stats();
   CHECK(stats.pid == daemon.pid());
   CHECK(stats.instance == daemon.instance());
-  CHECK(stats.segment_name == "sluice-" + daemon.instance());
+  CHECK(stats.segment_name == daemon.segment_name());
   CHECK(stats.cache.slot_count >= 2 * container.top_k());
   CHECK(stats.readers == 2);
   CHECK(stats.sessions == 0);
@@ -74,7 +74,7 @@ TEST_CASE("sluice-io serves stats and attach, refuses another container, stops c
 
   SUBCASE("attach hands back what the shm client needs, and the mapping agrees") {
     const ioworker::Attachment attached = client.attach(container.identity());
-    CHECK(attached.segment_name == "sluice-" + daemon.instance());
+    CHECK(attached.segment_name == daemon.segment_name());
     CHECK(attached.identity == container.identity());
     CHECK(client.stats().sessions == 1);
     auto segment = shm::Segment::attach(attached.segment_name, container.identity());

@@ -2,6 +2,8 @@
 # tests/ctl/sluice_up_test.py: the supervisor as a user drives it: up returns
 # with the group running, status shows it, a sluice-io killed with SIGKILL is
 # restarted, down stops everything and leaves no socket, segment or state file.
+# A supervisor killed with SIGKILL takes its members with it; members without
+# a supervisor are told apart from "down", block a new up and are stopped by down.
 import json
 import os
 import shutil
@@ -24,6 +26,15 @@ def alive(pid):
         return False
     with open('/proc/%d/stat' % pid) as f:
         return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+
+
+def wait_until(condition, what, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError('timed out waiting until ' + what)
 
 
 def make_container(scratch):
@@ -115,6 +126,111 @@ class SluiceUpTest(unittest.TestCase):
         self.assertFalse(os.path.exists(state_file))
         gone = self.sluice_up('status', '--instance', self.instance)
         self.assertEqual(gone.returncode, 3)
+
+    def paths(self, instance):
+        run = os.path.join(self.env['XDG_RUNTIME_DIR'], 'sluice')
+        return {'socket': os.path.join(run, instance + '.sock'), 'segment': '/dev/shm/sluice-' + instance,
+                'state': os.path.join(run, instance + '.group.json'), 'log': os.path.join(run, instance + '.log')}
+
+    def test_kill9_of_the_supervisor_takes_the_members_along(self):
+        instance = self.instance + '-k9'
+        up = self.sluice_up(self.container, '--instance', instance, '--readers', '2')
+        self.assertEqual(up.returncode, 0, up.stderr)
+        status = json.loads(self.sluice_up('status', '--json', '--instance', instance).stdout)
+        members = [m['pid'] for m in status['members']]
+        self.assertEqual(len(members), 2)
+        os.kill(status['supervisor_pid'], signal.SIGKILL)
+        wait_until(lambda: not any(alive(pid) for pid in members), 'the members died with the supervisor')
+        where = self.paths(instance)
+        wait_until(lambda: not os.path.exists(where['socket']), 'sluice-io removed its socket')
+        self.assertFalse(os.path.exists(where['segment']))
+        gone = self.sluice_up('status', '--instance', instance)
+        self.assertEqual(gone.returncode, 3, gone.stdout)
+        self.assertIn('not up', gone.stdout)
+        down = self.sluice_up('down', '--instance', instance)
+        self.assertEqual(down.returncode, 0, down.stderr)
+        self.assertFalse(os.path.exists(where['state']))
+        # down rotates the log: the run's log is kept once, as INSTANCE.log.1.
+        self.assertFalse(os.path.exists(where['log']))
+        self.assertTrue(os.path.exists(where['log'] + '.1'))
+
+    def test_members_without_a_supervisor(self):
+        # A sluice-io of the instance that no supervisor watches (its supervisor
+        # and state file are gone): what a crash of an older sluice-up leaves.
+        instance = self.instance + '-orphan'
+        where = self.paths(instance)
+        os.makedirs(os.path.dirname(where['socket']), mode=0o700, exist_ok=True)
+        orphan = subprocess.Popen([os.environ['SLUICE_IO_BIN'], self.container, '--instance', instance,
+                                   '--socket', where['socket'], '--readers', '1'], env=self.env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: os.path.exists(where['socket']) and os.path.exists(where['segment']),
+                       'the orphan serves')
+            status = self.sluice_up('status', '--instance', instance)
+            self.assertEqual(status.returncode, 4, status.stdout)
+            self.assertIn('NOT supervised', status.stdout)
+            self.assertIn('sluice-io pid %d' % orphan.pid, status.stdout)
+            report = json.loads(self.sluice_up('status', '--json', '--instance', instance).stdout)
+            self.assertEqual(report['state'], 'orphaned')
+            self.assertEqual(report['orphans'], [{'name': 'sluice-io', 'pid': orphan.pid}])
+
+            again = self.sluice_up(self.container, '--instance', instance)
+            self.assertEqual(again.returncode, 1)
+            self.assertIn('sluice-io pid %d' % orphan.pid, again.stderr)
+            self.assertIn(instance, again.stderr)
+            self.assertEqual(orphan.poll(), None, 'a refused up must not touch the running member')
+
+            down = self.sluice_up('down', '--instance', instance)
+            self.assertEqual(down.returncode, 0, down.stderr)
+            self.assertIn('stopped sluice-io pid %d' % orphan.pid, down.stdout)
+            orphan.wait(timeout=30)
+            for leftover in ('socket', 'segment', 'state'):
+                self.assertFalse(os.path.exists(where[leftover]), leftover)
+            self.assertEqual(self.sluice_up('status', '--instance', instance).returncode, 3)
+        finally:
+            if orphan.poll() is None:
+                orphan.kill()
+                orphan.wait()
+
+    def test_argument_errors_are_one_line(self):
+        for args, needle in ((['--instance', 'bad/name', self.container], "'bad/name' is not an instance name"),
+                             (['status', '--instance', 'bad/name'], 'is not an instance name'),
+                             ([self.container, '--serve', '8080', '--instance', self.instance + '-serve'],
+                              'no `serve` command')):
+            done = self.sluice_up(*args)
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
+            self.assertTrue(done.stderr.startswith('sluice-up: error: '), done.stderr)
+            self.assertIn(needle, done.stderr)
+        version = self.sluice_up('--version')
+        self.assertEqual(version.returncode, 0)
+        self.assertRegex(version.stdout, r'^sluice-up \d+\.\d+\.\d+\n$')
+
+    def test_a_checkout_finds_its_own_build_without_environment(self):
+        # A checkout's layout: scripts/sluice-up beside build/<room>/<program>.
+        checkout = os.path.join(self.scratch, 'checkout')
+        os.makedirs(os.path.join(checkout, 'scripts'), exist_ok=True)
+        shutil.copy(SLUICE_UP, os.path.join(checkout, 'scripts', 'sluice-up'))
+        build = os.path.dirname(os.path.dirname(os.path.dirname(os.environ['SLUICE_BIN'])))
+        for room, program in (('compute/cli', 'sluice'), ('ioworker', 'sluice-io'), ('router', 'sluice-router')):
+            os.makedirs(os.path.join(checkout, 'build', room), exist_ok=True)
+            os.symlink(os.path.join(build, room, program), os.path.join(checkout, 'build', room, program))
+        env = {k: v for k, v in self.env.items() if not k.startswith('SLUICE_')}
+        env['PATH'] = '/usr/bin:/bin'
+        instance = self.instance + '-checkout'
+        script = os.path.join(checkout, 'scripts', 'sluice-up')
+        up = subprocess.run([PYTHON, script, self.container, '--instance', instance], env=env,
+                            capture_output=True, text=True, timeout=120)
+        try:
+            self.assertEqual(up.returncode, 0, up.stderr)
+            report = json.loads(subprocess.run([PYTHON, script, 'status', '--json', '--instance', instance], env=env,
+                                               capture_output=True, text=True).stdout)
+            self.assertTrue(report['answering'])
+            self.assertEqual(report['members'][0]['argv'][0], os.path.join(checkout, 'build', 'ioworker', 'sluice-io'))
+        finally:
+            down = subprocess.run([PYTHON, script, 'down', '--instance', instance], env=env, capture_output=True,
+                                  text=True)
+        self.assertEqual(down.returncode, 0, down.stderr)
 
     def test_bad_model_is_refused(self):
         done = self.sluice_up(os.path.join(self.scratch, 'missing.sluice'), '--instance', self.instance + 'x')

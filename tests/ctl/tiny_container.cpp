@@ -123,13 +123,13 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-Daemon::Daemon(const std::vector<std::string>& extra_args) {
+Daemon::Daemon(const std::vector<std::string>& extra_args, const std::string& model) {
   static int count = 0;
   const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(count++);
   instance_ = "ctltest-" + tag;
   socket_ = scratch_dir() + "/io-" + tag + ".sock";
   log_ = scratch_dir() + "/io-" + tag + ".log";
-  std::vector<std::string> argv = {sluice_io_bin(), tiny_container_or_skip(), "--socket", socket_,
+  std::vector<std::string> argv = {sluice_io_bin(), model.empty() ? tiny_container_or_skip() : model, "--socket", socket_,
                                    "--instance", instance_, "--readers", "2"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = spawn(argv, log_);

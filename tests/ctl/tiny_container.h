@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <sys/types.h>
+#include <unistd.h>
 
 namespace sluice::testing {
 
@@ -43,7 +44,8 @@ std::string read_text(const std::string& path);
 // or segment it left is removed.
 class Daemon {
  public:
-  explicit Daemon(const std::vector<std::string>& extra_args = {});
+  // Serves `model` (default: the tiny container).
+  explicit Daemon(const std::vector<std::string>& extra_args = {}, const std::string& model = "");
   ~Daemon();
   // Waits until the socket answers; false (with the log in `why`) if the
   // daemon exited or did not answer within `seconds`.
@@ -51,7 +53,9 @@ class Daemon {
   pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
   const std::string& instance() const { return instance_; }
-  std::string segment_path() const { return "/dev/shm/sluice-" + instance_; }
+  std::string segment_path() const { return "/dev/shm/" + segment_name(); }
+  // shm::segment_name spelled out: "sluice-<euid>-<instance>".
+  std::string segment_name() const { return "sluice-" + std::to_string(::geteuid()) + "-" + instance_; }
   std::string log() const { return read_text(log_); }
   // Sends `signal` and waits for the exit; returns the wait status or -1.
   int stop(int signal, double seconds = 20);

@@ -2,6 +2,8 @@
 // cold and warm reads, pinned slots surviving pressure, four client threads
 // on two working sets (every header rechecked), prefetch, damaged records,
 // budgets and both reader backends.
+#include "ioworker/worker.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "ioworker/worker.h"
 #include "proto/aligned_buffer.h"
 #include "proto/error.h"
 #include "shm/client.h"
@@ -79,40 +80,45 @@ TEST_CASE("cold reads land bit-exact, the same request again is all hits") {
   }
 }
 
-TEST_CASE("pinned slots are never evicted or overwritten under pressure") {
+TEST_CASE("pinned slots are never evicted or overwritten under pressure, whatever the policy") {
   FixtureContainer fc;
-  Worker worker(fc.container, options_for(fc.container, 4));
-  shm::Client holder(worker.segment());
-  holder.request(0, std::vector<uint32_t>{5, 9});
-  const shm::LandedSlot a = holder.next();
-  const shm::LandedSlot b = holder.next();
-  std::vector<uint8_t> a_bytes(a.data, a.data + fc.fixture.record_stride);
-  std::vector<uint8_t> b_bytes(b.data, b.data + fc.fixture.record_stride);
+  for (EvictionPolicy policy : {EvictionPolicy::kNextUse, EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
+    CAPTURE(static_cast<int>(policy));
+    WorkerOptions options = options_for(fc.container, 4);
+    options.policy = policy;
+    Worker worker(fc.container, options);
+    shm::Client holder(worker.segment());
+    holder.request(0, std::vector<uint32_t>{5, 9});
+    const shm::LandedSlot a = holder.next();
+    const shm::LandedSlot b = holder.next();
+    std::vector<uint8_t> a_bytes(a.data, a.data + fc.fixture.record_stride);
+    std::vector<uint8_t> b_bytes(b.data, b.data + fc.fixture.record_stride);
 
-  // Only two slots are left for everyone else: every other expert churns through them.
-  shm::Client other(worker.segment());
-  for (int round = 0; round < 3; ++round) {
-    for (uint32_t layer = 0; layer < 2; ++layer) {
-      for (uint32_t e = 0; e + 1 < 12; e += 2) {
-        if (layer == 0 && (e == 4 || e == 8)) continue;  // pairs holding 5 and 9
-        consume(other, fc.container, layer, {e, e + 1});
+    // Only two slots are left for everyone else: every other expert churns through them.
+    shm::Client other(worker.segment());
+    for (int round = 0; round < 3; ++round) {
+      for (uint32_t layer = 0; layer < 2; ++layer) {
+        for (uint32_t e = 0; e + 1 < 12; e += 2) {
+          if (layer == 0 && (e == 4 || e == 8)) continue;  // pairs holding 5 and 9
+          consume(other, fc.container, layer, {e, e + 1});
+        }
       }
     }
+    CHECK(worker.stats().evictions > 0);
+    CHECK(std::memcmp(a.data, a_bytes.data(), a_bytes.size()) == 0);
+    CHECK(std::memcmp(b.data, b_bytes.data(), b_bytes.size()) == 0);
+    CHECK_FALSE(header_problem(fc.container, 0, a.index == 0 ? 5 : 9, a.data));
+    holder.release(a);
+    holder.release(b);
+    // Released, they are fair game again.
+    consume(other, fc.container, 1, {0, 1});
+    consume(other, fc.container, 1, {2, 3});
   }
-  CHECK(worker.stats().evictions > 0);
-  CHECK(std::memcmp(a.data, a_bytes.data(), a_bytes.size()) == 0);
-  CHECK(std::memcmp(b.data, b_bytes.data(), b_bytes.size()) == 0);
-  CHECK_FALSE(header_problem(fc.container, 0, a.index == 0 ? 5 : 9, a.data));
-  holder.release(a);
-  holder.release(b);
-  // Released, they are fair game again.
-  consume(other, fc.container, 1, {0, 1});
-  consume(other, fc.container, 1, {2, 3});
 }
 
 TEST_CASE("four client threads on a cache of two working sets never see a wrong expert") {
   FixtureContainer fc;
-  for (EvictionPolicy policy : {EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
+  for (EvictionPolicy policy : {EvictionPolicy::kNextUse, EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
     CAPTURE(static_cast<int>(policy));
     WorkerOptions options = options_for(fc.container, 2 * 2 * 2);  // top-k × layers × 2
     options.policy = policy;
@@ -175,7 +181,11 @@ TEST_CASE("a batch larger than the cache is served as slots free up") {
 
 TEST_CASE("prefetched experts become hits; prefetches evicted unused are counted as wasted") {
   FixtureContainer fc;
-  Worker worker(fc.container, options_for(fc.container, 4));
+  // LRU makes the unused guesses the first to go; next-use would keep them,
+  // since their layer is the next one due.
+  WorkerOptions options = options_for(fc.container, 4);
+  options.policy = EvictionPolicy::kLru;
+  Worker worker(fc.container, options);
   worker.prefetch(1, std::vector<uint32_t>{2, 4}, PrefetchOrigin::kRouter);
   wait_until([&] { return worker.stats().prefetch_reads == 2; });
   shm::Client client(worker.segment());
@@ -200,7 +210,8 @@ TEST_CASE("prefetched experts become hits; prefetches evicted unused are counted
 
 TEST_CASE("a damaged record fails its request naming it, and the cache carries on") {
   FixtureContainer fc;
-  sluice::testing::flip_byte(fc.fixture.bank_path(1), fc.fixture.record_offset(3));  // magic of expert 3
+  sluice::testing::flip_byte(fc.fixture.bank_path(1),
+                             fc.fixture.record_offset(3));  // magic of expert 3
   const Container container = Container::open(fc.dir.path());
   for (IoBackend backend : {IoBackend::kThreads, IoBackend::kUring}) {
     CAPTURE(static_cast<int>(backend));

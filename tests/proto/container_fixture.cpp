@@ -17,6 +17,11 @@
 namespace sluice::testing {
 namespace {
 
+uint32_t crc_of(const std::string& bytes, uint32_t running = 0) {
+  return static_cast<uint32_t>(
+      ::crc32(running, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+}
+
 using nlohmann::json;
 
 uint64_t align(uint64_t value, uint64_t to) {
@@ -141,7 +146,8 @@ json append_trunk_tensor(std::string& trunk, FixtureTrunkTensor& t) {
   }
   trunk += data;
   json entry = {{"name", t.name},       {"format", t.format}, {"offset", t.offset},
-                {"bytes", data.size()}, {"scale_offset", 0},  {"scale_bytes", 0}};
+                {"bytes", data.size()}, {"scale_offset", 0},  {"scale_bytes", 0},
+                {"crc32", crc_of(data)}};
   entry["shape"] = t.one_d ? json::array({t.cols}) : json::array({t.rows, t.cols});
   if (t.format != "f32") {
     const uint64_t scale_offset = align(trunk.size(), 64);
@@ -149,6 +155,7 @@ json append_trunk_tensor(std::string& trunk, FixtureTrunkTensor& t) {
     std::string scales(t.scales.size() * 2, '\0');
     for (size_t i = 0; i < t.scales.size(); ++i) put_le(scales, 2 * i, t.scales[i], 2);
     trunk += scales;
+    entry["crc32"] = crc_of(scales, crc_of(data));
     entry["scale_offset"] = scale_offset;
     entry["scale_bytes"] = scales.size();
   }
@@ -226,6 +233,10 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
       experts.push_back(std::move(matrices));
     }
     write_bytes(fx.bank_path(layer), bank);
+    uint32_t records_crc = 0;
+    for (uint32_t e = 0; e < spec.experts; ++e) {
+      records_crc = crc_of(bank.substr(size_t{e} * g.stride + 40, 4), records_crc);
+    }
     moe_layers.push_back({{"layer", layer},
                           {"file", fmt::format("experts-L{:03}.bin", layer)},
                           {"experts", spec.experts},
@@ -233,7 +244,8 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
                           {"bytes", bank.size()},
                           {"codebook_base", 9 * layer},
                           {"hidden", spec.hidden},
-                          {"expert_width", spec.expert_width}});
+                          {"expert_width", spec.expert_width},
+                          {"records_crc32", records_crc}});
   }
 
   std::string trunk;
@@ -250,8 +262,10 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
   fx.trunk_bytes = trunk.size();
   write_bytes(dir + "/trunk.bin", trunk);
 
-  write_bytes(dir + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\"}}\n");
-  write_bytes(dir + "/tokenizer_config.json", "{}\n");
+  const std::string tokenizer = "{\"model\": {\"type\": \"BPE\"}}\n";
+  const std::string tokenizer_config = "{}\n";
+  write_bytes(dir + "/tokenizer.json", tokenizer);
+  write_bytes(dir + "/tokenizer_config.json", tokenizer_config);
 
   const json config = {{"architectures", {"OlmoeForCausalLM"}},
                        {"model_type", "olmoe"},
@@ -265,7 +279,7 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
                        {"num_experts_per_tok", spec.top_k}};
   json manifest = {
       {"format", "sluice"},
-      {"format_version", 1},
+      {"format_version", 2},
       {"arch", "olmoe"},
       {"config", config},
       {"source", {{"files", json::array()}, {"config_crc32", 0}}},
@@ -284,12 +298,17 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
          {{"seed", 1234}, {"sample_vectors", 65536}, {"iterations", 12}, {"init", "kmeans++"}}}}},
       {"trunk", {{"file", "trunk.bin"}, {"bytes", trunk.size()}, {"tensors", tensors}}},
       {"codebooks",
-       {{"file", "codebooks.bin"}, {"bytes", codebooks.size()}, {"count", fx.codebook_count}}},
+       {{"file", "codebooks.bin"},
+        {"bytes", codebooks.size()},
+        {"count", fx.codebook_count},
+        {"crc32", crc_of(codebooks)}}},
       {"moe_layers", moe_layers},
       {"tokenizer",
-       {{"files", {"tokenizer.json", "tokenizer_config.json"}}, {"chat_template", nullptr}}}};
+       {{"files", {"tokenizer.json", "tokenizer_config.json"}},
+        {"crc32", {crc_of(tokenizer), crc_of(tokenizer_config)}},
+        {"chat_template", nullptr}}}};
   if (spec.chat_template) manifest["tokenizer"]["chat_template"] = *spec.chat_template;
-  write_json(fx.manifest_path(), manifest);
+  write_manifest(fx.manifest_path(), manifest);
   return fx;
 }
 
@@ -297,6 +316,16 @@ json read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path);
   return json::parse(in);
+}
+
+json sealed(json manifest) {
+  manifest.erase("manifest_crc32");
+  manifest["manifest_crc32"] = crc_of(manifest.dump());
+  return manifest;
+}
+
+void write_manifest(const std::string& path, const json& manifest) {
+  write_json(path, sealed(manifest));
 }
 
 void write_json(const std::string& path, const json& value) {

@@ -116,6 +116,11 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec = {});
 
 nlohmann::json read_json(const std::string& path);
 void write_json(const std::string& path, const nlohmann::json& value);
+// `manifest` with its manifest_crc32 set to the sum of its content, so a test
+// that edits one field reaches the check of that field.
+nlohmann::json sealed(nlohmann::json manifest);
+// write_json of sealed(manifest).
+void write_manifest(const std::string& path, const nlohmann::json& manifest);
 void write_bytes(const std::string& path, const std::string& bytes);
 void flip_byte(const std::string& path, uint64_t offset);
 void truncate_file(const std::string& path, uint64_t size);

@@ -5,6 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <zlib.h>
+
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -26,6 +29,86 @@ std::string slurp(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+uint32_t zlib_crc(const std::string& bytes, uint32_t running = 0) {
+  return static_cast<uint32_t>(
+      ::crc32(running, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+}
+
+void overwrite(const std::string& path, uint64_t offset, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Writes 4 bytes into codebooks.bin and records the file's new crc32, as a
+// converter bug (not damage) would: only the value check can catch it.
+void overwrite_and_reseal_codebooks(const Fixture& fx, uint64_t offset, const char (&bytes)[4]) {
+  const std::string path = fx.dir + "/codebooks.bin";
+  overwrite(path, offset, std::string(bytes, 4));
+  nlohmann::json m = testing::read_json(fx.manifest_path());
+  m["codebooks"]["crc32"] = zlib_crc(slurp(path));
+  testing::write_manifest(fx.manifest_path(), m);
+}
+
+// Same for trunk tensor `index`: overwrite at `offset` inside its data, reseal.
+void overwrite_and_reseal_trunk(const Fixture& fx, size_t index, uint64_t offset, const std::string& bytes) {
+  nlohmann::json m = testing::read_json(fx.manifest_path());
+  nlohmann::json& t = m["trunk"]["tensors"][index];
+  const std::string path = fx.dir + "/trunk.bin";
+  overwrite(path, t["offset"].get<uint64_t>() + offset, bytes);
+  const std::string trunk = slurp(path);
+  const uint32_t data_crc = zlib_crc(trunk.substr(t["offset"], t["bytes"]));
+  t["crc32"] = zlib_crc(trunk.substr(t["scale_offset"], t["scale_bytes"]), data_crc);
+  testing::write_manifest(fx.manifest_path(), m);
+}
+
+TEST_CASE("damaged or impossible trunk values are refused at load, naming the tensor") {
+  testing::TempDir tmp;
+  const Fixture fx = testing::write_fixture(tmp.path());
+  // Fixture order: 0 embed (q8g128, 64 x 32), 1 q_proj (q4g128, 16 x 136),
+  // 2 norm (f32), 3 router (f32).
+  SUBCASE("a flipped byte") {
+    testing::flip_byte(tmp.path() + "/trunk.bin", fx.trunk[2].offset + 5);
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.norm.weight"),
+                                "trunk tensor \"model.norm.weight\": checksum mismatch");
+    CHECK_NOTHROW(c.load_trunk_tensor("model.embed_tokens.weight"));
+  }
+  SUBCASE("q8 value -128") {
+    overwrite_and_reseal_trunk(fx, 0, 128 * 3 + 7, std::string(1, static_cast<char>(0x80)));
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.embed_tokens.weight"),
+                                "\"model.embed_tokens.weight\": row 3 column 7 holds -128");
+  }
+  SUBCASE("q8 padding that is not zero") {
+    overwrite_and_reseal_trunk(fx, 0, 128 * 2 + 40, std::string(1, '\x05'));
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.embed_tokens.weight"),
+                                "row 2 padding column 40 is 5, not 0");
+  }
+  SUBCASE("q4 padding nibble that is not 8") {
+    // Row 0 of q_proj: 136 columns padded to 256; byte 100 holds columns 200, 201.
+    overwrite_and_reseal_trunk(fx, 1, 100, std::string(1, '\x87'));
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.layers.0.self_attn.q_proj.weight"),
+                                "row 0 padding column 200 has nibble 7, not 8");
+  }
+  SUBCASE("a NaN in an f32 tensor") {
+    overwrite_and_reseal_trunk(fx, 2, 4 * 9, std::string("\x00\x00\xc0\x7f", 4));
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.norm.weight"), "element 9 is nan, not a finite number");
+  }
+  SUBCASE("a negative group scale") {
+    nlohmann::json m = testing::read_json(fx.manifest_path());
+    const uint64_t scales_at = m["trunk"]["tensors"][0]["scale_offset"].get<uint64_t>() -
+                               m["trunk"]["tensors"][0]["offset"].get<uint64_t>();
+    overwrite_and_reseal_trunk(fx, 0, scales_at + 2 * 5, std::string("\x00\xbc", 2));  // -1.0
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.embed_tokens.weight"),
+                                "scale of row 5 group 0 is -1, not a finite non-negative number");
+  }
 }
 
 TEST_CASE("a valid container opens and reports what the fixture wrote") {
@@ -255,14 +338,28 @@ TEST_CASE("damaged or missing files are refused at open, naming the file") {
     testing::truncate_file(tmp.path() + "/codebooks.bin", 8192);
     SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "codebooks.bin: file is 8192 bytes");
   }
-  SUBCASE("a non-finite codebook entry") {
-    std::fstream f(tmp.path() + "/codebooks.bin", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(((2 * 256 + 5) * 8) * 4);  // codebook 2, code 5, element 0
-    const char inf[4] = {0, 0, static_cast<char>(0x80), 0x7f};
-    f.write(inf, 4);
-    f.close();
+  SUBCASE("a flipped codebook byte") {
+    testing::flip_byte(tmp.path() + "/codebooks.bin", 3 * 8192 + 77);
     const Container c = Container::open(tmp.path());
-    SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), "codebook 2 entry 5 holds a non-finite value");
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), "codebooks.bin: checksum mismatch (manifest says");
+  }
+  SUBCASE("a non-finite codebook entry under a matching checksum") {
+    const char inf[4] = {0, 0, static_cast<char>(0x80), 0x7f};
+    overwrite_and_reseal_codebooks(fx, ((2 * 256 + 5) * 8 + 3) * 4, inf);
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), "codebook 2 entry 5 element 3 is inf, outside [-4, 4]");
+  }
+  SUBCASE("a finite but impossible codebook entry under a matching checksum") {
+    const float huge = 6.7e28f;  // the value one flipped byte made in the probe
+    char bytes[4];
+    std::memcpy(bytes, &huge, 4);
+    overwrite_and_reseal_codebooks(fx, ((7 * 256) * 8) * 4, bytes);
+    const Container c = Container::open(tmp.path());
+    SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), "codebook 7 entry 0 element 0 is 6.7e+28, outside [-4, 4]");
+  }
+  SUBCASE("a damaged tokenizer file") {
+    testing::flip_byte(tmp.path() + "/tokenizer.json", 3);
+    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "tokenizer.json: checksum mismatch");
   }
   SUBCASE("missing tokenizer file") {
     std::remove((tmp.path() + "/tokenizer_config.json").c_str());
@@ -277,11 +374,11 @@ TEST_CASE("damaged or missing files are refused at open, naming the file") {
   SUBCASE("no such directory") {
     SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path() + "/nope.sluice"), "no such container");
   }
-  SUBCASE("format_version 2") {
+  SUBCASE("format_version 3") {
     auto manifest = testing::read_json(fx.manifest_path());
-    manifest["format_version"] = 2;
-    testing::write_json(fx.manifest_path(), manifest);
-    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "format_version 2 is not supported");
+    manifest["format_version"] = 3;
+    testing::write_manifest(fx.manifest_path(), manifest);
+    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "format_version 3 is not supported");
   }
 }
 

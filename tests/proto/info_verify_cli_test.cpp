@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -119,6 +120,45 @@ TEST_CASE("sluice verify names every damaged record and exits 1") {
   CHECK(text.out.find("layer 1 expert 3: checksum mismatch") != std::string::npos);
   CHECK(text.out.find("layer 0 expert 1: header magic mismatch") != std::string::npos);
   CHECK(text.out.find("2 damaged") != std::string::npos);
+}
+
+TEST_CASE("sluice verify names a damaged trunk tensor and damaged codebooks") {
+  testing::TempDir tmp;
+  const testing::Fixture fx = testing::write_fixture(tmp.path());
+  testing::flip_byte(tmp.path() + "/trunk.bin", fx.trunk[1].offset + 17);  // q_proj data
+  testing::flip_byte(tmp.path() + "/codebooks.bin", 9 * 8192 + 4);
+  const Run run = sluice("verify --json " + tmp.path());
+  CHECK(run.status == 1);
+  const json d = json::parse(run.out);
+  REQUIRE(d["damaged"].size() == 2);
+  CHECK(d["damaged"][0]["tensor"] == "model.layers.0.self_attn.q_proj.weight");
+  CHECK(d["damaged"][0]["problem"].get<std::string>().find("checksum mismatch") != std::string::npos);
+  CHECK(d["damaged"][1]["file"] == "codebooks.bin");
+  const Run text = sluice("verify " + tmp.path());
+  CHECK(text.status == 1);
+  CHECK(text.out.find("trunk tensor \"model.layers.0.self_attn.q_proj.weight\": checksum mismatch") !=
+        std::string::npos);
+  CHECK(text.out.find("codebooks.bin: checksum mismatch") != std::string::npos);
+}
+
+TEST_CASE("sluice verify catches a bank of sound records that are not the converted ones") {
+  // Another fixture's layer-1 bank: every header and payload crc32 checks
+  // out, only records_crc32 tells the records apart.
+  testing::TempDir tmp, other;
+  const testing::Fixture fx = testing::write_fixture(tmp.path());
+  testing::FixtureSpec spec;
+  spec.seed = 99;
+  const testing::Fixture foreign = testing::write_fixture(other.path(), spec);
+  std::filesystem::copy_file(foreign.bank_path(1), fx.bank_path(1),
+                             std::filesystem::copy_options::overwrite_existing);
+  const Run run = sluice("verify --json " + tmp.path());
+  CHECK(run.status == 1);
+  const json d = json::parse(run.out);
+  REQUIRE(d["damaged"].size() == 1);
+  CHECK(d["damaged"][0]["layer"] == 1);
+  CHECK(d["damaged"][0]["problem"] == "records_crc32 mismatch");
+  const Run text = sluice("verify " + tmp.path());
+  CHECK(text.out.find("experts-L001.bin: records_crc32 mismatch") != std::string::npos);
 }
 
 TEST_CASE("info and verify refuse a container that is not there or not finished") {

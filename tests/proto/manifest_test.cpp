@@ -57,11 +57,37 @@ TEST_CASE("the fixture's manifest parses to the numbers it was written with") {
   CHECK(parsed.identity == fnv1a64(m.dump()));
 }
 
+TEST_CASE("any edit of a manifest value is caught by manifest_crc32, however well-formed") {
+  json m = valid_manifest();
+  SUBCASE("the untouched manifest passes") { CHECK_NOTHROW(parse(m)); }
+  SUBCASE("a config value the reader does not check itself") {
+    m["config"]["rope_theta"] = 10001.0;
+    refused(m, "M/manifest.json: checksum mismatch: manifest_crc32 is");
+  }
+  SUBCASE("a trunk tensor's crc32") {
+    m["trunk"]["tensors"][0]["crc32"] = m["trunk"]["tensors"][0]["crc32"].get<uint32_t>() ^ 1;
+    refused(m, "checksum mismatch");
+  }
+  SUBCASE("the same edit, resealed, is accepted") {
+    m["config"]["rope_theta"] = 10001.0;
+    CHECK_NOTHROW(parse(testing::sealed(m)));
+  }
+  SUBCASE("missing manifest_crc32") {
+    m.erase("manifest_crc32");
+    refused(m, "manifest_crc32 is missing");
+  }
+}
+
 TEST_CASE("version, format and arch are checked first") {
   json m = valid_manifest();
-  SUBCASE("format_version 2") {
-    m["format_version"] = 2;
-    refused(m, "format_version 2 is not supported (this build reads format_version 1)");
+  SUBCASE("format_version 3") {
+    m["format_version"] = 3;
+    refused(m, "format_version 3 is not supported (this build reads format_version 2)");
+  }
+  SUBCASE("format_version 1, a container from before the checksums") {
+    m["format_version"] = 1;
+    refused(m, "format_version 1 is not supported (this build reads format_version 2; convert the "
+               "checkpoint again)");
   }
   SUBCASE("format_version 0") {
     m["format_version"] = 0;
@@ -105,19 +131,20 @@ TEST_CASE("FORMAT.md bounds are enforced") {
   }
   SUBCASE("too many layers") {
     m["config"]["num_hidden_layers"] = 257;
-    refused(m, "config.num_hidden_layers is 257, above the limit of 256");
+    refused(m, "config: key num_hidden_layers is 257, outside [1, 256]");
   }
   SUBCASE("top-k") {
     m["config"]["num_experts_per_tok"] = 65;
-    refused(m, "config.num_experts_per_tok is 65, above the limit of 64");
+    refused(m, "config: key num_experts_per_tok is 65, outside [1, ");
   }
   SUBCASE("top-k above the expert count") {
+    // The family spec reads the config before the layer table is looked at.
     m["config"]["num_experts_per_tok"] = 6;
-    refused(m, "moe_layers[0].experts is 5, fewer than top-k 6");
+    refused(m, "config: key num_experts_per_tok is 6, outside [1, 5]");
   }
   SUBCASE("vocabulary") {
     m["config"]["vocab_size"] = 1048577;
-    refused(m, "config.vocab_size is 1048577, above the limit of 1048576");
+    refused(m, "config: key vocab_size is 1048577, outside [1, 1048576]");
   }
   SUBCASE("hidden") {
     layer0["hidden"] = 65536 + 8;
@@ -182,8 +209,45 @@ TEST_CASE("FORMAT.md bounds are enforced") {
             "limit");
   }
   SUBCASE("scales past the end of trunk.bin") {
-    tensor0["scale_offset"] = m["trunk"]["bytes"].get<uint64_t>() - 2;
+    tensor0["scale_offset"] = m["trunk"]["bytes"].get<uint64_t>() - 64;
     refused(m, "scales [");
+  }
+  SUBCASE("misaligned scales") {
+    tensor0["scale_offset"] = tensor0["scale_offset"].get<uint64_t>() + 2;
+    refused(m, ".scale_offset " + std::to_string(tensor0["scale_offset"].get<uint64_t>()) +
+                   " is not a multiple of 64");
+  }
+  SUBCASE("scales laid over another tensor's data") {
+    // Tensor 1 (q4g128) gets tensor 0's data range for its scales.
+    json& tensor1 = m["trunk"]["tensors"][1];
+    tensor1["scale_offset"] = tensor0["offset"];
+    refused(m, "trunk.tensors[1] (model.layers.0.self_attn.q_proj.weight) scales [0, ");
+    refused(m, "overlaps trunk.tensors[0] (model.embed_tokens.weight) data [0, ");
+  }
+  SUBCASE("two tensors on the same bytes") {
+    json& norm = m["trunk"]["tensors"][2];
+    norm["offset"] = m["trunk"]["tensors"][3]["offset"];
+    refused(m, "overlaps");
+  }
+  SUBCASE("a trunk tensor without its crc32") {
+    tensor0.erase("crc32");
+    refused(m, "trunk.tensors[0] (model.embed_tokens.weight).crc32 is missing");
+  }
+  SUBCASE("a crc32 that is not 32 bits") {
+    tensor0["crc32"] = uint64_t{1} << 32;
+    refused(m, "crc32 is 4294967296, above the limit of 4294967295");
+  }
+  SUBCASE("codebooks without their crc32") {
+    m["codebooks"].erase("crc32");
+    refused(m, "codebooks.crc32 is missing");
+  }
+  SUBCASE("a bank without records_crc32") {
+    layer0.erase("records_crc32");
+    refused(m, "moe_layers[0].records_crc32 is missing");
+  }
+  SUBCASE("tokenizer sums that do not match the file list") {
+    m["tokenizer"]["crc32"].erase(1);
+    refused(m, "tokenizer.crc32 has 1 entries for 2 files");
   }
   SUBCASE("misaligned tensor") {
     tensor0["offset"] = 32;
@@ -207,9 +271,13 @@ TEST_CASE("FORMAT.md bounds are enforced") {
     tensor0["shape"] = json::array({8192});
     refused(m, "is 1-D but stored as q8g128");
   }
-  SUBCASE("3-D tensor") {
+  SUBCASE("3-D quantized tensor") {
     tensor0["shape"] = json::array({2, 2, 2});
-    refused(m, "shape has 3 dimensions");
+    refused(m, "is 3-D but stored as q8g128; only matrices are quantized");
+  }
+  SUBCASE("5-D tensor") {
+    tensor0["shape"] = json::array({2, 2, 2, 2, 2});
+    refused(m, "shape has 5 dimensions; tensors have 1 to 4");
   }
   SUBCASE("huge dimension") {
     tensor0["shape"][0] = uint64_t{1} << 40;

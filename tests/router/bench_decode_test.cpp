@@ -1,11 +1,14 @@
 // tests/router/bench_decode_test.cpp: `sluice bench decode --compare-lookahead`
 // runs every arm the asked number of rounds on the same tokens, the arm with
-// lookahead off never prefetches while the others do, and nonsense is refused.
+// lookahead off never prefetches while the others do, a routing trace replaces
+// the model's router in the cache's accesses, and nonsense is refused.
 // It measures nothing here: speed belongs to the benchmark, not to tests.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "proto/container.h"
 #include "tests/ctl/tiny_container.h"
 
 using namespace sluice;
@@ -71,4 +74,62 @@ TEST_CASE("bench decode refuses zero rounds and a budget under the floor") {
   CHECK(output.find("--repeat 0") != std::string::npos);
   CHECK(testing::run_command({testing::sluice_bin(), "bench", "decode", model, "--budget", "1M"}, &output) != 0);
   CHECK(output.find("floor") != std::string::npos);
+}
+
+TEST_CASE(
+    "bench decode with a routing trace asks the cache for the trace's experts, and measures the "
+    "machine") {
+  const std::string& model = four_layer_container();
+  const Container container = Container::open(model);
+  // Every token routes each layer to its first top-k experts: after the first
+  // decode token every request hits (the cache holds all of them), which the
+  // model's own routing would not do.
+  const std::string trace = testing::scratch_dir() + "/same-experts.jsonl";
+  {
+    std::ofstream out(trace);
+    for (int t = 0; t < 4; ++t) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (size_t l = 0; l < container.moe_layers().size(); ++l) {
+        nlohmann::json ids = nlohmann::json::array();
+        for (uint32_t e = 0; e < container.top_k(); ++e) ids.push_back(e);
+        layers.push_back(ids);
+      }
+      out << nlohmann::json{{"tok", t}, {"layers", layers}}.dump() << '\n';
+    }
+  }
+  const nlohmann::json out =
+      run_json({testing::sluice_bin(), "bench", "decode", model, "--budget", "4G", "--routing", trace, "--lookahead",
+                "0", "-n", "8", "--prompt-tokens", "4", "--threads", "1", "--disk-seconds", "0.2", "--json"});
+  CHECK(out.at("routing").get<std::string>() == trace);
+  CHECK(out.at("disk").at("o_direct_gbps").get<double>() > 0.0);
+  CHECK(out.at("memory_gbps").get<double>() > 0.0);
+  CHECK(out.at("queue_depth").get<uint32_t>() > 0);
+  const auto& arm = out.at("arms").at(0);
+  const auto& run = arm.at("runs").at(0).at("decode");
+  const uint64_t per_token = uint64_t{container.top_k()} * container.moe_layers().size();
+  // Only the first decode token can miss: at most its experts are read.
+  CHECK(run.at("demand_reads").get<uint64_t>() <= per_token);
+  CHECK(arm.at("hit_rate").get<double>() >= 7.0 / 8.0);
+  const auto& rate = arm.at("decode_tok_per_s");
+  CHECK(rate.at("min").get<double>() <= rate.at("median").get<double>());
+  CHECK(rate.at("median").get<double>() <= rate.at("max").get<double>());
+  CHECK(arm.at("io_bound_ratio").get<double>() > 0.0);
+  CHECK(arm.at("read_wait_share").get<double>() >= 0.0);
+}
+
+TEST_CASE(
+    "bench decode refuses replaced routing with lookahead, and routing that does not fit the "
+    "model") {
+  const std::string& model = four_layer_container();
+  std::string output;
+  CHECK(testing::run_command(
+            {testing::sluice_bin(), "bench", "decode", model, "--budget", "4G", "--routing", "synthetic:2"}, &output) !=
+        0);
+  CHECK(output.find("--lookahead 0") != std::string::npos);
+  const std::string trace = testing::scratch_dir() + "/wrong-layers.jsonl";
+  std::ofstream(trace) << "{\"tok\": 0, \"layers\": [[0, 1]]}\n";
+  CHECK(testing::run_command(
+            {testing::sluice_bin(), "bench", "decode", model, "--budget", "4G", "--routing", trace, "--lookahead", "0"},
+            &output) != 0);
+  CHECK(output.find("MoE layers per token") != std::string::npos);
 }

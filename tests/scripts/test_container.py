@@ -108,7 +108,7 @@ class Synthetic:
         config = {"model_type": "olmoe", "num_hidden_layers": 2, "num_experts": EXPERTS, "num_experts_per_tok": 2,
                   "hidden_size": HIDDEN, "intermediate_size": WIDTH, "vocab_size": 3}
         self.manifest = {
-            "format": "sluice", "format_version": 1, "arch": "olmoe", "config": config,
+            "format": "sluice", "format_version": 2, "arch": "olmoe", "config": config,
             "source": {"files": [], "config_crc32": 0},
             "expert_quant": {"method": "rvq", "stages": 3, "entries": 256, "vec_dim": 8, "index_bits": 8,
                              "bits_per_weight": 3.0, "row_block": 16, "index_layout": "rowblock16.vector.stage.row",

@@ -26,7 +26,7 @@ class ShmGuard {
   ShmGuard(const ShmGuard&) = delete;
   ShmGuard& operator=(const ShmGuard&) = delete;
   const std::string& instance() const { return instance_; }
-  std::string name() const { return "sluice-" + instance_; }
+  std::string name() const { return "sluice-" + std::to_string(::geteuid()) + "-" + instance_; }
   std::string path() const { return "/dev/shm/" + name(); }
 
  private:

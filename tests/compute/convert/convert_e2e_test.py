@@ -81,7 +81,7 @@ class ConvertTest(unittest.TestCase):
             manifest = json.load(f)
         with open(os.path.join(src, "config.json")) as f:
             config = json.load(f)
-        self.assertEqual(manifest["format_version"], 1)
+        self.assertEqual(manifest["format_version"], 2)
         self.assertEqual(manifest["arch"], config["model_type"])
         self.assertEqual(manifest["config"], config)
         self.assertEqual(sorted(n for n in os.listdir(out)),
@@ -151,9 +151,9 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stderr)  # already complete: a no-op
         self.assertEqual(tree(a), tree(c))
 
-    def kill_when(self, out, ready, delay_ms="1500"):
+    def kill_when(self, out, ready, delay_ms="1500", src=None):
         env = dict(os.environ, SLUICE_CONVERT_TEST_DELAY_MS=delay_ms)
-        proc = subprocess.Popen([SLUICE, "convert", self.slow, out, "-q", *FAST], env=env)
+        proc = subprocess.Popen([SLUICE, "convert", src or self.slow, out, "-q", *FAST], env=env)
         deadline = time.time() + 120
         while not ready() and proc.poll() is None and time.time() < deadline:
             time.sleep(0.005)
@@ -176,6 +176,30 @@ class ConvertTest(unittest.TestCase):
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertGreaterEqual(json.loads(run.stdout)["resumed_layers"], finished, label)
             self.assertEqual(tree(out), tree(reference), label)
+
+    def test_resume_over_changed_source_values_redoes_that_layer(self):
+        src = os.path.join(self.tmp, "changing")
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.copytree(self.slow, src)
+        out = self.out("resume-changed")
+        self.kill_when(out, lambda: os.path.exists(os.path.join(out, ".convert", "layer-L001.json")), src=src)
+        # New values for one expert of layer 0; header and size stay as they were.
+        path = os.path.join(src, "model.safetensors")
+        with open(path, "r+b") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+            begin = header["model.layers.0.mlp.experts.3.up_proj.weight"]["data_offsets"][0]
+            f.seek(8 + n + begin)
+            f.write(struct.pack("<4H", 0x3f00, 0xbf00, 0x3e80, 0x4000))  # bf16 0.5, -0.5, 0.25, 2
+        run = convert(src, out, "--json")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("layer 0: the source tensors changed since the interrupted run; converting it again",
+                      run.stderr)
+        self.assertNotIn("layer 1: the source", run.stderr)
+        self.assertEqual(json.loads(run.stdout)["restarted"], [0])
+        fresh = self.out("resume-changed-fresh")
+        self.assertEqual(convert(src, fresh).returncode, 0)
+        self.assertEqual(tree(out), tree(fresh))
 
     def test_other_parameters_refused_then_forced(self):
         out = self.out("force")

@@ -73,9 +73,10 @@ TEST_CASE_FIXTURE(Fixture, "detokenize inverts tokenize, also through stdin") {
   CHECK(round.output == text);
 }
 
-TEST_CASE_FIXTURE(Fixture, "mistakes are reported on one line with exit status 1") {
+TEST_CASE_FIXTURE(Fixture,
+                  "mistakes are reported on one line: status 2 for arguments, 1 for files") {
   Result r = run("detokenize --tokenizer '" + tokenizer + "' '1,x'");
-  CHECK(r.status == 1);
+  CHECK(r.status == 2);
   CHECK(r.output == "sluice: error: IDS: \"x\" is not a token id\n");
   r = run("detokenize --tokenizer '" + tokenizer + "' '99999'");
   CHECK(r.status == 1);
@@ -84,7 +85,7 @@ TEST_CASE_FIXTURE(Fixture, "mistakes are reported on one line with exit status 1
   CHECK(r.status == 1);
   CHECK(r.output.find("incomplete container: conversion did not finish") != std::string::npos);
   r = run("tokenize hi");
-  CHECK(r.status == 1);
+  CHECK(r.status == 2);  // an argument error
   CHECK(r.output.find("give MODEL and TEXT") != std::string::npos);
   r = run("tokenize --tokenizer '" + dir + "/nope.json' hi");
   CHECK(r.status == 1);

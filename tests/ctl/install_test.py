@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+# tests/ctl/install_test.py: `meson install` puts every program a user runs
+# (sluice, sluice-io, sluice-router, sluice-up) in one bin/ where they find
+# each other, and every usage line of README.md works as written from a fresh
+# shell whose PATH holds only that bin/ and the system's.
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.environ.get('SLUICE_SOURCE_ROOT', os.path.join(os.path.dirname(__file__), '..', '..'))
+PYTHON = os.environ.get('PYTHON', '/usr/bin/python3')
+PROGRAMS = ('sluice', 'sluice-io', 'sluice-router', 'sluice-up')
+
+# One concrete command (small inputs) per README usage line, found by the
+# line's start; run in this order. {m} the container, {ck} its checkpoint,
+# {i} an instance name, {w} a scratch folder, {budget} floor + a working set.
+EXAMPLES = [
+    ('sluice convert SRC_DIR OUT.sluice', 'sluice convert {ck} {m} --threads 1 --seed 5 --json -q'),
+    ('sluice info OUT.sluice', 'sluice info {m} && sluice info {m} --json'),
+    ('sluice verify OUT.sluice', 'sluice verify {m} --json'),
+    ('sluice run MODEL.sluice "PROMPT" [', 'sluice run {m} "The river" -n 4 --temp 0.8 --top-k 20 --top-p 0.9 '
+                                           '--min-p 0.05 --repeat-penalty 1.1 --seed 3 --ctx 64 --threads 1 '
+                                           '--chunk 8 --budget {budget} --verify --trace-out {w}/trace.jsonl '
+                                           '--dump-logits {w}/logits.f32 && sluice run {m} --prompt-ids 1,2,3 -n 2 '
+                                           '--no-cache --json'),
+    ('sluice eval MODEL.sluice --text FILE', 'echo "the river ran to the sea" > {w}/text.txt && '
+                                            'sluice eval {m} --text {w}/text.txt --json --dump-logits {w}/eval.f32'),
+    ('sluice tokenize', 'sluice tokenize {m} "hello there" --json && '
+                        'sluice tokenize --tokenizer {ck}/tokenizer.json "hello" --specials'),
+    ('sluice detokenize', 'sluice detokenize {m} 1 2 3 && sluice detokenize --tokenizer {ck}/tokenizer.json 1,2,3'),
+    ('sluice plan MODEL.sluice', 'sluice plan {m} --ctx 64 --json && sluice plan {m} --budget 1000T --force'),
+    ('sluice bench kernels', 'sluice bench kernels --json --seconds 0.01 --no-alternatives --threads 1'),
+    ('sluice bench io MODEL.sluice', 'sluice bench io {m} --json --seconds 0.1 --rounds 1'),
+    ('sluice bench replay TRACE', 'sluice bench replay {w}/trace.jsonl --model {m} --budget {budget} --json'),
+    ('sluice bench decode MODEL.sluice', 'sluice bench decode {m} --budget {budget} --compare-lookahead --repeat 1 '
+                                         '-n 3 --prompt-tokens 4 --temp 0.8 --seed 3 --json'),
+    ('sluice-up MODEL.sluice', 'sluice-up {m} --budget {budget} --instance {i}'),
+    ('sluice run MODEL.sluice "PROMPT" --attach', 'sluice run {m} "The river" -n 4 --attach {i}'),
+    ('sluice stats', 'sluice stats --attach {i} --json && sluice stats --attach {i}'),
+    ('sluice-up status', 'sluice-up status --json --instance {i}'),
+    ('sluice-up down', 'sluice-up down --instance {i}'),
+]
+
+
+def readme_usage_lines():
+    """The first line of every `sluice ...` or `sluice-up ...` synopsis in a README code block."""
+    with open(os.path.join(ROOT, 'README.md')) as f:
+        text = f.read()
+    lines = []
+    for block in re.findall(r'^```\n(.*?)^```', text, re.MULTILINE | re.DOTALL):
+        for line in block.splitlines():
+            if re.match(r'sluice(-up)? ', line):
+                lines.append(line.split('  #')[0].rstrip())
+    return lines
+
+
+def example_for(line):
+    matches = [(prefix, command) for prefix, command in EXAMPLES if line.startswith(prefix)]
+    return max(matches, key=lambda match: len(match[0]), default=None)
+
+
+class InstalledTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.scratch = tempfile.mkdtemp(prefix='sluice-install-')
+        destdir = os.path.join(cls.scratch, 'dest')
+        done = subprocess.run([os.environ['MESON'], 'install', '-C', os.environ['SLUICE_BUILD_ROOT'], '--no-rebuild',
+                               '--quiet', '--destdir', destdir], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        found = [where for where, _, files in os.walk(destdir) if 'sluice-up' in files]
+        assert len(found) == 1, found
+        cls.bin = found[0]
+        cls.home = os.path.join(cls.scratch, 'home')
+        os.makedirs(cls.home)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.scratch, ignore_errors=True)
+
+    def fresh_shell(self, command):
+        """`command` in a new bash with nothing of this environment but a PATH of the installed bin/."""
+        env = {'HOME': self.home, 'PATH': self.bin + ':/usr/bin:/bin',
+               'XDG_RUNTIME_DIR': os.path.join(self.scratch, 'xdg')}
+        return subprocess.run(['/bin/bash', '--norc', '--noprofile', '-c', command], env=env, capture_output=True,
+                              text=True, timeout=240, cwd=self.home)
+
+    def test_every_program_is_installed_beside_the_others(self):
+        versions = set()
+        for program in PROGRAMS:
+            with self.subTest(program=program):
+                path = os.path.join(self.bin, program)
+                self.assertTrue(os.access(path, os.X_OK), path)
+                done = self.fresh_shell('%s --version' % program)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertRegex(done.stdout, r'^%s \d+\.\d+\.\d+\n$' % program)
+                versions.add(done.stdout.split()[1])
+                self.assertEqual(self.fresh_shell('command -v %s' % program).stdout.strip(), path)
+        self.assertEqual(len(versions), 1, 'the programs disagree on the version: %s' % versions)
+
+    def test_every_readme_usage_line_runs_as_written(self):
+        lines = readme_usage_lines()
+        self.assertGreater(len(lines), 10)
+        used = set()
+        for line in lines:
+            example = example_for(line)
+            self.assertIsNotNone(example, 'README line with no example in this test: ' + line)
+            used.add(example[0])
+            # Every flag the README names is one the program's --help names.
+            words = line.split()
+            command = words[:3] if words[:2] == ['sluice', 'bench'] else words[:2]
+            if command[0] == 'sluice-up' and command[1] not in ('status', 'down'):
+                command = command[:1]
+            helped = self.fresh_shell(' '.join(command) + ' --help')
+            self.assertEqual(helped.returncode, 0, (line, helped.stderr))
+            for flag in re.findall(r'(?<![\w-])(--[a-z][a-z-]*|-[a-z])\b', line):
+                self.assertIn(flag, helped.stdout, '%s: README names %s, --help does not' % (line, flag))
+        self.assertEqual(used, {prefix for prefix, _ in EXAMPLES}, 'examples for lines the README no longer has')
+
+        checkpoint = os.path.join(self.scratch, 'checkpoint')
+        made = subprocess.run([PYTHON, os.path.join(ROOT, 'scripts', 'make_tiny_checkpoint.py'), 'olmoe',
+                               checkpoint], capture_output=True, text=True)
+        if made.returncode != 0:
+            self.skipTest('make_tiny_checkpoint.py failed: ' + made.stderr)
+        model = os.path.join(self.scratch, 'tiny.sluice')
+        names = {'m': model, 'ck': checkpoint, 'i': 'readme-%d' % os.getpid(), 'w': self.scratch, 'budget': ''}
+        try:
+            for prefix, command in EXAMPLES:
+                if prefix == 'sluice info OUT.sluice':
+                    plan = json.loads(self.fresh_shell('sluice plan %s --json' % model).stdout)
+                    names['budget'] = str(plan['floor_bytes'] + plan['working_set_bytes'])
+                concrete = command.format(**names)
+                with self.subTest(line=prefix):
+                    done = self.fresh_shell(concrete)
+                    self.assertEqual(done.returncode, 0, '%s\n%s%s' % (concrete, done.stdout, done.stderr))
+        finally:
+            self.fresh_shell('sluice-up down --instance %s' % names['i'])
+
+
+if __name__ == '__main__':
+    unittest.main()

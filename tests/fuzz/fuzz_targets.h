@@ -1,0 +1,27 @@
+// tests/fuzz/fuzz_targets.h: the fuzz targets, one per untrusted input the
+// engine parses: the manifest, expert record headers, safetensors headers,
+// tokenizer.json and the sluice-io Cap'n Proto messages. A target may refuse
+// its input only with sluice::Error (or, for Cap'n Proto, kj::Exception); any
+// other exception, a crash or a sanitizer report is a finding. Test-only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::fuzz {
+
+struct Target {
+  const char* name;
+  // Parses `data`; returns true when accepted, false when refused cleanly.
+  bool (*run)(const uint8_t* data, size_t size);
+  // Valid inputs the mutation loop starts from (and a libFuzzer corpus).
+  std::vector<std::string> (*seeds)();
+  bool json = false;  // mutations that keep JSON plausible help
+};
+
+const std::vector<Target>& targets();
+const Target* find_target(const std::string& name);
+
+}  // namespace sluice::fuzz
