@@ -78,30 +78,32 @@ def chunked(q, k, v, g, beta, state, chunk):
 class Kda:
     """One model's KDA mixers over HF-named weights; per-layer state lives in the cache
     dict: "conv" (q̃, k̃, ṽ inputs of the last K-1 tokens) and "state" [H, d, d] (f64).
-    chunk: None runs the recurrence token by token; N runs the chunked form in chunks of N.
-    linear(name, x): the projection x @ W.T, or the engine's trunk arithmetic (models.py)."""
+    chunk: None runs the recurrence token by token; N runs the chunked form in chunks of N."""
 
-    def __init__(self, config, weights, chunk=None, linear=None):
+    def __init__(self, config, weights, chunk=None):
         self.w, self.eps, self.chunk = weights, config["rms_norm_eps"], chunk
-        self.linear = linear or (lambda name, x: x @ weights[name].T)
         linear = config["linear_attn_config"]
         self.heads, self.d, self.kernel = linear["num_heads"], linear["head_dim"], linear["short_conv_kernel_size"]
 
     def __call__(self, i, x, positions, cache):
-        p, w, steps, lin = f"model.layers.{i}.self_attn.", self.w, x.shape[0], self.linear
+        p, w, steps = f"model.layers.{i}.self_attn.", self.w, x.shape[0]
+
+        def lin(name, inputs):
+            return inputs @ w[p + name].T
+
         heads, d, width = self.heads, self.d, self.heads * self.d
         if "conv" not in cache:
             cache["conv"] = {n: torch.zeros(self.kernel - 1, width, dtype=x.dtype) for n in "qkv"}
             cache["state"] = torch.zeros(heads, d, d, dtype=torch.float64)
         qkv = {}
         for n in "qkv":
-            pre, cache["conv"][n] = short_conv(lin(p + f"{n}_proj.weight", x), w[p + f"{n}_conv1d.weight"],
+            pre, cache["conv"][n] = short_conv(lin(f"{n}_proj.weight", x), w[p + f"{n}_conv1d.weight"],
                                                cache["conv"][n])
             qkv[n] = torch.nn.functional.silu(pre).view(steps, heads, d)
-        z = lin(p + "f_b_proj.weight", lin(p + "f_a_proj.weight", x))
+        z = lin("f_b_proj.weight", lin("f_a_proj.weight", x))
         a_log = w[p + "A_log"].reshape(heads)
         g = -torch.exp(a_log)[:, None] * torch.nn.functional.softplus((z + w[p + "dt_bias"]).view(steps, heads, d))
-        beta = torch.sigmoid(lin(p + "b_proj.weight", x))
+        beta = torch.sigmoid(lin("b_proj.weight", x))
         q = l2_normalise(qkv["q"].double()) * d ** -0.5
         k = l2_normalise(qkv["k"].double())
         args = (q, k, qkv["v"].double(), g.double(), beta.double(), cache["state"])
@@ -109,6 +111,6 @@ class Kda:
             o, cache["state"] = recurrent(*args)
         else:
             o, cache["state"] = chunked(*args, self.chunk)
-        gate = lin(p + "g_b_proj.weight", lin(p + "g_a_proj.weight", x)).view(steps, heads, d)
+        gate = lin("g_b_proj.weight", lin("g_a_proj.weight", x)).view(steps, heads, d)
         o = rms_norm(o.to(x.dtype), w[p + "o_norm.weight"], self.eps) * torch.sigmoid(gate)
-        return lin(p + "o_proj.weight", o.reshape(steps, width))
+        return lin("o_proj.weight", o.reshape(steps, width))

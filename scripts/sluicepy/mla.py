@@ -17,11 +17,9 @@ LATENT_NORM_EPS = 1e-6
 class Mla:
     """One model's MLA geometry and frequencies; per-layer state lives in the cache."""
 
-    def __init__(self, config, weights, dtype, linear=None):
-        """linear(name, x): the projection x @ W.T, or the engine's trunk arithmetic (models.py)."""
+    def __init__(self, config, weights, dtype):
         c = config
         self.w, self.heads = weights, c["num_attention_heads"]
-        self.linear = linear or (lambda name, x: x @ weights[name].T)
         self.nope, self.rope, self.v = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
         self.rank, self.q_rank = c["kv_lora_rank"], c["q_lora_rank"]
         self.use_nope = bool(c.get("mla_use_nope"))
@@ -37,12 +35,12 @@ class Mla:
         both rope parts unrotated under NoPE)."""
         p, w, T = f"model.layers.{i}.self_attn.", self.w, x.shape[0]
         if self.q_rank is None:
-            q = self.linear(p + "q_proj.weight", x)
+            q = x @ w[p + "q_proj.weight"].T
         else:
-            q = rms_norm(self.linear(p + "q_a_proj.weight", x), w[p + "q_a_layernorm.weight"], LATENT_NORM_EPS)
-            q = self.linear(p + "q_b_proj.weight", q)
+            q = rms_norm(x @ w[p + "q_a_proj.weight"].T, w[p + "q_a_layernorm.weight"], LATENT_NORM_EPS)
+            q = q @ w[p + "q_b_proj.weight"].T
         q = q.view(T, self.heads, self.nope + self.rope)
-        a = self.linear(p + "kv_a_proj_with_mqa.weight", x)
+        a = x @ w[p + "kv_a_proj_with_mqa.weight"].T
         latent = rms_norm(a[:, :self.rank], w[p + "kv_a_layernorm.weight"], LATENT_NORM_EPS)
         q_rope, k_rope = q[:, :, self.nope:], a[:, self.rank:]
         if self.rotate is not None:
@@ -72,7 +70,7 @@ class Mla:
         query = torch.cat([q_nope, q_rope], dim=-1)
         probs = self._softmax(torch.einsum("thd,shd->hts", query, keys) * self.scale, positions, keys.shape[0])
         out = torch.einsum("hts,shd->thd", probs, values).reshape(T, self.heads * self.v)
-        return self.linear(f"model.layers.{i}.self_attn.o_proj.weight", out)
+        return out @ self.w[f"model.layers.{i}.self_attn.o_proj.weight"].T
 
     def absorbed(self, i, x, positions, state):
         q_nope, q_rope, latent, k_rope = self._project(i, x, positions)
@@ -87,4 +85,4 @@ class Mla:
         probs = self._softmax(scores * self.scale, positions, latent.shape[0])
         mixed = torch.einsum("hts,sr->thr", probs, latent)
         out = torch.einsum("thr,hvr->thv", mixed, w_uv).reshape(T, self.heads * self.v)  # value half after the mix
-        return self.linear(f"model.layers.{i}.self_attn.o_proj.weight", out)
+        return out @ self.w[f"model.layers.{i}.self_attn.o_proj.weight"].T

@@ -56,9 +56,9 @@ class MoeModel:
                                                               dtype)
             self.mixer = self._attention
         else:
-            self.mla = mla.Mla(c, self.w, dtype, self._linear)
+            self.mla = mla.Mla(c, self.w, dtype)
             attention = self.mla.expanded if mla_form == mla.EXPANDED else self.mla.absorbed
-            self.kda = kda.Kda(c, self.w, kda_chunk, self._linear) if self.family == "kimi_linear" else None
+            self.kda = kda.Kda(c, self.w, kda_chunk) if self.family == "kimi_linear" else None
             self.mixer = lambda i, *args: (self.kda if families.is_kda_layer(c, i) else attention)(i, *args)
         self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows) (rvq_int16.py)
 
