@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # scripts/make_tiny_checkpoint.py: writes a random-weight checkpoint in the exact
 # Hugging Face layout (config, safetensors, tokenizer) for tests and benchmarks,
-# optionally fp8 with block scales and DeepSeek's MTP layer. Weights are a pure
+# optionally fp8 with block scales and DeepSeek's MTP layer; Kimi-Linear (§7.5)
+# with its f32 A_log/dt_bias. Weights are a pure
 # function of (config, seed); nothing here reads a real model.
 import argparse
 import json
@@ -17,16 +18,22 @@ _DTYPES = {"bf16": ("BF16", "bfloat16"), "f16": ("F16", "float16"), "f32": ("F32
 
 
 class RandomTensor:
-    """One weight, drawn only when written: N(mean, std²) from its own stream
-    (seed, index), so a tensor does not depend on which others exist."""
+    """One weight, drawn only when written: N(mean, std²), or ln U(low, high) when
+    `log_uniform` is (low, high), from its own stream (seed, index), so a tensor
+    does not depend on which others exist."""
 
-    def __init__(self, shape, mean, std, seed, index):
+    def __init__(self, shape, mean, std, seed, index, log_uniform=None):
         self.shape, self.mean, self.std, self.seed, self.index = tuple(shape), mean, std, seed, index
+        self.log_uniform = log_uniform
 
     def __array__(self, dtype=None):
-        values = np.random.default_rng([self.seed, self.index]).standard_normal(self.shape, dtype=np.float32)
-        values *= np.float32(self.std)
-        values += np.float32(self.mean)
+        rng = np.random.default_rng([self.seed, self.index])
+        if self.log_uniform is not None:
+            values = np.log(rng.uniform(*self.log_uniform, size=self.shape)).astype(np.float32)
+        else:
+            values = rng.standard_normal(self.shape, dtype=np.float32)
+            values *= np.float32(self.std)
+            values += np.float32(self.mean)
         return values if dtype is None else values.astype(dtype)
 
 
@@ -68,7 +75,7 @@ def parse_sets(pairs):
 
 def check_config(config):
     resolved = families.resolve(config)  # refuses what the reference could not run
-    if families.family_of(config) not in families.MLA_FAMILIES and families.head_dim(resolved) % 2 != 0:
+    if families.family_of(config) in families.GQA_FAMILIES and families.head_dim(resolved) % 2 != 0:
         raise SluiceError(f"config: head_dim {families.head_dim(resolved)} must be even for RoPE")
 
 
@@ -96,14 +103,14 @@ def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=N
     shapes = {**families.tensor_shapes(config), **families.mtp_tensor_shapes(config)}
     for index, (name, shape) in enumerate(shapes.items()):
         mean, std = families.init_std_and_mean(config, name)
-        weight = RandomTensor(shape, mean, std, seed, index)
+        weight = RandomTensor(shape, mean, std, seed, index, families.init_log_uniform(name))
         if use_fp8 and families.is_fp8_tensor(name):
             tensors[name], dtypes[name] = Fp8Values(weight), "F8_E4M3"
             scale = name + safetensors.SCALE_SUFFIX
             tensors[scale], dtypes[scale] = Fp8Scales(weight), "F32"
         else:
             tensors[name] = weight
-            dtypes[name] = "F32" if name.endswith("e_score_correction_bias") else _DTYPES[dtype][0]
+            dtypes[name] = "F32" if families.is_f32_tensor(name) else _DTYPES[dtype][0]
     safetensors.save_checkpoint(out_dir, tensors, dtypes, shards)
     write_json(os.path.join(out_dir, "config.json"), config)
     write_json(os.path.join(out_dir, "tokenizer.json"), bpe.build_tokenizer_json(family, config["vocab_size"]))
@@ -115,7 +122,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Write a tiny random checkpoint in the Hugging Face layout "
                     "(architectures.md §7: linear N(0,0.02²), router N(0,(2/√hidden)²), "
-                    "e_score_correction_bias N(0,0.05²) f32, norms 1+N(0,0.1²)). "
+                    "e_score_correction_bias N(0,0.05²) f32, norms 1+N(0,0.1²); KDA: A_log ln U(1,16) f32, "
+                    "dt_bias N(0,1) f32, conv N(0,0.3²)). "
                     "DeepSeek's MTP layer: --set num_nextn_predict_layers=1.")
     parser.add_argument("family", choices=families.FAMILIES)
     parser.add_argument("out_dir")

@@ -11,12 +11,12 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, container, mla, routing, safetensors  # noqa: E402
+from sluicepy import SluiceError, container, families, mla, routing, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
 
 _DESCRIPTION = """\
-Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral in f32 from the
+Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 from the
 published equations and dump logits. A checkpoint's fp8 weights are dequantized
 by their block scales; a container's weights are the engine's quantized ones.
 Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
@@ -30,7 +30,10 @@ Generated token i is chosen from row i-1: greedy (--temp 0) takes the lowest
 id among equal maxima; --temp T>0 samples softmax(row/T) with a torch generator
 seeded by --seed (not the engine's sampler; compare logits at --temp 0 only).
 Routing ties go to the lower expert id. MLA runs in its expanded form (full
-keys and values per head, as HF caches) unless --mla absorbed.
+keys and values per head, as HF caches) unless --mla absorbed. Kimi-Linear's
+KDA runs token by token in f64 (the oracle) unless --kda-chunk N; its routed
+expert weights follow the config's sluice_moe_weights ("biased", the default:
+the released modeling code; "unbiased": vLLM) unless --moe-weights overrides it.
 """
 
 
@@ -159,6 +162,11 @@ def main(argv=None):
     parser.add_argument("--group-exclusion", choices=routing.EXCLUSIONS, default=routing.EXCLUDE_ZERO,
                         help="DeepSeek/K2 routing: score of experts in unkept groups before the final top-k "
                              "(zero: the released HF code; neg-inf: DeepSeek's inference script)")
+    parser.add_argument("--kda-chunk", type=int, metavar="N",
+                        help="Kimi-Linear: run KDA in the chunked form of chunk N instead of token by token")
+    parser.add_argument("--moe-weights", choices=families.MOE_WEIGHTS,
+                        help=f"Kimi-Linear: override the config's {families.MOE_WEIGHTS_KEY} (expert weights from "
+                             "the biased scores s + bias, or from the plain sigmoid s)")
     parser.add_argument("--f32-experts", action="store_true",
                         help="a container's experts as f32 matmuls on the decoded weights "
                              "instead of the engine's integer table kernels (int16 table codes)")
@@ -175,7 +183,10 @@ def main(argv=None):
             raise SluiceError(f"--prompt-ids {args.prompt_ids!r}: expected comma-separated integers") from None
         if not prompt or args.n < 0:
             raise SluiceError("--prompt-ids needs at least one id and -n must be >= 0")
-        options = {"mla_form": args.mla, "exclusion": args.group_exclusion}
+        if args.kda_chunk is not None and args.kda_chunk < 1:
+            raise SluiceError(f"--kda-chunk {args.kda_chunk}: the chunk size must be >= 1")
+        options = {"mla_form": args.mla, "exclusion": args.group_exclusion, "kda_chunk": args.kda_chunk,
+                   "moe_weights": args.moe_weights}
         if args.compare:
             print(json.dumps(compare(args.model, args.compare, prompt, args.n, **options), indent=2))
             return 0

@@ -1,7 +1,8 @@
 // proto/families/kimi_linear.cpp: Kimi-Linear (architectures.md §4): Kimi
 // Delta Attention layers with NoPE latent-attention layers between them
 // (linear_attn_config, 1-based), sigmoid routing with a selection bias and
-// one shared expert under block_sparse_moe, layer 0 dense. Keys of later
+// shared experts under block_sparse_moe, dense first layers. Defaults are
+// KimiLinearConfig's. Keys of later
 // Kimi releases that reuse this model_type are refused by name.
 #include <algorithm>
 
@@ -55,7 +56,7 @@ void read_layer_pattern(const ConfigReader& r, const ConfigReader& linear, Model
 }
 
 void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
-  families::read_base(r, c, {.rms_norm_eps = 1e-5, .rope_theta = 10000.0, .max_position_embeddings = 4096});
+  families::read_base(r, c, {.rms_norm_eps = 1e-6, .rope_theta = 10000.0, .max_position_embeddings = 4096});
   if (!r.has("max_position_embeddings")) {
     c.max_positions = r.count_or("model_max_length", 1u << 20, 1, families::kMaxPositions);
   }
@@ -111,8 +112,8 @@ void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
 
   c.dense_width = r.count("intermediate_size", 8, kMaxWidth);
   c.expert_width = r.count("moe_intermediate_size", 8, kMaxWidth);
-  c.shared_width = r.count_or("num_shared_experts", 1, 0, 64) * c.expert_width;
-  const uint32_t first_dense = r.count_or("first_k_dense_replace", 1, 0, c.layers);
+  c.shared_width = r.count_or("num_shared_experts", 0, 0, 64) * c.expert_width;
+  const uint32_t first_dense = r.count_or("first_k_dense_replace", 0, 0, c.layers);
   const uint32_t freq = r.count_or("moe_layer_freq", 1, 1, families::kMaxLayers);
   c.layer_is_moe.assign(c.layers, false);
   for (uint32_t i = first_dense; i < c.layers; ++i) c.layer_is_moe[i] = i % freq == 0;

@@ -40,6 +40,10 @@ _SPECIALS = {
     "deepseek_v3": ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"],
     "kimi_k2": ["[BOS]", "[EOS]", "<|im_end|>"],
     "mixtral": ["<unk>", "<s>", "</s>"],
+    # Kimi-Linear's config: pad 0, bos 1, eos 2 = <|im_end|> (its real eos, §9.4), then the
+    # chat template's role and separator tokens.
+    "kimi_linear": ["[PAD]", "[BOS]", "<|im_end|>", "<|im_system|>", "<|im_user|>", "<|im_assistant|>",
+                    "<|im_middle|>"],
 }
 _BYTE_LEVEL_OLMOE = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                      "use_regex": True}
@@ -49,7 +53,7 @@ _SPLIT_THEN_BYTES = {"type": "Sequence", "pretokenizers": [
     {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
     _BYTE_LEVEL_QWEN]}
 _PRE_TOKENIZER = {"olmoe": _BYTE_LEVEL_OLMOE, "qwen3_moe": _SPLIT_THEN_BYTES, "deepseek_v3": _SPLIT_THEN_BYTES,
-                  "kimi_k2": _SPLIT_THEN_BYTES, "mixtral": _SPLIT_THEN_BYTES}
+                  "kimi_k2": _SPLIT_THEN_BYTES, "mixtral": _SPLIT_THEN_BYTES, "kimi_linear": _SPLIT_THEN_BYTES}
 _TULU_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}"
@@ -61,6 +65,11 @@ _CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+# §9.4: <|im_{role}|>{role}<|im_middle|>{content}<|im_end|> per message.
+_KIMI_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_' + message['role'] + '|>' + message['role'] + '<|im_middle|>' + message['content'] + '<|im_end|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_assistant|>assistant<|im_middle|>' }}{% endif %}")
 CORPUS = os.path.join(os.path.dirname(__file__), "corpus.txt")
 
 
@@ -171,7 +180,8 @@ def build_tokenizer_config(family, config):
     decoder = {str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
                         "single_word": False, "special": True} for i, s in enumerate(specials)}
     common = {"add_bos_token": False, "add_eos_token": False, "added_tokens_decoder": decoder,
-              "unk_token": None, "model_max_length": config["max_position_embeddings"]}
+              "unk_token": None,
+              "model_max_length": config.get("max_position_embeddings", config.get("model_max_length"))}
     if family == "olmoe":
         return {**common, "bos_token": specials[2], "eos_token": specials[2], "pad_token": specials[1],
                 "chat_template": _TULU_TEMPLATE, "clean_up_tokenization_spaces": True,
@@ -179,7 +189,8 @@ def build_tokenizer_config(family, config):
     qwen = family == "qwen3_moe"
     bos, eos = (None, 2) if qwen else (config["bos_token_id"], config["eos_token_id"])
     return {**common, "add_prefix_space": False, "bos_token": None if bos is None else specials[bos],
-            "eos_token": specials[eos], "pad_token": specials[0], "chat_template": _CHATML_TEMPLATE,
+            "eos_token": specials[eos], "pad_token": specials[0],
+            "chat_template": _KIMI_TEMPLATE if family == "kimi_linear" else _CHATML_TEMPLATE,
             "clean_up_tokenization_spaces": False, "errors": "replace", "split_special_tokens": False,
             "tokenizer_class": "Qwen2Tokenizer" if qwen else "PreTrainedTokenizerFast"}
 

@@ -128,7 +128,7 @@ class Container:
         _bounded(_get(c, "num_hidden_layers", int, w), _LIMITS["layers"], "num_hidden_layers", w)
         key = families.num_experts_key(c)
         _bounded(_get(c, key, int, w), _LIMITS["experts"], key, w)
-        _bounded(_get(c, "num_experts_per_tok", int, w), _LIMITS["top_k"], "num_experts_per_tok", w)
+        _bounded(_get(c, families.top_k_key(c), int, w), _LIMITS["top_k"], families.top_k_key(c), w)
         _bounded(_get(c, "hidden_size", int, w), _LIMITS["hidden"], "hidden_size", w)
         _bounded(_get(c, "vocab_size", int, w), _LIMITS["vocab"], "vocab_size", w)
         self.resolved = c
@@ -150,15 +150,16 @@ class Container:
             name = _get(t, "name", str, where + " trunk tensor")
             w = f"{where}: trunk tensor {name}"
             fmt, shape = t.get("format"), t.get("shape")
-            if not (isinstance(shape, list) and len(shape) in (1, 2)
-                    and all(isinstance(d, int) and 0 < d <= (1 << 31) for d in shape)):
+            # f32 tensors keep their HF shape, up to 4-D (KDA's conv [P,1,K], A_log [1,1,H,1]).
+            if not (isinstance(shape, list) and 1 <= len(shape) <= 4
+                    and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= (1 << 31) for d in shape)):
                 raise SluiceError(f"{w}: bad shape {shape}")
             offset, nbytes = _get(t, "offset", int, w), _get(t, "bytes", int, w)
             soff, sbytes = _get(t, "scale_offset", int, w), _get(t, "scale_bytes", int, w)
             rows, cols = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[0])
             padded = _align(cols, GROUP)
             if fmt == "f32":
-                want, want_scales = 4 * rows * cols, 0
+                want, want_scales = 4 * int(np.prod(shape, dtype=np.int64)), 0
                 if soff != 0:
                     raise SluiceError(f"{w}: f32 tensor has scale_offset {soff}, must be 0")
             elif fmt in ("q8g128", "q4g128") and len(shape) == 2:

@@ -10,8 +10,9 @@ import sys
 from . import SluiceError
 from .tiny_configs import TINY
 
-FAMILIES = ("olmoe", "qwen3_moe", "deepseek_v3", "kimi_k2", "mixtral")
-MLA_FAMILIES = ("deepseek_v3", "kimi_k2")
+FAMILIES = ("olmoe", "qwen3_moe", "deepseek_v3", "kimi_k2", "mixtral", "kimi_linear")
+MLA_FAMILIES = ("deepseek_v3", "kimi_k2")  # DeepSeek's MLA, routing and key names
+GQA_FAMILIES = ("olmoe", "qwen3_moe", "mixtral")
 
 # What Hugging Face's config class holds when a key is missing from config.json.
 # olmoe, qwen3_moe, mixtral: transformers' OlmoeConfig / Qwen3MoeConfig / MixtralConfig.
@@ -56,17 +57,44 @@ CLASS_DEFAULTS = {
         "rope_theta": 1e6, "rope_scaling": None, "sliding_window": None, "num_experts_per_tok": 2,
         "num_local_experts": 8, "bos_token_id": 1, "eos_token_id": 2,
     },
+    # The released remote code's KimiLinearConfig (configuration_kimi.py of Kimi-Linear-48B-A3B).
+    "kimi_linear": {
+        "vocab_size": 163840, "hidden_size": 4096, "head_dim": None, "intermediate_size": 11008,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "rope_theta": 10000.0,
+        "rope_scaling": None, "tie_word_embeddings": False, "moe_intermediate_size": None,
+        "moe_renormalize": True, "moe_router_activation_func": "sigmoid", "num_experts": None,
+        "num_experts_per_token": None, "num_shared_experts": 0, "routed_scaling_factor": 1.0,
+        "first_k_dense_replace": 0, "moe_layer_freq": 1, "use_grouped_topk": True, "num_expert_group": 1,
+        "topk_group": 1, "q_lora_rank": None, "kv_lora_rank": None, "qk_nope_head_dim": None,
+        "qk_rope_head_dim": None, "v_head_dim": None, "mla_use_nope": False, "num_nextn_predict_layers": 0,
+        "linear_attn_config": None, "model_max_length": None,
+    },
 }
+# sluice's own keys (not Hugging Face's) and their defaults. sluice_moe_weights picks the
+# weights of Kimi-Linear's routed experts (architectures.md §4.5, §10.2): "biased" = the
+# released modeling_kimi.py, whose in-place add on a view makes the gathered weights s + bias;
+# "unbiased" = vLLM and WASTE, the plain sigmoid s. The engine reads the same key.
+MOE_WEIGHTS_KEY = "sluice_moe_weights"
+MOE_WEIGHTS = ("biased", "unbiased")
+SLUICE_DEFAULTS = {"kimi_linear": {MOE_WEIGHTS_KEY: "biased"}}
+# Keys of a later Kimi release that reuses model_type kimi_linear (§4.1): refused by name
+# whenever present with a value other than null/false.
+KIMI_VARIANT_KEYS = ("routed_expert_hidden_size", "latent_moe_use_norm", "attn_res_block_size",
+                     "mla_use_output_gate", "text_config")
+KIMI_VARIANT_KDA_KEYS = ("use_full_rank_gate", "gate_lower_bound")
 # The classes' attribute_map: an alias key in config.json sets the canonical one.
 ALIASES = {"olmoe": {"num_local_experts": "num_experts"}, "qwen3_moe": {"num_local_experts": "num_experts"},
            "deepseek_v3": {"num_local_experts": "n_routed_experts"},
-           "kimi_k2": {"num_local_experts": "n_routed_experts"}, "mixtral": {"num_experts": "num_local_experts"}}
+           "kimi_k2": {"num_local_experts": "n_routed_experts"}, "mixtral": {"num_experts": "num_local_experts"},
+           "kimi_linear": {}}
 # Keys whose null the classes (or their modeling code) replace; any other null is refused.
 _NULL_MEANS = {
     "num_key_value_heads": lambda c: c["num_attention_heads"],
     "head_dim": lambda c: c["hidden_size"] // c["num_attention_heads"],
     "mlp_only_layers": lambda c: [],
 }
+_MAY_BE_NULL_BY_FAMILY = {"kimi_linear": {"model_max_length", "linear_attn_config"}}
 _MAY_BE_NULL = {"rope_scaling", "clip_qkv", "sliding_window", "q_lora_rank", "bos_token_id", "eos_token_id",
                 "pad_token_id"}
 _ROPE_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
@@ -134,13 +162,15 @@ def resolve(config):
             if canonical in c and c[canonical] != c[alias]:
                 raise SluiceError(f"config.json: {alias} {c[alias]} and {canonical} {c[canonical]} disagree")
             c[canonical] = c.pop(alias)
-    for key, default in CLASS_DEFAULTS[family].items():
+    if family == "kimi_linear":
+        _refuse_kimi_variants(c)
+    for key, default in {**CLASS_DEFAULTS[family], **SLUICE_DEFAULTS.get(family, {})}.items():
         if key not in c:
             c[key] = copy.deepcopy(default)
     for key in list(CLASS_DEFAULTS[family]):
         if c[key] is None and key in _NULL_MEANS:
             c[key] = _NULL_MEANS[key](c)
-        elif c[key] is None and key not in _MAY_BE_NULL:
+        elif c[key] is None and key not in _MAY_BE_NULL | _MAY_BE_NULL_BY_FAMILY.get(family, set()):
             raise SluiceError(f"config.json: {key} is null (Hugging Face keeps None and cannot run)")
     if family == "qwen3_moe" and not c["use_sliding_window"]:
         c["sliding_window"] = None  # the class ignores the window unless use_sliding_window
@@ -153,17 +183,91 @@ def resolve(config):
     c["rope_theta"], c["rope_scaling"] = _rope(c)
     c.pop("rope_parameters", None)
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
-                "num_experts_per_tok"):
+                top_k_key(c)):
         _positive_int(c, key)
     if c["num_attention_heads"] % c["num_key_value_heads"]:
         raise SluiceError(f"config.json: num_attention_heads {c['num_attention_heads']} is not a multiple of "
                           f"num_key_value_heads {c['num_key_value_heads']}")
     if family in MLA_FAMILIES:
         _check_mla(c)
-    if c["num_experts_per_tok"] > num_experts(c):
-        raise SluiceError(f"config.json: num_experts_per_tok {c['num_experts_per_tok']} exceeds the "
-                          f"{num_experts(c)} experts")
+    if family == "kimi_linear":
+        _check_kimi_linear(c)
+    if top_k(c) > num_experts(c):
+        raise SluiceError(f"config.json: {top_k_key(c)} {top_k(c)} exceeds the {num_experts(c)} experts")
     return c
+
+
+def _refuse_kimi_variants(c):
+    """The keys of later Kimi releases (§4.1) that change the math and are not implemented."""
+    for key in KIMI_VARIANT_KEYS:
+        if c.get(key) not in (None, False):
+            raise SluiceError(f"config.json: {key} {c[key]!r} belongs to a later Kimi release and is not "
+                              f"supported by kimi_linear")
+    linear = c.get("linear_attn_config")
+    for key in KIMI_VARIANT_KDA_KEYS:
+        if isinstance(linear, dict) and linear.get(key) not in (None, False):
+            raise SluiceError(f"config.json: linear_attn_config.{key} {linear[key]!r} belongs to a later Kimi "
+                              f"release and is not supported by kimi_linear")
+    if c.get("hidden_act") == "situ":
+        raise SluiceError("config.json: hidden_act 'situ' belongs to a later Kimi release and is not supported "
+                          "by kimi_linear")
+    if c.get("q_lora_rank") is not None:
+        raise SluiceError(f"config.json: q_lora_rank {c['q_lora_rank']!r} is not supported by kimi_linear "
+                          f"(its MLA query is a single q_proj; q_lora_rank must be null)")
+
+
+def _check_kimi_linear(c):
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_experts",
+                "moe_intermediate_size", "moe_layer_freq", "num_expert_group", "topk_group"):
+        _positive_int(c, key)
+    if c["mla_use_nope"] is not True:
+        raise SluiceError(f"config.json: mla_use_nope {c['mla_use_nope']!r} is not supported "
+                          f"(kimi_linear MLA layers run without RoPE; the released code asserts it)")
+    if c["moe_router_activation_func"] != "sigmoid":
+        raise SluiceError(f"config.json: moe_router_activation_func {c['moe_router_activation_func']!r} is not "
+                          f"supported (only sigmoid)")
+    if c[MOE_WEIGHTS_KEY] not in MOE_WEIGHTS:
+        raise SluiceError(f"config.json: {MOE_WEIGHTS_KEY} {c[MOE_WEIGHTS_KEY]!r} is not one of "
+                          f"{', '.join(MOE_WEIGHTS)}")
+    experts, groups = c["num_experts"], c["num_expert_group"]
+    if experts % groups or experts // groups < 2:
+        raise SluiceError(f"config.json: num_experts {experts} must split into num_expert_group {groups} "
+                          f"groups of at least 2")
+    if c["topk_group"] > groups:
+        raise SluiceError(f"config.json: topk_group {c['topk_group']} exceeds num_expert_group {groups}")
+    if top_k(c) > c["topk_group"] * (experts // groups):
+        raise SluiceError(f"config.json: num_experts_per_token {top_k(c)} exceeds the "
+                          f"{c['topk_group'] * (experts // groups)} experts of the topk_group kept groups")
+    for key in ("num_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers"):
+        if not isinstance(c[key], int) or isinstance(c[key], bool) or c[key] < 0:
+            raise SluiceError(f"config.json: {key} must be a non-negative integer, it is {c[key]!r}")
+    if c["num_nextn_predict_layers"]:
+        raise SluiceError(f"config.json: num_nextn_predict_layers {c['num_nextn_predict_layers']} is not "
+                          f"supported by kimi_linear (no multi-token-prediction layers)")
+    linear = c["linear_attn_config"]
+    if linear is None:  # the released code then builds MLA layers only
+        linear = {"kda_layers": [], "full_attn_layers": list(range(1, c["num_hidden_layers"] + 1))}
+        c["linear_attn_config"] = linear
+    if not isinstance(linear, dict):
+        raise SluiceError("config.json: linear_attn_config must be an object or null")
+    layers = c["num_hidden_layers"]
+    for key in ("kda_layers", "full_attn_layers"):
+        value = linear.get(key)
+        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                  and 1 <= i <= layers for i in value):
+            raise SluiceError(f"config.json: linear_attn_config.{key} must be a list of 1-based layer numbers "
+                              f"in [1, {layers}], it is {value!r}")
+    kda, full = set(linear["kda_layers"]), set(linear["full_attn_layers"])
+    for n in range(1, layers + 1):
+        if (n in kda) == (n in full):
+            raise SluiceError(f"config.json: linear_attn_config: layer {n} (1-based) must be in exactly one of "
+                              f"kda_layers and full_attn_layers")
+    if kda:
+        for key in ("num_heads", "head_dim", "short_conv_kernel_size"):
+            value = linear.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise SluiceError(f"config.json: linear_attn_config.{key} must be a positive integer, "
+                                  f"it is {value!r}")
 
 
 def _check_mla(c):
@@ -195,7 +299,7 @@ def _check_mla(c):
 def head_dim(c):
     """GQA head width (OLMoE always splits hidden evenly; Qwen3 and Mixtral may state it)."""
     family = family_of(c)
-    if family in MLA_FAMILIES:
+    if family not in GQA_FAMILIES:
         raise SluiceError(f"{family} has MLA heads, no single head_dim")
     if family != "olmoe" and c.get("head_dim"):
         return int(c["head_dim"])
@@ -207,12 +311,31 @@ def num_experts_key(c):
             "mixtral": "num_local_experts"}.get(family_of(c), "num_experts")
 
 
+def top_k_key(c):
+    return "num_experts_per_token" if family_of(c) == "kimi_linear" else "num_experts_per_tok"
+
+
+def top_k(c):
+    return c[top_k_key(c)]
+
+
+def is_kda_layer(c, layer):
+    """Kimi-Linear: layer (0-based) is KDA iff layer + 1 is in the 1-based kda_layers."""
+    return family_of(c) == "kimi_linear" and (layer + 1) in c["linear_attn_config"]["kda_layers"]
+
+
+def is_f32_tensor(name):
+    """Tensors every checkpoint stores in f32 whatever its torch_dtype: the router score
+    bias and KDA's A_log and dt_bias (§0.1, §4.2)."""
+    return name.endswith(("e_score_correction_bias", ".A_log", ".dt_bias"))
+
+
 def num_experts(c):
     return c[num_experts_key(c)]
 
 
 def expert_width(c):
-    if family_of(c) in ("qwen3_moe",) + MLA_FAMILIES:
+    if family_of(c) in ("qwen3_moe", "kimi_linear") + MLA_FAMILIES:
         return c["moe_intermediate_size"]
     return c["intermediate_size"]  # OLMoE's and Mixtral's intermediate_size is the expert width
 
@@ -221,7 +344,7 @@ def is_moe_layer(c, layer):
     family = family_of(c)
     if family in ("olmoe", "mixtral"):
         return True
-    if family in MLA_FAMILIES:
+    if family in MLA_FAMILIES + ("kimi_linear",):
         return layer >= c["first_k_dense_replace"] and layer % c["moe_layer_freq"] == 0
     step = c.get("decoder_sparse_step", 1) or 1
     return (layer not in (c.get("mlp_only_layers") or [])
@@ -229,13 +352,28 @@ def is_moe_layer(c, layer):
 
 
 def moe_prefix(c, layer):
-    return f"model.layers.{layer}." + ("block_sparse_moe." if family_of(c) == "mixtral" else "mlp.")
+    return f"model.layers.{layer}." + ("block_sparse_moe." if _w123(c) else "mlp.")
+
+
+def _w123(c):
+    """Mixtral and Kimi-Linear name routed experts w1/w3/w2 under block_sparse_moe."""
+    return family_of(c) in ("mixtral", "kimi_linear")
+
+
+def shared_expert_width(c):
+    """Width of the shared expert (0: none)."""
+    family = family_of(c)
+    if family in MLA_FAMILIES:
+        return c["moe_intermediate_size"] * c["n_shared_experts"]
+    if family == "kimi_linear":
+        return c["moe_intermediate_size"] * c["num_shared_experts"]
+    return 0
 
 
 def expert_names(c, layer, expert):
     """HF names of one routed expert's (gate, up, down) matrices."""
     p = f"{moe_prefix(c, layer)}experts.{expert}."
-    if family_of(c) == "mixtral":
+    if _w123(c):
         return p + "w1.weight", p + "w3.weight", p + "w2.weight"
     return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
 
@@ -256,6 +394,27 @@ def _mla_layer(c, p, shapes):
     shapes[p + "self_attn.o_proj.weight"] = [hidden, heads * c["v_head_dim"]]
 
 
+def _kda_layer(c, p, shapes):
+    """§4.2: KDA projections, short convolutions [P, 1, K], the decay and output gates."""
+    linear, hidden = c["linear_attn_config"], c["hidden_size"]
+    heads, d, kernel = linear["num_heads"], linear["head_dim"], linear["short_conv_kernel_size"]
+    width = heads * d
+    a = p + "self_attn."
+    for x in "qkv":
+        shapes[a + f"{x}_proj.weight"] = [width, hidden]
+    for x in "qkv":
+        shapes[a + f"{x}_conv1d.weight"] = [width, 1, kernel]
+    shapes[a + "A_log"] = [1, 1, heads, 1]
+    shapes[a + "f_a_proj.weight"] = [d, hidden]
+    shapes[a + "f_b_proj.weight"] = [width, d]
+    shapes[a + "dt_bias"] = [width]
+    shapes[a + "b_proj.weight"] = [heads, hidden]
+    shapes[a + "g_a_proj.weight"] = [d, hidden]
+    shapes[a + "g_b_proj.weight"] = [width, d]
+    shapes[a + "o_norm.weight"] = [d]
+    shapes[a + "o_proj.weight"] = [hidden, width]
+
+
 def _gqa_layer(c, p, shapes):
     hidden, family, d = c["hidden_size"], family_of(c), head_dim(c)
     q_out, kv_out = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
@@ -274,18 +433,21 @@ def _gqa_layer(c, p, shapes):
 def _decoder_layer(c, i, shapes):
     hidden, p = c["hidden_size"], f"model.layers.{i}."
     shapes[p + "input_layernorm.weight"] = [hidden]
-    (_mla_layer if family_of(c) in MLA_FAMILIES else _gqa_layer)(c, p, shapes)
+    if is_kda_layer(c, i):
+        _kda_layer(c, p, shapes)
+    else:
+        (_gqa_layer if family_of(c) in GQA_FAMILIES else _mla_layer)(c, p, shapes)
     shapes[p + "post_attention_layernorm.weight"] = [hidden]
     if is_moe_layer(c, i):
         m, width = moe_prefix(c, i), expert_width(c)
         shapes[m + "gate.weight"] = [num_experts(c), hidden]
-        if family_of(c) in MLA_FAMILIES:
+        if family_of(c) not in GQA_FAMILIES:
             shapes[m + "gate.e_score_correction_bias"] = [num_experts(c)]
         for e in range(num_experts(c)):
             gate, up, down = expert_names(c, i, e)
             shapes[gate], shapes[up], shapes[down] = [width, hidden], [width, hidden], [hidden, width]
-        if family_of(c) in MLA_FAMILIES and c["n_shared_experts"]:
-            shared = width * c["n_shared_experts"]
+        if shared_expert_width(c):
+            shared = shared_expert_width(c)
             shapes[m + "shared_experts.gate_proj.weight"] = [shared, hidden]
             shapes[m + "shared_experts.up_proj.weight"] = [shared, hidden]
             shapes[m + "shared_experts.down_proj.weight"] = [hidden, shared]
@@ -347,9 +509,19 @@ def init_std_and_mean(config, name):
         return 1.0, 0.1
     if name.endswith("gate.e_score_correction_bias"):
         return 0.0, 0.05
+    if name.endswith(".dt_bias"):
+        return 0.0, 1.0
+    if name.endswith("_conv1d.weight"):
+        return 0.0, 0.3
     if name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):  # router: logits spread about ±2
         return 0.0, 2.0 / math.sqrt(config["hidden_size"])
     return 0.0, 0.02
+
+
+def init_log_uniform(name):
+    """(low, high) when `name` is drawn as ln U(low, high) instead of a normal: KDA's A_log
+    (§7, as the released code initialises it), else None."""
+    return (1.0, 16.0) if name.endswith(".A_log") else None
 
 
 def main(argv=None):

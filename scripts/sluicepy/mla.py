@@ -2,6 +2,7 @@
 # (architectures.md §3.4) in two forms over the same weights: EXPANDED (what HF
 # caches: full keys and values per head; the oracle) and ABSORBED (what the
 # engine caches: the latent and the rotated rope key). Never mixes the two caches.
+# Kimi-Linear's NoPE variant (§4.4): the rope dims are kept, cached and scored unrotated.
 import torch
 
 from . import rope
@@ -21,12 +22,17 @@ class Mla:
         self.w, self.heads = weights, c["num_attention_heads"]
         self.nope, self.rope, self.v = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
         self.rank, self.q_rank = c["kv_lora_rank"], c["q_lora_rank"]
-        self.inv_freq, self.multiplier = rope.frequencies(self.rope, c["rope_theta"], c["rope_scaling"], dtype)
-        self.scale = (self.nope + self.rope) ** -0.5 * rope.softmax_mscale_squared(c["rope_scaling"])
-        self.rotate = rope.rotate_adjacent if c["rope_interleave"] else rope.rotate_half_split
+        self.use_nope = bool(c.get("mla_use_nope"))
+        if self.use_nope:  # no rotation anywhere, softmax scale (nope + rope)^-1/2 without YaRN
+            self.scale, self.rotate = (self.nope + self.rope) ** -0.5, None
+        else:
+            self.inv_freq, self.multiplier = rope.frequencies(self.rope, c["rope_theta"], c["rope_scaling"], dtype)
+            self.scale = (self.nope + self.rope) ** -0.5 * rope.softmax_mscale_squared(c["rope_scaling"])
+            self.rotate = rope.rotate_adjacent if c["rope_interleave"] else rope.rotate_half_split
 
     def _project(self, i, x, positions):
-        """(q_nope [T,H,n], q_rope [T,H,r] rotated, latent [T,R] normed, k_rope [T,r] rotated)."""
+        """(q_nope [T,H,n], q_rope [T,H,r] rotated, latent [T,R] normed, k_rope [T,r] rotated;
+        both rope parts unrotated under NoPE)."""
         p, w, T = f"model.layers.{i}.self_attn.", self.w, x.shape[0]
         if self.q_rank is None:
             q = x @ w[p + "q_proj.weight"].T
@@ -36,9 +42,11 @@ class Mla:
         q = q.view(T, self.heads, self.nope + self.rope)
         a = x @ w[p + "kv_a_proj_with_mqa.weight"].T
         latent = rms_norm(a[:, :self.rank], w[p + "kv_a_layernorm.weight"], LATENT_NORM_EPS)
-        cos, sin = rope.cos_sin(positions, self.inv_freq, self.multiplier)
-        q_rope = self.rotate(q[:, :, self.nope:], cos, sin)
-        k_rope = self.rotate(a[:, None, self.rank:], cos, sin)[:, 0]
+        q_rope, k_rope = q[:, :, self.nope:], a[:, self.rank:]
+        if self.rotate is not None:
+            cos, sin = rope.cos_sin(positions, self.inv_freq, self.multiplier)
+            q_rope = self.rotate(q_rope, cos, sin)
+            k_rope = self.rotate(k_rope[:, None], cos, sin)[:, 0]
         return q[:, :, :self.nope], q_rope, latent, k_rope
 
     def _kv_b(self, i):

@@ -1,10 +1,10 @@
 # scripts/sluicepy/models.py: PyTorch forward passes of every family written
-# from architectures.md §0-§5 (GQA here, MLA in mla.py, routing in routing.py),
+# from architectures.md §0-§5 (GQA here, MLA in mla.py, KDA in kda.py, routing in routing.py),
 # with a per-layer cache. It is the oracle the engine is checked against: plain,
 # explicit, never fast-pathed; f32 by default, f64 on request.
 import torch
 
-from . import SluiceError, families, mla, rope, routing
+from . import SluiceError, families, kda, mla, rope, routing
 from .ops import rms_norm, swiglu
 
 
@@ -21,13 +21,19 @@ class MoeModel:
 
     mla_form: "expanded" (the oracle) or "absorbed" (DeepSeek / K2 only).
     exclusion: how DeepSeek-style routing excludes unkept groups ("zero": the
-    released HF code; "neg-inf": DeepSeek's inference script)."""
+    released HF code; "neg-inf": DeepSeek's inference script).
+    kda_chunk: Kimi-Linear's KDA token by token (None, the oracle) or chunked in N.
+    moe_weights: overrides the config's sluice_moe_weights (Kimi-Linear)."""
 
     def __init__(self, config, weights, mla_form=mla.EXPANDED, exclusion=routing.EXCLUDE_ZERO,
-                 dtype=torch.float32):
+                 dtype=torch.float32, kda_chunk=None, moe_weights=None):
         if mla_form not in mla.FORMS or exclusion not in routing.EXCLUSIONS:
             raise SluiceError(f"mla_form {mla_form!r} / exclusion {exclusion!r} not in {mla.FORMS} / "
                               f"{routing.EXCLUSIONS}")
+        if kda_chunk is not None and kda_chunk < 1:
+            raise SluiceError(f"kda chunk {kda_chunk} must be >= 1")
+        if moe_weights is not None:
+            config = dict(config, **{families.MOE_WEIGHTS_KEY: moe_weights})
         self.config = c = families.resolve(config)
         self.family = families.family_of(c)
         self.dtype = dtype
@@ -44,14 +50,16 @@ class MoeModel:
         self.layers, self.eps, self.vocab = c["num_hidden_layers"], c["rms_norm_eps"], c["vocab_size"]
         self.heads = c["num_attention_heads"]
         self.exclusion = exclusion
-        if self.family in families.MLA_FAMILIES:
-            self.mla = mla.Mla(c, self.w, dtype)
-            self.mixer = self.mla.expanded if mla_form == mla.EXPANDED else self.mla.absorbed
-        else:
+        if self.family in families.GQA_FAMILIES:
             self.kv_heads, self.head_dim = c["num_key_value_heads"], families.head_dim(c)
             self.inv_freq, self.multiplier = rope.frequencies(self.head_dim, c["rope_theta"], c["rope_scaling"],
                                                               dtype)
             self.mixer = self._attention
+        else:
+            self.mla = mla.Mla(c, self.w, dtype)
+            attention = self.mla.expanded if mla_form == mla.EXPANDED else self.mla.absorbed
+            self.kda = kda.Kda(c, self.w, kda_chunk) if self.family == "kimi_linear" else None
+            self.mixer = lambda i, *args: (self.kda if families.is_kda_layer(c, i) else attention)(i, *args)
         self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows) (rvq_int16.py)
 
     def new_cache(self):
@@ -93,6 +101,13 @@ class MoeModel:
             return routing.route_sigmoid_grouped(logits, self.w[m + "gate.e_score_correction_bias"],
                                                  c["num_experts_per_tok"], c["n_group"], c["topk_group"],
                                                  c["norm_topk_prob"], c["routed_scaling_factor"], self.exclusion)
+        if self.family == "kimi_linear":  # the released code renormalises only when k > 1
+            k = c["num_experts_per_token"]
+            return routing.route_sigmoid_grouped(logits, self.w[m + "gate.e_score_correction_bias"], k,
+                                                 c["num_expert_group"], c["topk_group"],
+                                                 c["moe_renormalize"] and k > 1, c["routed_scaling_factor"],
+                                                 routing.EXCLUDE_ZERO,
+                                                 biased_weights=c[families.MOE_WEIGHTS_KEY] == "biased")
         renormalise = True if self.family == "mixtral" else c["norm_topk_prob"]  # Mixtral always renormalises
         return routing.route_softmax(logits, c["num_experts_per_tok"], renormalise)
 

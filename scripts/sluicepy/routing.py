@@ -1,6 +1,6 @@
 # scripts/sluicepy/routing.py: which experts a token goes to and with what
 # weight: softmax top-k (OLMoE, Qwen3-MoE, Mixtral; §1.3, §2.3, §5) and
-# DeepSeek's sigmoid group-limited top-k (§3.5). Ties always go to the lower id.
+# DeepSeek's sigmoid group-limited top-k (§3.5), also Kimi-Linear's (§4.5). Ties always go to the lower id.
 import torch
 
 # The two published ways to exclude the experts of groups that were not kept (§3.5, §10.2).
@@ -27,13 +27,14 @@ def route_softmax(logits, top_k, renormalise):
 
 
 def route_sigmoid_grouped(logits, bias, top_k, n_group, topk_group, renormalise, scaling,
-                          exclusion=EXCLUDE_ZERO):
+                          exclusion=EXCLUDE_ZERO, biased_weights=False):
     """DeepSeek-V3 / Kimi K2 `noaux_tc` routing.
 
     s = σ(logits) gives the weights; s + bias only chooses. A group scores the sum
     of its 2 largest s + bias; the topk_group best groups are kept and the experts
     of the others are set to 0 (or −∞) before the final top_k. Weights are
-    s / (Σ s + 1e-20) when `renormalise`, then times `scaling`."""
+    s / (Σ s + 1e-20) when `renormalise`, then times `scaling`. `biased_weights`
+    takes the weights from s + bias instead (Kimi-Linear's released code, §4.5)."""
     scores = torch.sigmoid(logits)
     choice = scores + bias
     tokens, experts = choice.shape
@@ -45,7 +46,7 @@ def route_sigmoid_grouped(logits, bias, top_k, n_group, topk_group, renormalise,
     kept = kept[:, :, None].expand(tokens, n_group, per_group).reshape(tokens, experts)
     fill = 0.0 if exclusion == EXCLUDE_ZERO else float("-inf")
     order = _top(choice.masked_fill(~kept, fill), top_k)
-    weights = torch.gather(scores, 1, order)
+    weights = torch.gather(choice if biased_weights else scores, 1, order)
     if renormalise:
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
     return order, weights * scaling

@@ -1,5 +1,5 @@
 # scripts/sluicepy/tiny_configs.py: the tiny test configurations of
-# architectures.md §7, verbatim (key order as printed there). Data only.
+# architectures.md §7 (§7.5 Kimi-Linear included), verbatim (key order as printed there). Data only.
 _DEEPSEEK_TINY = {
     "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
     "vocab_size": 512, "hidden_size": 256, "intermediate_size": 512,
@@ -60,4 +60,22 @@ TINY = {
         "rope_theta": 1000000.0, "sliding_window": None, "num_local_experts": 4,
         "num_experts_per_tok": 2, "tie_word_embeddings": False,
         "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"},
+    "kimi_linear": {
+        "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear",
+        "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
+        "moe_intermediate_size": 64, "num_hidden_layers": 4,
+        "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32,
+        "q_lora_rank": None, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 16, "mla_use_nope": True,
+        "num_experts": 8, "num_experts_per_token": 2, "num_shared_experts": 1,
+        "moe_renormalize": True, "moe_router_activation_func": "sigmoid",
+        "use_grouped_topk": True, "num_expert_group": 1, "topk_group": 1,
+        "routed_scaling_factor": 2.446, "hidden_act": "silu", "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False,
+        "num_nextn_predict_layers": 0, "model_max_length": 4096,
+        "linear_attn_config": {"kda_layers": [1, 2, 4], "full_attn_layers": [3],
+                               "num_heads": 4, "head_dim": 32, "short_conv_kernel_size": 4},
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "torch_dtype": "bfloat16"},
 }

@@ -97,6 +97,9 @@ def main():
             check_family(family, family, work, failures)
         # fp8 sources with block scales, and a multi-token-prediction layer to skip.
         check_family("deepseek_v3_fp8", "deepseek_v3", work, failures, "--fp8", "--set", "num_nextn_predict_layers=1")
+        # KDA and NoPE MLA; the released code's biased routing weights, then the unbiased ones.
+        check_family("kimi_linear", "kimi_linear", work, failures)
+        check_family("kimi_linear_unbiased", "kimi_linear", work, failures, "--set", 'sluice_moe_weights="unbiased"')
     if failures:
         sys.exit("\n".join(failures))
 

@@ -99,7 +99,8 @@ def write_container(path, config, weights, seed=0):
         trunk += data
     with open(os.path.join(path, "trunk.bin"), "wb") as f:
         f.write(trunk)
-    manifest = {"format": "sluice", "format_version": 2, "arch": c["model_type"], "config": config,
+    manifest = {"format": "sluice", "format_version": container.MANIFEST_FORMAT_VERSION, "arch": c["model_type"],
+                "config": config,
                 "expert_quant": EXPERT_QUANT, "trunk": {"file": "trunk.bin", "bytes": len(trunk), "tensors": table},
                 "codebooks": {"file": "codebooks.bin", "bytes": len(codebooks) * 8192, "count": len(codebooks)},
                 "moe_layers": layers, "tokenizer": {"files": [], "chat_template": None}}

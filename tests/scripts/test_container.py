@@ -192,6 +192,25 @@ class ContainerTest(unittest.TestCase):
                 with self.assertRaisesRegex(SluiceError, message):
                     container.Container(self.c.path)
 
+    def test_f32_tensors_keep_their_hf_shape_up_to_4d(self):
+        # Kimi-Linear's conv weights [P, 1, K] and A_log [1, 1, H, 1] stay as the checkpoint has them.
+        norm = self.c.manifest["trunk"]["tensors"][2]
+        for shape in ([HIDDEN // 4, 1, 4], [1, 1, HIDDEN, 1]):
+            with self.subTest(shape=shape):
+                norm["shape"] = shape
+                self.c.write_manifest()
+                got = container.Container(self.c.path).trunk_tensor("model.norm.weight")
+                np.testing.assert_array_equal(got, self.c.trunk_expected["model.norm.weight"].reshape(shape))
+        for tensor, shape, message in ((2, [1, 1, 1, 1, HIDDEN], "bad shape"), (2, [HIDDEN, 2, 1], "bytes"),
+                                       (1, [2, 1, 200], "format 'q4g128' with shape \\[2, 1, 200\\]")):
+            with self.subTest(shape=shape):
+                original = self.c.manifest["trunk"]["tensors"][tensor]["shape"]
+                self.c.manifest["trunk"]["tensors"][tensor]["shape"] = shape
+                self.c.write_manifest()
+                with self.assertRaisesRegex(SluiceError, message):
+                    container.Container(self.c.path)
+                self.c.manifest["trunk"]["tensors"][tensor]["shape"] = original
+
     def test_record_header_checks_name_the_record(self):
         self.c.patch_bank(self.c.stride * 1, b"XXXX")
         reader = container.Container(self.c.path)

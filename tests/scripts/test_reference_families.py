@@ -110,9 +110,9 @@ class FamiliesReferenceTest(unittest.TestCase):
             rows = {}
             for form in mla.FORMS:
                 out = os.path.join(d, form + ".f32")
+                # f32 experts: the int16 table codes would amplify the forms' rounding differences.
                 code, _, _ = run_main(reference.main, path, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "3",
                                       "--mla", form, "--group-exclusion", "neg-inf", "--dump-logits", out,
-                                      # f32 experts: int16 table codes would round the two forms' inputs apart
                                       "--f32-experts")
                 self.assertEqual(code, 0)
                 rows[form] = np.fromfile(out, dtype="<f4").reshape(4, 512)
