@@ -2,8 +2,8 @@
 // Delta Attention layers with NoPE latent-attention layers between them
 // (linear_attn_config, 1-based), sigmoid routing with a selection bias and
 // shared experts under block_sparse_moe, dense first layers. Defaults are
-// KimiLinearConfig's. Keys of later
-// Kimi releases that reuse this model_type are refused by name.
+// KimiLinearConfig's. Keys of later Kimi releases that reuse this model_type
+// are refused by name.
 #include <algorithm>
 
 #include "proto/error.h"

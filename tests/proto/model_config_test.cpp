@@ -201,6 +201,46 @@ TEST_CASE("deepseek_v3: MLA, sigmoid grouped routing, shared expert, dense first
   CHECK(ModelConfig::from_json(k2).router.group_mask == GroupMask::kNegativeInfinity);
 }
 
+TEST_CASE("kimi_linear: 1-based KDA and MLA layer lists, NoPE latent attention, the routing-weight switch") {
+  json k = json::parse(R"({"model_type": "kimi_linear", "vocab_size": 512, "hidden_size": 128,
+    "intermediate_size": 256, "moe_intermediate_size": 64, "num_hidden_layers": 4, "first_k_dense_replace": 1,
+    "num_attention_heads": 4, "q_lora_rank": null, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8, "v_head_dim": 16, "mla_use_nope": true, "num_experts": 8, "num_experts_per_token": 2,
+    "num_shared_experts": 1, "moe_renormalize": true, "moe_router_activation_func": "sigmoid",
+    "routed_scaling_factor": 2.446, "rms_norm_eps": 1e-05, "model_max_length": 4096,
+    "linear_attn_config": {"kda_layers": [1, 2, 4], "full_attn_layers": [3], "num_heads": 4, "head_dim": 32,
+      "short_conv_kernel_size": 4}})");
+  const ModelConfig c = ModelConfig::from_json(k);
+  CHECK(c.layer_is_kda == std::vector<bool>{true, true, false, true});
+  CHECK(c.layer_is_moe == std::vector<bool>{false, true, true, true});
+  CHECK(c.mixer == MixerKind::kMla);
+  CHECK(c.rope.dims == 0);
+  CHECK(c.attention_scale() == doctest::Approx(1.0 / std::sqrt(24.0)));
+  CHECK(c.router.weights_from_biased);
+  CHECK(c.max_positions == 4096);
+  // Per token only the MLA layer caches; KDA's state is fixed: heads × d² + 3 × 3 × width per layer.
+  CHECK(c.state_floats_per_token() == 40);
+  CHECK(c.state_floats_fixed() == 3 * (4 * 32 * 32 + 3 * 3 * 128));
+  k["sluice_moe_weights"] = "unbiased";
+  CHECK_FALSE(ModelConfig::from_json(k).router.weights_from_biased);
+  for (auto [key, value] : std::vector<std::pair<const char*, json>>{{"attn_res_block_size", 4},
+                                                                   {"routed_expert_hidden_size", 64},
+                                                                   {"q_lora_rank", 16},
+                                                                   {"mla_use_nope", false},
+                                                                   {"sluice_moe_weights", "both"}}) {
+    json bad = k;
+    bad[key] = value;
+    CAPTURE(key);
+    CHECK(doctest::String(error_of(bad).c_str()) == doctest::Contains(key));
+  }
+  json gap = k;
+  gap["linear_attn_config"]["full_attn_layers"] = json::array();
+  CHECK(doctest::String(error_of(gap).c_str()) == doctest::Contains("layer 3 (1-based)"));
+  json later = k;
+  later["linear_attn_config"]["gate_lower_bound"] = -5.0;
+  CHECK(doctest::String(error_of(later).c_str()) == doctest::Contains("gate_lower_bound"));
+}
+
 TEST_CASE("YaRN: which pairs keep, blend and divide their frequency, and the softmax scale") {
   // §7.3: d = 16, L0 = 64, factor 40, β 32/1: correction range [0, 3].
   const ModelConfig c = ModelConfig::from_json(deepseek_tiny());
