@@ -57,13 +57,17 @@ nlohmann::json describe_model(const ModelConfig& m) {
     router["groups"] = r.groups;
     router["topk_groups"] = r.topk_groups;
     router["excluded_groups_score"] = r.group_mask == GroupMask::kZero ? "0" : "-inf";
+    router["weights"] = r.weights_from_biased ? "biased scores (the released modeling code)" : "unbiased scores";
   }
-  nlohmann::json dense = nlohmann::json::array();
+  nlohmann::json dense = nlohmann::json::array(), kda = nlohmann::json::array();
   for (uint32_t i = 0; i < m.layers; ++i) {
     if (!m.layer_is_moe[i]) dense.push_back(i);
+    if (m.is_kda(i)) kda.push_back(i);
   }
-  return {{"mixer", mixer}, {"router", router}, {"dense_layers", dense}, {"shared_expert_width", m.shared_width},
-          {"state_bytes_per_token", m.state_floats_per_token() * sizeof(float)}};
+  return {{"mixer", mixer}, {"router", router}, {"dense_layers", dense}, {"kda_layers", kda},
+          {"shared_expert_width", m.shared_width},
+          {"state_bytes_per_token", m.state_floats_per_token() * sizeof(float)},
+          {"state_bytes_fixed", m.state_floats_fixed() * sizeof(float)}};
 }
 
 std::string mixer_line(const nlohmann::json& mixer) {
@@ -74,7 +78,7 @@ std::string mixer_line(const nlohmann::json& mixer) {
                          : fmt::format("MLA (absorbed), {} heads, latent {} + rope {}, query rank {}",
                                        mixer["heads"].get<int>(), mixer["kv_lora_rank"].get<int>(),
                                        mixer["rope_dim"].get<int>(), mixer["q_lora_rank"].get<int>());
-  if (!mixer["yarn_factor"].is_null()) line += fmt::format(", YaRN x{}", mixer["yarn_factor"].get<double>());
+  if (!mixer["yarn_factor"].is_null()) line += fmt::format(", YaRN x{:.4g}", mixer["yarn_factor"].get<double>());
   return line;
 }
 
@@ -86,8 +90,9 @@ std::string router_line(const nlohmann::json& r) {
     line += fmt::format(", best {} of {} groups (others score {})", r["topk_groups"].get<int>(), r["groups"].get<int>(),
                         r["excluded_groups_score"].get<std::string>());
   }
+  if (r.contains("weights")) line += ", weighted by " + r["weights"].get<std::string>();
   line += r["renormalize"].get<bool>() ? ", renormalised" : ", not renormalised";
-  if (r["scaling"].get<double>() != 1.0) line += fmt::format(", x{}", r["scaling"].get<double>());
+  if (r["scaling"].get<double>() != 1.0) line += fmt::format(", x{:.4g}", r["scaling"].get<double>());
   return line;
 }
 
@@ -169,7 +174,13 @@ void print_text(const Container& c, const nlohmann::json& d) {
   if (model["shared_expert_width"].get<int>() > 0) {
     fmt::print("shared expert  width {}\n", model["shared_expert_width"].get<int>());
   }
-  fmt::print("state          {} per token of context\n", human_bytes(model["state_bytes_per_token"].get<uint64_t>()));
+  if (!model["kda_layers"].empty()) {
+    fmt::print("KDA layers     {} (the others: the attention above)\n",
+               fmt::join(model["kda_layers"].get<std::vector<uint32_t>>(), ", "));
+  }
+  fmt::print("state          {} per token of context, {} fixed\n",
+             human_bytes(model["state_bytes_per_token"].get<uint64_t>()),
+             human_bytes(model["state_bytes_fixed"].get<uint64_t>()));
   fmt::print("trunk          {} in {} tensors\n", human_bytes(c.trunk_bytes()),
              c.trunk_tensors().size());
   fmt::print("experts        {} in {} banks, {} records\n", human_bytes(c.expert_bytes()),
