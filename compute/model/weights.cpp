@@ -39,12 +39,6 @@ class TrunkLoader {
 
   Linear linear(TensorRole role, uint32_t layer = kNoLayer) { return linear_named(find(role, layer)); }
   Linear linear_if(TensorRole role, uint32_t layer) { return has(role, layer) ? linear(role, layer) : Linear(); }
-  // A matrix stored under another role's name (tied embeddings).
-  Linear linear_as(TensorRole stored, TensorRole wanted) {
-    TensorSpec spec = find(stored, kNoLayer);
-    spec.shape = find_or_shape(wanted, spec.shape);
-    return linear_named(spec);
-  }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -52,10 +46,6 @@ class TrunkLoader {
     const auto it = specs_.find({layer, role});
     if (it == specs_.end()) fail("{}: the model has no tensor of role {} in layer {}", container_.dir(), int(role), layer);
     return it->second;
-  }
-  std::vector<uint64_t> find_or_shape(TensorRole role, const std::vector<uint64_t>& fallback) const {
-    const auto it = specs_.find({kNoLayer, role});
-    return it == specs_.end() ? fallback : it->second.shape;
   }
   Linear linear_named(const TensorSpec& spec) {
     TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
@@ -159,10 +149,8 @@ ModelWeights ModelWeights::load(const Container& container, const ModelConfig& c
   TrunkLoader t(container, config);
   w.embed = t.linear(TensorRole::kEmbed);
   w.final_norm = t.vector(TensorRole::kFinalNorm);
-  const bool has_head = container.find_trunk_tensor(tensor_name(config, TensorRole::kLmHead)) != nullptr;
-  if (!has_head && !config.tie_embeddings) fail("{}: tensor lm_head.weight is missing", container.dir());
-  w.lm_head = has_head && t.has(TensorRole::kLmHead) ? t.linear(TensorRole::kLmHead)
-                                                      : t.linear_as(TensorRole::kEmbed, TensorRole::kLmHead);
+  // Tied embeddings: the LM head is the embedding matrix ([vocab, hidden] both).
+  w.lm_head = t.linear(t.has(TensorRole::kLmHead) ? TensorRole::kLmHead : TensorRole::kEmbed);
 
   const Codebooks codebooks = container.load_codebooks();
   for (uint32_t i = 0; i < config.layers; ++i) {
