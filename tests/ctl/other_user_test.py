@@ -84,6 +84,18 @@ def wait_answers(path, proc, seconds=60):
     return False
 
 
+def copy_programs(scratch):
+    """The checkout may sit in a directory other users cannot enter (a
+    mktemp -d clone): the throwaway users run copies of the programs."""
+    global SLUICE, SLUICE_IO, SLUICE_UP
+    bin_dir = os.path.join(scratch, 'bin')
+    os.makedirs(bin_dir)
+    copies = []
+    for program in (SLUICE, SLUICE_IO, SLUICE_UP):
+        copies.append(shutil.copy(program, os.path.join(bin_dir, os.path.basename(program))))
+    SLUICE, SLUICE_IO, SLUICE_UP = copies
+
+
 class OtherUserTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -92,6 +104,7 @@ class OtherUserTest(unittest.TestCase):
         cls.victim = User('slprobe-v' + tag)
         cls.scratch = tempfile.mkdtemp(prefix='sluice-other-user-')
         os.chmod(cls.scratch, 0o755)
+        copy_programs(cls.scratch)
         checkpoint = os.path.join(cls.scratch, 'checkpoint')
         cls.model = os.path.join(cls.scratch, 'tiny.sluice')
         made = subprocess.run([PYTHON, os.path.join(ROOT, 'scripts', 'make_tiny_checkpoint.py'), 'olmoe', checkpoint],
