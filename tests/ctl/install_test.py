@@ -34,6 +34,9 @@ EXAMPLES = [
                         'sluice tokenize --tokenizer {ck}/tokenizer.json "hello" --specials'),
     ('sluice detokenize', 'sluice detokenize {m} 1 2 3 && sluice detokenize --tokenizer {ck}/tokenizer.json 1,2,3'),
     ('sluice plan MODEL.sluice', 'sluice plan {m} --ctx 64 --ram 16G --json && sluice plan {m} --budget 1000T --force'),
+    ('sluice template MODEL.sluice', 'echo \'[{{"role": "user", "content": "hi"}}]\' > {w}/messages.json && '
+                                     'sluice template {m} --messages {w}/messages.json --add-generation-prompt --ids '
+                                     '--json && sluice template {m} --messages {w}/messages.json --disable-thinking'),
     ('sluice plan --config', 'sluice plan --config {ck}/config.json --ctx 64 --ram 16G --json'),
     ('sluice bench kernels', 'sluice bench kernels --json --seconds 0.01 --no-alternatives --threads 1'),
     ('sluice bench io MODEL.sluice', 'sluice bench io {m} --json --seconds 0.1 --rounds 1'),
