@@ -4,7 +4,6 @@
 
 #include <map>
 
-#include <fmt/format.h>
 
 #include "proto/error.h"
 #include "proto/f16.h"

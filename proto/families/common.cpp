@@ -74,6 +74,22 @@ void read_softmax_router(const ConfigReader& r, ModelConfig& c, const char* expe
   c.top_k = router.top_k;
 }
 
+void check_groups(const ConfigReader& r, const RouterConfig& router, const char* experts_key, const char* groups_key,
+                  const char* topk_groups_key) {
+  if (router.experts % router.groups != 0) {
+    fail("{}: {} {} is not a multiple of {} {}", r.where(), experts_key, router.experts, groups_key, router.groups);
+  }
+  const uint32_t per_group = router.experts / router.groups;
+  if (router.groups > 1 && per_group < 2) {
+    fail("{}: {} {} leaves {} expert per group; group scores need two", r.where(), groups_key, router.groups,
+         per_group);
+  }
+  if (uint64_t{router.topk_groups} * per_group < router.top_k) {
+    fail("{}: {} {} of {} {} keeps {} experts, fewer than the {} chosen", r.where(), topk_groups_key,
+         router.topk_groups, groups_key, router.groups, uint64_t{router.topk_groups} * per_group, router.top_k);
+  }
+}
+
 void refuse_sliding_window(const ConfigReader& r, const ModelConfig& c, bool window_alone_applies) {
   r.refuse_unless("use_sliding_window", [](const nlohmann::json& v) { return v == false; },
                   "sliding-window attention is not implemented");

@@ -37,6 +37,12 @@ void read_gqa(const ConfigReader& r, ModelConfig& c, QkNorm qk_norm, bool head_d
 void read_softmax_router(const ConfigReader& r, ModelConfig& c, const char* experts_key, uint32_t top_k_default,
                          bool normalize);
 
+// Refuses group-limited routing that cannot work, naming the family's keys:
+// experts not a multiple of the groups, a group too small for its two-best
+// score, or kept groups holding fewer experts than top-k.
+void check_groups(const ConfigReader& r, const RouterConfig& router, const char* experts_key, const char* groups_key,
+                  const char* topk_groups_key);
+
 // Refuses a sliding window that would ever apply: `use_sliding_window`
 // true, or (when `window_alone_applies`) `sliding_window` shorter than the
 // model's maximum positions.

@@ -68,17 +68,7 @@ void read_sigmoid_router(const ConfigReader& r, ModelConfig& c) {
   router.score_bias = true;
   router.groups = r.count_or("n_group", 8, 1, router.experts);
   router.topk_groups = r.count_or("topk_group", 4, 1, router.groups);
-  if (router.experts % router.groups != 0) {
-    fail("{}: n_routed_experts {} is not a multiple of n_group {}", r.where(), router.experts, router.groups);
-  }
-  const uint32_t per_group = router.experts / router.groups;
-  if (router.groups > 1 && per_group < 2) {
-    fail("{}: n_group {} leaves {} expert per group; group scores need two", r.where(), router.groups, per_group);
-  }
-  if (uint64_t{router.topk_groups} * per_group < router.top_k) {
-    fail("{}: topk_group {} of n_group {} keeps {} experts, fewer than num_experts_per_tok {}", r.where(),
-         router.topk_groups, router.groups, uint64_t{router.topk_groups} * per_group, router.top_k);
-  }
+  families::check_groups(r, router, "n_routed_experts", "n_group", "topk_group");
   // transformers and the checkpoints' modeling code give excluded groups a
   // selection score of 0; DeepSeek's inference script masks them with −∞.
   const std::string mask = r.string("sluice_group_mask").value_or("zero");

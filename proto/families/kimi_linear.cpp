@@ -97,9 +97,7 @@ void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
   const bool grouped = r.flag_or("use_grouped_topk", true);
   router.groups = grouped ? r.count_or("num_expert_group", 1, 1, router.experts) : 1;
   router.topk_groups = grouped ? r.count_or("topk_group", 1, 1, router.groups) : 1;
-  if (router.experts % router.groups != 0) {
-    fail("{}: num_experts {} is not a multiple of num_expert_group {}", r.where(), router.experts, router.groups);
-  }
+  families::check_groups(r, router, "num_experts", "num_expert_group", "topk_group");
   router.group_mask = GroupMask::kZero;
   const std::string weights = r.string("sluice_moe_weights").value_or("biased");
   if (weights != "biased" && weights != "unbiased") {
