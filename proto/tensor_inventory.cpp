@@ -231,15 +231,31 @@ uint64_t trunk_tensor_bytes(const TensorSpec& tensor) {
   return info.expected_bytes() + info.expected_scale_bytes();
 }
 
-uint64_t trunk_file_bytes(const std::vector<TensorSpec>& trunk) {
+std::vector<TrunkPlacement> place_trunk(const std::vector<TensorSpec>& trunk, uint64_t& total) {
   auto align = [](uint64_t v) { return (v + kTrunkAlign - 1) / kTrunkAlign * kTrunkAlign; };
+  std::vector<TrunkPlacement> placements;
   uint64_t cursor = 0;
   for (const TensorSpec& tensor : trunk) {
     const TrunkTensorInfo info = stored_geometry(tensor);
-    cursor = align(cursor) + info.expected_bytes();
-    if (info.format != TrunkFormat::kF32) cursor = align(cursor) + info.expected_scale_bytes();
+    TrunkPlacement p;
+    p.offset = align(cursor);
+    p.bytes = info.expected_bytes();
+    cursor = p.offset + p.bytes;
+    if (info.format != TrunkFormat::kF32) {
+      p.scale_offset = align(cursor);
+      p.scale_bytes = info.expected_scale_bytes();
+      cursor = p.scale_offset + p.scale_bytes;
+    }
+    placements.push_back(p);
   }
-  return align(cursor);
+  total = align(cursor);
+  return placements;
+}
+
+uint64_t trunk_file_bytes(const std::vector<TensorSpec>& trunk) {
+  uint64_t total = 0;
+  place_trunk(trunk, total);
+  return total;
 }
 
 }  // namespace sluice

@@ -65,7 +65,13 @@ bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name);
 TrunkTensorInfo stored_geometry(const TensorSpec& tensor);
 // Bytes a trunk tensor takes in trunk.bin (data and scales, before padding).
 uint64_t trunk_tensor_bytes(const TensorSpec& tensor);
-// trunk.bin's size: every tensor and its scales at 64-byte boundaries.
+// Where each tensor of `trunk` goes in trunk.bin: its data, then (quantized)
+// its scales, each on a 64-byte boundary, in order. `total` gets the file size.
+struct TrunkPlacement {
+  uint64_t offset = 0, bytes = 0, scale_offset = 0, scale_bytes = 0;
+};
+std::vector<TrunkPlacement> place_trunk(const std::vector<TensorSpec>& trunk, uint64_t& total);
+// trunk.bin's size (place_trunk's total).
 uint64_t trunk_file_bytes(const std::vector<TensorSpec>& trunk);
 
 }  // namespace sluice

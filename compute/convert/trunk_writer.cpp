@@ -11,35 +11,17 @@
 namespace sluice::convert {
 namespace {
 
-constexpr uint64_t kTrunkAlign = 64;
 constexpr size_t kRowChunk = 256;
-
-uint64_t align64(uint64_t value) { return (value + kTrunkAlign - 1) / kTrunkAlign * kTrunkAlign; }
 
 }  // namespace
 
 std::vector<TrunkEntry> layout_trunk(const ModelPlan& plan, uint64_t& total) {
+  const std::vector<TrunkPlacement> placements = place_trunk(plan.trunk, total);
   std::vector<TrunkEntry> entries;
-  uint64_t cursor = 0;
-  for (const auto& tensor : plan.trunk) {
-    TrunkEntry entry;
-    entry.plan = tensor;
-    entry.offset = align64(cursor);
-    if (tensor.format == TrunkFormat::kF32) {
-      uint64_t elements = 1;
-      for (uint64_t d : tensor.shape) elements *= d;
-      entry.bytes = elements * 4;
-      cursor = entry.offset + entry.bytes;
-    } else {
-      const uint64_t rows = tensor.shape[0], padded = padded_cols(tensor.shape[1]);
-      entry.bytes = tensor.format == TrunkFormat::kQ8G128 ? rows * padded : rows * padded / 2;
-      entry.scale_offset = align64(entry.offset + entry.bytes);
-      entry.scale_bytes = rows * (padded / kTrunkGroup) * 2;
-      cursor = entry.scale_offset + entry.scale_bytes;
-    }
-    entries.push_back(std::move(entry));
+  for (size_t i = 0; i < plan.trunk.size(); ++i) {
+    const TrunkPlacement& p = placements[i];
+    entries.push_back({plan.trunk[i], p.offset, p.bytes, p.scale_offset, p.scale_bytes});
   }
-  total = align64(cursor);
   return entries;
 }
 
