@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "compute/chat/pystr.h"
+#include "compute/tokenizer/unicode.h"
 #include "compute/chat/renderer.h"
 
 namespace sluice::chat {
@@ -153,7 +154,7 @@ Value string_method(const Value& self, const std::string& name) {
         if (name == "isdigit") all = all && c >= '0' && c <= '9';
         if (name == "isalpha") all = all && ascii_letter;
         if (name == "isalnum") all = all && (ascii_letter || (c >= '0' && c <= '9'));
-        if (name == "isspace") all = all && is_space(c);
+        if (name == "isspace") all = all && tokenizer::is_python_space(c);
       }
       if (name == "isupper")
         return Value(change_case(self.text(), Case::kLower).str() != s &&

@@ -32,7 +32,7 @@ std::string normalise_newlines(std::string_view source) {
 }
 
 bool is_space_at(const std::string& s, size_t i) {
-  return is_space(decode_at(s, i));
+  return tokenizer::is_python_space(decode_at(s, i));
 }
 
 size_t skip_spaces(const std::string& s, size_t i) {
@@ -44,7 +44,7 @@ size_t skip_spaces(const std::string& s, size_t i) {
 size_t rstrip_end(const std::string& s, size_t begin, size_t end) {
   const std::vector<size_t> at = code_point_offsets(std::string_view(s).substr(begin, end - begin));
   size_t k = at.size() - 1;
-  while (k > 0 && is_space(decode_at(s, begin + at[k - 1]))) --k;
+  while (k > 0 && tokenizer::is_python_space(decode_at(s, begin + at[k - 1]))) --k;
   return begin + at[k];
 }
 

@@ -44,13 +44,6 @@ std::vector<size_t> code_point_offsets(std::string_view s) {
   return out;
 }
 
-bool is_space(char32_t c) {
-  if ((c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20)) return true;
-  if (c < 0x85) return false;
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
-         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
 bool is_printable(char32_t c) {
   if (c == ' ') return true;
   switch (u_charType(static_cast<UChar32>(c))) {
@@ -95,7 +88,7 @@ Text strip(const Text& s, const std::optional<std::string>& chars, StripSide sid
   std::u32string set;
   if (chars) tokenizer::decode_utf8(tokenizer::repair_utf8(*chars), set);
   auto strippable = [&](char32_t c) {
-    return chars ? set.find(c) != std::u32string::npos : is_space(c);
+    return chars ? set.find(c) != std::u32string::npos : tokenizer::is_python_space(c);
   };
   const std::vector<size_t> at = code_point_offsets(b);
   size_t first = 0;
@@ -126,7 +119,7 @@ std::vector<Text> split(const Text& s, const std::optional<std::string>& sep, in
   }
   size_t i = 0;
   auto skip_space = [&] {
-    while (i < b.size() && is_space(decode_at(b, i))) i += utf8_length_at(b, i);
+    while (i < b.size() && tokenizer::is_python_space(decode_at(b, i))) i += utf8_length_at(b, i);
   };
   skip_space();
   while (i < b.size()) {
@@ -135,7 +128,7 @@ std::vector<Text> split(const Text& s, const std::optional<std::string>& sep, in
       return out;
     }
     const size_t begin = i;
-    while (i < b.size() && !is_space(decode_at(b, i))) i += utf8_length_at(b, i);
+    while (i < b.size() && !tokenizer::is_python_space(decode_at(b, i))) i += utf8_length_at(b, i);
     out.push_back(s.substr(begin, i - begin));
     skip_space();
   }
@@ -148,7 +141,7 @@ std::vector<Text> rsplit(const Text& s, const std::optional<std::string>& sep, i
   std::vector<Text> out;
   if (!sep) {
     const std::vector<size_t> at = code_point_offsets(b);
-    auto space = [&](size_t k) { return is_space(decode_at(b, at[k])); };
+    auto space = [&](size_t k) { return tokenizer::is_python_space(decode_at(b, at[k])); };
     size_t k = at.size() - 1;
     while (k > 0 && space(k - 1)) --k;
     while (k > 0) {
@@ -300,7 +293,7 @@ Text python_title(const Text& s) {
 Text jinja_title(const Text& s) {
   bool word_start = true;
   return remap(s, [&](size_t, char32_t c) {
-    const bool separator = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_space(c);
+    const bool separator = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || tokenizer::is_python_space(c);
     std::string out = separator    ? map_code_point(c, Case::kLower)
                       : word_start ? map_code_point(c, Case::kUpper)
                                    : map_code_point(c, Case::kLower);

@@ -21,7 +21,6 @@ size_t code_point_count(std::string_view s);
 // Byte offsets of each code point, plus s.size() at the end.
 std::vector<size_t> code_point_offsets(std::string_view s);
 
-bool is_space(char32_t c);      // str.isspace
 bool is_printable(char32_t c);  // str.isprintable
 
 // Python slicing s[start:stop:step] over a sequence of `n` items; returns the

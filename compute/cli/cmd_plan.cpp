@@ -3,8 +3,6 @@
 // and budget of ioworker/memory_plan.h, for a container (reading its manifest
 // only, never the trunk) or for a Hugging Face config before any download.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "compute/cli/commands.h"
+#include "compute/cli/run_options.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
 #include "proto/error.h"
@@ -19,14 +18,6 @@
 
 namespace sluice::cli {
 namespace {
-
-std::string read_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void print_breakdown(const nlohmann::json& model) {
   fmt::print("trunk by component:\n");
@@ -84,7 +75,7 @@ void add_plan_command(CLI::App& app) {
       name = options->config;
       nlohmann::json parsed;
       try {
-        parsed = nlohmann::json::parse(read_config(options->config));
+        parsed = nlohmann::json::parse(read_file(options->config, "--config"));
       } catch (const nlohmann::json::exception& e) {
         fail("{}: not valid JSON: {}", options->config, e.what());
       }
