@@ -44,6 +44,8 @@ ModelConfig ModelConfig::from_json(const std::string& arch, const nlohmann::json
   ModelConfig c;
   c.arch = arch;
   family->read(reader, c);
+  c.experts = c.router.experts;
+  c.top_k = c.router.top_k;
   if (c.layer_is_kda.empty()) c.layer_is_kda.assign(c.layers, false);
   return c;
 }

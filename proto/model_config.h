@@ -121,7 +121,7 @@ struct ModelConfig {
   uint32_t dense_width = 0;   // intermediate_size of dense MLP layers
   uint32_t expert_width = 0;  // width of each routed expert
   uint32_t shared_width = 0;  // width of the shared expert FFN; 0: none
-  uint32_t experts = 0;
+  uint32_t experts = 0;       // router.experts and router.top_k, set by from_json
   uint32_t top_k = 0;
   float rms_eps = 1e-6f;
   bool tie_embeddings = false;

@@ -178,12 +178,9 @@ Json trunk_tensors_json(const std::vector<TrunkEntry>& trunk, const fs::path& tr
   const auto file = posix_file_system().open(trunk_path.string(), OpenMode::kBuffered);
   Json tensors = Json::array();
   for (const auto& t : trunk) {
-    TrunkTensorInfo info;
+    TrunkTensorInfo info = stored_geometry(t.plan);
     info.name = t.plan.name;
-    info.format = *sluice::parse_trunk_format(trunk_format_name(t.plan.format));
     info.shape = t.plan.shape;
-    info.rows = t.plan.shape.size() == 2 ? t.plan.shape[0] : 1;
-    info.cols = t.plan.shape.back();
     info.offset = t.offset;
     info.bytes = t.bytes;
     info.scale_offset = t.scale_offset;

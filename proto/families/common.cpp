@@ -70,8 +70,6 @@ void read_softmax_router(const ConfigReader& r, ModelConfig& c, const char* expe
   router.experts = r.count(experts_key, 1, kMaxExperts);
   router.top_k = r.count_or("num_experts_per_tok", top_k_default, 1, std::min<uint64_t>(kMaxTopK, router.experts));
   router.normalize = normalize;
-  c.experts = router.experts;
-  c.top_k = router.top_k;
 }
 
 void check_groups(const ConfigReader& r, const RouterConfig& router, const char* experts_key, const char* groups_key,

@@ -76,8 +76,6 @@ void read_sigmoid_router(const ConfigReader& r, ModelConfig& c) {
     fail("{}: key sluice_group_mask = \"{}\" must be \"zero\" or \"-inf\"", r.where(), mask);
   }
   router.group_mask = mask == "zero" ? GroupMask::kZero : GroupMask::kNegativeInfinity;
-  c.experts = router.experts;
-  c.top_k = router.top_k;
 }
 
 void read_deepseek_v3(const ConfigReader& r, ModelConfig& c) {

@@ -105,8 +105,6 @@ void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
          r.where(), weights);
   }
   router.weights_from_biased = weights == "biased";
-  c.experts = router.experts;
-  c.top_k = router.top_k;
 
   c.dense_width = r.count("intermediate_size", 8, kMaxWidth);
   c.expert_width = r.count("moe_intermediate_size", 8, kMaxWidth);
