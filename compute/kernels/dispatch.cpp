@@ -31,7 +31,6 @@ CpuFeatures detect_cpu_features() {
   features.avx512bw = (ebx & bit_AVX512BW) != 0;
   features.avx512vl = (ebx & bit_AVX512VL) != 0;
   features.avx512vbmi = (ecx & bit_AVX512VBMI) != 0;
-  features.avx512vnni = (ecx & bit_AVX512VNNI) != 0;
   return features;
 }
 
@@ -56,8 +55,7 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx2:
       return avx2;
     case Isa::kAvx512:
-      return avx2 && f.os_saves_zmm && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi &&
-             f.avx512vnni;
+      return avx2 && f.os_saves_zmm && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi;
   }
   return false;
 }
@@ -78,7 +76,7 @@ Isa parse_isa(std::string_view name, std::string_view what) {
     if (name != isa_name(isa)) continue;
     if (!isa_supported(isa))
       fail("{}={}: this CPU (or OS) does not support it{}", what, name,
-           isa == Isa::kAvx2 ? " (needs AVX2 with FMA)" : " (needs AVX-512 F/BW/VL/VBMI/VNNI)");
+           isa == Isa::kAvx2 ? " (needs AVX2 with FMA)" : " (needs AVX-512 F/BW/VL/VBMI)");
     return isa;
   }
   fail("{}={}: unknown kernel set (expected scalar, avx2 or avx512)", what, name);

@@ -10,15 +10,15 @@ namespace sluice::kernels {
 
 class ThreadPool;
 
-// kAvx512 means AVX-512 F/BW/VL with VBMI and VNNI (Ice Lake, Zen 4 and later):
-// the RVQ kernel needs vpermi2b and the trunk kernels vpdpbusd.
+// kAvx512 means AVX-512 F/BW/VL with VBMI (Ice Lake, Zen 4 and later): the
+// RVQ kernel needs vpermi2b. The trunk kernels run their AVX2 path there.
 enum class Isa { kScalar, kAvx2, kAvx512 };
 
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool os_saves_ymm = false;  // XGETBV says the OS preserves the upper halves of ymm
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vbmi = false, avx512vnni = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vbmi = false;
   bool os_saves_zmm = false;  // XGETBV: opmask, upper zmm0-15 and zmm16-31 state too
 };
 

@@ -20,7 +20,7 @@ struct KernelBenchOptions {
   double seconds_per_case =
       0.3;  // repeated runs of one case stop after this long (at least 3 runs)
   Isa isa = Isa::kScalar;
-  bool alternatives = true;  // also time the RVQ alternatives (row plans, unshared tables)
+  bool alternatives = true;  // also time the RVQ alternatives (unshared tables)
   bool every_isa =
       true;  // also time the engine's cases at every other instruction set this CPU runs
   // Told each case as it is timed (progress for people); may be empty.

@@ -14,7 +14,7 @@ TEST_CASE("best_isa is the fastest set the CPU and OS support") {
   const CpuFeatures f = detect_cpu_features();
   const bool avx2 = f.avx2 && f.fma && f.os_saves_ymm;
   const bool avx512 = avx2 && f.os_saves_zmm && f.avx512f && f.avx512bw && f.avx512vl &&
-                      f.avx512vbmi && f.avx512vnni;
+                      f.avx512vbmi;
   CHECK(isa_supported(Isa::kScalar));
   CHECK(isa_supported(Isa::kAvx2) == avx2);
   CHECK(isa_supported(Isa::kAvx512) == avx512);
