@@ -42,7 +42,7 @@ void make_dir(const std::string& dir) {
   const std::string parent = parent_dir(dir);
   if (parent != dir && parent != "/" && parent != ".") make_dir(parent);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    fail("{}: cannot create the socket directory: {}", dir, std::strerror(errno));
+    fail("{}: cannot create the directory: {}", dir, std::strerror(errno));
   }
 }
 
@@ -72,11 +72,7 @@ void check_private_dir(const std::string& dir) {
 }
 
 void make_private_runtime_dir(const std::string& dir) {
-  const std::string parent = parent_dir(dir);
-  if (parent != "/" && parent != ".") make_dir(parent);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    fail("{}: cannot create the runtime directory: {}", dir, std::strerror(errno));
-  }
+  make_dir(dir);
   check_private_dir(dir);  // also when it was there already, or another process won the race
 }
 

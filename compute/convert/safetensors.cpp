@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <zlib.h>
 
 #include "proto/checksum.h"
 #include "proto/error.h"
@@ -110,9 +109,7 @@ SafetensorsFile::SafetensorsFile(std::unique_ptr<RandomAccessFile> file, std::st
   if (header_bytes > kMaxHeaderBytes) fail("{}: header length {} exceeds {} bytes", name_, header_bytes, kMaxHeaderBytes);
   std::string header(header_bytes, '\0');
   read_exact(*file_, 8, header.data(), header.size());
-  uLong crc = ::crc32(0L, length_bytes, 8);
-  header_crc32_ = static_cast<uint32_t>(
-      ::crc32(crc, reinterpret_cast<const Bytef*>(header.data()), static_cast<uInt>(header.size())));
+  header_crc32_ = crc32_bytes(header.data(), header.size(), crc32_bytes(length_bytes, 8));
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(header);

@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include "compute/convert/convert_steps.h"
+#include "proto/checksum.h"
 #include "proto/error.h"
 
 namespace sluice::convert {
@@ -19,9 +19,6 @@ constexpr uint64_t kMaxTokenizerBytes = 512ull << 20;
 constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tiktoken.model",
                                            "tokenizer_config.json"};
 
-uint32_t crc_of(const std::string& text) {
-  return static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
-}
 
 constexpr uint64_t kFp8Block = 128;
 
@@ -88,7 +85,7 @@ Source open_source(FileSystem& fs, const std::string& dir) {
   for (const auto& file : source.checkpoint.files()) {
     files.push_back({{"name", file->name()}, {"bytes", file->bytes()}, {"header_crc32", file->header_crc32()}});
   }
-  source.identity = {{"files", files}, {"config_crc32", crc_of(config_text)}};
+  source.identity = {{"files", files}, {"config_crc32", crc32_bytes(config_text.data(), config_text.size())}};
 
   source.chat_template = nullptr;
   for (const char* name : kTokenizerFiles) {
