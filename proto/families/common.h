@@ -7,13 +7,16 @@
 #include <algorithm>
 
 #include "proto/config_reader.h"
+#include "proto/manifest.h"
 #include "proto/model_config.h"
 
 namespace sluice::families {
 
-// Bounds every family shares (FORMAT.md's limits on a container).
-inline constexpr uint64_t kMaxLayers = 256, kMaxExperts = 4096, kMaxTopK = 64, kMaxWidth = 65536,
-                          kMaxVocab = 1u << 20, kMaxHeads = 1024, kMaxHeadDim = 4096, kMaxPositions = 1u << 24;
+// Bounds every family shares: the container's (proto/manifest.h), and the
+// attention shapes a config may ask for.
+inline constexpr uint64_t kMaxLayers = sluice::kMaxLayers, kMaxExperts = kMaxExpertsPerLayer,
+                          kMaxTopK = sluice::kMaxTopK, kMaxWidth = kMaxHidden, kMaxVocab = sluice::kMaxVocab;
+inline constexpr uint64_t kMaxHeads = 1024, kMaxHeadDim = 4096, kMaxPositions = 1u << 24;
 
 struct BaseDefaults {
   double rms_norm_eps;
