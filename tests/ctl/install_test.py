@@ -28,6 +28,8 @@ EXAMPLES = [
                                            '--chunk 8 --budget {budget} --verify --trace-out {w}/trace.jsonl '
                                            '--dump-logits {w}/logits.f32 && sluice run {m} --prompt-ids 1,2,3 -n 2 '
                                            '--no-cache --json'),
+    ('sluice run MODEL.sluice --session', 'sluice run {m} --session {w}/chat.session "The river" -n 2 --ctx 64 && '
+                                          'sluice run {m} --session {w}/chat.session " ran" -n 2 --ctx 64'),
     ('sluice eval MODEL.sluice --text FILE', 'echo "the river ran to the sea" > {w}/text.txt && '
                                             'sluice eval {m} --text {w}/text.txt --json --dump-logits {w}/eval.f32'),
     ('sluice tokenize', 'sluice tokenize {m} "hello there" --json && '
