@@ -69,6 +69,18 @@ TEST_CASE("save after N tokens, load into a fresh engine, continue: bit-identica
   }
 }
 
+TEST_CASE("a sequence's state is what the memory plan counts for one sequence") {
+  for (const std::string family : {"olmoe", "deepseek_v3", "kimi_linear"}) {
+    CAPTURE(family);
+    Engine engine(tiny_model(family), small_options(64));
+    const ModelConfig& config = engine.config();
+    const SequenceState& sequence = engine.sequence();
+    CHECK(sequence.bytes() == (config.state_floats_per_token() * 64 + config.state_floats_fixed()) * sizeof(float));
+    CHECK(sequence.snapshot_floats(10) == config.state_floats_per_token() * 10 + config.state_floats_fixed());
+    CHECK(engine.new_sequence().bytes() == sequence.bytes());
+  }
+}
+
 TEST_CASE("a session's state is cut at its position: the used rows and the fixed recurrent state") {
   Engine gqa(tiny_model("olmoe"), small_options(64));
   // Positional state grows with the position; at 0 nothing of it is kept.
