@@ -89,32 +89,34 @@ bool matches(const std::shared_ptr<const JsonGrammar>& grammar, std::string_view
 
 // The vocabulary's token bytes as a trie, built once per tokenizer and shared
 // read-only. Added and special tokens are left out: structured output is
-// written in ordinary tokens.
+// written in ordinary tokens. Nodes are stored in preorder (children by
+// byte), so a walk that refuses a node skips its whole subtree at once.
 class TokenTrie {
  public:
   explicit TokenTrie(const tokenizer::Tokenizer& tokenizer);
-  size_t nodes() const { return children_.size(); }
+  size_t nodes() const { return byte_.size(); }
   size_t tokens() const { return token_count_; }
-  size_t vocab_size() const { return vocab_size_; }
+  size_t vocab_size() const { return bytes_.size(); }
+  // Empty for a token outside the trie.
   const std::string& bytes(TokenId id) const { return bytes_[static_cast<size_t>(id)]; }
 
-  struct Child {
-    uint8_t byte;
-    uint32_t node;
-  };
-  // Node 0 is the root.
-  std::span<const Child> children(uint32_t node) const;
-  std::span<const TokenId> ends(uint32_t node) const;  // tokens whose bytes end here
+  // Node i (the root is implicit): the byte leading to it, its depth (1 for
+  // the root's children), one past its subtree, and the tokens ending there.
+  uint8_t byte(size_t node) const { return byte_[node]; }
+  uint32_t depth(size_t node) const { return depth_[node]; }
+  uint32_t subtree_end(size_t node) const { return subtree_end_[node]; }
+  std::span<const TokenId> ends(size_t node) const {
+    return {end_list_.data() + end_begin_[node], end_list_.data() + end_begin_[node + 1]};
+  }
+  uint32_t max_depth() const { return max_depth_; }
 
  private:
-  friend struct TrieBuilder;
-  std::vector<std::string> bytes_;                 // by id; empty: not in the trie
-  std::vector<std::pair<uint32_t, uint32_t>> children_;  // node -> [begin, end) in child_list_
-  std::vector<Child> child_list_;
-  std::vector<std::pair<uint32_t, uint32_t>> ends_;  // node -> [begin, end) in end_list_
+  std::vector<std::string> bytes_;  // by id
+  std::vector<uint8_t> byte_;
+  std::vector<uint32_t> depth_, subtree_end_, end_begin_;
   std::vector<TokenId> end_list_;
   size_t token_count_ = 0;
-  size_t vocab_size_ = 0;
+  uint32_t max_depth_ = 0;
 };
 
 struct ConstraintOptions {

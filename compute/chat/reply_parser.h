@@ -21,7 +21,8 @@ enum class ToolSyntax {
   kNone,
   // Qwen3 / Hermes: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, repeatable.
   kQwen3,
-  // DeepSeek-V3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+  // DeepSeek-V3:
+  // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```
   // <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>; V3.1's NAME<｜tool▁sep｜>ARGS also parses.
   kDeepSeekV3,
   // Kimi K2 / Kimi-Linear: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX
@@ -46,7 +47,7 @@ struct ReplyFormat {
 ReplyFormat reply_format_for(const tokenizer::Tokenizer& tokenizer);
 
 struct ToolCall {
-  std::string id;         // Kimi: functions.NAME:IDX as generated; else made here
+  std::string id;  // Kimi: functions.NAME:IDX as generated; else made here
   std::string name;
   std::string arguments;  // JSON text, as generated
 };
