@@ -15,18 +15,14 @@ void validate(const SamplingParams& params) {
     fail("--temp must be a finite number >= 0 (got {})", params.temperature);
   }
   if (params.top_k < 0) fail("--top-k must be >= 0 (got {})", params.top_k);
-  if (!(params.top_p > 0.0f && params.top_p <= 1.0f))
-    fail("--top-p must be in (0, 1] (got {})", params.top_p);
-  if (!(params.min_p >= 0.0f && params.min_p < 1.0f))
-    fail("--min-p must be in [0, 1) (got {})", params.min_p);
+  if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) fail("--top-p must be in (0, 1] (got {})", params.top_p);
+  if (!(params.min_p >= 0.0f && params.min_p < 1.0f)) fail("--min-p must be in [0, 1) (got {})", params.min_p);
   if (!(params.repetition_penalty > 0.0f) || !std::isfinite(params.repetition_penalty)) {
     fail("--repeat-penalty must be a finite number > 0 (got {})", params.repetition_penalty);
   }
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
-  validate(params);
-}
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> context) {
   const auto vocab = static_cast<int32_t>(logits.size());
@@ -43,8 +39,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (TokenConstraint* constraint = params_.constraint) {
     if (!constraint->allows(token)) {
       constraint->mask(scratch_);
-      if (std::none_of(scratch_.begin(), scratch_.end(),
-                       [](float l) { return std::isfinite(l); })) {
+      if (std::none_of(scratch_.begin(), scratch_.end(), [](float l) { return std::isfinite(l); })) {
         fail("the output constraint allows no token here (the grammar has no way to continue)");
       }
       token = draw();
@@ -57,8 +52,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 int32_t Sampler::draw() {
   const auto vocab = static_cast<int32_t>(scratch_.size());
   if (params_.temperature <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
-                                scratch_.begin());
+    return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) - scratch_.begin());
   }
 
   order_.resize(static_cast<size_t>(vocab));
@@ -70,8 +64,7 @@ int32_t Sampler::draw() {
   size_t kept = order_.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < kept) {
     kept = static_cast<size_t>(params_.top_k);
-    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(kept),
-                      order_.end(), by_logit);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(kept), order_.end(), by_logit);
   } else {
     std::sort(order_.begin(), order_.end(), by_logit);
   }
@@ -82,8 +75,7 @@ int32_t Sampler::draw() {
   std::vector<double> probs(kept);
   double total = 0.0;
   for (size_t i = 0; i < kept; ++i) {
-    probs[i] =
-        std::exp((scratch_[static_cast<size_t>(order_[i])] - max_logit) / params_.temperature);
+    probs[i] = std::exp((scratch_[static_cast<size_t>(order_[i])] - max_logit) / params_.temperature);
     total += probs[i];
   }
   for (double& p : probs) p /= total;

@@ -26,10 +26,10 @@ class TokenConstraint {
 };
 
 struct SamplingParams {
-  float temperature = 0.0f;         // <= 0: greedy (argmax, lowest id on ties)
-  int top_k = 0;                    // 0: off
-  float top_p = 1.0f;               // 1: off
-  float min_p = 0.0f;               // 0: off; keeps tokens with p >= min_p * p_max
+  float temperature = 0.0f;       // <= 0: greedy (argmax, lowest id on ties)
+  int top_k = 0;                  // 0: off
+  float top_p = 1.0f;             // 1: off
+  float min_p = 0.0f;             // 0: off; keeps tokens with p >= min_p * p_max
   float repetition_penalty = 1.0f;  // 1: off; applied to every token already in the context
   uint64_t seed = 0;
   // Not owned; outlives every Sampler made from these params. Null: no
