@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "compute/chat/json_grammar_node.h"
 #include "proto/error.h"
@@ -532,7 +533,7 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar,
     : trie_(std::move(trie)),
       options_(std::move(options)),
       state_(std::move(grammar)),
-      active_(!options_.start_after) {
+      active_(!(options_.start_after && options_.starts_free)) {
   if (!trie_) fail("json constraint: no token trie");
   scratch_.resize(trie_->max_depth() + 1);
 }
@@ -543,6 +544,9 @@ bool JsonConstraint::complete() const {
 
 bool JsonConstraint::allows(int32_t token) {
   if (!active_) return true;
+  if (first_ && options_.start_after && options_.reasoning_open && token == *options_.reasoning_open) {
+    return true;
+  }
   if (std::find(options_.end_ids.begin(), options_.end_ids.end(), token) !=
       options_.end_ids.end()) {
     return complete();
@@ -555,8 +559,13 @@ bool JsonConstraint::allows(int32_t token) {
 }
 
 void JsonConstraint::accept(int32_t token) {
+  const bool first = std::exchange(first_, false);
   if (!active_) {
     active_ = options_.start_after && token == *options_.start_after;
+    return;
+  }
+  if (first && options_.start_after && options_.reasoning_open && token == *options_.reasoning_open) {
+    active_ = false;
     return;
   }
   if (std::find(options_.end_ids.begin(), options_.end_ids.end(), token) != options_.end_ids.end())
@@ -570,6 +579,10 @@ void JsonConstraint::accept(int32_t token) {
 void JsonConstraint::mask(std::span<float> logits) {
   if (!active_) return;
   allowed_.assign(logits.size(), 0);
+  if (first_ && options_.start_after && options_.reasoning_open &&
+      static_cast<size_t>(*options_.reasoning_open) < allowed_.size()) {
+    allowed_[static_cast<size_t>(*options_.reasoning_open)] = 1;
+  }
   if (complete()) {
     for (TokenId id : options_.end_ids) {
       if (id >= 0 && static_cast<size_t>(id) < allowed_.size())

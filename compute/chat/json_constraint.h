@@ -126,6 +126,10 @@ struct ConstraintOptions {
   // Tokens are free until this one is accepted (e.g. </think> when the prompt
   // opened reasoning); nullopt: constrained from the first token.
   std::optional<TokenId> start_after;
+  // May come as the very first token (e.g. <think>), freeing the tokens until
+  // start_after: a thinking model reasons first, unconstrained.
+  std::optional<TokenId> reasoning_open;
+  bool starts_free = false;  // the prompt already opened reasoning
 };
 
 // The sampler hook (SamplingParams::constraint). One per generation.
@@ -145,6 +149,7 @@ class JsonConstraint final : public TokenConstraint {
   ConstraintOptions options_;
   JsonRecognizer state_;
   bool active_;
+  bool first_ = true;
   std::vector<std::vector<JsonFrame>> scratch_;  // one state per trie depth while masking
   std::vector<uint8_t> allowed_;
 };
