@@ -3,6 +3,7 @@
 #include "compute/model/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -54,6 +55,12 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
 
   routing_.assign(count, {});
   size_t moe_index = 0;
+  auto mark = std::chrono::steady_clock::now();
+  const auto lap = [&mark](double& into) {
+    const auto now = std::chrono::steady_clock::now();
+    into += std::chrono::duration<double>(now - mark).count();
+    mark = now;
+  };
   proj_.resize(size_t{count} * hidden);
   for (uint32_t layer = 0; layer < config_.layers; ++layer) {
     const LayerWeights& lw = weights_.layers[layer];
@@ -63,14 +70,17 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
     Mixer& mixer = config_.is_kda(layer) ? *kda_ : *attention_;
     mixer.forward(layer, normed_.data(), count, position_, proj_.data());
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
+    lap(config_.is_kda(layer) ? times_.kda : times_.attention);
     for (uint32_t t = 0; t < count; ++t) {
       rms_norm(&x_[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
                &normed_[size_t{t} * hidden]);
     }
     if (lw.moe) {
       moe(layer, count, moe_index++);
+      lap(times_.moe);
     } else {
       swiglu(lw.dense.gate, lw.dense.up, lw.dense.down, count);
+      lap(times_.dense);
     }
   }
 
@@ -80,6 +90,7 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
              &normed_[size_t{t - first} * hidden]);
   }
   weights_.lm_head.apply(normed_.data(), static_cast<uint32_t>(rows_out), logits.data(), exec_);
+  lap(times_.lm_head);
   position_ += count;
 }
 

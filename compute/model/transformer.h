@@ -22,6 +22,14 @@
 
 namespace sluice {
 
+// Seconds spent in each part of the forward passes so far (three clock reads
+// a layer): the mixers (with their input norm), the MoE blocks (router,
+// routed experts including any wait for their records, shared expert), the
+// dense FFNs, and the final norm with the LM head.
+struct ForwardTimes {
+  double kda = 0, attention = 0, moe = 0, dense = 0, lm_head = 0;
+};
+
 class Transformer {
  public:
   Transformer(const ModelConfig& config, const ModelWeights& weights, ExpertSource& experts,
@@ -36,6 +44,7 @@ class Transformer {
   void reset() { position_ = 0; }
   // The routing of the last forward call: [token][moe layer].
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
+  const ForwardTimes& times() const { return times_; }
   size_t kv_cache_bytes() const { return attention_->state_bytes() + (kda_ ? kda_->state_bytes() : 0); }
 
   // Called for each MoE layer once its routing is decided and its records are
@@ -66,6 +75,7 @@ class Transformer {
   kernels::RvqTable gate_table_, up_table_, down_table_;
   std::vector<std::vector<Routing>> routing_;
   MoeHook moe_hook_;
+  ForwardTimes times_;
 };
 
 }  // namespace sluice
