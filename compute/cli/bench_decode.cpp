@@ -282,7 +282,8 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
     prefill_bytes.push_back(double(r.prefill.bytes_read));
   }
   nlohmann::json parts = nlohmann::json::object();
-  for (const auto& [part, unused] : per_token_json(runs.front().decode, tokens).items()) {
+  const nlohmann::json names = per_token_json(runs.front().decode, tokens);
+  for (const auto& [part, unused] : names.items()) {
     std::vector<double> values;
     for (const ArmResult& r : runs) values.push_back(per_token_json(r.decode, tokens)[part].get<double>());
     parts[part] = median(values);
