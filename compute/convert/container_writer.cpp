@@ -4,9 +4,9 @@
 // a directory without manifest.json is simply unfinished.
 #include "compute/convert/container_writer.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "proto/checksum.h"
 #include "proto/error.h"
@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 bool is_container_file(const std::string& name) {
-  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" || name == "tokenizer.json" ||
-         name == "tiktoken.model" || name == "tokenizer_config.json" ||
+  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" ||
+         name == "tokenizer.json" || name == "tiktoken.model" || name == "tokenizer_config.json" ||
          (name.starts_with("experts-L") && name.ends_with(".bin")) || name.ends_with(".tmp");
 }
 
@@ -33,7 +33,8 @@ bool is_container_file(const std::string& name) {
 void wipe(const fs::path& out, const std::string& work_dir) {
   fs::remove(out / "manifest.json");
   for (const auto& entry : fs::directory_iterator(out)) {
-    if (entry.is_regular_file() && is_container_file(entry.path().filename().string())) fs::remove(entry.path());
+    if (entry.is_regular_file() && is_container_file(entry.path().filename().string()))
+      fs::remove(entry.path());
   }
   fs::remove_all(out / work_dir);
 }
@@ -71,8 +72,12 @@ Json trunk_tensors_json(const std::vector<TrunkEntry>& trunk, const fs::path& tr
     if (auto problem = trunk_values_problem(info, data.data(), scales.data())) {
       fail("{}: trunk tensor \"{}\": {}", trunk_path.string(), info.name, *problem);
     }
-    tensors.push_back({{"name", t.plan.name}, {"format", trunk_format_name(t.plan.format)}, {"shape", t.plan.shape},
-                       {"offset", t.offset}, {"bytes", t.bytes}, {"scale_offset", t.scale_offset},
+    tensors.push_back({{"name", t.plan.name},
+                       {"format", trunk_format_name(t.plan.format)},
+                       {"shape", t.plan.shape},
+                       {"offset", t.offset},
+                       {"bytes", t.bytes},
+                       {"scale_offset", t.scale_offset},
                        {"scale_bytes", t.scale_bytes},
                        {"crc32", trunk_tensor_crc32(info, data.data(), scales.data())}});
   }
@@ -85,11 +90,16 @@ Json build_manifest(const ContainerParts& parts, uint32_t codebooks_crc32, const
   for (const auto& layer : parts.moe_layers) {
     const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
     const std::string file = bank_file_name(layer.layer);
-    layers.push_back({{"layer", layer.layer}, {"file", file}, {"experts", layer.experts},
-                      {"record_stride", layout.stride}, {"bytes", uint64_t{layer.experts} * layout.stride},
-                      {"codebook_base", layer.codebook_base}, {"hidden", layer.hidden},
-                      {"expert_width", layer.expert_width},
-                      {"records_crc32", bank_records_crc32(out / file, layer.experts, layout.stride)}});
+    layers.push_back(
+        {{"layer", layer.layer},
+         {"file", file},
+         {"experts", layer.experts},
+         {"record_stride", layout.stride},
+         {"bytes", uint64_t{layer.experts} * layout.stride},
+         {"codebook_base", layer.codebook_base},
+         {"hidden", layer.hidden},
+         {"expert_width", layer.expert_width},
+         {"records_crc32", bank_records_crc32(out / file, layer.experts, layout.stride)}});
   }
   Json tokenizer_files = Json::array(), tokenizer_crcs = Json::array();
   for (const auto& [name, bytes] : parts.tokenizer_files) {
@@ -104,15 +114,28 @@ Json build_manifest(const ContainerParts& parts, uint32_t codebooks_crc32, const
       {"config", parts.config},
       {"source", parts.source},
       {"expert_quant",
-       {{"method", "rvq"}, {"stages", kRvqStages}, {"entries", kRvqEntries}, {"vec_dim", kRvqVecDim},
-        {"index_bits", 8}, {"bits_per_weight", 3.0}, {"row_block", kRowBlock},
-        {"index_layout", "rowblock16.vector.stage.row"}, {"scale", "f16_row_absmax"},
-        {"codebook_sharing", "layer.matrix.stage"}, {"kmeans", parts.kmeans}}},
+       {{"method", "rvq"},
+        {"stages", kRvqStages},
+        {"entries", kRvqEntries},
+        {"vec_dim", kRvqVecDim},
+        {"index_bits", 8},
+        {"bits_per_weight", 3.0},
+        {"row_block", kRowBlock},
+        {"index_layout", "rowblock16.vector.stage.row"},
+        {"scale", "f16_row_absmax"},
+        {"codebook_sharing", "layer.matrix.stage"},
+        {"kmeans", parts.kmeans}}},
       {"trunk", {{"file", "trunk.bin"}, {"bytes", parts.trunk_bytes}, {"tensors", tensors}}},
-      {"codebooks", {{"file", "codebooks.bin"}, {"bytes", codebook_count * kCodebookBytes}, {"count", codebook_count},
-                     {"crc32", codebooks_crc32}}},
+      {"codebooks",
+       {{"file", "codebooks.bin"},
+        {"bytes", codebook_count * kCodebookBytes},
+        {"count", codebook_count},
+        {"crc32", codebooks_crc32}}},
       {"moe_layers", layers},
-      {"tokenizer", {{"files", tokenizer_files}, {"crc32", tokenizer_crcs}, {"chat_template", parts.chat_template}}},
+      {"tokenizer",
+       {{"files", tokenizer_files},
+        {"crc32", tokenizer_crcs},
+        {"chat_template", parts.chat_template}}},
   };
   manifest["manifest_crc32"] = manifest_crc32(nlohmann::json::parse(manifest.dump()));
   return manifest;
@@ -120,7 +143,9 @@ Json build_manifest(const ContainerParts& parts, uint32_t codebooks_crc32, const
 
 }  // namespace
 
-std::string layer_tag(uint32_t layer) { return fmt::format("L{:03}", layer); }
+std::string layer_tag(uint32_t layer) {
+  return fmt::format("L{:03}", layer);
+}
 
 std::optional<Json> read_json_file(const fs::path& path) {
   try {
@@ -130,7 +155,8 @@ std::optional<Json> read_json_file(const fs::path& path) {
   }
 }
 
-Start prepare_output(const fs::path& out, const std::string& work_dir, const Json& state, bool force) {
+Start prepare_output(const fs::path& out, const std::string& work_dir, const Json& state,
+                     bool force) {
   if (!fs::exists(out)) {
     fs::create_directories(out);
     return Start::kFresh;
@@ -141,8 +167,9 @@ Start prepare_output(const fs::path& out, const std::string& work_dir, const Jso
   std::string problem;
   if (fs::exists(manifest_path)) {
     const auto manifest = read_json_file(manifest_path);
-    const bool same = manifest && manifest->is_object() && manifest->value("source", Json()) == state["source"] &&
-                      manifest->value("expert_quant", Json::object()).value("kmeans", Json()) == state["kmeans"];
+    const bool same =
+        manifest && manifest->is_object() && manifest->value("source", Json()) == state["source"] &&
+        manifest->value("expert_quant", Json::object()).value("kmeans", Json()) == state["kmeans"];
     if (same && !force) {
       fs::remove_all(out / work_dir);
       return Start::kComplete;
@@ -181,7 +208,8 @@ uint64_t directory_bytes(const fs::path& out) {
 
 CodebooksWriter::CodebooksWriter(const fs::path& out) : file_((out / kCodebooksFile).string()) {}
 
-void CodebooksWriter::append_layer(uint32_t layer, std::string_view bytes, const std::string& where) {
+void CodebooksWriter::append_layer(uint32_t layer, std::string_view bytes,
+                                   const std::string& where) {
   if (bytes.size() != kCodebooksPerLayer * kCodebookBytes) {
     fail("{}: layer {}: {} bytes of codebooks, expected {}", where, layer, bytes.size(),
          kCodebooksPerLayer * kCodebookBytes);
@@ -201,14 +229,16 @@ uint32_t CodebooksWriter::commit() {
 }
 
 void finish_container(const ContainerParts& parts, uint32_t codebooks_crc32, const fs::path& out) {
-  for (const auto& [name, bytes] : parts.tokenizer_files) write_file_atomically((out / name).string(), bytes);
+  for (const auto& [name, bytes] : parts.tokenizer_files)
+    write_file_atomically((out / name).string(), bytes);
   check_size(out / kTrunkFile, parts.trunk_bytes);
   check_size(out / kCodebooksFile, parts.moe_layers.size() * kCodebooksPerLayer * kCodebookBytes);
   for (const auto& layer : parts.moe_layers) {
     const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
     check_size(out / bank_file_name(layer.layer), uint64_t{layer.experts} * layout.stride);
   }
-  write_file_atomically((out / kManifestFile).string(), build_manifest(parts, codebooks_crc32, out).dump(2) + "\n");
+  write_file_atomically((out / kManifestFile).string(),
+                        build_manifest(parts, codebooks_crc32, out).dump(2) + "\n");
 }
 
 }  // namespace sluice::convert

@@ -7,13 +7,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/convert/atomic_file.h"
 #include "compute/convert/convert_steps.h"
@@ -65,13 +64,14 @@ struct ContainerParts {
   uint64_t trunk_bytes = 0;
   std::vector<MoeLayerPlan> moe_layers;
   std::vector<std::pair<std::string, std::string>> tokenizer_files;  // name, bytes
-  nlohmann::ordered_json chat_template;                               // string or null
+  nlohmann::ordered_json chat_template;                              // string or null
 };
 
 // With trunk.bin, codebooks.bin and every bank already in place: writes the
 // tokenizer files, checks each file's size, reads the trunk back (refusing a
 // value the format does not allow) and the record headers for their crc32s,
 // and writes manifest.json last.
-void finish_container(const ContainerParts& parts, uint32_t codebooks_crc32, const std::filesystem::path& out);
+void finish_container(const ContainerParts& parts, uint32_t codebooks_crc32,
+                      const std::filesystem::path& out);
 
 }  // namespace sluice::convert

@@ -7,10 +7,11 @@
 // the rest. It never trains anything.
 #include "compute/convert/synth.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <filesystem>
-
-#include <fmt/format.h>
+#include <thread>
 
 #include "compute/convert/container_writer.h"
 #include "compute/convert/model_plan.h"
@@ -39,7 +40,8 @@ Json shape_json(const std::string& name) {
 }
 
 uint32_t config_count(const Json& config, const std::string& key, const std::string& shape) {
-  if (!config.contains(key) || !config[key].is_number_unsigned()) fail("shape {}: config has no count {}", shape, key);
+  if (!config.contains(key) || !config[key].is_number_unsigned())
+    fail("shape {}: config has no count {}", shape, key);
   return config[key].get<uint32_t>();
 }
 
@@ -49,7 +51,8 @@ Json* find_path(Json& config, const std::string& path) {
   size_t start = 0;
   while (node != nullptr) {
     const size_t dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (!node->is_object() || !node->contains(key)) return nullptr;
     node = &(*node)[key];
     if (dot == std::string::npos) return node;
@@ -66,7 +69,8 @@ void cut_layers(Json& config, const Json& shape, uint32_t layers, const std::str
     const std::string key = list.value("key", "");
     const int64_t base = list.value("base", 0);
     Json* values = find_path(config, key);
-    if (values == nullptr || !values->is_array()) fail("shape {}: layer list {} is not in its config", name, key);
+    if (values == nullptr || !values->is_array())
+      fail("shape {}: layer list {} is not in its config", name, key);
     Json kept = Json::array();
     for (const auto& v : *values) {
       if (v.is_number_integer() && v.get<int64_t>() - base < int64_t{layers}) kept.push_back(v);
@@ -76,9 +80,11 @@ void cut_layers(Json& config, const Json& shape, uint32_t layers, const std::str
 }
 
 void cut_experts(Json& config, const Json& shape, uint32_t experts, const std::string& name) {
-  const std::string experts_key = shape.value("experts_key", ""), top_k_key = shape.value("top_k_key", "");
+  const std::string experts_key = shape.value("experts_key", ""),
+                    top_k_key = shape.value("top_k_key", "");
   const uint32_t total = config_count(config, experts_key, name);
-  if (experts > total) fail("--experts {} is more than the {} experts per layer of {}", experts, total, name);
+  if (experts > total)
+    fail("--experts {} is more than the {} experts per layer of {}", experts, total, name);
   config[experts_key] = experts;
   if (config_count(config, top_k_key, name) > experts) config[top_k_key] = experts;
 }
@@ -103,8 +109,8 @@ void cut_vocab(Json& config, uint32_t vocab, const std::string& name) {
 ModelPlan plan_of(const SynthOptions& options, const Json& config) {
   ModelPlan plan = plan_model(config, fmt::format("shape {}", options.shape));
   if (plan.moe_layers.empty()) {
-    fail("--layers {} keeps no MoE layer of {} (its first layers are dense); keep more layers", options.layers,
-         options.shape);
+    fail("--layers {} keeps no MoE layer of {} (its first layers are dense); keep more layers",
+         options.layers, options.shape);
   }
   return plan;
 }
@@ -124,8 +130,8 @@ void write_bank(const MoeLayerPlan& layer, const SynthOptions& options, const fs
   AtomicFile bank(path.string());
   parallel_for(layer.experts, options.threads, [&](size_t e) {
     std::vector<uint8_t> record(layout.stride);
-    synth_expert_record(layout, options.seed, layer.layer, static_cast<uint32_t>(e), layer.codebook_base,
-                        record.data());
+    synth_expert_record(layout, options.seed, layer.layer, static_cast<uint32_t>(e),
+                        layer.codebook_base, record.data());
     bank.write_at(uint64_t{e} * layout.stride, record.data(), record.size());
     progress.advance(uint64_t{3} * layer.hidden * layer.expert_width);
   });
@@ -157,11 +163,19 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
   const ModelPlan plan = plan_of(options, config);
   const fs::path out(options.output_dir), work = out / kWorkDir;
   const Json source{{"synthetic",
-                     {{"shape", options.shape}, {"seed", options.seed}, {"generator", kGeneratorVersion},
-                      {"layers", options.layers}, {"experts", options.experts}, {"vocab", options.vocab}}}};
+                     {{"shape", options.shape},
+                      {"seed", options.seed},
+                      {"generator", kGeneratorVersion},
+                      {"layers", options.layers},
+                      {"experts", options.experts},
+                      {"vocab", options.vocab}}}};
   const Json state{{"format", "sluice-synth-state"}, {"source", source}, {"kmeans", nullptr}};
-  Json summary{{"shape", options.shape}, {"output", options.output_dir}, {"arch", plan.arch},
-               {"layers", plan.config.layers}, {"moe_layers", plan.moe_layers.size()}, {"seed", options.seed}};
+  Json summary{{"shape", options.shape},
+               {"output", options.output_dir},
+               {"arch", plan.arch},
+               {"layers", plan.config.layers},
+               {"moe_layers", plan.moe_layers.size()},
+               {"seed", options.seed}};
 
   const Start start = prepare_output(out, kWorkDir, state, options.force);
   if (start == Start::kComplete) {
@@ -202,16 +216,24 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
     }
     progress.phase(fmt::format("layer {}", layer.layer));
     write_bank(layer, options, path, progress);
+    if (options.test_delay_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
   }
 
   progress.phase("manifest");
   CodebooksWriter codebooks(out);
   for (const auto& layer : plan.moe_layers) {
-    codebooks.append_layer(layer.layer, synth_layer_codebooks(options.seed, layer.layer), "synthetic codebooks");
+    codebooks.append_layer(layer.layer, synth_layer_codebooks(options.seed, layer.layer),
+                           "synthetic codebooks");
   }
   const uint32_t codebooks_crc32 = codebooks.commit();
-  finish_container({.arch = plan.arch, .config = config, .source = source, .kmeans = nullptr, .trunk = trunk,
-                    .trunk_bytes = trunk_bytes, .moe_layers = plan.moe_layers,
+  finish_container({.arch = plan.arch,
+                    .config = config,
+                    .source = source,
+                    .kmeans = nullptr,
+                    .trunk = trunk,
+                    .trunk_bytes = trunk_bytes,
+                    .moe_layers = plan.moe_layers,
                     .tokenizer_files = {{"tokenizer.json", synth_tokenizer_json(plan.config.vocab)},
                                         {"tokenizer_config.json", synth_tokenizer_config()}},
                     .chat_template = nullptr},

@@ -6,10 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compute/convert/convert.h"
 
@@ -27,6 +26,9 @@ struct SynthOptions {
   uint64_t seed = 1;
   int threads = 1;  // results never depend on it
   bool force = false;
+  // Test hook: pause this long after each finished bank, so a test can kill
+  // the run between banks (SLUICE_SYNTH_TEST_DELAY_MS).
+  int test_delay_ms = 0;
 };
 
 std::vector<std::string> synth_shape_names();

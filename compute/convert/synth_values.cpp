@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "compute/convert/codebook.h"
@@ -32,22 +31,36 @@ struct Draw {
 
 Draw draw_for(const TrunkTensorPlan& tensor) {
   switch (tensor.role) {
-    case TensorRole::kInputNorm: case TensorRole::kPostAttentionNorm: case TensorRole::kQNorm:
-    case TensorRole::kKNorm: case TensorRole::kQANorm: case TensorRole::kKVANorm: case TensorRole::kOutputNorm:
+    case TensorRole::kInputNorm:
+    case TensorRole::kPostAttentionNorm:
+    case TensorRole::kQNorm:
+    case TensorRole::kKNorm:
+    case TensorRole::kQANorm:
+    case TensorRole::kKVANorm:
+    case TensorRole::kOutputNorm:
     case TensorRole::kFinalNorm:
       return {.center = 1.0f, .half_width = 0.1f};
-    case TensorRole::kRouterBias: return {.half_width = 0.05f};
-    case TensorRole::kDecayBias: return {.half_width = 1.0f};
-    case TensorRole::kDecayLog: return {.log_uniform = true, .low = 1.0f, .high = 16.0f};
-    case TensorRole::kQConv: case TensorRole::kKConv: case TensorRole::kVConv: return {.half_width = 0.5f};
+    case TensorRole::kRouterBias:
+      return {.half_width = 0.05f};
+    case TensorRole::kDecayBias:
+      return {.half_width = 1.0f};
+    case TensorRole::kDecayLog:
+      return {.log_uniform = true, .low = 1.0f, .high = 16.0f};
+    case TensorRole::kQConv:
+    case TensorRole::kKConv:
+    case TensorRole::kVConv:
+      return {.half_width = 0.5f};
     case TensorRole::kRouter:
       return {.half_width = kSqrt3 * 2.0f / std::sqrt(static_cast<float>(tensor.shape.back()))};
-    default: return {.half_width = kSqrt3 * kWeightStd};
+    default:
+      return {.half_width = kSqrt3 * kWeightStd};
   }
 }
 
 // [-1, 1) from 32 random bits.
-float signed_unit(uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1p-23f - 1.0f; }
+float signed_unit(uint32_t bits) {
+  return static_cast<float>(bits >> 8) * 0x1p-23f - 1.0f;
+}
 
 void fill_random_bytes(SplitMix64& rng, uint8_t* out, size_t n) {
   size_t i = 0;
@@ -84,7 +97,8 @@ std::string byte_char(uint8_t byte) {
 
 }  // namespace
 
-void SynthTrunkValues::rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last, float* out) {
+void SynthTrunkValues::rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last,
+                            float* out) {
   const Draw draw = draw_for(tensor);
   const uint64_t cols = tensor.shape.back(), name_hash = fnv1a64(tensor.name);
   for (uint64_t row = first; row < last; ++row) {
@@ -162,22 +176,37 @@ std::string synth_tokenizer_json(uint32_t vocab) {
     }
     tokens[text] = id;
   }
-  const nlohmann::json byte_level{
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  const nlohmann::json tokenizer{
-      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
-      {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr},
-      {"pre_tokenizer", byte_level}, {"post_processor", byte_level}, {"decoder", byte_level},
-      {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", tokens},
-        {"merges", nlohmann::json::array()}}}};
+  const nlohmann::json byte_level{{"type", "ByteLevel"},
+                                  {"add_prefix_space", false},
+                                  {"trim_offsets", true},
+                                  {"use_regex", true}};
+  const nlohmann::json tokenizer{{"version", "1.0"},
+                                 {"truncation", nullptr},
+                                 {"padding", nullptr},
+                                 {"added_tokens", nlohmann::json::array()},
+                                 {"normalizer", nullptr},
+                                 {"pre_tokenizer", byte_level},
+                                 {"post_processor", byte_level},
+                                 {"decoder", byte_level},
+                                 {"model",
+                                  {{"type", "BPE"},
+                                   {"dropout", nullptr},
+                                   {"unk_token", nullptr},
+                                   {"continuing_subword_prefix", nullptr},
+                                   {"end_of_word_suffix", nullptr},
+                                   {"fuse_unk", false},
+                                   {"byte_fallback", false},
+                                   {"vocab", tokens},
+                                   {"merges", nlohmann::json::array()}}}};
   return tokenizer.dump() + "\n";
 }
 
 std::string synth_tokenizer_config() {
-  return nlohmann::ordered_json{{"add_bos_token", false}, {"add_eos_token", false}, {"bos_token", nullptr},
-                                {"eos_token", nullptr}, {"chat_template", nullptr}}
+  return nlohmann::ordered_json{{"add_bos_token", false},
+                                {"add_eos_token", false},
+                                {"bos_token", nullptr},
+                                {"eos_token", nullptr},
+                                {"chat_template", nullptr}}
              .dump(2) +
          "\n";
 }

@@ -11,9 +11,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
+import time
 import unittest
 import zlib
 
@@ -162,6 +164,25 @@ class SynthTest(unittest.TestCase):
         self.assertEqual(ta, tb)
         for name in ("trunk.bin", "codebooks.bin", "experts-L000.bin", "experts-L001.bin"):
             self.assertNotEqual(ta[name], tc[name], name)
+
+    def test_resume_after_kill_keeps_finished_banks(self):
+        args = ["--layers", "2", "--experts", "8", "--vocab", "1024"]
+        reference, out = os.path.join(self.tmp, "ref.sluice"), os.path.join(self.tmp, "resumed.sluice")
+        self.synth("qwen3-30b-a3b", reference, *args)
+        env = dict(os.environ, SLUICE_SYNTH_TEST_DELAY_MS="3000")
+        proc = subprocess.Popen([SLUICE, "synth", "qwen3-30b-a3b", out, "-q", *args], env=env)
+        first_bank = os.path.join(out, "experts-L000.bin")
+        deadline = time.time() + 120
+        while not os.path.exists(first_bank) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.assertTrue(os.path.exists(first_bank))
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
+        self.assertEqual(sluice("info", out).returncode, 1)  # refused: unfinished
+        summary = self.synth("qwen3-30b-a3b", out, *args)
+        self.assertEqual(summary["resumed_files"], 2)  # trunk.bin and experts-L000.bin
+        self.assertEqual(tree(out), tree(reference))
 
     def test_full_configs_match_the_table(self):
         for shape, want in SHAPES.items():
