@@ -149,6 +149,7 @@ struct PhaseFigures {
   double seconds = 0;
   uint64_t requests = 0, hits = 0, demand_reads = 0, prefetch_reads = 0, bytes_read = 0, wasted_prefetches = 0;
   double wait_seconds = 0;
+  ForwardTimes times;  // where the phase's seconds went
 };
 
 struct ArmResult {
@@ -161,6 +162,7 @@ struct ArmResult {
 struct Counters {
   ExpertSourceStats source;
   shm::StatsSnapshot cache;
+  ForwardTimes times;
 };
 
 PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
@@ -173,6 +175,8 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   f.prefetch_reads = b.cache.prefetch_reads - a.cache.prefetch_reads;
   f.bytes_read = b.cache.bytes_read - a.cache.bytes_read;
   f.wasted_prefetches = b.cache.wasted_prefetches - a.cache.wasted_prefetches;
+  f.times = {b.times.kda - a.times.kda, b.times.attention - a.times.attention, b.times.moe - a.times.moe,
+             b.times.dense - a.times.dense, b.times.lm_head - a.times.lm_head};
   return f;
 }
 
@@ -198,7 +202,7 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   routing_options.lookahead = arm.lookahead;
   routing_options.in_prefill = arm.in_prefill;
   RoutingSession routing(engine, routing_options);
-  const auto counters = [&] { return Counters{cached->stats(), cached->cache_stats()}; };
+  const auto counters = [&] { return Counters{cached->stats(), cached->cache_stats(), engine.transformer().times()}; };
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -233,6 +237,22 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   return result;
 }
 
+// Where a token's time goes. The MoE blocks' time includes the wait for
+// records; "experts" is that time less the wait (router, routed and shared
+// experts' compute). "other" is what no counter covers (embedding, sampling).
+nlohmann::json per_token_json(const PhaseFigures& f, uint32_t tokens) {
+  const double n = tokens ? tokens : 1;
+  const ForwardTimes& t = f.times;
+  const double covered = t.kda + t.attention + t.moe + t.dense + t.lm_head;
+  return {{"kda", t.kda / n},
+          {"attention", t.attention / n},
+          {"experts", std::max(0.0, t.moe - f.wait_seconds) / n},
+          {"waiting_on_reads", f.wait_seconds / n},
+          {"dense_ffn", t.dense / n},
+          {"lm_head", t.lm_head / n},
+          {"other", std::max(0.0, f.seconds - covered) / n}};
+}
+
 nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
   return {{"seconds", f.seconds},
           {"tok_per_s", f.seconds > 0 ? tokens / f.seconds : 0.0},
@@ -242,13 +262,15 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"wasted_prefetches", f.wasted_prefetches},
           {"bytes_read", f.bytes_read},
           {"bytes_read_per_token", tokens ? double(f.bytes_read) / tokens : 0.0},
-          {"wait_seconds", f.wait_seconds}};
+          {"wait_seconds", f.wait_seconds},
+          {"seconds_per_token", per_token_json(f, tokens)}};
 }
 
 // One arm's runs, summarized by medians (the machine is shared and noisy).
 struct ArmSummary {
   double tok_per_s = 0, min_tok_per_s = 0, max_tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0,
          wait_share = 0, compute_seconds_per_token = 0, prefill_seconds = 0, prefill_bytes = 0;
+  nlohmann::json seconds_per_token;  // per part, the median over runs
 };
 
 ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
@@ -264,6 +286,13 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
     prefill.push_back(r.prefill.seconds);
     prefill_bytes.push_back(double(r.prefill.bytes_read));
   }
+  nlohmann::json parts = nlohmann::json::object();
+  const nlohmann::json names = per_token_json(runs.front().decode, tokens);
+  for (const auto& [part, unused] : names.items()) {
+    std::vector<double> values;
+    for (const ArmResult& r : runs) values.push_back(per_token_json(r.decode, tokens)[part].get<double>());
+    parts[part] = median(values);
+  }
   return {median(rate),
           *std::min_element(rate.begin(), rate.end()),
           *std::max_element(rate.begin(), rate.end()),
@@ -273,7 +302,8 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
           median(share),
           median(compute),
           median(prefill),
-          median(prefill_bytes)};
+          median(prefill_bytes),
+          parts};
 }
 
 // Achieved tok/s over what the bytes missed per token at the disk's
@@ -389,7 +419,9 @@ void run_decode(const DecodeFlags& flags) {
              {"bytes_read_per_token", m.bytes_per_token},
              {"wait_seconds", m.wait_seconds},
              {"prefill_seconds", m.prefill_seconds},
-             {"prefill_bytes_read", m.prefill_bytes}}},
+             {"prefill_tok_per_s", m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
+             {"prefill_bytes_read", m.prefill_bytes},
+             {"decode_seconds_per_token", m.seconds_per_token}}},
            {"runs", each}});
     }
     fmt::print("{}\n", out.dump(2));
@@ -413,6 +445,9 @@ void run_decode(const DecodeFlags& flags) {
     }
     fmt::print("; {:.0f}% of the step waiting, io_bound_ratio {:.2f}; prefill {:.2f} s, {:.1f} MB\n",
                100 * m.wait_share, io_bound_ratio(m, disk_gbps), m.prefill_seconds, m.prefill_bytes / 1e6);
+    fmt::print("    ms per token:");
+    for (const auto& [part, seconds] : m.seconds_per_token.items()) fmt::print(" {} {:.1f}", part, 1e3 * seconds.get<double>());
+    fmt::print("\n");
   }
 }
 

@@ -31,6 +31,7 @@ CLI::Validator at_least_one();
 CLI::Validator memory_size();
 
 void add_convert_command(CLI::App& app);
+void add_synth_command(CLI::App& app);  // in cmd_synth.cpp
 void add_info_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize

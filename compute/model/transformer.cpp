@@ -3,6 +3,7 @@
 #include "compute/model/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -94,6 +95,12 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
 
   routing_.assign(count, {});
   size_t moe_index = 0;
+  auto mark = std::chrono::steady_clock::now();
+  const auto lap = [&mark](double& into) {
+    const auto now = std::chrono::steady_clock::now();
+    into += std::chrono::duration<double>(now - mark).count();
+    mark = now;
+  };
   proj_.resize(size_t{count} * hidden);
   for (uint32_t layer = 0; layer < config_.layers; ++layer) {
     const LayerWeights& lw = weights_.layers[layer];
@@ -112,14 +119,17 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
       row += n;
     }
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
+    lap(config_.is_kda(layer) ? times_.kda : times_.attention);
     for (uint32_t t = 0; t < count; ++t) {
       rms_norm(&x_[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
                &normed_[size_t{t} * hidden]);
     }
     if (lw.moe) {
       moe(layer, count, moe_index++);
+      lap(times_.moe);
     } else {
       swiglu(lw.dense.gate, lw.dense.up, lw.dense.down, count);
+      lap(times_.dense);
     }
   }
 
@@ -137,6 +147,7 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
              &normed_[i * hidden]);
   }
   weights_.lm_head.apply(normed_.data(), static_cast<uint32_t>(rows_out), logits.data(), exec_);
+  lap(times_.lm_head);
   for (const Segment& segment : segments) segment.sequence->advance(segment.tokens);
 }
 

@@ -26,6 +26,14 @@
 
 namespace sluice {
 
+// Seconds spent in each part of the forward passes so far (three clock reads
+// a layer): the mixers (with their input norm), the MoE blocks (router,
+// routed experts including any wait for their records, shared expert), the
+// dense FFNs, and the final norm with the LM head.
+struct ForwardTimes {
+  double kda = 0, attention = 0, moe = 0, dense = 0, lm_head = 0;
+};
+
 class Transformer {
  public:
   Transformer(const ModelConfig& config, const ModelWeights& weights, ExpertSource& experts,
@@ -52,6 +60,7 @@ class Transformer {
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
   // The position each token of the last forward call ran at, in the same order.
   const std::vector<uint32_t>& last_positions() const { return positions_; }
+  const ForwardTimes& times() const { return times_; }
 
   // Called for each MoE layer once its routing is decided and its records are
   // requested, with the layer, its MoE ordinal, the chunk's tokens and their
@@ -89,6 +98,7 @@ class Transformer {
   std::vector<std::vector<Routing>> routing_;
   std::vector<uint32_t> positions_;
   MoeHook moe_hook_;
+  ForwardTimes times_;
 };
 
 }  // namespace sluice

@@ -22,6 +22,10 @@ PROGRAMS = ('sluice', 'sluice-io', 'sluice-router', 'sluice-up')
 EXAMPLES = [
     ('sluice convert SRC_DIR OUT.sluice', 'sluice convert {ck} {m} --threads 1 --seed 5 --json -q'),
     ('sluice info OUT.sluice', 'sluice info {m} && sluice info {m} --json'),
+    ('sluice synth SHAPE OUT.sluice', 'sluice synth qwen3-30b-a3b {w}/synth.sluice --layers 1 --seed 3 --threads 1 '
+                                      '--experts 8 --vocab 1024 --json -q && sluice verify {w}/synth.sluice'),
+    ('sluice synth SHAPE --print-config', 'sluice synth kimi-linear-48b --print-config --layers 4 > {w}/kimi.json && '
+                                          'sluice plan --config {w}/kimi.json'),
     ('sluice verify OUT.sluice', 'sluice verify {m} --json'),
     ('sluice run MODEL.sluice "PROMPT" [', 'sluice run {m} "The river" -n 4 --temp 0.8 --top-k 20 --top-p 0.9 '
                                            '--min-p 0.05 --repeat-penalty 1.1 --seed 3 --ctx 64 --threads 1 '

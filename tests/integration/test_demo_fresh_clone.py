@@ -36,7 +36,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sluice-fresh-clone-") as work:
         clone = os.path.join(work, "sluice")
         subprocess.run(["git", "clone", "-q", ROOT, clone], check=True)
-        segments_before = set(glob.glob(f"/dev/shm/sluice-{os.geteuid()}-*"))
+        # The demo names its instance demo-PID; other tests may own other segments meanwhile.
+        demo_segments = f"/dev/shm/sluice-{os.geteuid()}-demo-*"
+        segments_before = set(glob.glob(demo_segments))
         env = dict(os.environ, SLUICE_DEMO_DIR=os.path.join(work, "demo"), TERM="dumb")
         demo = subprocess.run([os.path.join(clone, "scripts", "demo")], cwd=work, env=env, capture_output=True,
                               text=True)
@@ -60,7 +62,7 @@ def main():
         left = live_processes_under(clone)
         if left:
             sys.exit(f"processes of the clone still run after the demo: {left}")
-        leaked = set(glob.glob(f"/dev/shm/sluice-{os.geteuid()}-*")) - segments_before
+        leaked = set(glob.glob(demo_segments)) - segments_before
         if leaked:
             sys.exit(f"the demo left shared memory segments: {sorted(leaked)}")
 
