@@ -285,8 +285,14 @@ void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
     return;
   }
   const uint64_t key = shm::make_key(entry.layer, entry.expert);
+  // The guess is for the layer's next visit; the eviction policy keeps it till then.
+  const uint64_t visits = entry.layer < shm::kStatLayers
+                              ? stats.layers[entry.layer].visits.load(std::memory_order_relaxed)
+                              : 0;
+  evictor_->guessed(entry.layer, visits);
   const std::optional<uint32_t> cached = index().find(key);
   if (cached && segment_->slot(*cached).key == key) {
+    segment_->slot(*cached).guessed_visit = visits;
     stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -299,13 +305,14 @@ void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
   }
   evict(*slot);
   fill(*slot, key, shm::ReadOrigin::kPrefetch, pass);
+  segment_->slot(*slot).guessed_visit = visits;
 }
 
 void Worker::Impl::evict(uint32_t slot) {
   shm::SlotEntry& s = segment_->slot(slot);
   if (s.key == 0) return;
   shm::StatsBlock& stats = segment_->stats();
-  evictor_->evicted(s.key, s.hits);
+  evictor_->evicted(s);
   index().erase(s.key);
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
     stats.evictions.fetch_add(1, std::memory_order_relaxed);
@@ -327,7 +334,7 @@ void Worker::Impl::fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pas
   std::atomic<uint64_t>& clock = segment_->header().clock;
   s.last_access = origin == shm::ReadOrigin::kDemand ? clock.fetch_add(1, std::memory_order_relaxed) + 1
                                                      : clock.load(std::memory_order_relaxed);
-  evictor_->filled(key, s.last_access);
+  evictor_->filled(s, s.last_access);
   s.origin = static_cast<uint32_t>(origin);
   s.used = 0;
   s.waiters = 0;
