@@ -96,6 +96,7 @@ class Worker {
   uint64_t identity() const;
   bool direct_io() const;
   const char* backend_name() const;  // "io_uring" or "threads"
+  bool registered_buffers() const;   // io_uring reads into the slots registered once
 
   // Queues reads of `experts` of `layer` that are not cached yet, behind every
   // demand read; dropped (and counted) when the queue is full or, when its
