@@ -12,7 +12,9 @@ namespace {
 // Before any use is seen: a prior that falls with age, worth a few uses, so
 // the first token is ranked by distance and recency rather than by noise.
 constexpr double kPriorWeight = 4.0;
-double prior_hazard(uint64_t age) { return 0.4 / double(std::max<uint64_t>(age, 1)); }
+double prior_hazard(uint64_t age) {
+  return 0.4 / double(std::max<uint64_t>(age, 1));
+}
 
 }  // namespace
 
@@ -21,7 +23,9 @@ HitDensity::HitDensity(uint32_t layers) : layers_(std::max<uint32_t>(layers, 1))
   refresh();
 }
 
-uint32_t HitDensity::use_class(uint64_t uses, uint64_t known) { return shm::reuse_class(uses, known); }
+uint32_t HitDensity::use_class(uint64_t uses, uint64_t known) {
+  return shm::reuse_class(uses, known);
+}
 
 void HitDensity::observe(uint32_t cls, uint64_t age) {
   if (age == 0) return;
@@ -71,7 +75,8 @@ void HitDensity::refresh() {
         const double visits = double(std::max(tail_visits_[c], uses) + waiting_tail_visits_[c]);
         hazard_[c][a] = (double(uses) + kPriorWeight * prior_hazard(a)) / (visits + kPriorWeight);
       } else {
-        hazard_[c][a] = (double(uses) + kPriorWeight * prior_hazard(a)) / (double(reached + uses) + kPriorWeight);
+        hazard_[c][a] = (double(uses) + kPriorWeight * prior_hazard(a)) /
+                        (double(reached + uses) + kPriorWeight);
       }
       reached += a == kAges ? uses + waiting_[c][a - 1] : uses;
     }
@@ -79,7 +84,8 @@ void HitDensity::refresh() {
   }
   for (uint32_t c = 0; c < kClasses; ++c) {
     for (uint32_t a = 0; a <= kAges; ++a) {
-      for (uint32_t d = 1; d <= layers_; ++d) density_[at(c, a, d)] = best_density(c, a, d, Guess::kUnknown);
+      for (uint32_t d = 1; d <= layers_; ++d)
+        density_[at(c, a, d)] = best_density(c, a, d, Guess::kUnknown);
     }
   }
 }

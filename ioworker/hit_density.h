@@ -29,7 +29,7 @@ class HitDensity {
   // (the last bucket holds every older age), as the segment counts them.
   static constexpr uint32_t kClasses = shm::kReuseClasses;
   static constexpr uint32_t kAges = shm::kReuseAges;
-  static constexpr uint32_t kHorizon = 6;   // visits a key may be kept waiting for a use
+  static constexpr uint32_t kHorizon = 6;  // visits a key may be kept waiting for a use
   // What the lookahead's guess for a layer says about its next visit: it
   // names about 0.6 of the experts used (recall; 6 guesses at 0.8 precision
   // for top-8, reference-engine.md §6) and few of the others.
@@ -63,7 +63,8 @@ class HitDensity {
   // Higher: keep. `age` visits have passed since the last use; the next
   // visit is `distance` layer steps away (1..layers). `guess`: whether the
   // lookahead has guessed that visit, and whether it named the key.
-  double density(uint32_t cls, uint64_t age, uint32_t distance, Guess guess = Guess::kUnknown) const;
+  double density(uint32_t cls, uint64_t age, uint32_t distance,
+                 Guess guess = Guess::kUnknown) const;
   // The chance of a use at the next visit (for tests and reports).
   double hazard(uint32_t cls, uint64_t age) const;
 
@@ -71,9 +72,10 @@ class HitDensity {
   uint32_t layers_;
   Counts used_{};
   std::array<uint64_t, kClasses> tail_visits_{};
-  Counts waiting_{};                                // waiting keys by class and age (capped)
+  Counts waiting_{};  // waiting keys by class and age (capped)
   std::array<uint64_t, kClasses> waiting_tail_visits_{};
-  std::array<std::array<double, kAges + 1>, kClasses> hazard_{};  // by age of the next visit, 1..kAges
+  std::array<std::array<double, kAges + 1>, kClasses>
+      hazard_{};  // by age of the next visit, 1..kAges
   // density_[c][a][d]: rank of a key of class c, age a, next visit d steps away.
   std::vector<double> density_;
   size_t at(uint32_t cls, uint64_t age, uint32_t distance) const;
