@@ -332,12 +332,13 @@ Machine measure_machine(const Container& container, const DecodeFlags& flags, si
 void run_decode(const DecodeFlags& flags) {
   if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
   const Container container = Container::open(flags.model);
-  // Every arm gets the same segment, with a mailbox wide enough for a prefill
-  // chunk; --budget means what it means to `sluice run`, so at the floor the
-  // wider mailbox may take the segment a little over it.
+  // Every arm gets the same segment, with mailboxes wide enough for a prefill
+  // chunk; --budget means what it means to `sluice run`: the slots it buys
+  // there, so the wider mailboxes (one per client) take the segment over it.
+  const uint32_t clients = ioworker::WorkerOptions{}.max_clients;
   const MemoryPlan plan = plan_for(container, flags.budget);
-  const uint64_t cache_bytes = std::max(
-      plan.cache_bytes, ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients, kPlanChunkTokens));
+  const uint32_t slots = ioworker::plan_cache_geometry(container, plan.cache_bytes, clients).slot_count;
+  const uint64_t cache_bytes = ioworker::cache_bytes_for_slots(container, slots, clients, kPlanChunkTokens);
   const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
   if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
     fail(

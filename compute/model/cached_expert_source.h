@@ -40,6 +40,7 @@ class CachedExpertSource final : public ExpertSource {
   shm::StatsSnapshot cache_stats() const;
   ioworker::Worker* worker() { return worker_.get(); }  // null when attached
   shm::Segment& segment() { return segment_; }
+  uint32_t client_id() const { return client_->id(); }  // its entry in the segment (and its mailbox)
 
  private:
   CachedExpertSource(const Container& container, std::unique_ptr<ioworker::Worker> worker,

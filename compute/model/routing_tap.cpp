@@ -26,7 +26,7 @@ RoutingSession::RoutingSession(Engine& engine, const RoutingOptions& options)
           });
       lookahead_->start();
     }
-    publisher_.emplace(cache_->segment(), options.in_prefill);
+    publisher_.emplace(cache_->segment(), cache_->client_id(), options.in_prefill);
   }
   if (publisher_ || trace_) {
     engine_.transformer().set_moe_hook(
