@@ -17,6 +17,8 @@
 
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
+#include "compute/kernels/dispatch.h"
+#include "compute/kernels/rvq_decoded.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
 #include "compute/tokenizer/tokenizer.h"
@@ -175,6 +177,10 @@ void run(const RunArgs& args) {
                           {"context_full", stats.context_full},
                           {"seed", sampling.seed},
                           {"experts", experts_json(stats.experts)}};
+    // What scripts/reference.py --decode-crossover needs to model this run.
+    const kernels::Exec exec{kernels::isa_from_environment(), nullptr};
+    out["kernels"] = {{"isa", kernels::isa_name(exec.isa)},
+                      {"rvq_decode_crossover", kernels::rvq_decode_crossover(exec)}};
     if (routing.runs_router()) {
       out["lookahead"] = {{"k", routing_options.lookahead},
                           {"precision_at_1", guesses.precision_at_1()},
