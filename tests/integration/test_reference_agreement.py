@@ -4,8 +4,9 @@
 # the plan from config.json alone equals the plan of the converted container;
 # logits after a 16-token prompt and after each of 8 greedy steps agree to
 # 1e-4 (max abs) with scripts/reference.py reading the same container, and the
-# greedy tokens are identical. Also prints what the quantization costs against
-# the unquantized checkpoint (no bound: the number goes in the closing note).
+# greedy tokens are identical; the logits do not depend on the thread count.
+# Also prints what the quantization costs against the unquantized checkpoint
+# (no bound: the number goes in the closing note).
 import json
 import os
 import subprocess
@@ -76,6 +77,16 @@ def check_family(name, family, work, failures, *variant):
         print(f"{name}: prefill chunk {chunk} vs 64: max |diff| {diff_chunk:.3g}")
         if not diff_chunk <= TOLERANCE:
             failures.append(f"{name}: prefill in chunks of {chunk} differs by {diff_chunk:.3g}")
+
+    # Bit-identical for any thread count: one expert per worker, or one matrix split over them.
+    if name in ("olmoe", "deepseek_v3"):
+        for threads in ("1", "3"):
+            engine_logits(container, os.path.join(work, f"{name}.threads{threads}"), "--threads", threads)
+            same = open(os.path.join(work, f"{name}.threads{threads}"), "rb").read() == \
+                open(os.path.join(work, name + ".engine"), "rb").read()
+            print(f"{name}: --threads {threads} bit-identical to the default: {same}")
+            if not same:
+                failures.append(f"{name}: logits with --threads {threads} differ from the default thread count")
 
     # The plan from the config alone equals the plan of the converted container.
     for ctx in ("64", "256"):
