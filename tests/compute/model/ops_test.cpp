@@ -2,6 +2,8 @@
 // GQA attention) against plain double-precision versions written here from the
 // equations, over many shapes and odd sizes, plus the exact f32 orders the
 // engine documents for the reference's sake.
+#include "compute/model/ops.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "compute/model/attention.h"
-#include "compute/model/ops.h"
 #include "proto/error.h"
 
 using namespace sluice;
@@ -62,8 +63,10 @@ TEST_CASE("RoPE rotates each pair by position × frequency, half-split and adjac
     uint32_t head_dim, dims;
     float theta;
   };
-  for (const Case c : {Case{RotaryPairing::kHalfSplit, 64, 64, 10000.0f}, Case{RotaryPairing::kHalfSplit, 128, 128, 1e6f},
-                       Case{RotaryPairing::kAdjacent, 64, 64, 10000.0f}, Case{RotaryPairing::kAdjacent, 96, 32, 50000.0f},
+  for (const Case c : {Case{RotaryPairing::kHalfSplit, 64, 64, 10000.0f},
+                       Case{RotaryPairing::kHalfSplit, 128, 128, 1e6f},
+                       Case{RotaryPairing::kAdjacent, 64, 64, 10000.0f},
+                       Case{RotaryPairing::kAdjacent, 96, 32, 50000.0f},
                        Case{RotaryPairing::kHalfSplit, 6, 6, 10000.0f}}) {
     RopeConfig rope;
     rope.theta = c.theta;
@@ -91,10 +94,12 @@ TEST_CASE("RoPE rotates each pair by position × frequency, half-split and adjac
         check_close(rotated[a], head[a] * std::cos(angle) - head[b] * std::sin(angle), 1e-3, 2e-5);
         check_close(rotated[b], head[b] * std::cos(angle) + head[a] * std::sin(angle), 1e-3, 2e-5);
       }
-      for (uint32_t d = c.dims; d < c.head_dim; ++d) CHECK(rotated[d] == head[d]);  // past the rope part
+      for (uint32_t d = c.dims; d < c.head_dim; ++d)
+        CHECK(rotated[d] == head[d]);  // past the rope part
     }
     std::vector<float> head(c.head_dim);
-    CHECK_THROWS_WITH_AS(table.rotate(head.data(), positions), doctest::Contains("position 3000"), Error);
+    CHECK_THROWS_WITH_AS(table.rotate(head.data(), positions), doctest::Contains("position 3000"),
+                         Error);
   }
 }
 
@@ -121,7 +126,8 @@ TEST_CASE("GQA attention equals softmax(q·k·scale)·v in double, every head gr
   struct Case {
     uint32_t heads, kv_heads, head_dim;
   };
-  for (const Case c : {Case{4, 4, 16}, Case{8, 2, 64}, Case{6, 1, 8}, Case{16, 16, 128}, Case{3, 3, 5}}) {
+  for (const Case c :
+       {Case{4, 4, 16}, Case{8, 2, 64}, Case{6, 1, 8}, Case{16, 16, 128}, Case{3, 3, 5}}) {
     const uint32_t layers = 2, capacity = 70, kv_width = c.kv_heads * c.head_dim;
     KvCache cache(layers, capacity, kv_width);
     for (uint32_t layer = 0; layer < layers; ++layer)
@@ -141,7 +147,8 @@ TEST_CASE("GQA attention equals softmax(q·k·scale)·v in double, every head gr
       const uint32_t layer = 1;
       const std::vector<float> q = random_floats(size_t{c.heads} * c.head_dim, position + 77);
       std::vector<float> out(size_t{c.heads} * c.head_dim + 1, -3.0f);
-      attend(q.data(), cache, layer, position, c.heads, c.kv_heads, c.head_dim, scale, out.data(), scores);
+      attend(q.data(), cache, layer, position, c.heads, c.kv_heads, c.head_dim, scale, out.data(),
+             scores);
       CHECK(out.back() == -3.0f);
       const uint32_t group = c.heads / c.kv_heads;
       for (uint32_t h = 0; h < c.heads; ++h) {
@@ -150,14 +157,16 @@ TEST_CASE("GQA attention equals softmax(q·k·scale)·v in double, every head gr
         double max_s = -1e300, total = 0;
         for (uint32_t p = 0; p <= position; ++p) {
           double dot = 0;
-          for (uint32_t d = 0; d < c.head_dim; ++d) dot += double{q[h * c.head_dim + d]} * cache.key(layer, p)[kv + d];
+          for (uint32_t d = 0; d < c.head_dim; ++d)
+            dot += double{q[h * c.head_dim + d]} * cache.key(layer, p)[kv + d];
           s[p] = dot * scale;
           max_s = std::max(max_s, s[p]);
         }
         for (double& v : s) total += (v = std::exp(v - max_s));
         for (uint32_t d = 0; d < c.head_dim; ++d) {
           double want = 0;
-          for (uint32_t p = 0; p <= position; ++p) want += s[p] / total * cache.value(layer, p)[kv + d];
+          for (uint32_t p = 0; p <= position; ++p)
+            want += s[p] / total * cache.value(layer, p)[kv + d];
           check_close(out[h * c.head_dim + d], want, 1e-3, 1e-4);
         }
       }
