@@ -119,9 +119,13 @@ std::vector<router::TraceToken> load_routing(const std::string& flag, const Cont
   return trace;
 }
 
-// Memory bandwidth: the best of a few copies of a buffer far larger than the caches.
-double memory_gbps() {
-  constexpr size_t kBytes = size_t{256} << 20;
+// Memory bandwidth: the best of a few copies of a buffer far larger than the
+// caches. The two buffers take at most half the budget, so a run inside a
+// memory limit of its own budget is not killed by its measurement.
+size_t memory_buffer_bytes(uint64_t budget_bytes) { return std::min<uint64_t>(uint64_t{256} << 20, budget_bytes / 4); }
+
+double memory_gbps(size_t bytes) {
+  const size_t kBytes = bytes;
   std::vector<uint8_t> from(kBytes, 1), to(kBytes, 0);
   double best = 0;
   for (int round = 0; round < 3; ++round) {
@@ -218,7 +222,8 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   for (uint32_t n = 0; n < flags.tokens; ++n) {
     const int32_t next = sampler.sample(logits, result.tokens);
     result.tokens.push_back(next);
-    engine.transformer().forward(std::span<const int32_t>(&next, 1), logits, false);
+    engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&next, 1), logits,
+                                 false);
   }
   result.decode = difference(after_prefill, counters(), seconds_since(t0));
   routing.finish();
@@ -287,10 +292,10 @@ struct Machine {
   double memory_gbps = 0;
 };
 
-Machine measure_machine(const Container& container, const DecodeFlags& flags) {
+Machine measure_machine(const Container& container, const DecodeFlags& flags, size_t memory_buffer) {
   Machine m;
   m.disk_gbps = raw_reads(container, std::max<uint32_t>(flags.readers, 1), flags.disk_seconds, m.disk_direct).gbps;
-  m.memory_gbps = memory_gbps();
+  m.memory_gbps = memory_gbps(memory_buffer);
   return m;
 }
 
@@ -300,9 +305,10 @@ void run_decode(const DecodeFlags& flags) {
   // Every arm gets the same segment, with a mailbox wide enough for a prefill
   // chunk; --budget means what it means to `sluice run`, so at the floor the
   // wider mailbox may take the segment a little over it.
-  const uint64_t cache_bytes =
-      std::max(plan_for(container, flags.budget).cache_bytes,
-               ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients, kPlanChunkTokens));
+  const MemoryPlan plan = plan_for(container, flags.budget);
+  const uint64_t cache_bytes = std::max(
+      plan.cache_bytes, ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients, kPlanChunkTokens));
+  const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
   if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
     fail(
         "--routing replaces the model's router, which lookahead predicts: use it with --lookahead "
@@ -320,7 +326,7 @@ void run_decode(const DecodeFlags& flags) {
   }
   // Rounds interleave the arms, so drift in the machine's load hits them alike;
   // the machine is measured before and after them.
-  const Machine before = measure_machine(container, flags);
+  const Machine before = measure_machine(container, flags, memory_buffer);
   std::vector<std::vector<ArmResult>> runs(arms.size());
   for (uint32_t round = 0; round < flags.repeat; ++round) {
     for (size_t a = 0; a < arms.size(); ++a) {
@@ -330,7 +336,7 @@ void run_decode(const DecodeFlags& flags) {
       }
     }
   }
-  const Machine after = measure_machine(container, flags);
+  const Machine after = measure_machine(container, flags, memory_buffer);
   const double disk_gbps = median({before.disk_gbps, after.disk_gbps});
   const double mem_gbps = median({before.memory_gbps, after.memory_gbps});
   std::vector<ArmSummary> summaries;
@@ -356,6 +362,7 @@ void run_decode(const DecodeFlags& flags) {
                             {"direct", before.disk_direct && after.disk_direct},
                             {"threads", std::max<uint32_t>(flags.readers, 1)}}},
                           {"memory_gbps", mem_gbps},
+                          {"memory_buffer_bytes", memory_buffer},
                           {"arms", nlohmann::json::array()}};
     for (size_t a = 0; a < arms.size(); ++a) {
       const ArmSummary& m = summaries[a];

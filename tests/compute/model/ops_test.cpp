@@ -129,7 +129,8 @@ TEST_CASE("GQA attention equals softmax(q·k·scale)·v in double, every head gr
   for (const Case c :
        {Case{4, 4, 16}, Case{8, 2, 64}, Case{6, 1, 8}, Case{16, 16, 128}, Case{3, 3, 5}}) {
     const uint32_t layers = 2, capacity = 70, kv_width = c.kv_heads * c.head_dim;
-    KvCache cache(layers, capacity, kv_width);
+    MixerState state = KvCache::make_state(layers, capacity, kv_width);
+    KvCache cache(state, kv_width);
     for (uint32_t layer = 0; layer < layers; ++layer)
       for (uint32_t p = 0; p < capacity; ++p) {
         const std::vector<float> k = random_floats(kv_width, 7 + p + 1000 * layer),
