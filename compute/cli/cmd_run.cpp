@@ -19,6 +19,8 @@
 
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
+#include "compute/kernels/dispatch.h"
+#include "compute/kernels/rvq_decoded.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
 #include "compute/model/session_file.h"
@@ -203,6 +205,10 @@ void run(const RunArgs& args) {
                           {"context_full", stats.context_full},
                           {"seed", sampling.seed},
                           {"experts", experts_json(stats.experts)}};
+    // What scripts/reference.py --decode-crossover needs to model this run.
+    const kernels::Exec exec{kernels::isa_from_environment(), nullptr};
+    out["kernels"] = {{"isa", kernels::isa_name(exec.isa)},
+                      {"rvq_decode_crossover", kernels::rvq_decode_crossover(exec)}};
     if (!args.session.empty()) {
       out["session"] = {{"path", args.session},
                         {"reused_tokens", reused},

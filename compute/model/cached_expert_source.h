@@ -35,6 +35,8 @@ class CachedExpertSource final : public ExpertSource {
   LandedExpert next() override;
   void release(const LandedExpert& expert) override;
   ExpertSourceStats stats() const override;
+  // Every requested record has its own pinned slot.
+  size_t records_held_at_once() const override { return SIZE_MAX; }
 
   // The whole cache's counters (all clients), for run summaries.
   shm::StatsSnapshot cache_stats() const;

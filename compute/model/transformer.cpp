@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
+#include "compute/kernels/rvq_decoded.h"
 #include "compute/model/ops.h"
 #include "proto/error.h"
 
@@ -20,6 +22,8 @@ kernels::RvqMatrixView matrix_view(const uint8_t* record, const RecordLayout& la
   view.scales = reinterpret_cast<const uint16_t*>(record + layout.scales_offset(kind));
   return view;
 }
+
+constexpr uint32_t kNoTableRow = UINT32_MAX;
 
 }  // namespace
 
@@ -153,74 +157,144 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
 
 void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
   const MoeWeights& lw = *weights_.layers[layer].moe;
-  const uint32_t hidden = config_.hidden, width = config_.expert_width, top_k = config_.top_k;
-  const RecordLayout& layout = lw.bank->layout;
+  const uint32_t hidden = config_.hidden, top_k = config_.top_k;
 
   router_logits_.resize(config_.experts);
-  std::vector<uint32_t> distinct;
+  distinct_.clear();
   for (uint32_t t = 0; t < tokens; ++t) {
     kernels::f32_matvec(lw.router.data(), config_.experts, hidden, &normed_[size_t{t} * hidden],
                         router_logits_.data(), exec_);
     routing_[t].push_back(route(config_.router, router_logits_, lw.bias));
     const Routing& r = routing_[t].back();
-    distinct.insert(distinct.end(), r.experts.begin(), r.experts.end());
+    distinct_.insert(distinct_.end(), r.experts.begin(), r.experts.end());
   }
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  experts_.request(layer, distinct);
+  std::sort(distinct_.begin(), distinct_.end());
+  distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
+  experts_.request(layer, distinct_);
   if (moe_hook_) moe_hook_(layer, moe_index, tokens, std::span<const float>(normed_.data(), size_t{tokens} * hidden));
 
-  // Each distinct expert serves the (token, rank) pairs that chose it.
-  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> users(distinct.size());
+  // Each distinct expert serves the (token, rank) pairs that chose it, in
+  // token order: counted, then placed.
+  const size_t n_experts = distinct_.size();
+  user_begin_.assign(n_experts + 1, 0);
+  auto expert_at = [&](uint32_t expert) {
+    return static_cast<size_t>(std::lower_bound(distinct_.begin(), distinct_.end(), expert) - distinct_.begin());
+  };
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t k = 0; k < top_k; ++k) ++user_begin_[expert_at(routing_[t][moe_index].experts[k]) + 1];
+  for (size_t e = 0; e < n_experts; ++e) user_begin_[e + 1] += user_begin_[e];
+  user_pairs_.resize(size_t{tokens} * top_k);
+  table_row_.assign(tokens, kNoTableRow);
+  user_next_.assign(user_begin_.begin(), user_begin_.end() - 1);
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t k = 0; k < top_k; ++k) user_pairs_[user_next_[expert_at(routing_[t][moe_index].experts[k])]++] = {t, k};
+
+  // Experts chosen by at least the crossover's count of tokens decode their
+  // weights once; the others read gate/up tables, built only for their tokens.
+  const uint32_t crossover = kernels::rvq_decode_crossover(exec_);
+  for (size_t e = 0; e < n_experts; ++e) {
+    if (user_begin_[e + 1] - user_begin_[e] >= crossover) continue;
+    for (uint32_t i = user_begin_[e]; i < user_begin_[e + 1]; ++i) table_row_[user_pairs_[i].first] = 0;
+  }
+  table_tokens_.clear();
   for (uint32_t t = 0; t < tokens; ++t) {
-    const Routing& r = routing_[t][moe_index];
-    for (uint32_t k = 0; k < top_k; ++k) {
-      const auto at = std::lower_bound(distinct.begin(), distinct.end(), r.experts[k]) - distinct.begin();
-      users[static_cast<size_t>(at)].emplace_back(t, k);
+    if (table_row_[t] == kNoTableRow) continue;
+    table_row_[t] = static_cast<uint32_t>(table_tokens_.size());
+    table_tokens_.push_back(t);
+  }
+  if (!table_tokens_.empty()) {
+    const auto rows = static_cast<uint32_t>(table_tokens_.size());
+    const float* input = normed_.data();
+    if (rows < tokens) {
+      table_input_.resize(size_t{rows} * hidden);
+      for (uint32_t i = 0; i < rows; ++i)
+        std::copy_n(&normed_[size_t{table_tokens_[i]} * hidden], hidden, &table_input_[size_t{i} * hidden]);
+      input = table_input_.data();
     }
+    gate_table_.build(*lw.codebooks[0], input, hidden, rows, exec_);
+    up_table_.build(*lw.codebooks[1], input, hidden, rows, exec_);
   }
 
-  gate_table_.build(*lw.codebooks[0], normed_.data(), hidden, tokens, exec_);
-  up_table_.build(*lw.codebooks[1], normed_.data(), hidden, tokens, exec_);
+  // One parallel region for the whole block: each worker takes the next record
+  // to land and computes that expert alone. The result of an expert does not
+  // depend on which thread computes it, or with how many.
   expert_out_.resize(size_t{tokens} * top_k * hidden);
-  std::vector<uint32_t> user_tokens, sequence;
-  for (size_t landed_count = 0; landed_count < distinct.size(); ++landed_count) {
-    const LandedExpert landed = experts_.next();
-    const auto& pairs = users.at(landed.index);
-    const auto n = static_cast<uint32_t>(pairs.size());
-    user_tokens.clear();
-    for (const auto& [t, k] : pairs) user_tokens.push_back(t);
-    gate_.resize(size_t{n} * width);
-    up_.resize(size_t{n} * width);
-    kernels::rvq_matmul(gate_table_, user_tokens, matrix_view(landed.record, layout, MatrixKind::kGate), gate_.data(), exec_);
-    kernels::rvq_matmul(up_table_, user_tokens, matrix_view(landed.record, layout, MatrixKind::kUp), up_.data(), exec_);
-    down_in_.resize(size_t{n} * width);
-    for (size_t i = 0; i < size_t{n} * width; ++i) down_in_[i] = silu(gate_[i]) * up_[i];
-    down_table_.build(*lw.codebooks[2], down_in_.data(), width, n, exec_);
-    sequence.resize(n);
-    std::iota(sequence.begin(), sequence.end(), 0u);
-    down_out_.resize(size_t{n} * hidden);
-    kernels::rvq_matmul(down_table_, sequence, matrix_view(landed.record, layout, MatrixKind::kDown), down_out_.data(), exec_);
-    experts_.release(landed);
-    for (uint32_t i = 0; i < n; ++i) {
-      const auto [t, k] = pairs[i];
-      std::copy_n(&down_out_[size_t{i} * hidden], hidden, &expert_out_[(size_t{t} * top_k + k) * hidden]);
+  const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
+  expert_scratch_.resize(workers);
+  if (workers > 1 && n_experts >= workers && experts_.records_held_at_once() >= workers) {
+    const kernels::Exec serial{exec_.isa, nullptr};
+    std::mutex source;
+    exec_.pool->parallel_for_workers(n_experts, 1, [&](size_t worker, size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        LandedExpert landed;
+        {
+          std::lock_guard lock(source);
+          landed = experts_.next();
+        }
+        run_expert(landed, expert_scratch_[worker], serial, lw);
+        std::lock_guard lock(source);
+        experts_.release(landed);
+      }
+    });
+  } else {
+    for (size_t i = 0; i < n_experts; ++i) {
+      const LandedExpert landed = experts_.next();
+      run_expert(landed, expert_scratch_[0], exec_, lw);
+      experts_.release(landed);
     }
   }
 
   // Sum in routing order: acc = Σ_k w_k · y_k from zero, then x += acc.
-  std::vector<float> acc(hidden);
+  moe_sum_.resize(hidden);
   for (uint32_t t = 0; t < tokens; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(moe_sum_.begin(), moe_sum_.end(), 0.0f);
     const Routing& r = routing_[t][moe_index];
     for (uint32_t k = 0; k < top_k; ++k) {
       const float* y = &expert_out_[(size_t{t} * top_k + k) * hidden];
-      for (uint32_t i = 0; i < hidden; ++i) acc[i] += r.weights[k] * y[i];
+      for (uint32_t i = 0; i < hidden; ++i) moe_sum_[i] += r.weights[k] * y[i];
     }
     float* x = &x_[size_t{t} * hidden];
-    for (uint32_t i = 0; i < hidden; ++i) x[i] += acc[i];
+    for (uint32_t i = 0; i < hidden; ++i) x[i] += moe_sum_[i];
   }
   if (!lw.shared_gate.empty()) swiglu(lw.shared_gate, lw.shared_up, lw.shared_down, tokens);
+}
+
+void Transformer::run_expert(const LandedExpert& landed, ExpertScratch& scratch, const kernels::Exec& exec,
+                             const MoeWeights& lw) {
+  const uint32_t hidden = config_.hidden, width = config_.expert_width, top_k = config_.top_k;
+  const RecordLayout& layout = lw.bank->layout;
+  const size_t e = landed.index;
+  const uint32_t first = user_begin_.at(e), n = user_begin_.at(e + 1) - first;
+  const auto* pairs = &user_pairs_[first];
+  scratch.gate.resize(size_t{n} * width);
+  scratch.up.resize(size_t{n} * width);
+  scratch.hidden.resize(size_t{n} * width);
+  scratch.out.resize(size_t{n} * hidden);
+  const auto gate = matrix_view(landed.record, layout, MatrixKind::kGate);
+  const auto up = matrix_view(landed.record, layout, MatrixKind::kUp);
+  const auto down = matrix_view(landed.record, layout, MatrixKind::kDown);
+  if (n >= kernels::rvq_decode_crossover(exec)) {
+    scratch.input.resize(size_t{n} * hidden);
+    for (uint32_t i = 0; i < n; ++i)
+      std::copy_n(&normed_[size_t{pairs[i].first} * hidden], hidden, &scratch.input[size_t{i} * hidden]);
+    kernels::rvq_matmul_decoded(*lw.codebooks[0], gate, scratch.input.data(), n, scratch.gate.data(), exec);
+    kernels::rvq_matmul_decoded(*lw.codebooks[1], up, scratch.input.data(), n, scratch.up.data(), exec);
+    for (size_t i = 0; i < size_t{n} * width; ++i) scratch.hidden[i] = silu(scratch.gate[i]) * scratch.up[i];
+    kernels::rvq_matmul_decoded(*lw.codebooks[2], down, scratch.hidden.data(), n, scratch.out.data(), exec);
+  } else {
+    scratch.rows.resize(n);
+    for (uint32_t i = 0; i < n; ++i) scratch.rows[i] = table_row_[pairs[i].first];
+    kernels::rvq_matmul(gate_table_, scratch.rows, gate, scratch.gate.data(), exec);
+    kernels::rvq_matmul(up_table_, scratch.rows, up, scratch.up.data(), exec);
+    for (size_t i = 0; i < size_t{n} * width; ++i) scratch.hidden[i] = silu(scratch.gate[i]) * scratch.up[i];
+    scratch.down_table.build(*lw.codebooks[2], scratch.hidden.data(), width, n, exec);
+    std::iota(scratch.rows.begin(), scratch.rows.end(), 0u);
+    kernels::rvq_matmul(scratch.down_table, scratch.rows, down, scratch.out.data(), exec);
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto [t, k] = pairs[i];
+    std::copy_n(&scratch.out[size_t{i} * hidden], hidden, &expert_out_[(size_t{t} * top_k + k) * hidden]);
+  }
 }
 
 void Transformer::swiglu(const Linear& gate, const Linear& up, const Linear& down, uint32_t tokens) {

@@ -93,8 +93,25 @@ class Transformer {
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
   std::vector<float> x_, normed_, proj_;
-  std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_;
-  kernels::RvqTable gate_table_, up_table_, down_table_;
+  std::vector<float> router_logits_, expert_out_, gate_, up_, moe_sum_;
+  kernels::RvqTable gate_table_, up_table_;
+  // One MoE block's bookkeeping: its distinct experts, the (token, rank) pairs
+  // each serves (user_pairs_[user_begin_[e] .. user_begin_[e + 1])), and each
+  // token's row in the gate/up tables (tokens of decode-once experts only
+  // have none).
+  std::vector<uint32_t> distinct_, user_begin_, user_next_, table_row_, table_tokens_;
+  std::vector<std::pair<uint32_t, uint32_t>> user_pairs_;
+  std::vector<float> table_input_;
+  // What one expert's computation needs, one per pool worker; grows once.
+  struct ExpertScratch {
+    std::vector<float> input, gate, up, hidden, out;
+    std::vector<uint32_t> rows;
+    kernels::RvqTable down_table;
+  };
+  std::vector<ExpertScratch> expert_scratch_;
+  // One landed expert applied to the tokens that chose it, into expert_out_.
+  void run_expert(const LandedExpert& landed, ExpertScratch& scratch, const kernels::Exec& exec,
+                  const MoeWeights& lw);
   std::vector<std::vector<Routing>> routing_;
   std::vector<uint32_t> positions_;
   MoeHook moe_hook_;
