@@ -90,7 +90,8 @@ void run(const ServeArgs& args) {
   if (options.model_id.empty())
     options.model_id = std::filesystem::path(args.model).lexically_normal().filename().string();
   if (options.model_id.empty())
-    options.model_id = std::filesystem::path(args.model).lexically_normal().parent_path().filename().string();
+    options.model_id =
+        std::filesystem::path(args.model).lexically_normal().parent_path().filename().string();
   options.scheduler.queue_limit = args.queue;
   options.scheduler.prefill_chunk = args.engine.chunk;
   options.scheduler.routing.lookahead =
@@ -102,7 +103,8 @@ void run(const ServeArgs& args) {
   serve::Server server(engine, tokenizer, options);
   const int port = server.bind();
   signals.start(server);
-  fmt::print("sluice serve: listening on http://{}:{} (model {})\n", args.host, port, options.model_id);
+  fmt::print("sluice serve: listening on http://{}:{} (model {})\n", args.host, port,
+             options.model_id);
   std::fflush(stdout);
   server.listen();
 }
@@ -130,10 +132,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body", args->max_body, "largest request body (K/M/G); larger gets 413")
       ->capture_default_str()
       ->check(memory_size());
-  cmd->add_option("--model-id", args->model_id,
-                  "the model's name in /v1/models and replies (default: the container's directory name)");
-  cmd->add_option("--lookahead", args->lookahead,
-                  "experts of the next layer to prefetch per token (default SLUICE_LOOKAHEAD or 6; 0: off)");
+  cmd->add_option(
+      "--model-id", args->model_id,
+      "the model's name in /v1/models and replies (default: the container's directory name)");
+  cmd->add_option(
+      "--lookahead", args->lookahead,
+      "experts of the next layer to prefetch per token (default SLUICE_LOOKAHEAD or 6; 0: off)");
   add_engine_flags(*cmd, args->engine);
   cmd->callback([args] { run(*args); });
 }

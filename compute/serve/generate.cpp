@@ -32,16 +32,17 @@ json usage_json(const JobResult& r) {
 // Engine figures of one request, beside OpenAI's fields.
 json sluice_json(const JobResult& r) {
   const auto& e = r.experts;
-  return {{"cached_tokens", r.cached_tokens},
-          {"prefill_seconds", r.prefill_seconds},
-          {"decode_seconds", r.decode_seconds},
-          {"tokens_per_second", r.decode_seconds > 0 ? r.completion_tokens / r.decode_seconds : 0.0},
-          {"experts",
-           {{"requested", e.requests},
-            {"hits", e.hits},
-            {"hit_rate", e.requests ? double(e.hits) / double(e.requests) : 0.0},
-            {"reads", e.reads},
-            {"bytes_read", e.bytes_read}}}};
+  return {
+      {"cached_tokens", r.cached_tokens},
+      {"prefill_seconds", r.prefill_seconds},
+      {"decode_seconds", r.decode_seconds},
+      {"tokens_per_second", r.decode_seconds > 0 ? r.completion_tokens / r.decode_seconds : 0.0},
+      {"experts",
+       {{"requested", e.requests},
+        {"hits", e.hits},
+        {"hit_rate", e.requests ? double(e.hits) / double(e.requests) : 0.0},
+        {"reads", e.reads},
+        {"bytes_read", e.bytes_read}}}};
 }
 
 std::string dump(const json& value) {
@@ -98,7 +99,8 @@ struct ReplyShape {
 };
 
 ApiError engine_error(const std::string& message) {
-  return ApiError(500, "server_error", "the engine failed: " + message, std::nullopt, "engine_error");
+  return ApiError(500, "server_error", "the engine failed: " + message, std::nullopt,
+                  "engine_error");
 }
 
 }  // namespace
@@ -141,7 +143,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
   std::vector<int32_t> prompt = request.prompt_ids;
   if (request.prompt_text) {
     prompt = tokenizer_.encode(*request.prompt_text);
-    if (tokenizer_.add_bos() && tokenizer_.bos_id()) prompt.insert(prompt.begin(), *tokenizer_.bos_id());
+    if (tokenizer_.add_bos() && tokenizer_.bos_id())
+      prompt.insert(prompt.begin(), *tokenizer_.bos_id());
   }
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (static_cast<uint32_t>(prompt[i]) >= engine_.config().vocab)
@@ -149,7 +152,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
                 prompt[i], engine_.config().vocab);
   }
   std::string echo;
-  if (request.echo) echo = request.prompt_text ? *request.prompt_text : tokenizer_.decode(prompt, true);
+  if (request.echo)
+    echo = request.prompt_text ? *request.prompt_text : tokenizer_.decode(prompt, true);
   generate(req, res, std::move(prompt), request.settings, false, echo);
 }
 
@@ -183,7 +187,8 @@ void Server::generate(const httplib::Request& req, httplib::Response& res,
   try {
     job = scheduler_->submit(std::move(spec));
   } catch (const ApiError& e) {
-    if (e.status == 429) res.set_header("Retry-After", std::to_string(scheduler_->retry_after_seconds()));
+    if (e.status == 429)
+      res.set_header("Retry-After", std::to_string(scheduler_->retry_after_seconds()));
     throw;
   }
   const ReplyShape shape{random_id(chat ? "chatcmpl-" : "cmpl-"), options_.model_id,
@@ -233,7 +238,8 @@ void Server::generate(const httplib::Request& req, httplib::Response& res,
       } else {
         const JobResult& r = job->result();
         if (r.finish_reason == "cancelled") break;
-        json last = shape.chunk(shape.chat ? json::object() : json(""), r.finish_reason, include_usage);
+        json last =
+            shape.chunk(shape.chat ? json::object() : json(""), r.finish_reason, include_usage);
         last["sluice"] = sluice_json(r);
         write(sse(last));
         if (include_usage) {

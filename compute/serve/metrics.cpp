@@ -73,7 +73,8 @@ std::string Metrics::prometheus() const {
   out += fmt::format("sluice_prefill_seconds_total {:.6f}\n", prefill_seconds_);
   metric("sluice_decode_seconds_total", "counter", "time spent generating tokens");
   out += fmt::format("sluice_decode_seconds_total {:.6f}\n", decode_seconds_);
-  metric("sluice_decode_tokens_per_second", "gauge", "decode rate of the running or last generation");
+  metric("sluice_decode_tokens_per_second", "gauge",
+         "decode rate of the running or last generation");
   out += fmt::format("sluice_decode_tokens_per_second {:.3f}\n", decode_rate_);
   metric("sluice_queue_depth", "gauge", "requests waiting for the engine");
   out += fmt::format("sluice_queue_depth {}\n", queued_);
@@ -116,9 +117,10 @@ nlohmann::ordered_json Metrics::stats_json() const {
         {"hits", experts_.hits},
         {"reads", experts_.reads},
         {"bytes_read", experts_.bytes_read}}},
-      {"lookahead", guesses_ ? nlohmann::ordered_json{{"precision_at_1", guesses_->precision_at_1()},
-                                                      {"recall", guesses_->recall()}}
-                             : nlohmann::ordered_json(nullptr)},
+      {"lookahead", guesses_
+                        ? nlohmann::ordered_json{{"precision_at_1", guesses_->precision_at_1()},
+                                                 {"recall", guesses_->recall()}}
+                        : nlohmann::ordered_json(nullptr)},
       {"heat", heat_}};
   return out;
 }

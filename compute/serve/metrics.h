@@ -50,7 +50,7 @@ class Metrics {
   std::map<std::string, uint64_t> generations_;  // by finish reason
   uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
   double prefill_seconds_ = 0, decode_seconds_ = 0;
-  double decode_rate_ = 0;   // tok/s of the running or last generation
+  double decode_rate_ = 0;  // tok/s of the running or last generation
   size_t queued_ = 0;
   bool running_ = false;
   ExpertSourceStats experts_;

@@ -56,7 +56,8 @@ uint64_t whole_number(const json& value, const std::string& param, uint64_t low,
 GenerationSettings parse_settings(const json& body, uint64_t default_seed, bool chat) {
   GenerationSettings s;
   s.sampling.temperature = 1.0f;  // OpenAI's default
-  if (present(body, "n") && whole_number(body["n"], "n", 0, std::numeric_limits<uint32_t>::max()) != 1)
+  if (present(body, "n") &&
+      whole_number(body["n"], "n", 0, std::numeric_limits<uint32_t>::max()) != 1)
     bad_param("n", "only n=1 is supported (one choice per request)");
   if (present(body, "temperature"))
     s.sampling.temperature = static_cast<float>(number_in(body, "temperature", 0, 2));
@@ -70,14 +71,14 @@ GenerationSettings parse_settings(const json& body, uint64_t default_seed, bool 
     s.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2));
   if (present(body, "frequency_penalty"))
     s.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2));
-  s.sampling.seed = present(body, "seed")
-                        ? whole_number(body["seed"], "seed", 0, std::numeric_limits<uint64_t>::max())
-                        : default_seed;
+  s.sampling.seed = present(body, "seed") ? whole_number(body["seed"], "seed", 0,
+                                                         std::numeric_limits<uint64_t>::max())
+                                          : default_seed;
   // max_completion_tokens is the newer name and wins when both are given.
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (present(body, key))
-      s.max_tokens =
-          static_cast<uint32_t>(whole_number(body[key], key, 1, std::numeric_limits<uint32_t>::max()));
+      s.max_tokens = static_cast<uint32_t>(
+          whole_number(body[key], key, 1, std::numeric_limits<uint32_t>::max()));
   }
   if (present(body, "stop")) {
     const json& stop = body["stop"];
@@ -125,7 +126,8 @@ GenerationSettings parse_settings(const json& body, uint64_t default_seed, bool 
         bad_param(where, "'{}' is not a token id", key);
       if (!value.is_number()) bad_param(where, "expected a number");
       const double b = value.get<double>();
-      if (!std::isfinite(b) || b < -100 || b > 100) bad_param(where, "{} is out of range [-100, 100]", b);
+      if (!std::isfinite(b) || b < -100 || b > 100)
+        bad_param(where, "{} is out of range [-100, 100]", b);
       s.logit_bias.emplace_back(id, static_cast<float>(b));
     }
   }
@@ -139,11 +141,13 @@ void check_messages(const json& messages) {
     const std::string where = fmt::format("messages[{}]", i);
     const json& m = messages[i];
     if (!m.is_object()) bad_param(where, "expected an object, got {}", m.type_name());
-    if (!m.contains("role") || !m["role"].is_string()) bad_param(where + ".role", "missing or not a string");
+    if (!m.contains("role") || !m["role"].is_string())
+      bad_param(where + ".role", "missing or not a string");
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
         role != "tool")
-      bad_param(where + ".role", "'{}' is not one of system, developer, user, assistant, tool", role);
+      bad_param(where + ".role", "'{}' is not one of system, developer, user, assistant, tool",
+                role);
   }
 }
 
@@ -165,12 +169,15 @@ void check_tools(const json& body, ChatRequest& request) {
     const json& choice = body["tool_choice"];
     const bool named = choice.is_object() && choice.value("type", "") == "function" &&
                        choice.contains("function") && choice["function"].is_object() &&
-                       choice["function"].contains("name") && choice["function"]["name"].is_string();
-    const bool keyword = choice.is_string() && (choice == "none" || choice == "auto" || choice == "required");
+                       choice["function"].contains("name") &&
+                       choice["function"]["name"].is_string();
+    const bool keyword =
+        choice.is_string() && (choice == "none" || choice == "auto" || choice == "required");
     if (!named && !keyword)
-      bad_param("tool_choice",
-                "expected \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": "
-                "{{\"name\": ...}}}}");
+      bad_param(
+          "tool_choice",
+          "expected \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": "
+          "{{\"name\": ...}}}}");
     if (!keyword && request.tools.is_null())
       bad_param("tool_choice", "names a function but the request has no tools");
     request.tool_choice = choice;
@@ -226,13 +233,15 @@ CompletionRequest parse_completion_request(const json& body, uint64_t default_se
     request.prompt_text = prompt.get<std::string>();
   } else if (prompt.is_array()) {
     for (size_t i = 0; i < prompt.size(); ++i)
-      request.prompt_ids.push_back(static_cast<int32_t>(
-          whole_number(prompt[i], fmt::format("prompt[{}]", i), 0, std::numeric_limits<int32_t>::max())));
+      request.prompt_ids.push_back(static_cast<int32_t>(whole_number(
+          prompt[i], fmt::format("prompt[{}]", i), 0, std::numeric_limits<int32_t>::max())));
   } else {
     bad_param("prompt", "expected a string or a list of token ids");
   }
-  if (request.prompt_text && request.prompt_text->empty()) bad_param("prompt", "the prompt is empty");
-  if (!request.prompt_text && request.prompt_ids.empty()) bad_param("prompt", "the prompt is empty");
+  if (request.prompt_text && request.prompt_text->empty())
+    bad_param("prompt", "the prompt is empty");
+  if (!request.prompt_text && request.prompt_ids.empty())
+    bad_param("prompt", "the prompt is empty");
   if (present(body, "echo")) request.echo = boolean(body, "echo");
   if (present(body, "suffix")) bad_param("suffix", "insertion (suffix) is not supported");
   request.settings = parse_settings(body, default_seed, false);

@@ -19,19 +19,19 @@ using json = nlohmann::ordered_json;
 
 // What both endpoints share: sampling, limits, stop strings, streaming.
 struct GenerationSettings {
-  SamplingParams sampling;          // temperature, top_p, seed (drawn when absent)
-  float presence_penalty = 0.0f;    // -2..2, over the tokens generated so far
-  float frequency_penalty = 0.0f;   // -2..2, times each token's count so far
+  SamplingParams sampling;         // temperature, top_p, seed (drawn when absent)
+  float presence_penalty = 0.0f;   // -2..2, over the tokens generated so far
+  float frequency_penalty = 0.0f;  // -2..2, times each token's count so far
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits; -100 bans a token
-  std::optional<uint32_t> max_tokens;  // absent: what the context leaves
-  std::vector<std::string> stop;    // at most 4, never returned
+  std::optional<uint32_t> max_tokens;                 // absent: what the context leaves
+  std::vector<std::string> stop;                      // at most 4, never returned
   bool stream = false;
-  bool include_usage = false;       // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
 };
 
 struct ChatRequest {
-  json messages;             // as sent; normalised when rendered
-  json tools = nullptr;      // null when absent (the template sees None)
+  json messages;         // as sent; normalised when rendered
+  json tools = nullptr;  // null when absent (the template sees None)
   json tool_choice = nullptr;
   json response_format = nullptr;
   json template_kwargs = json::object();  // chat_template_kwargs (enable_thinking, ...)

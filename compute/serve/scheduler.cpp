@@ -121,8 +121,8 @@ void Scheduler::work() {
     try {
       run(*job);
       const JobResult& r = job->result_;
-      metrics_.add_generation({r.finish_reason, r.prompt_tokens, r.cached_tokens, r.completion_tokens,
-                               r.prefill_seconds, r.decode_seconds});
+      metrics_.add_generation({r.finish_reason, r.prompt_tokens, r.cached_tokens,
+                               r.completion_tokens, r.prefill_seconds, r.decode_seconds});
       job->push({Job::Event::Kind::kDone, {}});
     } catch (const Error& e) {
       // The sequence state is unknown after a failed forward pass.
@@ -200,8 +200,9 @@ void Scheduler::run(Job& job) {
   const std::span<const int32_t> rest = std::span(spec.prompt).subspan(reused);
   for (size_t first = 0; first < rest.size(); first += prefill_chunk_) {
     const size_t count = std::min<size_t>(prefill_chunk_, rest.size() - first);
-    forward(rest.subspan(first, count), logits,
-            fmt::format("prefill of prompt tokens {}..{}", reused + first, reused + first + count - 1));
+    forward(
+        rest.subspan(first, count), logits,
+        fmt::format("prefill of prompt tokens {}..{}", reused + first, reused + first + count - 1));
     if (cancelled(job)) {
       result.finish_reason = "cancelled";
       return;
@@ -214,7 +215,7 @@ void Scheduler::run(Job& job) {
   std::vector<int32_t> context(spec.prompt.begin(), spec.prompt.end());
   std::unordered_map<int32_t, uint32_t> counts;  // generated tokens, for the penalties
   const bool adjusts = settings.presence_penalty != 0.0f || settings.frequency_penalty != 0.0f ||
-                        !settings.logit_bias.empty();
+                       !settings.logit_bias.empty();
   std::vector<float> adjusted;
   tokenizer::StreamingDecoder decoder(tokenizer_, true);
   StopFilter filter(settings.stop);
@@ -238,8 +239,9 @@ void Scheduler::run(Job& job) {
     context.push_back(token);
     ++counts[token];
     ++result.completion_tokens;
-    const bool end = std::find(eos.begin(), eos.end(), token) != eos.end() ||
-                     std::find(spec.stop_ids.begin(), spec.stop_ids.end(), token) != spec.stop_ids.end();
+    const bool end =
+        std::find(eos.begin(), eos.end(), token) != eos.end() ||
+        std::find(spec.stop_ids.begin(), spec.stop_ids.end(), token) != spec.stop_ids.end();
     if (!end) send(filter.push(decoder.push(token)));
     const double elapsed = seconds_since(start);
     if (elapsed > 0) metrics_.set_decode_rate(result.completion_tokens / elapsed);

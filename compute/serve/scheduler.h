@@ -13,8 +13,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -75,7 +75,7 @@ class Job {
 };
 
 struct SchedulerOptions {
-  size_t queue_limit = 16;  // requests waiting beyond the running one; more get 429
+  size_t queue_limit = 16;      // requests waiting beyond the running one; more get 429
   uint32_t prefill_chunk = 64;  // as --chunk: tokens whose experts are read once together
   RoutingOptions routing;
 };

@@ -39,8 +39,10 @@ void send_error(httplib::Response& res, const ApiError& error) {
 std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
   std::vector<int32_t> ids;
   if (tokenizer.eos_id()) ids.push_back(*tokenizer.eos_id());
-  for (const char* text : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>",
-                           "<|end_of_msg|>", "<|end|>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"}) {
+  for (const char* text :
+       {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end_of_msg|>", "<|end|>",
+        "<\xef\xbd\x9c"
+        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"}) {
     const auto id = tokenizer.token_to_id(text);
     if (id && tokenizer.is_special(*id)) ids.push_back(*id);
   }
@@ -69,8 +71,8 @@ Server::Server(Engine& engine, const tokenizer::Tokenizer& tokenizer, const Serv
       random_(std::random_device{}()) {
   const Container& container = engine.container();
   if (container.chat_template()) {
-    template_.emplace(chat::ChatTemplate::parse(*container.chat_template(),
-                                                container.dir() + " chat_template"));
+    template_.emplace(
+        chat::ChatTemplate::parse(*container.chat_template(), container.dir() + " chat_template"));
     normalize_ = chat::normalize_options_for(*template_);
     const std::string config_path = container.dir() + "/tokenizer_config.json";
     std::ifstream config(config_path, std::ios::binary);
@@ -94,7 +96,7 @@ Server::~Server() {
 int Server::bind() {
   const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
                    : http_->bind_to_port(options_.host, options_.port) ? options_.port
-                                                                        : -1;
+                                                                       : -1;
   if (port < 0)
     fail("--host {} --port {}: cannot listen there (in use, or not an address of this machine)",
          options_.host, options_.port);
@@ -148,7 +150,8 @@ void Server::routes() {
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404) {
-      send_error(res, ApiError(404, "not_found_error", fmt::format("no route {} {}", req.method, req.path)));
+      send_error(res, ApiError(404, "not_found_error",
+                               fmt::format("no route {} {}", req.method, req.path)));
     } else if (res.status == 413) {
       // The body was not read: the connection cannot carry another request.
       discard_unread_body(req, kMaxDiscardedBody);
@@ -157,21 +160,23 @@ void Server::routes() {
                                fmt::format("the request body is larger than {} bytes",
                                            options_.max_body_bytes)));
     } else {
-      send_error(res, ApiError(res.status, "invalid_request_error", "the request could not be read"));
+      send_error(res,
+                 ApiError(res.status, "invalid_request_error", "the request could not be read"));
     }
   });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(e);
-    } catch (const ApiError& error) {
-      send_error(res, error);
-      return;
-    } catch (const std::exception& error) {
-      message = error.what();
-    }
-    send_error(res, ApiError(500, "server_error", message));
-  });
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+        std::string message = "internal error";
+        try {
+          std::rethrow_exception(e);
+        } catch (const ApiError& error) {
+          send_error(res, error);
+          return;
+        } catch (const std::exception& error) {
+          message = error.what();
+        }
+        send_error(res, ApiError(500, "server_error", message));
+      });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_->count_request(endpoint_label(req.path), res.status);
   });
@@ -205,19 +210,19 @@ void Server::routes() {
     res.set_content(json{{"object", "list"}, {"data", json::array({model_object()})}}.dump(),
                     "application/json");
   });
-  http.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+  http.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req,
+                                                      httplib::Response& res) {
     const std::string id = req.matches[1];
     if (id != options_.model_id)
-      throw ApiError(404, "not_found_error", fmt::format("the model '{}' does not exist", id), "model",
-                     "model_not_found");
+      throw ApiError(404, "not_found_error", fmt::format("the model '{}' does not exist", id),
+                     "model", "model_not_found");
     res.set_content(model_object().dump(), "application/json");
   });
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     chat_completions(req, res);
   });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    completions(req, res);
-  });
+  http.Post("/v1/completions",
+            [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(page_html()), "text/html; charset=utf-8");
   });

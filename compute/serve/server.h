@@ -30,10 +30,10 @@ namespace sluice::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;              // 0: any free port (bind() says which)
-  std::string api_key;          // empty: no key asked for
+  int port = 8080;      // 0: any free port (bind() says which)
+  std::string api_key;  // empty: no key asked for
   size_t max_body_bytes = size_t{8} << 20;
-  std::string model_id;         // the name /v1/models lists
+  std::string model_id;  // the name /v1/models lists
   SchedulerOptions scheduler;
 };
 

@@ -2,12 +2,13 @@
 // field: what OpenAI's API accepts is taken with its defaults, and each
 // refusal is a 400 naming the field (n > 1, out-of-range sampling values,
 // stop lists, malformed messages, tools and response formats).
+#include "compute/serve/request.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "compute/serve/api_error.h"
-#include "compute/serve/request.h"
 
 using sluice::serve::ApiError;
 using sluice::serve::json;
@@ -90,7 +91,8 @@ TEST_CASE("each bad field is refused by name") {
   CHECK(refusal(chat_with("stop", json::array({"a", 3}))) == "stop[1]");
   CHECK(refusal(chat_with("stop", "")) == "stop[0]");
   CHECK(refusal(chat_with("stream", "yes")) == "stream");
-  CHECK(refusal(chat_with("stream_options", {{"include_usage", 1}})) == "stream_options.include_usage");
+  CHECK(refusal(chat_with("stream_options", {{"include_usage", 1}})) ==
+        "stream_options.include_usage");
   CHECK(refusal(chat_with("logprobs", true)) == "logprobs");
   CHECK(refusal(chat_with("logit_bias", {{"12", 101}})) == "logit_bias.12");
   CHECK(refusal(chat_with("logit_bias", {{"x1", 1}})) == "logit_bias.x1");
@@ -102,13 +104,15 @@ TEST_CASE("each bad field is refused by name") {
   CHECK(refusal(chat_with("tools", json::array({{{"type", "retrieval"}}}))) == "tools[0].type");
   CHECK(refusal(chat_with("tool_choice", "sometimes")) == "tool_choice");
   CHECK(refusal(chat_with("response_format", {{"type", "yaml"}})) == "response_format.type");
-  CHECK(refusal(chat_with("response_format", {{"type", "json_schema"}})) == "response_format.json_schema");
+  CHECK(refusal(chat_with("response_format", {{"type", "json_schema"}})) ==
+        "response_format.json_schema");
   CHECK(refusal(json{{"model", "m"}}) == "messages");
 }
 
 TEST_CASE("tools, tool_choice and response_format are kept for the template") {
-  const json tools = json::array(
-      {{{"type", "function"}, {"function", {{"name", "weather"}, {"parameters", json::object()}}}}});
+  const json tools =
+      json::array({{{"type", "function"},
+                    {"function", {{"name", "weather"}, {"parameters", json::object()}}}}});
   json body = chat_with("tools", tools);
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "weather"}}}};
   body["response_format"] = {{"type", "json_object"}};
@@ -129,8 +133,9 @@ TEST_CASE("completion prompts: a string, token ids, or a list of one of either")
   CHECK(parse_completion_request({{"prompt", json::array({json::array({4, 5})})}}, 0).prompt_ids ==
         std::vector<int32_t>{4, 5});
   CHECK(parse_completion_request({{"prompt", "x"}}, 0).settings.max_tokens == 16u);
-  for (const json& bad : {json{{"prompt", json::array({"a", "b"})}}, json{{"prompt", ""}},
-                          json{{"prompt", json::array({1, -2})}}, json{{"prompt", 5}}, json::object()}) {
+  for (const json& bad :
+       {json{{"prompt", json::array({"a", "b"})}}, json{{"prompt", ""}},
+        json{{"prompt", json::array({1, -2})}}, json{{"prompt", 5}}, json::object()}) {
     CHECK_THROWS_AS(parse_completion_request(bad, 0), ApiError);
   }
 }

@@ -2,12 +2,12 @@
 // strings: no byte of a stop string is ever released, text that only looked
 // like a stop's start is released once it cannot be one, and however the text
 // is split the released concatenation is the same.
+#include "compute/serve/stop_filter.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
-
-#include "compute/serve/stop_filter.h"
 
 using sluice::serve::StopFilter;
 
