@@ -64,7 +64,7 @@ void RoutingSession::on_moe(uint32_t layer, size_t moe_index, uint32_t tokens, s
   if (trace_ && moe_index + 1 == moe_layers_) {
     for (uint32_t t = 0; t < tokens; ++t) {
       router::TraceToken row;
-      row.tok = uint64_t{engine_.transformer().position()} + t;
+      row.tok = engine_.transformer().last_positions()[t];
       for (const Routing& r : routing[t]) row.layers.push_back(r.experts);
       trace_->write(row);
     }

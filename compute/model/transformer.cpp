@@ -32,24 +32,58 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       attention_(make_mixer(config, weights, context, exec)),
       kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr) {}
 
-void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions) {
-  const auto count = static_cast<uint32_t>(tokens.size());
-  if (count == 0) fail("forward: no tokens");
-  if (size_t{position_} + count > context_) {
-    fail("context full: {} tokens do not fit after position {} (context length {}; raise --ctx)", count, position_,
-         context_);
+SequenceState Transformer::new_sequence() const {
+  return SequenceState(attention_->make_state(), kda_ ? kda_->make_state() : MixerState(), context_);
+}
+
+void Transformer::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
+                          bool all_positions) {
+  if (tokens.empty()) fail("forward: no tokens");
+  const Segment segment{&sequence, tokens};
+  run(std::span<const Segment>(&segment, 1), logits, all_positions);
+}
+
+void Transformer::forward_batch(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens,
+                                std::span<float> logits) {
+  if (sequences.empty()) fail("forward_batch: no sequences");
+  if (tokens.size() != sequences.size()) {
+    fail("forward_batch: {} tokens for {} sequences (one each)", tokens.size(), sequences.size());
   }
-  const size_t rows_out = all_positions ? count : 1;
+  std::vector<Segment> segments;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (sequences[j] == sequences[i]) fail("forward_batch: sequence {} is also sequence {}", i, j);
+    }
+    segments.push_back({sequences[i], tokens.subspan(i, 1)});
+  }
+  run(segments, logits, false);
+}
+
+void Transformer::run(std::span<const Segment> segments, std::span<float> logits, bool all_positions) {
+  positions_.clear();
+  for (const Segment& segment : segments) {
+    const uint32_t position = segment.sequence->position();
+    if (segment.sequence->context() != context_) fail("forward: a sequence made for another context length");
+    if (size_t{position} + segment.tokens.size() > context_) {
+      fail("context full: {} tokens do not fit after position {} (context length {}; raise --ctx)",
+           segment.tokens.size(), position, context_);
+    }
+    for (size_t t = 0; t < segment.tokens.size(); ++t) positions_.push_back(position + static_cast<uint32_t>(t));
+  }
+  const auto count = static_cast<uint32_t>(positions_.size());
+  const size_t rows_out = all_positions ? count : segments.size();
   if (logits.size() < rows_out * config_.vocab) fail("forward: logits buffer too small");
 
   const uint32_t hidden = config_.hidden;
   x_.resize(size_t{count} * hidden);
   normed_.resize(size_t{count} * hidden);
+  std::vector<int32_t> ids;
+  for (const Segment& segment : segments) ids.insert(ids.end(), segment.tokens.begin(), segment.tokens.end());
   for (uint32_t t = 0; t < count; ++t) {
-    if (tokens[t] < 0 || static_cast<uint32_t>(tokens[t]) >= config_.vocab) {
-      fail("token id {} is outside the vocabulary (size {})", tokens[t], config_.vocab);
+    if (ids[t] < 0 || static_cast<uint32_t>(ids[t]) >= config_.vocab) {
+      fail("token id {} is outside the vocabulary (size {})", ids[t], config_.vocab);
     }
-    weights_.embed.row(static_cast<uint32_t>(tokens[t]), &x_[size_t{t} * hidden]);
+    weights_.embed.row(static_cast<uint32_t>(ids[t]), &x_[size_t{t} * hidden]);
   }
 
   routing_.assign(count, {});
@@ -60,8 +94,17 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
     for (uint32_t t = 0; t < count; ++t) {
       rms_norm(&x_[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps, &normed_[size_t{t} * hidden]);
     }
-    Mixer& mixer = config_.is_kda(layer) ? *kda_ : *attention_;
-    mixer.forward(layer, normed_.data(), count, position_, proj_.data());
+    // The mixers run sequence by sequence, each on its own state.
+    const bool kda = config_.is_kda(layer);
+    Mixer& mixer = kda ? *kda_ : *attention_;
+    size_t row = 0;
+    for (const Segment& segment : segments) {
+      SequenceState& sequence = *segment.sequence;
+      const auto n = static_cast<uint32_t>(segment.tokens.size());
+      mixer.forward(layer, &normed_[row * hidden], n, sequence.position(), kda ? sequence.kda() : sequence.attention(),
+                    &proj_[row * hidden]);
+      row += n;
+    }
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
     for (uint32_t t = 0; t < count; ++t) {
       rms_norm(&x_[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
@@ -74,13 +117,20 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
     }
   }
 
-  const uint32_t first = all_positions ? 0 : count - 1;
-  for (uint32_t t = first; t < count; ++t) {
-    rms_norm(&x_[size_t{t} * hidden], weights_.final_norm.data(), hidden, config_.rms_eps,
-             &normed_[size_t{t - first} * hidden]);
+  // The rows that get logits: every token, or each segment's last.
+  std::vector<uint32_t> out_rows;
+  size_t row = 0;
+  for (const Segment& segment : segments) {
+    for (size_t t = 0; t < segment.tokens.size(); ++t, ++row) {
+      if (all_positions || t + 1 == segment.tokens.size()) out_rows.push_back(static_cast<uint32_t>(row));
+    }
+  }
+  for (size_t i = 0; i < out_rows.size(); ++i) {
+    rms_norm(&x_[size_t{out_rows[i]} * hidden], weights_.final_norm.data(), hidden, config_.rms_eps,
+             &normed_[i * hidden]);
   }
   weights_.lm_head.apply(normed_.data(), static_cast<uint32_t>(rows_out), logits.data(), exec_);
-  position_ += count;
+  for (const Segment& segment : segments) segment.sequence->advance(segment.tokens);
 }
 
 void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {

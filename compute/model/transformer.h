@@ -1,10 +1,13 @@
 // compute/model/transformer.h: the forward pass over a chunk of tokens:
-// embeddings, then per layer a mixer (GQA or MLA, owning its cache) and an
-// FFN (dense SwiGLU, or MoE: the router, routed experts fetched through an
-// ExpertSource, an optional shared expert), then the LM head. A chunk of one
-// token is a decode step; a longer chunk reads each distinct expert of a
-// layer once for all its tokens. Expert outputs are summed in routing order,
-// so the result does not depend on the order records arrive in.
+// embeddings, then per layer a mixer (GQA, MLA or KDA, acting on the
+// sequence's state it is given) and an FFN (dense SwiGLU, or MoE: the router,
+// routed experts fetched through an ExpertSource, an optional shared
+// expert), then the LM head. A chunk of one token is a decode step; a longer
+// chunk, or one decode token of each of several sequences, reads each
+// distinct expert of a layer once for all its tokens. Expert outputs are
+// summed in routing order, so the result does not depend on the order
+// records arrive in, nor on which other sequences share the step. Holds no
+// sequence: every SequenceState is the caller's.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,7 @@
 #include "compute/kernels/thread_pool.h"
 #include "compute/model/expert_source.h"
 #include "compute/model/mixer.h"
+#include "compute/model/sequence_state.h"
 #include "compute/model/weights.h"
 #include "compute/routing/routing.h"
 #include "proto/model_config.h"
@@ -27,16 +31,27 @@ class Transformer {
   Transformer(const ModelConfig& config, const ModelWeights& weights, ExpertSource& experts,
               uint32_t context, kernels::Exec exec);
 
-  // Runs `tokens` at positions [position(), position() + tokens.size()) and
-  // advances the position. Writes vocabulary-sized logits for the last token
-  // to `logits`, or for every token (tokens.size() rows) when `all_positions`.
-  void forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions);
-  uint32_t position() const { return position_; }
+  // A fresh sequence at position 0, its state sized for context().
+  SequenceState new_sequence() const;
+
+  // Runs `tokens` of `sequence` at positions [position, position +
+  // tokens.size()) and advances it. Writes vocabulary-sized logits for the
+  // last token to `logits`, or for every token (tokens.size() rows) when
+  // `all_positions`.
+  void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
+               bool all_positions);
+  // One decode step of several distinct sequences at once: tokens[i] runs
+  // at sequences[i]'s position, and logits row i (vocabulary-sized) is its.
+  // Each row is bit-identical to sequences[i] stepped alone by forward().
+  void forward_batch(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens,
+                     std::span<float> logits);
+
   uint32_t context() const { return context_; }
-  void reset() { position_ = 0; }
-  // The routing of the last forward call: [token][moe layer].
+  // The routing of the last forward call: [token][moe layer], tokens in
+  // call order (a batch's tokens in sequence order).
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
-  size_t kv_cache_bytes() const { return attention_->state_bytes() + (kda_ ? kda_->state_bytes() : 0); }
+  // The position each token of the last forward call ran at, in the same order.
+  const std::vector<uint32_t>& last_positions() const { return positions_; }
 
   // Called for each MoE layer once its routing is decided and its records are
   // requested, with the layer, its MoE ordinal, the chunk's tokens and their
@@ -47,6 +62,14 @@ class Transformer {
   void set_moe_hook(MoeHook hook) { moe_hook_ = std::move(hook); }
 
  private:
+  // A run of consecutive tokens of one sequence within a forward call.
+  struct Segment {
+    SequenceState* sequence;
+    std::span<const int32_t> tokens;
+  };
+  // Runs the segments' tokens as one chunk: logits for every token when
+  // `all_positions`, else for each segment's last.
+  void run(std::span<const Segment> segments, std::span<float> logits, bool all_positions);
   void moe(uint32_t layer, uint32_t tokens, size_t moe_index);
   // x += down(silu(gate(normed)) ⊙ up(normed)) for the chunk.
   void swiglu(const Linear& gate, const Linear& up, const Linear& down, uint32_t tokens);
@@ -58,13 +81,13 @@ class Transformer {
   uint32_t context_;
   std::unique_ptr<Mixer> attention_;  // the softmax-attention layers (GQA or MLA)
   std::unique_ptr<Mixer> kda_;        // the KDA layers, when the model has any
-  uint32_t position_ = 0;
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
   std::vector<float> x_, normed_, proj_;
   std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_;
   kernels::RvqTable gate_table_, up_table_, down_table_;
   std::vector<std::vector<Routing>> routing_;
+  std::vector<uint32_t> positions_;
   MoeHook moe_hook_;
 };
 

@@ -28,6 +28,8 @@ EXAMPLES = [
                                            '--chunk 8 --budget {budget} --verify --trace-out {w}/trace.jsonl '
                                            '--dump-logits {w}/logits.f32 && sluice run {m} --prompt-ids 1,2,3 -n 2 '
                                            '--no-cache --json'),
+    ('sluice run MODEL.sluice --session', 'sluice run {m} --session {w}/chat.session "The river" -n 2 --ctx 64 && '
+                                          'sluice run {m} --session {w}/chat.session " ran" -n 2 --ctx 64'),
     ('sluice eval MODEL.sluice --text FILE', 'echo "the river ran to the sea" > {w}/text.txt && '
                                             'sluice eval {m} --text {w}/text.txt --json --dump-logits {w}/eval.f32'),
     ('sluice tokenize', 'sluice tokenize {m} "hello there" --json && '
@@ -43,6 +45,8 @@ EXAMPLES = [
     ('sluice bench replay TRACE', 'sluice bench replay {w}/trace.jsonl --model {m} --budget {budget} --json'),
     ('sluice bench decode MODEL.sluice', 'sluice bench decode {m} --budget {budget} --compare-lookahead --repeat 1 '
                                          '-n 3 --prompt-tokens 4 --temp 0.8 --seed 3 --json'),
+    ('sluice bench batch MODEL.sluice', 'sluice bench batch {m} --budget {budget} --sequences 1,2 -n 2 '
+                                        '--prompt-tokens 3 --repeat 1 --json'),
     ('sluice-up MODEL.sluice', 'sluice-up {m} --budget {budget} --instance {i}'),
     ('sluice run MODEL.sluice "PROMPT" --attach', 'sluice run {m} "The river" -n 4 --attach {i}'),
     ('sluice stats', 'sluice stats --attach {i} --json && sluice stats --attach {i}'),
