@@ -38,6 +38,7 @@ void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
 void add_template_command(CLI::App& app);  // in cmd_template.cpp
+void add_chat_command(CLI::App& app);      // in cmd_chat.cpp
 void add_bench_io(CLI::App& bench);  // `sluice bench io`, in bench_io.cpp
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);

@@ -38,6 +38,8 @@ HELP_OPTIONS = {
     'detokenize': ['--tokenizer', '--skip-special'],
     'plan': ['MODEL', '--ctx', '--budget', '--force', '--json'],
     'stats': ['--attach', '--watch', '--json'],
+    'chat': ['MODEL', '--system', '--attach', '--max-tokens', '--temp', '--seed', '--json-schema', '--json-object',
+             '--ctx', '--budget'],
     'bench': ['kernels', 'io', 'replay', 'decode'],
     'bench kernels': ['--json', '--threads', '--seconds'],
     'bench io': ['MODEL', '--json', '--readers'],

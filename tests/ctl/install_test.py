@@ -39,6 +39,11 @@ EXAMPLES = [
     ('sluice template MODEL.sluice', 'echo \'[{{"role": "user", "content": "hi"}}]\' > {w}/messages.json && '
                                      'sluice template {m} --messages {w}/messages.json --add-generation-prompt --ids '
                                      '--json && sluice template {m} --messages {w}/messages.json --disable-thinking'),
+    ('sluice chat MODEL.sluice', 'echo \'{{"type": "object"}}\' > {w}/schema.json && '
+                                 'printf "hello\\n/stats\\n" | sluice chat {m} --system "Be brief." -n 4 --temp 0.8 '
+                                 '--seed 3 --ctx 64 --threads 1 --disable-thinking && '
+                                 'echo hi | sluice chat {m} -n 4 --json-schema {w}/schema.json && '
+                                 'echo hi | sluice chat {m} -n 4 --json-object --enable-thinking'),
     ('sluice plan --config', 'sluice plan --config {ck}/config.json --ctx 64 --ram 16G --json'),
     ('sluice bench kernels', 'sluice bench kernels --json --seconds 0.01 --no-alternatives --threads 1'),
     ('sluice bench io MODEL.sluice', 'sluice bench io {m} --json --seconds 0.1 --rounds 1'),
