@@ -147,7 +147,7 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   const bool extends =
       state_.size() < ids.size() && std::equal(state_.begin(), state_.end(), ids.begin());
   if (!extends) {
-    engine_.transformer().reset();
+    engine_.sequence().reset();
     state_.clear();
   }
   result.reused = static_cast<uint32_t>(state_.size());
@@ -193,7 +193,7 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   // engine never runs it), or less when the prefill was stopped.
   std::vector<int32_t> all = ids;
   all.insert(all.end(), generated.begin(), generated.end());
-  const uint32_t position = engine_.transformer().position();
+  const uint32_t position = engine_.sequence().position();
   if (position > all.size())
     fail("chat: the engine holds {} tokens, more than the {} sent", position, all.size());
   state_.assign(all.begin(), all.begin() + position);

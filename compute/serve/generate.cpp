@@ -6,6 +6,8 @@
 
 #include <ctime>
 
+#include "compute/chat/json_constraint.h"
+#include "compute/chat/reply_parser.h"
 #include "compute/serve/api_error.h"
 #include "compute/serve/connection.h"
 #include "compute/serve/server.h"
@@ -26,7 +28,7 @@ json usage_json(const JobResult& r) {
           {"completion_tokens", r.completion_tokens},
           {"total_tokens", r.prompt_tokens + r.completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}},
-          {"completion_tokens_details", {{"reasoning_tokens", 0}}}};
+          {"completion_tokens_details", {{"reasoning_tokens", r.reasoning_tokens}}}};
 }
 
 // Engine figures of one request, beside OpenAI's fields.
@@ -79,12 +81,26 @@ struct ReplyShape {
     return out;
   }
 
-  json whole(const std::string& text, const JobResult& r) const {
+  json whole(const chat::Reply& reply, const JobResult& r) const {
     json choice = {{"index", 0}};
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+      json message = {{"role", "assistant"},
+                      {"content", reply.content.empty() && !reply.tool_calls.empty()
+                                      ? json(nullptr)
+                                      : json(reply.content)},
+                      {"refusal", nullptr}};
+      if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+      if (!reply.tool_calls.empty()) {
+        json calls = json::array();
+        for (const auto& call : reply.tool_calls)
+          calls.push_back({{"id", call.id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        message["tool_calls"] = calls;
+      }
+      choice["message"] = message;
     } else {
-      choice["text"] = text;
+      choice["text"] = reply.content;
     }
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = r.finish_reason;
@@ -118,7 +134,9 @@ std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
   } catch (const Error& e) {
     throw ApiError(400, "invalid_request_error", e.what(), param_of(e.what()));
   }
-  input.tools = request.tools;
+  // "none": the model is not told about the tools. "required" and a named
+  // function reach the model only through the tools it is shown.
+  input.tools = request.tool_choice == "none" ? json(nullptr) : request.tools;
   input.add_generation_prompt = true;
   input.special_tokens = special_tokens_;
   input.extra = request.template_kwargs;
@@ -135,53 +153,113 @@ std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
 
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   const ChatRequest request = parse_chat_request(parse_body(req.body), random_seed());
-  generate(req, res, render_chat(request), request.settings, true, "");
+  JobSpec spec;
+  spec.prompt = render_chat(request);
+  spec.settings = request.settings;
+  spec.stop_ids = chat_stop_ids_;
+  spec.reply_format = reply_format_;
+  // The template opened reasoning when its last marker is <think>.
+  if (reply_format_.thinks()) {
+    for (auto it = spec.prompt.rbegin(); it != spec.prompt.rend(); ++it) {
+      if (*it == *reply_format_.think_close) break;
+      if (*it == *reply_format_.think_open) {
+        spec.in_reasoning = true;
+        break;
+      }
+    }
+  }
+  if (!request.response_format.is_null()) {
+    try {
+      spec.grammar = chat::JsonGrammar::from_response_format(request.response_format);
+    } catch (const Error& e) {
+      throw ApiError(400, "invalid_request_error", e.what(), "response_format");
+    }
+  }
+  generate(req, res, std::move(spec), true, "");
 }
 
 void Server::completions(const httplib::Request& req, httplib::Response& res) {
   const CompletionRequest request = parse_completion_request(parse_body(req.body), random_seed());
-  std::vector<int32_t> prompt = request.prompt_ids;
+  JobSpec spec;
+  spec.prompt = request.prompt_ids;
   if (request.prompt_text) {
-    prompt = tokenizer_.encode(*request.prompt_text);
+    spec.prompt = tokenizer_.encode(*request.prompt_text);
     if (tokenizer_.add_bos() && tokenizer_.bos_id())
-      prompt.insert(prompt.begin(), *tokenizer_.bos_id());
+      spec.prompt.insert(spec.prompt.begin(), *tokenizer_.bos_id());
   }
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (static_cast<uint32_t>(prompt[i]) >= engine_.config().vocab)
+  for (size_t i = 0; i < spec.prompt.size(); ++i) {
+    if (static_cast<uint32_t>(spec.prompt[i]) >= engine_.config().vocab)
       bad_param(fmt::format("prompt[{}]", i), "token id {} is outside the vocabulary of {}",
-                prompt[i], engine_.config().vocab);
+                spec.prompt[i], engine_.config().vocab);
   }
   std::string echo;
   if (request.echo)
-    echo = request.prompt_text ? *request.prompt_text : tokenizer_.decode(prompt, true);
-  generate(req, res, std::move(prompt), request.settings, false, echo);
+    echo = request.prompt_text ? *request.prompt_text : tokenizer_.decode(spec.prompt, true);
+  spec.settings = request.settings;
+  generate(req, res, std::move(spec), false, echo);
 }
 
-void Server::generate(const httplib::Request& req, httplib::Response& res,
-                      std::vector<int32_t> prompt, const GenerationSettings& settings, bool chat,
+namespace {
+
+// The delta of one stream event of a chat reply.
+json chat_delta(const Job::Event& event) {
+  switch (event.kind) {
+    case Job::Event::Kind::kReasoning:
+      return {{"reasoning_content", event.text}};
+    case Job::Event::Kind::kToolCall:
+      return {{"tool_calls", json::array({{{"index", event.tool_index},
+                                            {"id", event.id},
+                                            {"type", "function"},
+                                            {"function", {{"name", event.name}, {"arguments", ""}}}}})}};
+    case Job::Event::Kind::kToolArguments:
+      return {{"tool_calls", json::array({{{"index", event.tool_index},
+                                            {"function", {{"arguments", event.text}}}}})}};
+    default:
+      return {{"content", event.text}};
+  }
+}
+
+// Adds a blocking reply's event to what it has so far.
+void gather(chat::Reply& reply, const Job::Event& event) {
+  switch (event.kind) {
+    case Job::Event::Kind::kReasoning:
+      reply.reasoning += event.text;
+      break;
+    case Job::Event::Kind::kToolCall:
+      reply.tool_calls.push_back({event.id, event.name, ""});
+      break;
+    case Job::Event::Kind::kToolArguments:
+      if (event.tool_index < reply.tool_calls.size())
+        reply.tool_calls[event.tool_index].arguments += event.text;
+      break;
+    default:
+      reply.content += event.text;
+  }
+}
+
+}  // namespace
+
+void Server::generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
                       const std::string& echo) {
+  const GenerationSettings settings = spec.settings;
   for (const auto& [token, bias] : settings.logit_bias) {
     if (static_cast<uint32_t>(token) >= engine_.config().vocab)
       bad_param(fmt::format("logit_bias.{}", token), "token id {} is outside the vocabulary of {}",
                 token, engine_.config().vocab);
   }
   const uint32_t context = engine_.transformer().context();
-  if (prompt.empty()) bad_param(chat ? "messages" : "prompt", "the prompt has no tokens");
-  if (prompt.size() > context) {
+  if (spec.prompt.empty()) bad_param(chat ? "messages" : "prompt", "the prompt has no tokens");
+  if (spec.prompt.size() > context) {
     throw ApiError(400, "invalid_request_error",
                    fmt::format("This model's maximum context length is {} tokens. However, your {} "
                                "resulted in {} tokens.",
-                               context, chat ? "messages" : "prompt", prompt.size()),
+                               context, chat ? "messages" : "prompt", spec.prompt.size()),
                    chat ? "messages" : "prompt", "context_length_exceeded");
   }
   // One token can be sampled from the prompt's logits; each further one
   // needs a free position.
-  const uint32_t room = context - static_cast<uint32_t>(prompt.size()) + 1;
-  JobSpec spec;
-  spec.prompt = std::move(prompt);
-  spec.settings = settings;
+  const uint32_t room = context - static_cast<uint32_t>(spec.prompt.size()) + 1;
   spec.max_tokens = std::min(settings.max_tokens.value_or(room), room);
-  if (chat) spec.stop_ids = chat_stop_ids_;
   spec.client_gone = peer_gone_check(req);
   std::shared_ptr<Job> job;
   try {
@@ -195,18 +273,15 @@ void Server::generate(const httplib::Request& req, httplib::Response& res,
                          static_cast<int64_t>(std::time(nullptr)), chat};
 
   if (!settings.stream) {
-    std::string text = echo;
+    chat::Reply reply;
+    reply.content = echo;
     for (;;) {
       Job::Event event = job->next();
-      if (event.kind == Job::Event::Kind::kText) {
-        text += event.text;
-      } else if (event.kind == Job::Event::Kind::kError) {
-        throw engine_error(event.text);
-      } else {
-        break;
-      }
+      if (event.kind == Job::Event::Kind::kError) throw engine_error(event.text);
+      if (event.kind == Job::Event::Kind::kDone) break;
+      gather(reply, event);
     }
-    res.set_content(dump(shape.whole(text, job->result())), "application/json");
+    res.set_content(dump(shape.whole(reply, job->result())), "application/json");
     return;
   }
 
@@ -214,47 +289,48 @@ void Server::generate(const httplib::Request& req, httplib::Response& res,
   res.set_header("Cache-Control", "no-cache");
   // The type must be exactly text/event-stream: anything after it would let
   // compression buffer the stream.
-  res.set_chunked_content_provider("text/event-stream", [job, shape, include_usage, echo](
-                                                            size_t, httplib::DataSink& sink) {
-    bool open = true;
-    auto write = [&](const std::string& event) {
-      if (open && !sink.write(event.data(), event.size())) {
-        open = false;
-        job->cancel();
-      }
-    };
-    write(sse(shape.chunk(shape.chat ? json{{"role", "assistant"}, {"content", ""}} : json(echo),
-                          nullptr, include_usage)));
-    // Drained to the end even after the client went: the job's connection
-    // check must not outlive this connection.
-    for (;;) {
-      Job::Event event = job->next();
-      if (event.kind == Job::Event::Kind::kText) {
-        write(sse(shape.chunk(shape.chat ? json{{"content", event.text}} : json(event.text),
+  res.set_chunked_content_provider(
+      "text/event-stream", [job, shape, include_usage, echo](size_t, httplib::DataSink& sink) {
+        bool open = true;
+        auto write = [&](const std::string& event) {
+          if (open && !sink.write(event.data(), event.size())) {
+            open = false;
+            job->cancel();
+          }
+        };
+        write(sse(shape.chunk(shape.chat ? json{{"role", "assistant"}, {"content", ""}} : json(echo),
                               nullptr, include_usage)));
-      } else if (event.kind == Job::Event::Kind::kError) {
-        write(sse(engine_error(event.text).body()));
-        break;
-      } else {
-        const JobResult& r = job->result();
-        if (r.finish_reason == "cancelled") break;
-        json last =
-            shape.chunk(shape.chat ? json::object() : json(""), r.finish_reason, include_usage);
-        last["sluice"] = sluice_json(r);
-        write(sse(last));
-        if (include_usage) {
-          json usage = shape.chunk(nullptr, nullptr, true);
-          usage["choices"] = json::array();
-          usage["usage"] = usage_json(r);
-          write(sse(usage));
+        // Drained to the end even after the client went: the job's connection
+        // check must not outlive this connection.
+        for (;;) {
+          Job::Event event = job->next();
+          if (event.kind == Job::Event::Kind::kError) {
+            write(sse(engine_error(event.text).body()));
+            break;
+          }
+          if (event.kind != Job::Event::Kind::kDone) {
+            write(sse(shape.chunk(shape.chat ? chat_delta(event) : json(event.text), nullptr,
+                                  include_usage)));
+            continue;
+          }
+          const JobResult& r = job->result();
+          if (r.finish_reason == "cancelled") break;
+          json last =
+              shape.chunk(shape.chat ? json::object() : json(""), r.finish_reason, include_usage);
+          last["sluice"] = sluice_json(r);
+          write(sse(last));
+          if (include_usage) {
+            json usage = shape.chunk(nullptr, nullptr, true);
+            usage["choices"] = json::array();
+            usage["usage"] = usage_json(r);
+            write(sse(usage));
+          }
+          write("data: [DONE]\n\n");
+          break;
         }
-        write("data: [DONE]\n\n");
-        break;
-      }
-    }
-    sink.done();
-    return true;
-  });
+        sink.done();
+        return true;
+      });
 }
 
 }  // namespace sluice::serve

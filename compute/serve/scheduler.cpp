@@ -16,6 +16,9 @@
 namespace sluice::serve {
 namespace {
 
+// A prompt's state larger than this is not kept for the next request.
+constexpr size_t kMaxSnapshotBytes = size_t{512} << 20;
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -29,6 +32,79 @@ ExpertSourceStats difference(const ExpertSourceStats& after, const ExpertSourceS
   d.wait_seconds -= before.wait_seconds;
   return d;
 }
+
+// A reply on its way to the job: decoded (or parsed by token id into
+// content, reasoning and tool calls), with stop strings cut from the content.
+class ReplyStream {
+ public:
+  ReplyStream(Job& job, const tokenizer::Tokenizer& tokenizer, const JobSpec& spec, JobResult& result)
+      : job_(job), decoder_(tokenizer, true), filter_(spec.settings.stop), result_(result) {
+    if (spec.reply_format)
+      parser_.emplace(tokenizer, *spec.reply_format, chat::ReplyOptions{spec.in_reasoning, 0});
+  }
+
+  void push(int32_t token) {
+    if (!parser_) {
+      content(decoder_.push(token));
+      return;
+    }
+    events_.clear();
+    parser_->push(token, events_);
+    if (std::any_of(events_.begin(), events_.end(), [](const chat::ReplyEvent& e) {
+          return e.kind == chat::ReplyEvent::Kind::kReasoning;
+        }))
+      ++result_.reasoning_tokens;
+    deliver();
+  }
+
+  void finish() {
+    if (parser_) {
+      events_.clear();
+      parser_->finish(events_);
+      deliver();
+    } else {
+      content(decoder_.finish());
+    }
+    send(Job::Event::Kind::kText, filter_.finish());
+  }
+
+  bool stopped() const { return filter_.stopped(); }
+
+ private:
+  void content(const std::string& text) { send(Job::Event::Kind::kText, filter_.push(text)); }
+
+  void send(Job::Event::Kind kind, const std::string& text) {
+    if (!text.empty()) job_.push({kind, text});
+  }
+
+  void deliver() {
+    for (const auto& e : events_) {
+      switch (e.kind) {
+        case chat::ReplyEvent::Kind::kContent:
+          content(e.text);
+          break;
+        case chat::ReplyEvent::Kind::kReasoning:
+          send(Job::Event::Kind::kReasoning, e.text);
+          break;
+        case chat::ReplyEvent::Kind::kToolCall:
+          result_.tool_calls = true;
+          job_.push({Job::Event::Kind::kToolCall, {}, e.tool_index, e.id, e.name});
+          break;
+        case chat::ReplyEvent::Kind::kToolArguments:
+          if (!e.text.empty())
+            job_.push({Job::Event::Kind::kToolArguments, e.text, e.tool_index, {}, {}});
+          break;
+      }
+    }
+  }
+
+  Job& job_;
+  tokenizer::StreamingDecoder decoder_;
+  std::optional<chat::ReplyParser> parser_;
+  std::vector<chat::ReplyEvent> events_;
+  StopFilter filter_;
+  JobResult& result_;
+};
 
 }  // namespace
 
@@ -126,12 +202,10 @@ void Scheduler::work() {
       job->push({Job::Event::Kind::kDone, {}});
     } catch (const Error& e) {
       // The sequence state is unknown after a failed forward pass.
-      sequence_.clear();
-      engine_.transformer().reset();
+      forget_sequence();
       job->push({Job::Event::Kind::kError, e.what()});
     } catch (const std::bad_alloc&) {
-      sequence_.clear();
-      engine_.transformer().reset();
+      forget_sequence();
       job->push({Job::Event::Kind::kError, "out of memory"});
     }
     publish_experts();
@@ -142,17 +216,33 @@ void Scheduler::work() {
   }
 }
 
+namespace {
+
+bool extends(std::span<const int32_t> prefix, const std::vector<int32_t>& prompt) {
+  return !prefix.empty() && prefix.size() < prompt.size() &&
+         std::equal(prefix.begin(), prefix.end(), prompt.begin());
+}
+
+}  // namespace
+
 size_t Scheduler::reusable_prefix(const std::vector<int32_t>& prompt) {
-  // Only an exact extension is reusable: the state of a recurrent family
-  // (KDA) cannot be rewound to a shorter common prefix.
-  if (!sequence_.empty() && sequence_.size() < prompt.size() &&
-      std::equal(sequence_.begin(), sequence_.end(), prompt.begin()) &&
-      engine_.transformer().position() == sequence_.size()) {
-    return sequence_.size();
+  // Only an exact extension is reusable: a recurrent family's state (KDA)
+  // cannot be rewound, so a shorter common prefix needs a snapshot taken
+  // there. The last prompt's end is one: the next turn of a conversation
+  // extends it even when the reply re-tokenizes differently.
+  SequenceState& sequence = engine_.sequence();
+  if (extends(sequence.tokens(), prompt)) return sequence.position();
+  if (prompt_snapshot_ && extends(prompt_snapshot_->tokens, prompt)) {
+    sequence.restore(*prompt_snapshot_);
+    return sequence.position();
   }
-  sequence_.clear();
-  engine_.transformer().reset();
+  sequence.reset();
   return 0;
+}
+
+void Scheduler::forget_sequence() {
+  engine_.sequence().reset();
+  prompt_snapshot_.reset();
 }
 
 void Scheduler::publish_experts() {
@@ -170,9 +260,8 @@ bool Scheduler::cancelled(const Job& job) const {
 void Scheduler::forward(std::span<const int32_t> tokens, std::span<float> logits,
                         std::string_view step) {
   Transformer& model = engine_.transformer();
-  model.forward(tokens, logits, false);
+  model.forward(engine_.sequence(), tokens, logits, false);
   check_logits_finite(logits, step);
-  sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
   const auto& routing = model.last_routing();
   for (const auto& token_routing : routing)
     for (size_t layer = 0; layer < token_routing.size(); ++layer)
@@ -186,12 +275,13 @@ void Scheduler::run(Job& job) {
     result.finish_reason = "cancelled";
     return;
   }
-  Transformer& model = engine_.transformer();
+  const Transformer& model = engine_.transformer();
+  SequenceState& sequence = engine_.sequence();
   const ExpertSourceStats before = engine_.experts().stats();
   const size_t reused = reusable_prefix(spec.prompt);
   result.prompt_tokens = static_cast<uint32_t>(spec.prompt.size());
   result.cached_tokens = static_cast<uint32_t>(reused);
-  if (spec.prompt.size() - reused > model.context() - model.position())
+  if (spec.prompt.size() - reused > model.context() - sequence.position())
     fail("the prompt is {} tokens, more than the context of {} holds", spec.prompt.size(),
          model.context());
 
@@ -209,20 +299,36 @@ void Scheduler::run(Job& job) {
     }
   }
   result.prefill_seconds = seconds_since(start);
+  if (sequence.snapshot_floats(sequence.position()) * sizeof(float) <= kMaxSnapshotBytes) {
+    prompt_snapshot_ = sequence.snapshot();
+  } else {
+    prompt_snapshot_.reset();
+  }
 
   const GenerationSettings& settings = spec.settings;
-  Sampler sampler(settings.sampling);
+  SamplingParams sampling = settings.sampling;
+  std::optional<chat::JsonConstraint> constraint;
+  if (spec.grammar) {
+    if (!trie_) trie_ = std::make_shared<const chat::TokenTrie>(tokenizer_);
+    chat::ConstraintOptions options;
+    options.end_ids = engine_.config().eos_ids;
+    options.end_ids.insert(options.end_ids.end(), spec.stop_ids.begin(), spec.stop_ids.end());
+    if (spec.reply_format && spec.reply_format->thinks()) {
+      options.start_after = spec.reply_format->think_close;
+      options.reasoning_open = spec.reply_format->think_open;
+      options.starts_free = spec.in_reasoning;
+    }
+    constraint.emplace(spec.grammar, trie_, options);
+    sampling.constraint = &*constraint;
+  }
+  Sampler sampler(sampling);
   std::vector<int32_t> context(spec.prompt.begin(), spec.prompt.end());
   std::unordered_map<int32_t, uint32_t> counts;  // generated tokens, for the penalties
   const bool adjusts = settings.presence_penalty != 0.0f || settings.frequency_penalty != 0.0f ||
                        !settings.logit_bias.empty();
   std::vector<float> adjusted;
-  tokenizer::StreamingDecoder decoder(tokenizer_, true);
-  StopFilter filter(settings.stop);
+  ReplyStream reply(job, tokenizer_, spec, result);
   const auto& eos = engine_.config().eos_ids;
-  auto send = [&job](const std::string& text) {
-    if (!text.empty()) job.push({Job::Event::Kind::kText, text});
-  };
 
   start = std::chrono::steady_clock::now();
   result.finish_reason = "length";
@@ -242,24 +348,24 @@ void Scheduler::run(Job& job) {
     const bool end =
         std::find(eos.begin(), eos.end(), token) != eos.end() ||
         std::find(spec.stop_ids.begin(), spec.stop_ids.end(), token) != spec.stop_ids.end();
-    if (!end) send(filter.push(decoder.push(token)));
+    if (!end) reply.push(token);
     const double elapsed = seconds_since(start);
     if (elapsed > 0) metrics_.set_decode_rate(result.completion_tokens / elapsed);
     if (cancelled(job)) {
       result.finish_reason = "cancelled";
       break;
     }
-    if (end || filter.stopped()) {
+    if (end || reply.stopped()) {
       result.finish_reason = "stop";
       break;
     }
-    if (i + 1 == spec.max_tokens || model.position() == model.context()) break;
+    if (i + 1 == spec.max_tokens || sequence.position() == model.context()) break;
     forward(std::span<const int32_t>(&token, 1), logits,
             fmt::format("decode step {} (after generated token {})", i + 1, token));
   }
   if (result.finish_reason != "cancelled") {
-    send(filter.push(decoder.finish()));
-    send(filter.finish());
+    reply.finish();
+    if (result.tool_calls) result.finish_reason = "tool_calls";
   }
   result.decode_seconds = seconds_since(start);
   result.experts = difference(engine_.experts().stats(), before);

@@ -1,7 +1,8 @@
 // compute/serve/scheduler.h: the one thread that owns the engine. Requests
 // wait in a bounded queue and run one at a time; the sequence state and its
 // token ids stay between requests, so a prompt that extends them prefills
-// only the new tokens. Only this thread touches the engine or its sampler.
+// only the new tokens (a snapshot of the last prompt's end serves the next
+// turn of a conversation). Only this thread touches the engine.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "compute/chat/json_constraint.h"
+#include "compute/chat/reply_parser.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
 #include "compute/serve/metrics.h"
@@ -31,6 +34,12 @@ struct JobSpec {
   GenerationSettings settings;
   uint32_t max_tokens = 0;        // already capped by the context left
   std::vector<int32_t> stop_ids;  // besides the model's end-of-sequence ids
+  // Chat replies are split by token id into content, reasoning and tool
+  // calls; without a format the text is all content.
+  std::optional<chat::ReplyFormat> reply_format;
+  bool in_reasoning = false;  // the prompt opened <think>
+  // response_format: the content is constrained to one value of it.
+  std::shared_ptr<const chat::JsonGrammar> grammar;
   // True once the client has gone; checked before the job starts and after
   // every token, so a disconnect ends the generation within one token.
   std::function<bool()> client_gone;
@@ -41,6 +50,8 @@ struct JobResult {
   uint32_t prompt_tokens = 0;
   uint32_t cached_tokens = 0;  // prompt tokens reused from the previous request
   uint32_t completion_tokens = 0;
+  uint32_t reasoning_tokens = 0;  // generated tokens that wrote reasoning
+  bool tool_calls = false;        // the reply holds a tool call (finish_reason "tool_calls")
   double prefill_seconds = 0;
   double decode_seconds = 0;
   ExpertSourceStats experts;  // this request's share of the engine's counters
@@ -51,8 +62,12 @@ struct JobResult {
 class Job {
  public:
   struct Event {
-    enum class Kind { kText, kDone, kError } kind;
-    std::string text;  // kText: released text; kError: the message
+    enum class Kind { kText, kReasoning, kToolCall, kToolArguments, kDone, kError } kind;
+    // kText: released content; kReasoning: reasoning; kToolArguments: a
+    // piece of a call's arguments; kError: the message.
+    std::string text;
+    size_t tool_index = 0;   // kToolCall, kToolArguments
+    std::string id, name;    // kToolCall: announced once, before its arguments
   };
   // Blocks until the worker has something for this job.
   Event next();
@@ -61,10 +76,11 @@ class Job {
   // Asks the worker to end this job after its current token (the client can
   // no longer be written to). The job still ends with kDone or kError.
   void cancel() { cancelled_ = true; }
+  // The worker's side: queues an event for next().
+  void push(Event event);
 
  private:
   friend class Scheduler;
-  void push(Event event);
 
   JobSpec spec_;
   JobResult result_;
@@ -104,6 +120,7 @@ class Scheduler {
   // sequence when the prompt does not extend the tokens it holds.
   size_t reusable_prefix(const std::vector<int32_t>& prompt);
   void publish_experts();
+  void forget_sequence();
   bool cancelled(const Job& job) const;
   // Runs `tokens` at the end of the sequence; `step` names it in errors.
   void forward(std::span<const int32_t> tokens, std::span<float> logits, std::string_view step);
@@ -113,8 +130,10 @@ class Scheduler {
   Metrics& metrics_;
   size_t queue_limit_;
   uint32_t prefill_chunk_;
+  std::shared_ptr<const chat::TokenTrie> trie_;  // built at the first constrained request
   std::unique_ptr<RoutingSession> routing_;
-  std::vector<int32_t> sequence_;  // tokens whose state the engine holds, in order
+  // The engine's sequence as it was at the end of the last prompt.
+  std::optional<SequenceSnapshot> prompt_snapshot_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -82,6 +82,7 @@ Server::Server(Engine& engine, const tokenizer::Tokenizer& tokenizer, const Serv
       special_tokens_ = chat::special_tokens_from_config(parsed);
     }
     chat_stop_ids_ = end_of_turn_ids(tokenizer);
+    reply_format_ = chat::reply_format_for(tokenizer);
   }
   metrics_ = std::make_unique<Metrics>(engine.config().moe_layers(), engine.config().experts);
   scheduler_ = std::make_unique<Scheduler>(engine, tokenizer, *metrics_, options.scheduler);

@@ -61,8 +61,9 @@ class Server {
   void completions(const httplib::Request& req, httplib::Response& res);
   // The common path of both: context check, submit, then SSE or one body.
   // `chat` picks the response shapes; `echo` is prepended to the text.
-  void generate(const httplib::Request& req, httplib::Response& res, std::vector<int32_t> prompt,
-                const GenerationSettings& settings, bool chat, const std::string& echo);
+  // `spec` holds the prompt, the settings and the chat fields.
+  void generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
+                const std::string& echo);
   std::vector<int32_t> render_chat(const ChatRequest& request) const;
   uint64_t random_seed();
   std::string random_id(const char* prefix);
@@ -74,6 +75,7 @@ class Server {
   chat::NormalizeOptions normalize_;
   nlohmann::ordered_json special_tokens_;
   std::vector<int32_t> chat_stop_ids_;  // end-of-turn tokens of the chat template
+  chat::ReplyFormat reply_format_;      // the family's reasoning and tool-call markers
   int64_t created_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;

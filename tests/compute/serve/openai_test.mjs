@@ -30,17 +30,20 @@ try {
 // A test runner's SIGTERM (a timeout) must not leave the server running.
 for (const signal of ["SIGTERM", "SIGINT"]) {
   process.on(signal, () => {
-    if (server) server.child.kill("SIGKILL");
+    for (const s of [server, extra]) if (s) s.child.kill("SIGKILL");
     process.exit(1);
   });
 }
-process.on("exit", () => server && server.child.exitCode === null && server.child.kill("SIGKILL"));
+process.on("exit", () => {
+  for (const s of [server, extra]) if (s && s.child.exitCode === null) s.child.kill("SIGKILL");
+});
 
 const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-serve-"));
 let server = null;
 let base = "";
 let client = null;
 let endless = null;  // logit_bias that keeps a generation going
+let extra = null;    // a second server some tests start
 
 function run(argv, options = {}) {
   const done = spawnSync(argv[0], argv.slice(1), { encoding: "utf8", ...options });
@@ -49,9 +52,9 @@ function run(argv, options = {}) {
 }
 
 // Starts `sluice serve` and resolves with its base URL once it prints the port.
-function start(model, extra) {
+function start(model, args) {
   return new Promise((resolve, reject) => {
-    const child = spawn(SLUICE, ["serve", model, "--port", "0", "--threads", "1", ...extra], {
+    const child = spawn(SLUICE, ["serve", model, "--port", "0", "--threads", "1", ...args], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     let out = "", err = "";
@@ -341,6 +344,59 @@ describe("sluice serve with the openai client", () => {
     for await (const chunk of await client.chat.completions.create({ ...request, stop: stop, stream: true }))
       streamed += chunk.choices[0]?.delta?.content || "";
     assert.equal(streamed, text.slice(0, cut));
+  });
+
+  it("constrains the reply to a response_format json_schema, streamed and blocking alike", async () => {
+    const schema = {
+      type: "object",
+      properties: { digit: { type: "integer", minimum: 0, maximum: 9 } },
+      required: ["digit"],
+    };
+    const request = {
+      messages: hello, temperature: 0, max_tokens: 40,
+      response_format: { type: "json_schema", json_schema: { name: "d", schema, strict: true } },
+    };
+    const blocking = await client.chat.completions.create(request);
+    // The schema admits only {"digit": D} (give or take whitespace), so the
+    // value completes well within max_tokens and then only an end token may come.
+    assert.equal(blocking.choices[0].finish_reason, "stop");
+    const value = JSON.parse(blocking.choices[0].message.content);
+    assert.deepEqual(Object.keys(value), ["digit"]);
+    assert.ok(Number.isInteger(value.digit) && value.digit >= 0 && value.digit <= 9);
+    let streamed = "";
+    for await (const chunk of await client.chat.completions.create({ ...request, stream: true }))
+      streamed += chunk.choices[0]?.delta?.content || "";
+    assert.equal(streamed, blocking.choices[0].message.content);
+    await assert.rejects(client.chat.completions.create({
+      messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", patternProperties: {} } } },
+    }), (e) => e instanceof OpenAI.BadRequestError && e.param === "response_format");
+  });
+
+  it("decodes four requests together with --parallel 4, each as it is served alone", async () => {
+    const request = { messages: hello, temperature: 0, max_tokens: 24 };
+    const alone = (await client.chat.completions.create(request)).choices[0].message.content;
+    const batched = await start(server.model, ["--api-key", KEY, "--ctx", "512", "--parallel", "4"]);
+    extra = batched;
+    try {
+      const other = new OpenAI({ baseURL: batched.url + "/v1", apiKey: KEY, maxRetries: 0 });
+      const prompts = [hello, [{ role: "user", content: "Name three colours." }], hello,
+                       [{ role: "user", content: "Count to ten." }]];
+      const singles = [];
+      for (const messages of prompts)
+        singles.push((await other.chat.completions.create({ ...request, messages })).choices[0].message.content);
+      assert.equal(singles[0], alone, "the context size does not change greedy output");
+      const together = await Promise.all(prompts.map(async (messages) => {
+        let text = "";
+        for await (const chunk of await other.chat.completions.create({ ...request, messages, stream: true }))
+          text += chunk.choices[0]?.delta?.content || "";
+        return text;
+      }));
+      assert.deepEqual(together, singles);
+    } finally {
+      batched.child.kill("SIGTERM");
+      assert.equal(await stopped(batched.child), 0, batched.log());
+      extra = null;
+    }
   });
 
   it("serves a self-contained page at /", async () => {
