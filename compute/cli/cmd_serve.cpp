@@ -75,11 +75,6 @@ class SignalWatch {
 };
 
 void run(const ServeArgs& args) {
-  if (args.parallel != 1)
-    usage_error(
-        "--parallel {}: batched decoding is not available in this build; requests run one at a "
-        "time (--parallel 1)",
-        args.parallel);
   if (args.port < 0 || args.port > 65535) usage_error("--port {}: not a TCP port", args.port);
   serve::ServerOptions options;
   options.host = args.host;
@@ -93,6 +88,7 @@ void run(const ServeArgs& args) {
     options.model_id =
         std::filesystem::path(args.model).lexically_normal().parent_path().filename().string();
   options.scheduler.queue_limit = args.queue;
+  options.scheduler.parallel = args.parallel;
   options.scheduler.prefill_chunk = args.engine.chunk;
   options.scheduler.routing.lookahead =
       args.lookahead ? *args.lookahead : router::lookahead_from_environment();
@@ -122,9 +118,10 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--api-key", args->api_key,
                   "require Authorization: Bearer KEY on every route but /health and /");
-  cmd->add_option("--parallel", args->parallel, "sequences decoded together (only 1 in this build)")
+  cmd->add_option("--parallel", args->parallel,
+                  "requests decoded together, each in its own sequence (memory: one context each)")
       ->capture_default_str()
-      ->check(at_least_one());
+      ->check(CLI::Range(1u, 64u));
   cmd->add_option("--queue", args->queue,
                   "requests that may wait for the engine; more get 429 with Retry-After")
       ->capture_default_str()

@@ -84,11 +84,11 @@ struct ReplyShape {
   json whole(const chat::Reply& reply, const JobResult& r) const {
     json choice = {{"index", 0}};
     if (chat) {
-      json message = {{"role", "assistant"},
-                      {"content", reply.content.empty() && !reply.tool_calls.empty()
-                                      ? json(nullptr)
-                                      : json(reply.content)},
-                      {"refusal", nullptr}};
+      json message = {
+          {"role", "assistant"},
+          {"content", reply.content.empty() && !reply.tool_calls.empty() ? json(nullptr)
+                                                                         : json(reply.content)},
+          {"refusal", nullptr}};
       if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
       if (!reply.tool_calls.empty()) {
         json calls = json::array();
@@ -207,13 +207,14 @@ json chat_delta(const Job::Event& event) {
     case Job::Event::Kind::kReasoning:
       return {{"reasoning_content", event.text}};
     case Job::Event::Kind::kToolCall:
-      return {{"tool_calls", json::array({{{"index", event.tool_index},
-                                            {"id", event.id},
-                                            {"type", "function"},
-                                            {"function", {{"name", event.name}, {"arguments", ""}}}}})}};
+      return {
+          {"tool_calls", json::array({{{"index", event.tool_index},
+                                       {"id", event.id},
+                                       {"type", "function"},
+                                       {"function", {{"name", event.name}, {"arguments", ""}}}}})}};
     case Job::Event::Kind::kToolArguments:
       return {{"tool_calls", json::array({{{"index", event.tool_index},
-                                            {"function", {{"arguments", event.text}}}}})}};
+                                           {"function", {{"arguments", event.text}}}}})}};
     default:
       return {{"content", event.text}};
   }
@@ -289,48 +290,48 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, JobSp
   res.set_header("Cache-Control", "no-cache");
   // The type must be exactly text/event-stream: anything after it would let
   // compression buffer the stream.
-  res.set_chunked_content_provider(
-      "text/event-stream", [job, shape, include_usage, echo](size_t, httplib::DataSink& sink) {
-        bool open = true;
-        auto write = [&](const std::string& event) {
-          if (open && !sink.write(event.data(), event.size())) {
-            open = false;
-            job->cancel();
-          }
-        };
-        write(sse(shape.chunk(shape.chat ? json{{"role", "assistant"}, {"content", ""}} : json(echo),
-                              nullptr, include_usage)));
-        // Drained to the end even after the client went: the job's connection
-        // check must not outlive this connection.
-        for (;;) {
-          Job::Event event = job->next();
-          if (event.kind == Job::Event::Kind::kError) {
-            write(sse(engine_error(event.text).body()));
-            break;
-          }
-          if (event.kind != Job::Event::Kind::kDone) {
-            write(sse(shape.chunk(shape.chat ? chat_delta(event) : json(event.text), nullptr,
-                                  include_usage)));
-            continue;
-          }
-          const JobResult& r = job->result();
-          if (r.finish_reason == "cancelled") break;
-          json last =
-              shape.chunk(shape.chat ? json::object() : json(""), r.finish_reason, include_usage);
-          last["sluice"] = sluice_json(r);
-          write(sse(last));
-          if (include_usage) {
-            json usage = shape.chunk(nullptr, nullptr, true);
-            usage["choices"] = json::array();
-            usage["usage"] = usage_json(r);
-            write(sse(usage));
-          }
-          write("data: [DONE]\n\n");
-          break;
-        }
-        sink.done();
-        return true;
-      });
+  res.set_chunked_content_provider("text/event-stream", [job, shape, include_usage, echo](
+                                                            size_t, httplib::DataSink& sink) {
+    bool open = true;
+    auto write = [&](const std::string& event) {
+      if (open && !sink.write(event.data(), event.size())) {
+        open = false;
+        job->cancel();
+      }
+    };
+    write(sse(shape.chunk(shape.chat ? json{{"role", "assistant"}, {"content", ""}} : json(echo),
+                          nullptr, include_usage)));
+    // Drained to the end even after the client went: the job's connection
+    // check must not outlive this connection.
+    for (;;) {
+      Job::Event event = job->next();
+      if (event.kind == Job::Event::Kind::kError) {
+        write(sse(engine_error(event.text).body()));
+        break;
+      }
+      if (event.kind != Job::Event::Kind::kDone) {
+        write(sse(shape.chunk(shape.chat ? chat_delta(event) : json(event.text), nullptr,
+                              include_usage)));
+        continue;
+      }
+      const JobResult& r = job->result();
+      if (r.finish_reason == "cancelled") break;
+      json last =
+          shape.chunk(shape.chat ? json::object() : json(""), r.finish_reason, include_usage);
+      last["sluice"] = sluice_json(r);
+      write(sse(last));
+      if (include_usage) {
+        json usage = shape.chunk(nullptr, nullptr, true);
+        usage["choices"] = json::array();
+        usage["usage"] = usage_json(r);
+        write(sse(usage));
+      }
+      write("data: [DONE]\n\n");
+      break;
+    }
+    sink.done();
+    return true;
+  });
 }
 
 }  // namespace sluice::serve

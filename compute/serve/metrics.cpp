@@ -24,7 +24,7 @@ void Metrics::add_generation(const GenerationTotals& totals) {
   decode_seconds_ += totals.decode_seconds;
 }
 
-void Metrics::set_queue(size_t queued, bool running) {
+void Metrics::set_queue(size_t queued, size_t running) {
   const std::lock_guard lock(mutex_);
   queued_ = queued;
   running_ = running;
@@ -79,7 +79,7 @@ std::string Metrics::prometheus() const {
   metric("sluice_queue_depth", "gauge", "requests waiting for the engine");
   out += fmt::format("sluice_queue_depth {}\n", queued_);
   metric("sluice_requests_processing", "gauge", "requests the engine is generating for");
-  out += fmt::format("sluice_requests_processing {}\n", running_ ? 1 : 0);
+  out += fmt::format("sluice_requests_processing {}\n", running_);
   metric("sluice_expert_requests_total", "counter", "routed experts the model asked for");
   out += fmt::format("sluice_expert_requests_total {}\n", experts_.requests);
   metric("sluice_expert_hits_total", "counter", "routed experts served without reading the disk");
@@ -111,7 +111,7 @@ nlohmann::ordered_json Metrics::stats_json() const {
       {"decode_seconds", decode_seconds_},
       {"decode_tokens_per_second", decode_rate_},
       {"queue_depth", queued_},
-      {"processing", running_ ? 1 : 0},
+      {"processing", running_},
       {"experts",
        {{"requests", experts_.requests},
         {"hits", experts_.hits},

@@ -33,7 +33,7 @@ class Metrics {
 
   void count_request(const std::string& endpoint, int status);
   void add_generation(const GenerationTotals& totals);
-  void set_queue(size_t queued, bool running);
+  void set_queue(size_t queued, size_t running);
   // The engine's cumulative expert statistics and lookahead scores, as the
   // worker last read them.
   void set_experts(const ExpertSourceStats& experts, const std::optional<shm::GuessStats>& guesses);
@@ -52,7 +52,7 @@ class Metrics {
   double prefill_seconds_ = 0, decode_seconds_ = 0;
   double decode_rate_ = 0;  // tok/s of the running or last generation
   size_t queued_ = 0;
-  bool running_ = false;
+  size_t running_ = 0;
   ExpertSourceStats experts_;
   std::optional<shm::GuessStats> guesses_;
   uint32_t experts_per_layer_;

@@ -127,7 +127,7 @@ void Server::routes() {
   httplib::Server& http = *http_;
   // Each streaming client holds a thread; the pool stays larger than the
   // queue so /health and /metrics always find one.
-  const size_t threads = options_.scheduler.queue_limit + 8;
+  const size_t threads = options_.scheduler.queue_limit + options_.scheduler.parallel + 8;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(options_.max_body_bytes);
   http.set_keep_alive_max_count(1000);
