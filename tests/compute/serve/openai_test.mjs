@@ -2,8 +2,11 @@
 // client sees it, on a tiny OLMoE container: streamed and blocking replies
 // agree and have OpenAI's stream shape, errors arrive as the client's error
 // classes, an aborted stream frees the engine, four concurrent streams all
-// complete while /health answers, and greedy output equals `sluice run` on
-// the ids `sluice template` renders. Exits 77 (skipped) without the client.
+// complete while /health answers (a full queue gives 429), greedy output
+// equals `sluice run` on the ids `sluice template` renders, a conversation's
+// next turn reuses its prompt, stop strings never leak, response_format is
+// obeyed, and --parallel 4 decodes each request as it would alone. Exits 77
+// (skipped) without the client.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
@@ -327,6 +330,39 @@ describe("sluice serve with the openai client", () => {
     assert.equal(next.usage.prompt_tokens_details.cached_tokens, 40);
     const fresh = await client.completions.create({ prompt: [11, 12], max_tokens: 1, temperature: 0 });
     assert.equal(fresh.usage.prompt_tokens_details.cached_tokens, 0);
+  });
+
+  it("prefills only a conversation's new turn", async () => {
+    const first = await client.chat.completions.create({ messages: hello, temperature: 0, max_tokens: 10 });
+    const reply = first.choices[0].message.content;
+    const next = await client.chat.completions.create({
+      messages: [...hello, { role: "assistant", content: reply }, { role: "user", content: "And then?" }],
+      temperature: 0, max_tokens: 4,
+    });
+    // At least the first prompt is reused (its snapshot), whatever the
+    // reply's text re-tokenizes to.
+    assert.ok(next.usage.prompt_tokens > first.usage.prompt_tokens);
+    assert.ok(next.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens,
+              JSON.stringify(next.usage));
+    assert.equal(next.sluice.cached_tokens, next.usage.prompt_tokens_details.cached_tokens);
+  });
+
+  it("streams /v1/completions as it answers it whole, echo included", async () => {
+    const request = { prompt: "Once upon a time", max_tokens: 12, temperature: 0 };
+    const whole = await client.completions.create(request);
+    assert.equal(whole.object, "text_completion");
+    assert.equal(whole.usage.completion_tokens, 12);
+    let streamed = "", finishes = 0;
+    for await (const chunk of await client.completions.create({ ...request, stream: true })) {
+      streamed += chunk.choices[0].text;
+      if (chunk.choices[0].finish_reason) finishes++;
+    }
+    assert.equal(streamed, whole.choices[0].text);
+    assert.equal(finishes, 1);
+    const echoed = await client.completions.create({ ...request, echo: true });
+    assert.equal(echoed.choices[0].text, "Once upon a time" + whole.choices[0].text);
+    await assert.rejects(client.completions.create({ prompt: [1, 99999], max_tokens: 1 }),
+                         (e) => e instanceof OpenAI.BadRequestError && e.param === "prompt[1]");
   });
 
   it("holds back a stop string across tokens and never returns it", async () => {
