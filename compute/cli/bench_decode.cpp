@@ -218,7 +218,8 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   for (uint32_t n = 0; n < flags.tokens; ++n) {
     const int32_t next = sampler.sample(logits, result.tokens);
     result.tokens.push_back(next);
-    engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&next, 1), logits, false);
+    engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&next, 1), logits,
+                                 false);
   }
   result.decode = difference(after_prefill, counters(), seconds_since(t0));
   routing.finish();

@@ -119,9 +119,10 @@ void add_bench_decode(CLI::App& bench);  // bench_decode.cpp
 void add_bench_batch(CLI::App& bench);   // bench_batch.cpp
 
 void add_bench_command(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench",
-                                       "measure this machine and a container: kernels, io, replay "
-                                       "(cache policy), decode (lookahead), batch (sequences together)");
+  CLI::App* bench =
+      app.add_subcommand("bench",
+                         "measure this machine and a container: kernels, io, replay "
+                         "(cache policy), decode (lookahead), batch (sequences together)");
   bench->require_subcommand(1);
   add_bench_kernels(*bench);
   add_bench_io(*bench);

@@ -120,8 +120,10 @@ void run(const RunArgs& args) {
   const uint32_t context = engine.transformer().context();
   if (prompt.size() > context - reused) {
     if (reused > 0) {
-      usage_error("the prompt is {} tokens, longer than the {} left of the context of {} after the {} tokens of {}",
-                  prompt.size(), context - reused, context, reused, args.session);
+      usage_error(
+          "the prompt is {} tokens, longer than the {} left of the context of {} after the {} "
+          "tokens of {}",
+          prompt.size(), context - reused, context, reused, args.session);
     }
     usage_error(
         "the prompt is {} tokens, longer than the context of {} (--ctx; the model's maximum is {})",
@@ -161,17 +163,21 @@ void run(const RunArgs& args) {
   if (!generated.empty() && (dump.is_open() || !args.session.empty())) {
     if (engine.sequence().position() < context) {
       std::vector<float> logits(engine.config().vocab);
-      engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&generated.back(), 1), logits, false);
+      engine.transformer().forward(engine.sequence(),
+                                   std::span<const int32_t>(&generated.back(), 1), logits, false);
       check_logits_finite(logits, "the logits after the last generated token");
       if (dump.is_open()) write_row(dump, logits, args.dump_logits);
       last_token_run = true;
     } else if (dump.is_open()) {
-      fail("{}: the context of {} is full, so the row after the last generated token cannot be written",
-           args.dump_logits, context);
+      fail(
+          "{}: the context of {} is full, so the row after the last generated token cannot be "
+          "written",
+          args.dump_logits, context);
     }
   }
   routing.finish();
-  if (!args.session.empty()) save_session(args.session, engine.container().identity(), engine.sequence());
+  if (!args.session.empty())
+    save_session(args.session, engine.container().identity(), engine.sequence());
   const uint32_t saved = engine.sequence().position();
 
   // The embedded router's guesses against the real routing, over every MoE layer.
@@ -198,7 +204,9 @@ void run(const RunArgs& args) {
                           {"seed", sampling.seed},
                           {"experts", experts_json(stats.experts)}};
     if (!args.session.empty()) {
-      out["session"] = {{"path", args.session}, {"reused_tokens", reused}, {"saved_tokens", saved},
+      out["session"] = {{"path", args.session},
+                        {"reused_tokens", reused},
+                        {"saved_tokens", saved},
                         {"last_token_saved", last_token_run}};
     }
     if (routing.runs_router()) {
@@ -217,9 +225,10 @@ void run(const RunArgs& args) {
                stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens,
                prefill_rate, finish, finish_note, sampling.seed, experts_summary(stats.experts));
     if (!args.session.empty()) {
-      fmt::print(stderr, "sluice: session {}: {} tokens reused{}, {} new prefilled; {} tokens saved{}\n", args.session,
-                 reused, resumed ? "" : " (a new session)", stats.prompt_tokens, saved,
-                 last_token_run ? "" : " (the context is full: the last generated token is not in it)");
+      fmt::print(
+          stderr, "sluice: session {}: {} tokens reused{}, {} new prefilled; {} tokens saved{}\n",
+          args.session, reused, resumed ? "" : " (a new session)", stats.prompt_tokens, saved,
+          last_token_run ? "" : " (the context is full: the last generated token is not in it)");
     }
     if (routing.runs_router()) {
       fmt::print(stderr, "sluice: lookahead {}: guesses P@1 {:.1f}%, recall {:.1f}% of the real experts\n",
@@ -248,9 +257,10 @@ void add_run_command(CLI::App& app) {
                   "write the routing as JSON lines, one per token: {\"tok\": N, \"layers\": [[expert ids], ...]}");
   cmd->add_option("--lookahead", args->lookahead,
                   "experts of the next layer to prefetch per token (default SLUICE_LOOKAHEAD or 6; 0: off)");
-  cmd->add_option("--session", args->session,
-                  "resume the sequence saved in FILE (if it exists; it must come from this container), prefill "
-                  "only PROMPT's tokens after it, and save the sequence back to FILE after generating");
+  cmd->add_option(
+      "--session", args->session,
+      "resume the sequence saved in FILE (if it exists; it must come from this container), prefill "
+      "only PROMPT's tokens after it, and save the sequence back to FILE after generating");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", args->json, "print one JSON object (text, token ids, statistics) instead of streaming");
   cmd->callback([args] { run(*args); });

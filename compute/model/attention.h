@@ -39,7 +39,9 @@ class KvCache {
   }
   KvCache(MixerState& state, uint32_t kv_width) : state_(state), kv_width_(kv_width) {}
   float* key(uint32_t layer, uint32_t position) { return state_.row(layer, position); }
-  float* value(uint32_t layer, uint32_t position) { return state_.row(layer, position) + kv_width_; }
+  float* value(uint32_t layer, uint32_t position) {
+    return state_.row(layer, position) + kv_width_;
+  }
   uint32_t capacity() const { return state_.context(); }
 
  private:

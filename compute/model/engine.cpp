@@ -13,9 +13,11 @@
 namespace sluice {
 namespace {
 
-std::unique_ptr<ExpertSource> make_source(const Container& container, const EngineOptions& options) {
-  return options.expert_source ? options.expert_source(container)
-                               : std::make_unique<DirectExpertSource>(container, options.verify_records);
+std::unique_ptr<ExpertSource> make_source(const Container& container,
+                                          const EngineOptions& options) {
+  return options.expert_source
+             ? options.expert_source(container)
+             : std::make_unique<DirectExpertSource>(container, options.verify_records);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -40,8 +42,9 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
       weights_(ModelWeights::load(container_, config_)),
       pool_(kernels::resolve_thread_count(options.threads)),
       source_(make_source(container_, options)),
-      transformer_(std::make_unique<Transformer>(config_, weights_, *source_, config_.context_or_default(options.context),
-                                                 kernels::Exec{kernels::isa_from_environment(), &pool_})),
+      transformer_(std::make_unique<Transformer>(
+          config_, weights_, *source_, config_.context_or_default(options.context),
+          kernels::Exec{kernels::isa_from_environment(), &pool_})),
       sequence_(transformer_->new_sequence()),
       prefill_chunk_(options.prefill_chunk),
       prefill_progress_(options.prefill_progress) {
@@ -60,7 +63,8 @@ const char* finish_reason_name(FinishReason reason) {
   return "unknown";
 }
 
-bool Engine::prefill(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits) {
+bool Engine::prefill(SequenceState& sequence, std::span<const int32_t> tokens,
+                     std::span<float> logits) {
   for (size_t start = 0; start < tokens.size(); start += prefill_chunk_) {
     const size_t count = std::min<size_t>(prefill_chunk_, tokens.size() - start);
     transformer_->forward(sequence, tokens.subspan(start, count), logits, false);
@@ -77,8 +81,9 @@ void Engine::step(std::span<SequenceState* const> sequences, std::span<const int
                       fmt::format("decode step of {} sequences", sequences.size()));
 }
 
-GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_t> prompt, uint32_t max_tokens,
-                                 const SamplingParams& sampling, std::span<const int32_t> stop_ids, bool ignore_eos,
+GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_t> prompt,
+                                 uint32_t max_tokens, const SamplingParams& sampling,
+                                 std::span<const int32_t> stop_ids, bool ignore_eos,
                                  const TokenCallback& on_token) {
   if (prompt.empty()) fail("the prompt is empty: nothing to continue");
   const uint32_t room = transformer_->context() - sequence.position();

@@ -87,13 +87,16 @@ class Engine {
   // Runs `tokens` through the model in chunks of at most prefill_chunk and
   // leaves the last token's logits in `logits`. False when prefill_progress
   // abandoned it (the tokens run so far stay in the sequence).
-  bool prefill(std::span<const int32_t> tokens, std::span<float> logits) { return prefill(sequence_, tokens, logits); }
+  bool prefill(std::span<const int32_t> tokens, std::span<float> logits) {
+    return prefill(sequence_, tokens, logits);
+  }
   bool prefill(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits);
 
   // One decode step of distinct sequences together: tokens[i] runs on
   // sequences[i]; logits holds sequences.size() vocabulary-sized rows. The
   // MoE layers read the union of the sequences' experts once.
-  void step(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens, std::span<float> logits);
+  void step(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens,
+            std::span<float> logits);
 
   // Called with each generated token; return false to stop.
   using TokenCallback = std::function<bool(int32_t token, std::span<const float> logits)>;
@@ -104,13 +107,15 @@ class Engine {
   // sampled from. The last token is not run through the model. A prompt
   // longer than the context left is refused before any prefill; generation
   // that fills the context ends with FinishReason::kLength.
-  GenerationStats generate(std::span<const int32_t> prompt, uint32_t max_tokens, const SamplingParams& sampling,
-                           std::span<const int32_t> stop_ids, bool ignore_eos, const TokenCallback& on_token) {
+  GenerationStats generate(std::span<const int32_t> prompt, uint32_t max_tokens,
+                           const SamplingParams& sampling, std::span<const int32_t> stop_ids,
+                           bool ignore_eos, const TokenCallback& on_token) {
     return generate(sequence_, prompt, max_tokens, sampling, stop_ids, ignore_eos, on_token);
   }
   // The same on `sequence`, continuing from its position.
-  GenerationStats generate(SequenceState& sequence, std::span<const int32_t> prompt, uint32_t max_tokens,
-                           const SamplingParams& sampling, std::span<const int32_t> stop_ids, bool ignore_eos,
+  GenerationStats generate(SequenceState& sequence, std::span<const int32_t> prompt,
+                           uint32_t max_tokens, const SamplingParams& sampling,
+                           std::span<const int32_t> stop_ids, bool ignore_eos,
                            const TokenCallback& on_token);
 
  private:

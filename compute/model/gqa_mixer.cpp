@@ -12,7 +12,8 @@ namespace {
 
 class GqaMixer final : public Mixer {
  public:
-  GqaMixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context, kernels::Exec exec)
+  GqaMixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
+           kernels::Exec exec)
       : config_(config),
         g_(config.gqa),
         weights_(weights),
@@ -21,8 +22,8 @@ class GqaMixer final : public Mixer {
         context_(context),
         scale_(config.attention_scale()) {}
 
-  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, MixerState& state,
-               float* out) override {
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
+               MixerState& state, float* out) override {
     KvCache cache(state, g_.kv_heads * g_.head_dim);
     const GqaWeights& w = weights_.layers[layer].gqa;
     const uint32_t head_dim = g_.head_dim;
@@ -58,8 +59,8 @@ class GqaMixer final : public Mixer {
     }
     attn_.resize(size_t{tokens} * q_width);
     for (uint32_t t = 0; t < tokens; ++t) {
-      attend(&q_[size_t{t} * q_width], cache, layer, first_position + t, g_.heads, g_.kv_heads, head_dim, scale_,
-             &attn_[size_t{t} * q_width], scores_);
+      attend(&q_[size_t{t} * q_width], cache, layer, first_position + t, g_.heads, g_.kv_heads,
+             head_dim, scale_, &attn_[size_t{t} * q_width], scores_);
     }
     w.o.apply(attn_.data(), tokens, out, exec_);
   }

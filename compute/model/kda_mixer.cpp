@@ -35,8 +35,8 @@ class KdaMixer final : public Mixer {
     }
   }
 
-  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, MixerState& state,
-               float* out) override {
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
+               MixerState& state, float* out) override {
     if (index_[layer] == kNone) fail("layer {} is not a KDA layer", layer);
     const KdaWeights& w = weights_.layers[layer].kda;
     const uint32_t heads = kda_.heads, d = kda_.head_dim, p = kda_.width();
@@ -92,7 +92,9 @@ class KdaMixer final : public Mixer {
   }
 
   // Per KDA layer: heads × d × d, then 3 × (kernel − 1) × p; nothing grows with position.
-  MixerState make_state() const override { return MixerState(0, 0, 0, size_t{layers_} * kda_.state_floats()); }
+  MixerState make_state() const override {
+    return MixerState(0, 0, 0, size_t{layers_} * kda_.state_floats());
+  }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;

@@ -22,8 +22,8 @@ class Mixer {
   // Tokens at positions [first_position, first_position + tokens) of the
   // sequence whose state is `state` (made by make_state): `normed` and
   // `out` are tokens × hidden.
-  virtual void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
-                       MixerState& state, float* out) = 0;
+  virtual void forward(uint32_t layer, const float* normed, uint32_t tokens,
+                       uint32_t first_position, MixerState& state, float* out) = 0;
   // One sequence's state for this mixer's layers, sized for the context the
   // mixer was made for (fixed, however much of it is used).
   virtual MixerState make_state() const = 0;

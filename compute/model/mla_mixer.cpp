@@ -30,8 +30,8 @@ class MlaMixer final : public Mixer {
     }
   }
 
-  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, MixerState& cache,
-               float* out) override {
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
+               MixerState& cache, float* out) override {
     const MlaWeights& w = weights_.layers[layer].mla;
     const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, rope = m_.rope_dim, nope = m_.nope_dim;
     const uint32_t qk = m_.qk_dim(), v_dim = m_.v_dim, cached = m_.cached_width();
@@ -108,7 +108,9 @@ class MlaMixer final : public Mixer {
   }
 
   // [slot][position][latent | rope key]
-  MixerState make_state() const override { return MixerState(slots_, context_, m_.cached_width(), 0); }
+  MixerState make_state() const override {
+    return MixerState(slots_, context_, m_.cached_width(), 0);
+  }
 
  private:
   void queries(const MlaWeights& w, const float* normed, uint32_t tokens) {

@@ -6,7 +6,6 @@
 #include <bit>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <string_view>
 
 #include "compute/convert/atomic_file.h"
@@ -82,23 +81,24 @@ void save_session(const std::string& path, uint64_t container_identity,
 }
 
 void load_session(const std::string& path, uint64_t container_identity, SequenceState& sequence) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail("{}: cannot open the session file", path);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail("{}: cannot read the session file", path);
-  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  std::string head(kHeaderBytes, '\0');
+  if (file_size < kHeaderBytes || !in.read(head.data(), kHeaderBytes) ||
+      std::memcmp(head.data(), kMagic, sizeof(kMagic)) != 0) {
     fail("{}: not a sluice session file (no SLUICESQ header)", path);
   }
-  const std::string_view view(bytes);
-  if (get<uint32_t>(view, 44) != crc32_bytes(bytes.data(), 44))
+  if (get<uint32_t>(head, 44) != crc32_bytes(head.data(), 44))
     fail("{}: the session file's header is damaged", path);
   Header h;
-  h.version = get<uint32_t>(view, 8);
-  h.header_bytes = get<uint32_t>(view, 12);
-  h.identity = get<uint64_t>(view, 16);
-  h.position = get<uint32_t>(view, 24);
-  h.state_floats = get<uint64_t>(view, 32);
-  h.payload_crc = get<uint32_t>(view, 40);
+  h.version = get<uint32_t>(head, 8);
+  h.header_bytes = get<uint32_t>(head, 12);
+  h.identity = get<uint64_t>(head, 16);
+  h.position = get<uint32_t>(head, 24);
+  h.state_floats = get<uint64_t>(head, 32);
+  h.payload_crc = get<uint32_t>(head, 40);
   if (h.version != kSessionFileVersion || h.header_bytes != kHeaderBytes) {
     fail("{}: session file version {} (header {} bytes); this sluice reads version {}", path,
          h.version, h.header_bytes, kSessionFileVersion);
@@ -111,26 +111,32 @@ void load_session(const std::string& path, uint64_t container_identity, Sequence
     fail("{}: the session holds {} tokens, more than the context of {} (raise --ctx)", path,
          h.position, sequence.context());
   }
+  // Every size is the sequence's own, checked against the file before anything is allocated.
   const size_t expected_floats = sequence.snapshot_floats(h.position);
   if (h.state_floats != expected_floats) {
     fail("{}: the session's state has {} values where this model's at position {} has {}", path,
          h.state_floats, h.position, expected_floats);
   }
   const size_t token_bytes = size_t{h.position} * sizeof(int32_t);
-  const size_t expected_size = kHeaderBytes + token_bytes + expected_floats * sizeof(float);
-  if (bytes.size() != expected_size) {
+  const size_t state_bytes = expected_floats * sizeof(float);
+  const uint64_t expected_size = kHeaderBytes + token_bytes + state_bytes;
+  if (file_size != expected_size) {
     fail("{}: the session file is {} bytes where its header says {} (cut short or padded)", path,
-         bytes.size(), expected_size);
-  }
-  if (crc32_bytes(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes) != h.payload_crc) {
-    fail("{}: the session file is damaged (its checksum does not match)", path);
+         file_size, expected_size);
   }
   SequenceSnapshot snapshot;
   snapshot.tokens.resize(h.position);
-  std::memcpy(snapshot.tokens.data(), bytes.data() + kHeaderBytes, token_bytes);
   snapshot.state.resize(expected_floats);
-  std::memcpy(snapshot.state.data(), bytes.data() + kHeaderBytes + token_bytes,
-              expected_floats * sizeof(float));
+  if (!in.read(reinterpret_cast<char*>(snapshot.tokens.data()),
+               static_cast<std::streamsize>(token_bytes)) ||
+      !in.read(reinterpret_cast<char*>(snapshot.state.data()),
+               static_cast<std::streamsize>(state_bytes))) {
+    fail("{}: cannot read the session file", path);
+  }
+  uint32_t crc = crc32_bytes(snapshot.tokens.data(), token_bytes);
+  crc = crc32_bytes(snapshot.state.data(), state_bytes, crc);
+  if (crc != h.payload_crc)
+    fail("{}: the session file is damaged (its checksum does not match)", path);
   sequence.restore(snapshot);
 }
 

@@ -33,18 +33,19 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr) {}
 
 SequenceState Transformer::new_sequence() const {
-  return SequenceState(attention_->make_state(), kda_ ? kda_->make_state() : MixerState(), context_);
+  return SequenceState(attention_->make_state(), kda_ ? kda_->make_state() : MixerState(),
+                       context_);
 }
 
-void Transformer::forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
-                          bool all_positions) {
+void Transformer::forward(SequenceState& sequence, std::span<const int32_t> tokens,
+                          std::span<float> logits, bool all_positions) {
   if (tokens.empty()) fail("forward: no tokens");
   const Segment segment{&sequence, tokens};
   run(std::span<const Segment>(&segment, 1), logits, all_positions);
 }
 
-void Transformer::forward_batch(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens,
-                                std::span<float> logits) {
+void Transformer::forward_batch(std::span<SequenceState* const> sequences,
+                                std::span<const int32_t> tokens, std::span<float> logits) {
   if (sequences.empty()) fail("forward_batch: no sequences");
   if (tokens.size() != sequences.size()) {
     fail("forward_batch: {} tokens for {} sequences (one each)", tokens.size(), sequences.size());
@@ -52,23 +53,27 @@ void Transformer::forward_batch(std::span<SequenceState* const> sequences, std::
   std::vector<Segment> segments;
   for (size_t i = 0; i < sequences.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      if (sequences[j] == sequences[i]) fail("forward_batch: sequence {} is also sequence {}", i, j);
+      if (sequences[j] == sequences[i])
+        fail("forward_batch: sequence {} is also sequence {}", i, j);
     }
     segments.push_back({sequences[i], tokens.subspan(i, 1)});
   }
   run(segments, logits, false);
 }
 
-void Transformer::run(std::span<const Segment> segments, std::span<float> logits, bool all_positions) {
+void Transformer::run(std::span<const Segment> segments, std::span<float> logits,
+                      bool all_positions) {
   positions_.clear();
   for (const Segment& segment : segments) {
     const uint32_t position = segment.sequence->position();
-    if (segment.sequence->context() != context_) fail("forward: a sequence made for another context length");
+    if (segment.sequence->context() != context_)
+      fail("forward: a sequence made for another context length");
     if (size_t{position} + segment.tokens.size() > context_) {
       fail("context full: {} tokens do not fit after position {} (context length {}; raise --ctx)",
            segment.tokens.size(), position, context_);
     }
-    for (size_t t = 0; t < segment.tokens.size(); ++t) positions_.push_back(position + static_cast<uint32_t>(t));
+    for (size_t t = 0; t < segment.tokens.size(); ++t)
+      positions_.push_back(position + static_cast<uint32_t>(t));
   }
   const auto count = static_cast<uint32_t>(positions_.size());
   const size_t rows_out = all_positions ? count : segments.size();
@@ -78,7 +83,8 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
   x_.resize(size_t{count} * hidden);
   normed_.resize(size_t{count} * hidden);
   std::vector<int32_t> ids;
-  for (const Segment& segment : segments) ids.insert(ids.end(), segment.tokens.begin(), segment.tokens.end());
+  for (const Segment& segment : segments)
+    ids.insert(ids.end(), segment.tokens.begin(), segment.tokens.end());
   for (uint32_t t = 0; t < count; ++t) {
     if (ids[t] < 0 || static_cast<uint32_t>(ids[t]) >= config_.vocab) {
       fail("token id {} is outside the vocabulary (size {})", ids[t], config_.vocab);
@@ -101,8 +107,8 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
     for (const Segment& segment : segments) {
       SequenceState& sequence = *segment.sequence;
       const auto n = static_cast<uint32_t>(segment.tokens.size());
-      mixer.forward(layer, &normed_[row * hidden], n, sequence.position(), kda ? sequence.kda() : sequence.attention(),
-                    &proj_[row * hidden]);
+      mixer.forward(layer, &normed_[row * hidden], n, sequence.position(),
+                    kda ? sequence.kda() : sequence.attention(), &proj_[row * hidden]);
       row += n;
     }
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
@@ -122,7 +128,8 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
   size_t row = 0;
   for (const Segment& segment : segments) {
     for (size_t t = 0; t < segment.tokens.size(); ++t, ++row) {
-      if (all_positions || t + 1 == segment.tokens.size()) out_rows.push_back(static_cast<uint32_t>(row));
+      if (all_positions || t + 1 == segment.tokens.size())
+        out_rows.push_back(static_cast<uint32_t>(row));
     }
   }
   for (size_t i = 0; i < out_rows.size(); ++i) {

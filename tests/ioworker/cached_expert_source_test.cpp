@@ -4,6 +4,8 @@
 // then the engine's logits through the direct source and through the cache
 // (embedded, cold or warm, one or four readers, io_uring or threads,
 // attached to a named worker) must agree bit for bit.
+#include "compute/model/cached_expert_source.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
 #include "proto/error.h"
 #include "tests/proto/container_fixture.h"
@@ -41,8 +42,9 @@ const std::string& tiny_model(const std::string& family = "olmoe") {
   std::string& model = models[family];
   if (model.empty()) {
     const std::string checkpoint = dir.path() + "/" + family;
-    run_command(env("PYTHON") + " " + env("SLUICE_SOURCE_ROOT") + "/scripts/make_tiny_checkpoint.py " + family + " " +
-                checkpoint + " --seed 11 > /dev/null");
+    run_command(env("PYTHON") + " " + env("SLUICE_SOURCE_ROOT") +
+                "/scripts/make_tiny_checkpoint.py " + family + " " + checkpoint +
+                " --seed 11 > /dev/null");
     model = dir.path() + "/" + family + ".sluice";
     run_command(env("SLUICE_BIN") + " convert " + checkpoint + " " + model + " -q");
   }
@@ -64,7 +66,8 @@ Run run_model(const std::string& model, EngineOptions options) {
   run.logits = logits;
   for (int step = 0; step < 4; ++step) {
     const auto token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&token, 1), logits, false);
+    engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&token, 1), logits,
+                                 false);
     run.logits.insert(run.logits.end(), logits.begin(), logits.end());
   }
   run.experts = engine.experts().stats();
@@ -132,7 +135,9 @@ TEST_CASE("the model's logits are bit-identical through the cache, cold or warm,
   check_cache_bit_identity(tiny_model("olmoe"));
 }
 
-TEST_CASE("Kimi-Linear's logits are bit-identical through the cache, cold or warm, embedded or attached") {
+TEST_CASE(
+    "Kimi-Linear's logits are bit-identical through the cache, cold or warm, embedded or "
+    "attached") {
   check_cache_bit_identity(tiny_model("kimi_linear"));
 }
 

@@ -110,7 +110,8 @@ Outcome generate(const std::string& model, Mode mode) {
     out.logits.insert(out.logits.end(), logits.begin(), logits.end());
     // The router stops mid-generation, once it has prefetched something (its
     // thread may start late on a loaded machine).
-    if (mode == Mode::kStopped && !stopped && out.tokens.size() >= 6 && cached->cache_stats().prefetch_requests > 0) {
+    if (mode == Mode::kStopped && !stopped && out.tokens.size() >= 6 &&
+        cached->cache_stats().prefetch_requests > 0) {
       routing.finish();
       stopped = true;
     }
@@ -151,10 +152,12 @@ void check_lookahead_bit_identity(const std::string& model) {
 
 }  // namespace
 
-TEST_CASE("output is bit-identical with lookahead off, on, and with the router stopped mid-generation") {
+TEST_CASE(
+    "output is bit-identical with lookahead off, on, and with the router stopped mid-generation") {
   check_lookahead_bit_identity(testing::tiny_container_or_skip());
 }
 
-TEST_CASE("Kimi-Linear's output is bit-identical with lookahead off, on, and stopped mid-generation") {
+TEST_CASE(
+    "Kimi-Linear's output is bit-identical with lookahead off, on, and stopped mid-generation") {
   check_lookahead_bit_identity(testing::make_tiny_container_or_skip("kimi", {}, "kimi_linear"));
 }

@@ -75,8 +75,10 @@ TEST_CASE("a sequence's state is what the memory plan counts for one sequence") 
     Engine engine(tiny_model(family), small_options(64));
     const ModelConfig& config = engine.config();
     const SequenceState& sequence = engine.sequence();
-    CHECK(sequence.bytes() == (config.state_floats_per_token() * 64 + config.state_floats_fixed()) * sizeof(float));
-    CHECK(sequence.snapshot_floats(10) == config.state_floats_per_token() * 10 + config.state_floats_fixed());
+    CHECK(sequence.bytes() ==
+          (config.state_floats_per_token() * 64 + config.state_floats_fixed()) * sizeof(float));
+    CHECK(sequence.snapshot_floats(10) ==
+          config.state_floats_per_token() * 10 + config.state_floats_fixed());
     CHECK(engine.new_sequence().bytes() == sequence.bytes());
   }
 }
