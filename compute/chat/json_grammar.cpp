@@ -3,6 +3,8 @@
 // the schema path, every keyword it cannot enforce: never a silent weaker grammar.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 

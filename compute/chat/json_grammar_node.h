@@ -1,6 +1,7 @@
 // compute/chat/json_grammar_node.h: the compiled form of a JSON grammar,
 // shared by the schema compiler (json_grammar.cpp) and the recogniser
-// (json_constraint.cpp). Private to compute/chat; nodes never change once built.
+// (json_constraint.cpp), and the recogniser's step that the mask walk
+// (token_mask.cpp) drives. Private to compute/chat; nodes never change once built.
 #pragma once
 
 #include <bitset>
@@ -52,5 +53,10 @@ struct JsonGrammar::Node {
     return index < prefix_items.size() ? prefix_items[index] : items;
   }
 };
+
+// One byte into a recogniser's stack (json_constraint.cpp); false when it is
+// refused, and the stack is then not to be used again.
+bool feed_byte(const JsonGrammar& grammar, std::vector<JsonFrame>& stack, uint8_t byte);
+bool stack_complete(const std::vector<JsonFrame>& stack);
 
 }  // namespace sluice::chat

@@ -1,11 +1,15 @@
 // compute/cli/chat_session.cpp: a turn of the conversation — render, find
 // what the engine's state already holds, prefill the rest, generate with the
-// reply parser (and the JSON constraint) listening. The state is only ever
-// extended: a prompt that does not extend it starts the engine from zero.
+// reply parser (and the JSON constraint) listening. The engine's default
+// sequence is only ever extended: a prompt that does not extend it starts
+// the sequence from zero.
 #include "compute/cli/chat_session.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
+#include "compute/model/session_file.h"
 #include "proto/error.h"
 
 namespace sluice::cli {
@@ -79,11 +83,71 @@ void ChatSession::reset() {
   seen_text_.clear();
 }
 
-void ChatSession::load(const json& messages) {
-  check_messages(messages);
+void ChatSession::save(const std::string& path) {
+  // The state lacks the reply's last token (the engine never runs it): run
+  // it, so the saved state holds what the next prompt begins with.
+  SequenceState& sequence = engine_.sequence();
+  const auto held = sequence.tokens();
+  if (seen_ids_.size() == held.size() + 1 &&
+      std::equal(held.begin(), held.end(), seen_ids_.begin()) &&
+      sequence.position() < sequence.context()) {
+    std::vector<float> logits(engine_.config().vocab);
+    engine_.prefill(sequence, std::span<const int32_t>(&seen_ids_.back(), 1), logits);
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << messages_.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  out.close();
+  if (!out) fail("{}: cannot write the conversation", path);
+  save_session(path + ".session", engine_.container().identity(), sequence);
+}
+
+bool ChatSession::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the file", path);
+  const json messages = json::parse(in, nullptr, false);
+  if (messages.is_discarded()) fail("{}: not valid JSON", path);
+  try {
+    check_messages(messages);
+  } catch (const Error& e) {
+    fail("{}: {}", path, e.what());
+  }
+  const std::string state_path = path + ".session";
+  const bool restore = std::filesystem::exists(state_path);
+  if (restore) {
+    try {
+      load_session(state_path, engine_.container().identity(), engine_.sequence());
+    } catch (const Error&) {
+      engine_.sequence().reset();
+      throw;
+    }
+  }
   messages_ = messages;
   seen_ids_.clear();
   seen_text_.clear();
+  // A restored state is the last prompt and the reply's own tokens: when
+  // they spell the conversation as rendered, the next prompt extends them.
+  if (restore && messages_.size() >= 2 && messages_.back()["role"] == "assistant" &&
+      messages_.back()["content"].is_string() && !messages_.back().contains("tool_calls")) {
+    json before = messages_;
+    before.erase(before.size() - 1);
+    const std::string text = render(before).text() + messages_.back()["content"].get<std::string>();
+    const auto held = engine_.sequence().tokens();
+    const std::vector<int32_t> ids(held.begin(), held.end());
+    if (tokenizer_.decode(ids) == text) {
+      seen_ids_ = ids;
+      seen_text_ = text;
+    }
+  }
+  return restore;
+}
+
+chat::Rendered ChatSession::render(const json& messages) const {
+  chat::ChatInput input;
+  input.messages = chat::normalize_messages(messages, normalize_);
+  input.add_generation_prompt = true;
+  input.special_tokens = special_tokens_;
+  input.extra = extra_;
+  return template_.render(input);
 }
 
 std::vector<int32_t> ChatSession::prompt_ids(const chat::Rendered& rendered) const {
@@ -127,15 +191,11 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
                              const std::function<bool()>& keep_going) {
   json conversation = messages_;
   conversation.push_back({{"role", "user"}, {"content", user_text}});
-  chat::ChatInput input;
-  input.messages = chat::normalize_messages(conversation, normalize_);
-  input.add_generation_prompt = true;
-  input.special_tokens = special_tokens_;
-  input.extra = extra_;
-  const chat::Rendered rendered = template_.render(input);
+  const chat::Rendered rendered = render(conversation);
   const std::vector<int32_t> ids = prompt_ids(rendered);
 
-  const uint32_t context = engine_.transformer().context();
+  SequenceState& sequence = engine_.sequence();
+  const uint32_t context = sequence.context();
   if (ids.size() >= context) {
     fail(
         "the conversation is {} tokens, which leaves no room in the context of {} (/reset, or "
@@ -144,13 +204,11 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   }
   TurnResult result;
   result.prompt_tokens = static_cast<uint32_t>(ids.size());
+  const auto held = sequence.tokens();
   const bool extends =
-      state_.size() < ids.size() && std::equal(state_.begin(), state_.end(), ids.begin());
-  if (!extends) {
-    engine_.sequence().reset();
-    state_.clear();
-  }
-  result.reused = static_cast<uint32_t>(state_.size());
+      held.size() < ids.size() && std::equal(held.begin(), held.end(), ids.begin());
+  if (!extends) sequence.reset();
+  result.reused = sequence.position();
   result.prefilled = result.prompt_tokens - result.reused;
 
   const bool in_reasoning = prompt_opens_reasoning(ids);
@@ -176,8 +234,8 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
     for (const auto& e : events) on_event(e);
     events.clear();
   };
-  const std::span<const int32_t> delta(ids.data() + state_.size(), ids.size() - state_.size());
-  result.stats = engine_.generate(delta, options.max_tokens, sampling, stop_ids_, false,
+  const std::span<const int32_t> delta(ids.data() + result.reused, ids.size() - result.reused);
+  result.stats = engine_.generate(sequence, delta, options.max_tokens, sampling, stop_ids_, false,
                                   [&](int32_t token, std::span<const float>) {
                                     generated.push_back(token);
                                     parser.push(token, events);
@@ -189,14 +247,8 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   result.reply = parser.reply();
   if (options.grammar) result.json_valid = chat::matches(options.grammar, result.reply.content);
 
-  // The state holds the prompt and every generated token but the last (the
-  // engine never runs it), or less when the prefill was stopped.
-  std::vector<int32_t> all = ids;
-  all.insert(all.end(), generated.begin(), generated.end());
-  const uint32_t position = engine_.sequence().position();
-  if (position > all.size())
-    fail("chat: the engine holds {} tokens, more than the {} sent", position, all.size());
-  state_.assign(all.begin(), all.begin() + position);
+  // The sequence now holds the prompt and every generated token but the last
+  // (the engine never runs it), or less when the prefill was stopped.
   if (generated.empty() && result.stats.finish == FinishReason::kCancelled) {
     return result;  // stopped in the prefill: the user's message is not kept
   }

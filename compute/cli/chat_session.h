@@ -53,10 +53,16 @@ class ChatSession {
 
   // The messages so far (the system message first, when set).
   const nlohmann::ordered_json& messages() const { return messages_; }
-  // Starts again from `messages` (an array of chat messages; checked, Error
-  // naming the index). The engine's state is kept: a prefix it shares with
-  // the next prompt is not prefilled again.
-  void load(const nlohmann::ordered_json& messages);
+  // Writes the messages to `path` (a JSON array, what `sluice template
+  // --messages` reads) and the engine's state to `path`.session
+  // (compute/model/session_file.h), after running the reply's last token.
+  void save(const std::string& path);
+  // Starts again from the messages in `path` (checked: Error naming the file
+  // and index). With `path`.session from this container, the engine's state
+  // is restored too, so the next turn prefills only its new tokens; without
+  // it the state is kept and a prefix it shares is not prefilled again.
+  // Returns whether a state was restored.
+  bool load(const std::string& path);
   void set_system(const std::string& text);
   // Only the system message remains.
   void reset();
@@ -70,6 +76,7 @@ class ChatSession {
   std::vector<int32_t> prompt_ids(const chat::Rendered& rendered) const;
   nlohmann::ordered_json assistant_message(const chat::Reply& reply) const;
   bool prompt_opens_reasoning(const std::vector<int32_t>& ids) const;
+  chat::Rendered render(const nlohmann::ordered_json& messages) const;
 
   Engine& engine_;
   const tokenizer::Tokenizer& tokenizer_;
@@ -86,8 +93,6 @@ class ChatSession {
   // these ids (the reply's own tokens, not a re-tokenization of its text).
   std::vector<int32_t> seen_ids_;
   std::string seen_text_;
-  // The tokens in the engine's state: transformer().position() of them.
-  std::vector<int32_t> state_;
 };
 
 }  // namespace sluice::cli

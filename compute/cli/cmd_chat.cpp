@@ -8,7 +8,6 @@
 
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -185,17 +184,22 @@ void run(const ChatArgs& args) {
           session.reset();
           fmt::print(stderr, "[conversation reset]\n");
         } else if (command == "/save" && !arg.empty()) {
-          std::ofstream out(arg, std::ios::binary | std::ios::trunc);
-          out << session.messages().dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-          if (!out) fail("/save {}: cannot write the file", arg);
-          fmt::print(stderr, "[saved {} messages to {}]\n", session.messages().size(), arg);
-        } else if (command == "/load" && !arg.empty()) {
           try {
-            session.load(read_json(arg, "/load"));
+            session.save(arg);
           } catch (const Error& e) {
-            fail("/load {}: {}", arg, e.what());
+            fail("/save: {}", e.what());
           }
-          fmt::print(stderr, "[loaded {} messages from {}]\n", session.messages().size(), arg);
+          fmt::print(stderr, "[saved {} messages to {}, the state to {}.session]\n",
+                     session.messages().size(), arg, arg);
+        } else if (command == "/load" && !arg.empty()) {
+          bool restored = false;
+          try {
+            restored = session.load(arg);
+          } catch (const Error& e) {
+            fail("/load: {}", e.what());
+          }
+          fmt::print(stderr, "[loaded {} messages from {}{}]\n", session.messages().size(), arg,
+                     restored ? fmt::format(", the state from {}.session", arg) : "");
         } else if (command == "/stats") {
           const double rate =
               totals.decode_seconds > 0 ? totals.generated / totals.decode_seconds : 0;

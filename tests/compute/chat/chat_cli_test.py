@@ -2,8 +2,9 @@
 # tests/compute/chat/chat_cli_test.py: `sluice chat` driven over stdin on a
 # tiny random Qwen3-MoE container (ChatML template). Expected token counts
 # come from `sluice template --ids`, never from the chat itself: the second
-# turn prefills only the new tokens, /reset, /save + /load, a greedy reply
-# equal to `sluice run --prompt-ids`, and --json-schema output that parses.
+# turn prefills only the new tokens, /reset, /save + /load (with the state),
+# a greedy reply equal to `sluice run --prompt-ids`, and --json-schema output
+# that parses.
 import json
 import os
 import re
@@ -101,23 +102,44 @@ class ChatCli(unittest.TestCase):
         self.assertEqual(turns[0]['prompt'], len(expected))
         self.assertEqual(turns[2]['prompt'], len(expected))
 
-    def test_save_then_load_continues_the_conversation(self):
-        self.chat(['hello there', 'and more', '/save ' + self.path('a.json')])
+    def test_save_then_load_continues_the_conversation_and_its_state(self):
+        _, _, first = self.chat(['hello there', 'and more', '/save ' + self.path('a.json')])
         a = self.saved('a.json')
-        _, _, turns = self.chat(['/load ' + self.path('a.json'), '/save ' + self.path('b.json'), 'next one',
-                                 '/save ' + self.path('c.json')])
+        self.assertTrue(os.path.exists(self.path('a.json.session')))
+        _, stderr, turns = self.chat(['/load ' + self.path('a.json'), '/save ' + self.path('b.json'), 'next one',
+                                      '/save ' + self.path('c.json')])
+        self.assertIn('the state from %s.session' % self.path('a.json'), stderr)
         self.assertEqual(self.saved('b.json'), a)
         c = self.saved('c.json')
         self.assertEqual(c[:4], a)
         self.assertEqual(c[4], {'role': 'user', 'content': 'next one'})
-        # A fresh process holds nothing: the whole rendered prompt is prefilled.
-        self.assertEqual(turns[0]['prompt'], len(self.template_ids(c[:5])))
+        # The restored state holds the whole first run, its last reply's last
+        # token included: only the template's new tokens are prefilled.
+        prompt = self.template_ids(c[:5])
+        close = prompt.index(IM_END, len(self.template_ids(c[:3])))
+        self.assertEqual(turns[0]['reused'], first[1]['prompt'] + first[1]['generated'])
+        self.assertEqual(turns[0]['prefilled'], len(prompt) - close)
+        self.assertEqual(turns[0]['reused'] + turns[0]['prefilled'], turns[0]['prompt'])
+
+    def test_load_without_a_state_prefills_the_whole_conversation(self):
+        self.chat(['hello there', 'and more', '/save ' + self.path('d.json')])
+        os.remove(self.path('d.json.session'))
+        _, _, turns = self.chat(['/load ' + self.path('d.json'), 'next one', '/save ' + self.path('e.json')])
+        self.assertEqual(turns[0]['prompt'], len(self.template_ids(self.saved('e.json')[:5])))
+        self.assertEqual(turns[0]['reused'], 0)
+
+    def test_a_damaged_state_is_refused_naming_the_file(self):
+        self.chat(['hello there', '/save ' + self.path('f.json')])
+        with open(self.path('f.json.session'), 'r+b') as f:
+            f.truncate(30)
+        _, stderr, turns = self.chat(['/load ' + self.path('f.json'), 'next one'], status=1)
+        self.assertIn('/load: ' + self.path('f.json.session'), stderr)
         self.assertEqual(turns[0]['reused'], 0)
 
     def test_bad_commands_name_what_is_wrong_and_the_chat_goes_on(self):
         missing = self.path('no-such.json')
         _, stderr, turns = self.chat(['/load ' + missing, '/frobnicate', 'still here'], status=1)
-        self.assertIn('/load %s: ' % missing, stderr)
+        self.assertIn('/load: %s: cannot open the file' % missing, stderr)
         self.assertIn('/frobnicate: unknown command', stderr)
         self.assertEqual(len(turns), 1)
 
