@@ -37,11 +37,11 @@ for (const signal of ["SIGTERM", "SIGINT"]) {
     process.exit(1);
   });
 }
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-serve-"));
 process.on("exit", () => {
   for (const s of [server, extra]) if (s && s.child.exitCode === null) s.child.kill("SIGKILL");
+  fs.rmSync(scratch, { recursive: true, force: true });
 });
-
-const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-serve-"));
 let server = null;
 let base = "";
 let client = null;
