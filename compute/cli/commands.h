@@ -43,6 +43,7 @@ void add_chat_command(CLI::App& app);      // in cmd_chat.cpp
 void add_bench_io(CLI::App& bench);  // `sluice bench io`, in bench_io.cpp
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_serve_command(CLI::App& app);  // in cmd_serve.cpp
 
 // The benchmarks report medians (the machine is shared and noisy): of an even
 // count, the mean of the middle two. 0 when empty.

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   sluice::cli::add_plan_command(app);
   sluice::cli::add_stats_command(app);
   sluice::cli::add_template_command(app);
+  sluice::cli::add_serve_command(app);
   sluice::cli::add_chat_command(app);
   try {
     app.parse(argc, argv);

@@ -48,6 +48,14 @@ EXAMPLES = [
                                  '--seed 3 --ctx 64 --threads 1 --disable-thinking && '
                                  'echo hi | sluice chat {m} -n 4 --json-schema {w}/schema.json && '
                                  'echo hi | sluice chat {m} -n 4 --json-object --enable-thinking'),
+    ('sluice serve MODEL.sluice', 'sluice serve {m} --host 127.0.0.1 --port 0 --api-key k --parallel 2 --queue 4 '
+                                  '--max-body 1M --model-id tiny --ctx 64 --threads 1 --budget {budget} '
+                                  '> {w}/serve.out & pid=$!; for n in $(seq 300); do '
+                                  'grep -q listening {w}/serve.out && break; sleep 0.1; done; '
+                                  'port=$(grep -o "127.0.0.1:[0-9]*" {w}/serve.out | cut -d: -f2); '
+                                  'curl -sf -H "Authorization: Bearer k" -d \'{{"prompt": "hi", "max_tokens": 2}}\' '
+                                  'http://127.0.0.1:$port/v1/completions; answered=$?; '
+                                  'kill $pid && wait $pid && exit $answered'),
     ('sluice plan --config', 'sluice plan --config {ck}/config.json --ctx 64 --ram 16G --json'),
     ('sluice bench kernels', 'sluice bench kernels --json --seconds 0.01 --no-alternatives --threads 1'),
     ('sluice bench io MODEL.sluice', 'sluice bench io {m} --json --seconds 0.1 --rounds 1'),

@@ -4,15 +4,18 @@
 # restarted, down stops everything and leaves no socket, segment or state file.
 # A supervisor killed with SIGKILL takes its members with it; members without
 # a supervisor are told apart from "down", block a new up and are stopped by down.
+# `--serve PORT` adds a `sluice serve` member attached to the group's daemon.
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 ROOT = os.environ.get('SLUICE_SOURCE_ROOT', os.path.join(os.path.dirname(__file__), '..', '..'))
 SLUICE_UP = os.path.join(ROOT, 'scripts', 'sluice-up')
@@ -195,8 +198,8 @@ class SluiceUpTest(unittest.TestCase):
     def test_argument_errors_are_one_line(self):
         for args, needle in ((['--instance', 'bad/name', self.container], "'bad/name' is not an instance name"),
                              (['status', '--instance', 'bad/name'], 'is not an instance name'),
-                             ([self.container, '--serve', '8080', '--instance', self.instance + '-serve'],
-                              'no `serve` command')):
+                             ([self.container, '--serve', '70000', '--instance', self.instance + '-serve'],
+                              'not a TCP port')):
             done = self.sluice_up(*args)
             self.assertEqual(done.returncode, 2, done.stderr)
             self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
@@ -205,6 +208,33 @@ class SluiceUpTest(unittest.TestCase):
         version = self.sluice_up('--version')
         self.assertEqual(version.returncode, 0)
         self.assertRegex(version.stdout, r'^sluice-up \d+\.\d+\.\d+\n$')
+
+    def test_serve_runs_as_a_supervised_member(self):
+        instance = self.instance + '-serve'
+        with socket.socket() as probe:  # a port free a moment ago; sluice serve refuses a taken one
+            probe.bind(('127.0.0.1', 0))
+            port = probe.getsockname()[1]
+        up = self.sluice_up(self.container, '--instance', instance, '--serve', str(port))
+        try:
+            self.assertEqual(up.returncode, 0, up.stderr)
+            report = json.loads(self.sluice_up('status', '--json', '--instance', instance).stdout)
+            serve = [m for m in report['members'] if m['name'] == 'serve']
+            self.assertEqual(len(serve), 1, report)
+            self.assertTrue(serve[0]['alive'])
+            self.assertIn('--attach', serve[0]['argv'])
+            body = json.dumps({'prompt': [5, 6, 7], 'max_tokens': 3, 'temperature': 0}).encode()
+            request = urllib.request.Request('http://127.0.0.1:%d/v1/completions' % port, data=body,
+                                             headers={'Content-Type': 'application/json'})
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                answer = json.loads(reply.read())
+            self.assertEqual(answer['usage']['completion_tokens'], 3)
+            # Experts came through the group's daemon: the request asked it for some.
+            self.assertGreater(answer['sluice']['experts']['requested'], 0)
+            serve_pid = serve[0]['pid']
+        finally:
+            down = self.sluice_up('down', '--instance', instance)
+        self.assertEqual(down.returncode, 0, down.stderr)
+        self.assertFalse(alive(serve_pid))
 
     def test_a_checkout_finds_its_own_build_without_environment(self):
         # A checkout's layout: scripts/sluice-up beside build/<room>/<program>.

@@ -1,0 +1,87 @@
+// compute/serve/server.h: the public face of the serve room — an
+// OpenAI-compatible HTTP server (cpp-httplib) over one loaded engine:
+// /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics,
+// /sluice/stats and the web page at /. It renders and tokenizes on the HTTP
+// threads; only the scheduler's worker touches the engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/chat/chat_template.h"
+#include "compute/chat/normalize.h"
+#include "compute/model/engine.h"
+#include "compute/serve/metrics.h"
+#include "compute/serve/scheduler.h"
+#include "compute/tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace sluice::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;      // 0: any free port (bind() says which)
+  std::string api_key;  // empty: no key asked for
+  size_t max_body_bytes = size_t{8} << 20;
+  std::string model_id;  // the name /v1/models lists
+  SchedulerOptions scheduler;
+};
+
+class Server {
+ public:
+  // `engine` and `tokenizer` must outlive the server. The chat template is
+  // read from the engine's container; without one, only /v1/completions
+  // generates.
+  Server(Engine& engine, const tokenizer::Tokenizer& tokenizer, const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns the port. Throws Error naming the
+  // address when it cannot.
+  int bind();
+  // Serves until stop(); returns when every connection is done.
+  void listen();
+  // Safe from any thread (a signal-watching one).
+  void stop();
+
+ private:
+  void routes();
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void completions(const httplib::Request& req, httplib::Response& res);
+  // The common path of both: context check, submit, then SSE or one body.
+  // `chat` picks the response shapes; `echo` is prepended to the text.
+  // `spec` holds the prompt, the settings and the chat fields.
+  void generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
+                const std::string& echo);
+  std::vector<int32_t> render_chat(const ChatRequest& request) const;
+  uint64_t random_seed();
+  std::string random_id(const char* prefix);
+
+  Engine& engine_;
+  const tokenizer::Tokenizer& tokenizer_;
+  ServerOptions options_;
+  std::optional<chat::ChatTemplate> template_;
+  chat::NormalizeOptions normalize_;
+  nlohmann::ordered_json special_tokens_;
+  std::vector<int32_t> chat_stop_ids_;  // end-of-turn tokens of the chat template
+  chat::ReplyFormat reply_format_;      // the family's reasoning and tool-call markers
+  int64_t created_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<httplib::Server> http_;
+  std::mutex random_mutex_;
+  std::mt19937_64 random_;
+};
+
+}  // namespace sluice::serve
