@@ -75,6 +75,8 @@ shm::StatsSnapshot read_snapshot(rpc::Stats::Reader in) {
   out.lookahead.skipped = lookahead.getSkipped();
   out.lookahead.prefetches = lookahead.getPrefetches();
   out.lookahead.prefetched = lookahead.getPrefetched();
+  out.lookahead.heartbeat_age_seconds = lookahead.getHeartbeatAgeSeconds();
+  out.scheduler_heartbeat_age_seconds = in.getSchedulerHeartbeatAgeSeconds();
   for (auto g : lookahead.getLayers()) {
     out.lookahead.layers.push_back({g.getLayer(), g.getScored(), g.getRank1Hits(), g.getRecalled(), g.getReal()});
   }

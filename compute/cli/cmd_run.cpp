@@ -97,7 +97,9 @@ void run(const RunArgs& args) {
   Engine engine(args.model, options);
   RoutingOptions routing_options;
   routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
-  routing_options.trace_out = args.trace_out;
+  // Both outputs appear under their names only when the run ends well.
+  PendingOutput trace_file(args.trace_out), dump_file(args.dump_logits);
+  routing_options.trace_out = trace_file.temp_path();
   RoutingSession routing(engine, routing_options);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
   std::vector<int32_t> prompt;
@@ -120,7 +122,7 @@ void run(const RunArgs& args) {
 
   std::ofstream dump;
   if (!args.dump_logits.empty()) {
-    dump.open(args.dump_logits, std::ios::binary | std::ios::trunc);
+    dump.open(dump_file.temp_path(), std::ios::binary | std::ios::trunc);
     if (!dump) fail("{}: cannot open for writing (--dump-logits)", args.dump_logits);
   }
   tokenizer::StreamingDecoder decoder(tok, true);
@@ -151,6 +153,12 @@ void run(const RunArgs& args) {
     write_row(dump, logits, args.dump_logits);
   }
   routing.finish();
+  if (dump.is_open()) {
+    dump.close();
+    if (!dump) fail("{}: cannot write logits", args.dump_logits);
+  }
+  dump_file.commit();
+  trace_file.commit();
 
   // The embedded router's guesses against the real routing, over every MoE layer.
   const shm::GuessStats guesses = routing.guesses();
