@@ -33,6 +33,9 @@ namespace {
 constexpr auto kRetryPause = std::chrono::milliseconds(100);
 constexpr auto kMinCallTimeout = std::chrono::milliseconds(1000);
 constexpr auto kMaxCallTimeout = std::chrono::milliseconds(10000);
+// A restart by sluice-up takes a second or two; a socket left by a daemon
+// that nobody restarts should not hold a new client for long.
+constexpr auto kFirstAttachWait = std::chrono::milliseconds(15000);
 
 // A session with a running sluice-io, detached when the last copy of the
 // engine options holding it goes away.
@@ -41,25 +44,34 @@ struct DaemonSession {
   uint32_t session = 0;
   bool attached_once = false;
 
-  // Connects and attaches, trying again until `deadline` (a daemon being
-  // restarted is not listening yet); returns the segment to map.
+  // Connects and attaches, trying again until `deadline` while a daemon is
+  // being restarted (its socket is there but nothing listens yet); returns
+  // the segment to map. The first attach waits only for a socket that
+  // exists, at most kFirstAttachWait, and never after a refusal: no daemon,
+  // or one serving another model, is the user's error to hear at once.
   std::string attach(const std::string& socket, uint64_t identity, bool verify,
                      std::chrono::steady_clock::time_point deadline) {
+    const bool first = !attached_once;
+    struct stat info {};
+    const auto started = std::chrono::steady_clock::now();
+    if (first) deadline = std::min(deadline, std::chrono::steady_clock::now() + kFirstAttachWait);
     for (;;) {
       client.reset();  // one kj event loop per thread: the dead daemon's goes first
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       try {
-        const auto call_timeout = attached_once ? std::clamp(left, kMinCallTimeout, kMaxCallTimeout) : kMaxCallTimeout;
-        client = std::make_unique<ioworker::RpcClient>(socket, call_timeout);
+        client = std::make_unique<ioworker::RpcClient>(socket, std::clamp(left, kMinCallTimeout, kMaxCallTimeout));
         const ioworker::Attachment attachment = client->attach(identity, verify);
         session = attachment.session;
-        if (attached_once) fmt::print(stderr, "sluice: reattached to sluice-io at {} (segment {})\n", socket, attachment.segment_name);
+        if (!first) fmt::print(stderr, "sluice: reattached to sluice-io at {} (segment {})\n", socket, attachment.segment_name);
         attached_once = true;
         return attachment.segment_name;
       } catch (const Error& e) {
+        const bool restarting = dynamic_cast<const ioworker::DaemonUnreachable*>(&e) != nullptr &&
+                                ::stat(socket.c_str(), &info) == 0 && S_ISSOCK(info.st_mode);
+        if (first && !restarting) throw;
         if (std::chrono::steady_clock::now() >= deadline) {
-          if (!attached_once) throw;
-          fail("{} (gave up reattaching after --read-timeout)", e.what());
+          fail("{} (gave up {} after {:.0f} s)", e.what(), first ? "waiting for it" : "reattaching (--read-timeout)",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
         }
       }
       std::this_thread::sleep_for(kRetryPause);

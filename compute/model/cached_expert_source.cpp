@@ -23,11 +23,13 @@ uint64_t default_cache_bytes(const Container& container, uint32_t max_clients, u
 
 // A restarted daemon may die again between handing out its segment and our
 // mapping it: try again until the deadline, then say why the last try failed.
+// The attacher does its own waiting for a daemon to answer.
 std::unique_ptr<shm::Segment> join(const Container& container, const DaemonAttacher& attach,
                                    std::chrono::steady_clock::time_point deadline) {
   for (;;) {
+    const std::string name = attach(deadline);
     try {
-      return shm::Segment::attach(attach(deadline), container.identity());
+      return shm::Segment::attach(name, container.identity());
     } catch (const Error&) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
     }
@@ -48,8 +50,7 @@ std::unique_ptr<CachedExpertSource> CachedExpertSource::embedded(const Container
 
 std::unique_ptr<CachedExpertSource> CachedExpertSource::attached(const Container& container, DaemonAttacher attach,
                                                                  std::chrono::milliseconds read_timeout) {
-  // The first attach is one try: no daemon yet is the user's error to hear at once.
-  auto segment = join(container, attach, std::chrono::steady_clock::now());
+  auto segment = join(container, attach, std::chrono::steady_clock::now() + read_timeout);
   return std::unique_ptr<CachedExpertSource>(
       new CachedExpertSource(container, nullptr, std::move(segment), std::move(attach), read_timeout));
 }

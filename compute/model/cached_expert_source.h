@@ -23,7 +23,8 @@
 namespace sluice {
 
 // Joins a running sluice-io and returns the name of the segment it serves;
-// throws Error when no daemon takes us before `deadline`.
+// throws Error when no daemon takes us before `deadline` (or at once when
+// there is no daemon to wait for).
 using DaemonAttacher = std::function<std::string(std::chrono::steady_clock::time_point deadline)>;
 
 class CachedExpertSource final : public ExpertSource {
