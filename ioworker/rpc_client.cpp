@@ -31,8 +31,9 @@ int connect_unix(const std::string& path) {
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     const int error = errno;
     ::close(fd);
-    throw DaemonUnreachable(fmt::format("cannot reach sluice-io at {}: {} (is the daemon running? see scripts/sluice-up)",
-                                        path, std::strerror(error)));
+    throw DaemonUnreachable(fmt::format(
+        "cannot reach sluice-io at {}: {} (is the daemon running? see scripts/sluice-up)", path,
+        std::strerror(error)));
   }
   return fd;
 }
@@ -115,7 +116,8 @@ struct RpcClient::Impl {
       std::string detail = e.getDescription().cStr();
       if (detail.rfind("remote exception: ", 0) == 0) detail = detail.substr(18);
       if (e.getType() == kj::Exception::Type::DISCONNECTED) {
-        throw DaemonUnreachable(fmt::format("sluice-io at {} went away during {}: {}", socket_path, what, detail));
+        throw DaemonUnreachable(
+            fmt::format("sluice-io at {} went away during {}: {}", socket_path, what, detail));
       }
       fail("sluice-io at {}: {} failed: {}", socket_path, what, detail);
     }

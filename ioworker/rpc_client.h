@@ -58,7 +58,8 @@ struct DaemonStats {
 class RpcClient {
  public:
   // Connects to `socket_path`; throws DaemonUnreachable naming the path when
-  // nothing answers there (and when the daemon goes away during a call). Every later call fails with an Error after `timeout`.
+  // nothing answers there (and when the daemon goes away during a call). Every later call fails
+  // with an Error after `timeout`.
   explicit RpcClient(const std::string& socket_path,
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
   ~RpcClient();

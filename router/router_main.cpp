@@ -34,7 +34,8 @@ struct Options {
 
 // The supervisor's sign that this loop still runs (a stopped or stuck router ages).
 void beat(const sluice::shm::Segment& segment) {
-  segment.stats().lookahead.router_heartbeat_ns.store(sluice::shm::monotonic_ns(), std::memory_order_relaxed);
+  segment.stats().lookahead.router_heartbeat_ns.store(sluice::shm::monotonic_ns(),
+                                                      std::memory_order_relaxed);
 }
 
 void log_line(const std::string& text) { fmt::print(stderr, "sluice-router[{}]: {}\n", ::getpid(), text); }

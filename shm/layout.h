@@ -12,7 +12,8 @@
 namespace sluice::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x47534543'49554C53;  // "SLUICESG"
-inline constexpr uint32_t kLayoutVersion = 3;  // 2: the hidden-state mailbox and lookahead counters; 3: liveness beats
+// 2: the hidden-state mailbox and lookahead counters; 3: the router's heartbeat.
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr size_t kSlotAlign = 4096;  // O_DIRECT reads land in slots
 inline constexpr uint32_t kMaxClients = 64;  // a slot's waiter set is a 64-bit mask
 inline constexpr uint32_t kStatLayers = 256;  // FORMAT.md: layers ≤ 256

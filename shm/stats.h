@@ -39,7 +39,8 @@ struct LookaheadStats {
   int32_t router_pid = 0;  // 0: no router has served the segment
   uint32_t k = 0;
   uint64_t messages = 0, skipped = 0, prefetches = 0, prefetched = 0;
-  double heartbeat_age_seconds = -1;  // since sluice-router's loop last ran (negative: it never ran)
+  // Since sluice-router's loop last ran; negative: it never ran.
+  double heartbeat_age_seconds = -1;
   std::vector<GuessStats> layers;  // layers with any guess scored
   GuessStats total() const;        // summed over layers (layer field 0)
 };

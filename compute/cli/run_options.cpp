@@ -2,12 +2,14 @@
 #include "compute/cli/run_options.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -15,9 +17,6 @@
 #include <random>
 #include <sstream>
 #include <thread>
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "compute/cli/commands.h"
 #include "compute/model/cached_expert_source.h"
@@ -57,12 +56,16 @@ struct DaemonSession {
     if (first) deadline = std::min(deadline, std::chrono::steady_clock::now() + kFirstAttachWait);
     for (;;) {
       client.reset();  // one kj event loop per thread: the dead daemon's goes first
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       try {
-        client = std::make_unique<ioworker::RpcClient>(socket, std::clamp(left, kMinCallTimeout, kMaxCallTimeout));
+        client = std::make_unique<ioworker::RpcClient>(
+            socket, std::clamp(left, kMinCallTimeout, kMaxCallTimeout));
         const ioworker::Attachment attachment = client->attach(identity, verify);
         session = attachment.session;
-        if (!first) fmt::print(stderr, "sluice: reattached to sluice-io at {} (segment {})\n", socket, attachment.segment_name);
+        if (!first)
+          fmt::print(stderr, "sluice: reattached to sluice-io at {} (segment {})\n", socket,
+                     attachment.segment_name);
         attached_once = true;
         return attachment.segment_name;
       } catch (const Error& e) {
@@ -70,7 +73,8 @@ struct DaemonSession {
                                 ::stat(socket.c_str(), &info) == 0 && S_ISSOCK(info.st_mode);
         if (first && !restarting) throw;
         if (std::chrono::steady_clock::now() >= deadline) {
-          fail("{} (gave up {} after {:.0f} s)", e.what(), first ? "waiting for it" : "reattaching (--read-timeout)",
+          fail("{} (gave up {} after {:.0f} s)", e.what(),
+               first ? "waiting for it" : "reattaching (--read-timeout)",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
         }
       }
@@ -129,9 +133,11 @@ EngineOptions EngineFlags::options() const {
     auto session = std::make_shared<DaemonSession>();
     const std::string socket = ioworker::resolve_socket(attach);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(read_timeout * 1000));
-    options.expert_source = [session, socket, verify = verify, timeout](const Container& container) -> std::unique_ptr<ExpertSource> {
+    options.expert_source = [session, socket, verify = verify,
+                             timeout](const Container& container) -> std::unique_ptr<ExpertSource> {
       const uint64_t identity = container.identity();
-      DaemonAttacher attacher = [session, socket, verify, identity](std::chrono::steady_clock::time_point deadline) {
+      DaemonAttacher attacher = [session, socket, verify,
+                                 identity](std::chrono::steady_clock::time_point deadline) {
         return session->attach(socket, identity, verify, deadline);
       };
       return CachedExpertSource::attached(container, std::move(attacher), timeout);
@@ -168,7 +174,8 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
   cmd.add_option("--attach", flags.attach,
                  "join a running sluice-io: its socket path, or an instance name such as 'default'");
   cmd.add_option("--read-timeout", flags.read_timeout,
-                 "seconds to wait for an expert record, or for a restarted sluice-io to take us back, before "
+                 "seconds to wait for an expert record, or for a restarted sluice-io to take us "
+                 "back, before "
                  "giving up with the reason")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 86400.0));
@@ -262,7 +269,8 @@ PendingOutput::~PendingOutput() {
 
 void PendingOutput::commit() {
   if (temp_path_.empty() || committed_) return;
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail("{}: cannot rename {} onto it: {}", path_, temp_path_, std::strerror(errno));
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
+    fail("{}: cannot rename {} onto it: {}", path_, temp_path_, std::strerror(errno));
   committed_ = true;
 }
 

@@ -49,7 +49,7 @@ std::string read_file(const std::string& path, const std::string& flag);
 class PendingOutput {
  public:
   explicit PendingOutput(std::string path);  // an empty path: no file
-  ~PendingOutput();                           // removes the temporary unless committed
+  ~PendingOutput();                          // removes the temporary unless committed
   PendingOutput(const PendingOutput&) = delete;
   PendingOutput& operator=(const PendingOutput&) = delete;
   // Where to write ("" when there is no file).

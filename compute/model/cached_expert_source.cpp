@@ -44,19 +44,21 @@ std::unique_ptr<CachedExpertSource> CachedExpertSource::embedded(const Container
   options.instance.clear();
   if (options.cache_bytes == 0) options.cache_bytes = default_cache_bytes(container, options.max_clients, options.mailbox_rows);
   auto worker = std::make_unique<ioworker::Worker>(container, options);
-  return std::unique_ptr<CachedExpertSource>(
-      new CachedExpertSource(container, std::move(worker), nullptr, nullptr, shm::Client::kDefaultReadTimeout));
+  return std::unique_ptr<CachedExpertSource>(new CachedExpertSource(
+      container, std::move(worker), nullptr, nullptr, shm::Client::kDefaultReadTimeout));
 }
 
-std::unique_ptr<CachedExpertSource> CachedExpertSource::attached(const Container& container, DaemonAttacher attach,
-                                                                 std::chrono::milliseconds read_timeout) {
+std::unique_ptr<CachedExpertSource> CachedExpertSource::attached(
+    const Container& container, DaemonAttacher attach, std::chrono::milliseconds read_timeout) {
   auto segment = join(container, attach, std::chrono::steady_clock::now() + read_timeout);
-  return std::unique_ptr<CachedExpertSource>(
-      new CachedExpertSource(container, nullptr, std::move(segment), std::move(attach), read_timeout));
+  return std::unique_ptr<CachedExpertSource>(new CachedExpertSource(
+      container, nullptr, std::move(segment), std::move(attach), read_timeout));
 }
 
-CachedExpertSource::CachedExpertSource(const Container& container, std::unique_ptr<ioworker::Worker> worker,
-                                       std::unique_ptr<shm::Segment> attached, DaemonAttacher attach,
+CachedExpertSource::CachedExpertSource(const Container& container,
+                                       std::unique_ptr<ioworker::Worker> worker,
+                                       std::unique_ptr<shm::Segment> attached,
+                                       DaemonAttacher attach,
                                        std::chrono::milliseconds read_timeout)
     : container_(container),
       worker_(std::move(worker)),
@@ -174,6 +176,8 @@ ExpertSourceStats CachedExpertSource::stats() const {
   return out;
 }
 
-shm::StatsSnapshot CachedExpertSource::cache_stats() const { return shm::read_stats(*segment_); }
+shm::StatsSnapshot CachedExpertSource::cache_stats() const {
+  return shm::read_stats(*segment_);
+}
 
 }  // namespace sluice

@@ -200,7 +200,8 @@ bool run_capnp(const uint8_t* data, size_t size) {
       }
       default: {
         const auto attach = reader.getRoot<rpc::SluiceIo::AttachParams>();
-        return attach.getVerify() && attach.getIdentity() + static_cast<uint64_t>(attach.getPid()) > 0;
+        return attach.getVerify() &&
+               attach.getIdentity() + static_cast<uint64_t>(attach.getPid()) > 0;
       }
     }
   } catch (const kj::Exception&) {

@@ -150,14 +150,17 @@ std::vector<uint8_t> direct_record(const Container& container, uint32_t layer, u
   DirectExpertSource direct(container, false);
   direct.request(layer, std::vector<uint32_t>{expert});
   const LandedExpert landed = direct.next();
-  std::vector<uint8_t> bytes(landed.record, landed.record + container.moe_layer(layer).record_stride);
+  std::vector<uint8_t> bytes(landed.record,
+                             landed.record + container.moe_layer(layer).record_stride);
   direct.release(landed);
   return bytes;
 }
 
 }  // namespace
 
-TEST_CASE("an attached source moves to the daemon that replaces a dead one and hands out the same records") {
+TEST_CASE(
+    "an attached source moves to the daemon that replaces a dead one and hands out the same "
+    "records") {
   const Container container = Container::open(tiny_model());
   sluice::testing::ShmGuard guard(sluice::testing::unique_instance("reattach"));
   ioworker::WorkerOptions worker_options;
