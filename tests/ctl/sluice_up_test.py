@@ -210,7 +210,8 @@ class SluiceUpTest(unittest.TestCase):
                 delays = re.findall(r'sluice-io pid \d+ died \(status -?\d+\) after [\d.]+ s; restarting in ([\d.]+) s',
                                     f.read())
             # Each death came after the member was back and healthy: the first delay every time.
-            self.assertEqual(delays, ['0.5', '0.5', '0.5'])
+            self.assertGreaterEqual(len(delays), 3, delays)
+            self.assertEqual(set(delays), {'0.5'}, delays)
         finally:
             down = self.sluice_up('down', '--instance', instance)
             self.assertEqual(down.returncode, 0, down.stderr)
