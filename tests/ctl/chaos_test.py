@@ -88,7 +88,9 @@ class ChaosTest(unittest.TestCase):
         proc, logits = cls.client(name)
         first = b''
         if fault is not None:
-            first = proc.stdout.read(1)  # a token streamed: generation is under way
+            # A token streamed: generation is under way. One byte from the pipe
+            # itself: a buffered read would keep bytes communicate() never sees.
+            first = os.read(proc.stdout.fileno(), 1)
             os.kill(proc.pid, signal.SIGSTOP)
             try:
                 fault(proc)
@@ -205,7 +207,7 @@ class UnsupervisedStopTest(unittest.TestCase):
             client = subprocess.Popen([SLUICE, 'run', container, '--attach', sock, '--prompt-ids', '5,6,7', '-n', '64',
                                        '--temp', '0', '--dump-logits', logits, '--read-timeout', '1'],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            client.stdout.read(1)
+            os.read(client.stdout.fileno(), 1)
             os.kill(client.pid, signal.SIGSTOP)
             os.kill(daemon.pid, signal.SIGSTOP)
             wait_until(lambda: process_state(daemon.pid) in ('T', 't'), 'sluice-io is stopped')
