@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # tests/ctl/chaos_test.py: the chaos probe of issue 16 as a test. Under the
-# supervisor, at a budget of one working set (so every token reads), each
+# supervisor, at the floor's budget (one working set of cache), each
 # member (sluice-io, sluice-router) is killed with SIGKILL or stopped with
 # SIGSTOP while a client generates: the client's output and logits must be
 # those of an undisturbed run, the supervisor must replace the member, and
@@ -46,8 +46,8 @@ class ChaosTest(unittest.TestCase):
         cls.instance = 'chaos-%d' % os.getpid()
         plan = json.loads(subprocess.run([SLUICE, 'plan', cls.container, '--json'], capture_output=True, text=True,
                                          check=True).stdout)
-        # One working set of cache: every token misses, so every token waits on the daemon.
-        budget = plan['floor_bytes'] + plan['working_set_bytes']
+        # The floor holds one working set of cache: a token routed off it misses and waits on the daemon.
+        budget = plan['floor_bytes']
         up = subprocess.run([PYTHON, SLUICE_UP, cls.container, '--instance', cls.instance, '--readers', '2',
                              '--budget', str(budget), '--health-timeout', '2'],
                             env=cls.env, capture_output=True, text=True, timeout=120)
@@ -199,7 +199,7 @@ class UnsupervisedStopTest(unittest.TestCase):
             plan = json.loads(subprocess.run([SLUICE, 'plan', container, '--json'], capture_output=True, text=True,
                                              check=True).stdout)
             daemon = subprocess.Popen([os.environ['SLUICE_IO_BIN'], container, '--instance', instance, '--socket', sock,
-                                       '--readers', '1', '--budget', str(plan['floor_bytes'] + plan['working_set_bytes'])],
+                                       '--readers', '1', '--budget', str(plan['floor_bytes'])],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_until(lambda: os.path.exists(sock) and subprocess.run(
                 [SLUICE, 'stats', '--attach', sock], capture_output=True).returncode == 0, 'sluice-io serves')
