@@ -31,8 +31,9 @@ int connect_unix(const std::string& path) {
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     const int error = errno;
     ::close(fd);
-    fail("cannot reach sluice-io at {}: {} (is the daemon running? see scripts/sluice-up)", path,
-         std::strerror(error));
+    throw DaemonUnreachable(fmt::format(
+        "cannot reach sluice-io at {}: {} (is the daemon running? see scripts/sluice-up)", path,
+        std::strerror(error)));
   }
   return fd;
 }
@@ -75,6 +76,8 @@ shm::StatsSnapshot read_snapshot(rpc::Stats::Reader in) {
   out.lookahead.skipped = lookahead.getSkipped();
   out.lookahead.prefetches = lookahead.getPrefetches();
   out.lookahead.prefetched = lookahead.getPrefetched();
+  out.lookahead.heartbeat_age_seconds = lookahead.getHeartbeatAgeSeconds();
+  out.scheduler_heartbeat_age_seconds = in.getSchedulerHeartbeatAgeSeconds();
   for (auto g : lookahead.getLayers()) {
     out.lookahead.layers.push_back({g.getLayer(), g.getScored(), g.getRank1Hits(), g.getRecalled(), g.getReal()});
   }
@@ -113,7 +116,8 @@ struct RpcClient::Impl {
       std::string detail = e.getDescription().cStr();
       if (detail.rfind("remote exception: ", 0) == 0) detail = detail.substr(18);
       if (e.getType() == kj::Exception::Type::DISCONNECTED) {
-        fail("sluice-io at {} went away during {}: {}", socket_path, what, detail);
+        throw DaemonUnreachable(
+            fmt::format("sluice-io at {} went away during {}: {}", socket_path, what, detail));
       }
       fail("sluice-io at {}: {} failed: {}", socket_path, what, detail);
     }

@@ -11,12 +11,20 @@
 #include <span>
 #include <string>
 
+#include "proto/error.h"
 #include "shm/layout.h"
 #include "shm/stats.h"
 
 namespace sluice::ioworker {
 
 enum class RpcPrefetchOrigin { kRouter, kClient };
+
+// Nothing listens on the socket, or the daemon went away mid-call: unlike a
+// refusal, trying again may work once a supervisor has restarted it.
+class DaemonUnreachable : public Error {
+ public:
+  using Error::Error;
+};
 
 // What a successful attach hands back.
 struct Attachment {
@@ -49,8 +57,9 @@ struct DaemonStats {
 // another kj event loop).
 class RpcClient {
  public:
-  // Connects to `socket_path`; throws Error naming the path when nothing
-  // answers there. Every later call fails with an Error after `timeout`.
+  // Connects to `socket_path`; throws DaemonUnreachable naming the path when
+  // nothing answers there (and when the daemon goes away during a call). Every later call fails
+  // with an Error after `timeout`.
   explicit RpcClient(const std::string& socket_path,
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
   ~RpcClient();

@@ -85,6 +85,8 @@ void fill_stats(const shm::StatsSnapshot& snapshot, rpc::Stats::Builder out) {
   lookahead.setSkipped(snapshot.lookahead.skipped);
   lookahead.setPrefetches(snapshot.lookahead.prefetches);
   lookahead.setPrefetched(snapshot.lookahead.prefetched);
+  lookahead.setHeartbeatAgeSeconds(snapshot.lookahead.heartbeat_age_seconds);
+  out.setSchedulerHeartbeatAgeSeconds(snapshot.scheduler_heartbeat_age_seconds);
   auto guesses = lookahead.initLayers(static_cast<unsigned>(snapshot.lookahead.layers.size()));
   for (unsigned i = 0; i < guesses.size(); ++i) {
     const shm::GuessStats& g = snapshot.lookahead.layers[i];

@@ -78,6 +78,7 @@ struct LookaheadStats {
   prefetches @4 :UInt64;
   prefetched @5 :UInt64;
   layers @6 :List(GuessStats);
+  heartbeatAgeSeconds @7 :Float64;  # since sluice-router's loop last ran; negative: it never did
 }
 
 # The segment's stats block (shm/stats.h StatsSnapshot) plus what the daemon
@@ -121,6 +122,7 @@ struct Stats {
   uptimeSeconds @34 :Float64;
   sessions @35 :UInt32;      # attachments not yet detached
   lookahead @36 :LookaheadStats;
+  schedulerHeartbeatAgeSeconds @37 :Float64;  # since the worker's scheduler last ran (a stuck one ages)
 }
 
 interface SluiceIo {

@@ -17,6 +17,7 @@
 #include "proto/container.h"
 #include "proto/error.h"
 #include "router/lookahead.h"
+#include "shm/process.h"
 #include "shm/segment.h"
 
 namespace {
@@ -30,6 +31,12 @@ struct Options {
   std::string model;  // default: the container the daemon serves
   std::optional<uint32_t> lookahead;
 };
+
+// The supervisor's sign that this loop still runs (a stopped or stuck router ages).
+void beat(const sluice::shm::Segment& segment) {
+  segment.stats().lookahead.router_heartbeat_ns.store(sluice::shm::monotonic_ns(),
+                                                      std::memory_order_relaxed);
+}
 
 void log_line(const std::string& text) { fmt::print(stderr, "sluice-router[{}]: {}\n", ::getpid(), text); }
 
@@ -51,14 +58,20 @@ int serve(const Options& options) {
   if (k == 0) {
     ready();
     // Off: stay a quiet member of the group so the supervisor does not restart it.
-    while (!g_stop && segment->owner_alive()) ::sleep(1);
+    while (!g_stop && segment->owner_alive()) {
+      beat(*segment);
+      ::sleep(1);
+    }
   } else {
     const router::Predictor predictor(container);
     router::Lookahead lookahead(predictor, *segment, k, [&](uint32_t layer, std::span<const uint32_t> experts) {
       rpc.prefetch(layer, experts, ioworker::RpcPrefetchOrigin::kRouter);
     });
     ready();
-    while (!g_stop && segment->owner_alive()) lookahead.poll(std::chrono::milliseconds(200));
+    while (!g_stop && segment->owner_alive()) {
+      beat(*segment);
+      lookahead.poll(std::chrono::milliseconds(200));
+    }
   }
   if (!g_stop) fail("sluice-io (pid {}) stopped serving /dev/shm/{}", segment->header().owner_pid, attachment.segment_name);
   rpc.detach(attachment.session);

@@ -28,7 +28,8 @@ std::string segment_label(const Segment& segment) {
 
 }  // namespace
 
-Client::Client(Segment& segment) : segment_(segment) {
+Client::Client(Segment& segment, std::chrono::milliseconds read_timeout)
+    : segment_(segment), read_timeout_(read_timeout) {
   check_owner();
   const pid_t pid = ::getpid();
   const uint64_t start_time = process_start_time(pid);
@@ -80,8 +81,29 @@ bool Client::registered() const {
 
 void Client::check_owner() const {
   if (segment_.owner_alive()) return;
-  fail("{}: its sluice-io (pid {}) is gone{}", segment_label(segment_), segment_.header().owner_pid,
-       outstanding_ > 0 ? fmt::format(" while layer {} had {} experts outstanding", layer_, outstanding_) : "");
+  throw OwnerGone(fmt::format(
+      "{}: its sluice-io (pid {}) is gone{}", segment_label(segment_), segment_.header().owner_pid,
+      outstanding_ > 0
+          ? fmt::format(" while layer {} had {} experts outstanding", layer_, outstanding_)
+          : ""));
+}
+
+void Client::fail_read_timeout(uint64_t waited_ns) const {
+  const uint64_t beat = segment_.header().owner_heartbeat_ns.load(std::memory_order_relaxed);
+  const uint64_t now = monotonic_ns();
+  const double silent = now > beat ? static_cast<double>(now - beat) * 1e-9 : 0.0;
+  const std::string why =
+      silent > 1.0
+          ? fmt::format(
+                "its scheduler last ran {:.1f} s ago: stopped or stuck, and nobody replaced it",
+                silent)
+          : std::string("its scheduler runs but the reads did not complete (a stalled disk?)");
+  fail(
+      "{}: layer {}: {} of {} experts did not land within {:.1f} s (--read-timeout); sluice-io "
+      "(pid {}) is alive, "
+      "{}",
+      segment_label(segment_), layer_, outstanding_, experts_.size(),
+      static_cast<double>(waited_ns) * 1e-9, segment_.header().owner_pid, why);
 }
 
 void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
@@ -218,7 +240,12 @@ LandedSlot Client::next() {
     if (any_posted && collect_assigned()) continue;
     if (wait_start == 0) wait_start = monotonic_ns();
     futex_wait(entry.notify, seen, kWaitSlice);
-    if (entry.notify.load(std::memory_order_acquire) == seen) check_owner();
+    if (entry.notify.load(std::memory_order_acquire) == seen) {
+      check_owner();
+      const uint64_t waited = monotonic_ns() - wait_start;
+      if (waited > static_cast<uint64_t>(std::chrono::nanoseconds(read_timeout_).count()))
+        fail_read_timeout(waited);
+    }
     if (!registered()) {
       fail("{}: client {} was dropped by sluice-io (reaped as dead)", segment_label(segment_), id_);
     }

@@ -11,9 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "proto/error.h"
 #include "shm/segment.h"
 
 namespace sluice::shm {
+
+// The segment's owner died or stopped serving: the segment will never serve
+// again, but a client may attach to the daemon that replaces it.
+class OwnerGone : public Error {
+ public:
+  using Error::Error;
+};
 
 struct ClientCounters {
   uint64_t requests = 0;
@@ -32,8 +40,9 @@ class Client {
  public:
   // Registers this process in the client table (pid and start time, so the
   // worker can reap it if it dies). Throws Error when the table is full or
-  // the owner is gone. `segment` must outlive the client.
-  explicit Client(Segment& segment);
+  // the owner is gone. `segment` must outlive the client. next() gives up
+  // after waiting `read_timeout` for a record (a stopped or stuck owner).
+  explicit Client(Segment& segment, std::chrono::milliseconds read_timeout = kDefaultReadTimeout);
   // Releases every pin and frees the table entry.
   ~Client();
   Client(const Client&) = delete;
@@ -46,8 +55,9 @@ class Client {
   void request(uint32_t layer, std::span<const uint32_t> experts);
   // Returns a READY pinned slot of the batch not yet handed out, blocking
   // until one lands. Throws Error when a read failed (the worker's message),
-  // when a pinned slot holds another key, or when the owner is gone (naming
-  // the segment and its pid).
+  // when a pinned slot holds another key, or when nothing landed within the
+  // read timeout; OwnerGone when the owner is gone (naming the segment and
+  // its pid).
   LandedSlot next();
   // Unpins a handed-out slot; its memory may be reused at once.
   void release(const LandedSlot& landed);
@@ -56,16 +66,21 @@ class Client {
   ClientCounters counters() const { return counters_; }
   // How long next() sleeps between liveness checks of the owner.
   static constexpr std::chrono::milliseconds kWaitSlice{100};
+  // Long enough for a supervisor to notice a stopped daemon, kill it and
+  // start another (sluice-up: seconds), short enough that nobody waits forever.
+  static constexpr std::chrono::milliseconds kDefaultReadTimeout{60000};
 
  private:
   enum class Position : uint8_t { kPosted, kPinned, kHandedOut, kReleased };
   void post_unposted();
   bool collect_assigned();
   void check_owner() const;
+  [[noreturn]] void fail_read_timeout(uint64_t waited_ns) const;
   // Still the same table entry: not reaped, not taken over by another client.
   bool registered() const;
 
   Segment& segment_;
+  std::chrono::milliseconds read_timeout_;
   uint32_t id_ = 0;
   uint32_t epoch_ = 0;
   uint32_t batch_ = 0;

@@ -12,8 +12,9 @@
 namespace sluice::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x47534543'49554C53;  // "SLUICESG"
-// 2: the hidden-state mailbox and lookahead counters; 3: a mailbox per client.
-inline constexpr uint32_t kLayoutVersion = 3;
+// 2: the hidden-state mailbox and lookahead counters; 3: a mailbox per client;
+// 4: the router's heartbeat.
+inline constexpr uint32_t kLayoutVersion = 4;
 inline constexpr size_t kSlotAlign = 4096;  // O_DIRECT reads land in slots
 inline constexpr uint32_t kMaxClients = 64;  // a slot's waiter set is a 64-bit mask
 inline constexpr uint32_t kStatLayers = 256;  // FORMAT.md: layers ≤ 256
@@ -131,6 +132,7 @@ struct LookaheadCounters {
   std::atomic<uint64_t> skipped{0};    // overwritten before the router read them
   std::atomic<uint64_t> prefetches{0};  // prefetch requests sent
   std::atomic<uint64_t> prefetched{0};  // experts asked for in them
+  std::atomic<uint64_t> router_heartbeat_ns{0};  // sluice-router's loop, for its supervisor
   GuessCounters layers[kStatLayers];
 };
 

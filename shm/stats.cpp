@@ -94,6 +94,14 @@ StatsSnapshot read_stats(const Segment& segment) {
   out.lookahead.skipped = get(la.skipped);
   out.lookahead.prefetches = get(la.prefetches);
   out.lookahead.prefetched = get(la.prefetched);
+  const uint64_t router_beat = get(la.router_heartbeat_ns);
+  out.lookahead.heartbeat_age_seconds = router_beat == 0 ? -1.0
+                                        : now > router_beat
+                                            ? static_cast<double>(now - router_beat) * 1e-9
+                                            : 0.0;
+  const uint64_t owner_beat = segment.header().owner_heartbeat_ns.load(std::memory_order_relaxed);
+  out.scheduler_heartbeat_age_seconds =
+      now > owner_beat ? static_cast<double>(now - owner_beat) * 1e-9 : 0.0;
   for (uint32_t l = 0; l < kStatLayers; ++l) {
     const GuessCounters& g = la.layers[l];
     if (get(g.scored) == 0) continue;

@@ -39,6 +39,8 @@ struct LookaheadStats {
   int32_t router_pid = 0;  // 0: no router has served the segment
   uint32_t k = 0;
   uint64_t messages = 0, skipped = 0, prefetches = 0, prefetched = 0;
+  // Since sluice-router's loop last ran; negative: it never ran.
+  double heartbeat_age_seconds = -1;
   std::vector<GuessStats> layers;  // layers with any guess scored
   GuessStats total() const;        // summed over layers (layer field 0)
 };
@@ -56,6 +58,7 @@ struct StatsSnapshot {
   std::vector<LayerStats> layers;    // layers with any traffic
   std::vector<ClientStats> clients;  // active clients
   LookaheadStats lookahead;
+  double scheduler_heartbeat_age_seconds = 0;  // since the owner's scheduler last ran
   double hit_rate() const { return hits + misses == 0 ? 0.0 : double(hits) / double(hits + misses); }
 };
 

@@ -40,9 +40,10 @@ void eval(const EvalArgs& args) {
   const std::vector<int32_t> ids = tok.encode(text);
   if (ids.size() < 2) fail("--text {}: needs at least two tokens to score, got {}", args.text_file, ids.size());
 
+  PendingOutput dump_file(args.dump_logits);  // named only once every row is written
   std::ofstream dump;
   if (!args.dump_logits.empty()) {
-    dump.open(args.dump_logits, std::ios::binary | std::ios::trunc);
+    dump.open(dump_file.temp_path(), std::ios::binary | std::ios::trunc);
     if (!dump) fail("{}: cannot open for writing (--dump-logits)", args.dump_logits);
   }
   const uint32_t vocab = engine.config().vocab;
@@ -70,7 +71,11 @@ void eval(const EvalArgs& args) {
       }
     }
   }
-  if (dump.is_open() && !dump) fail("{}: cannot write logits", args.dump_logits);
+  if (dump.is_open()) {
+    dump.close();
+    if (!dump) fail("{}: cannot write logits", args.dump_logits);
+  }
+  dump_file.commit();
   const double perplexity = std::exp(nll / static_cast<double>(scored));
   const ExpertSourceStats stats = engine.experts().stats();
   if (args.json) {

@@ -103,7 +103,9 @@ void run(const RunArgs& args) {
   Engine engine(args.model, options);
   RoutingOptions routing_options;
   routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
-  routing_options.trace_out = args.trace_out;
+  // Both outputs appear under their names only when the run ends well.
+  PendingOutput trace_file(args.trace_out), dump_file(args.dump_logits);
+  routing_options.trace_out = trace_file.temp_path();
   RoutingSession routing(engine, routing_options);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
   const bool resumed = !args.session.empty() && std::filesystem::exists(args.session);
@@ -136,7 +138,7 @@ void run(const RunArgs& args) {
 
   std::ofstream dump;
   if (!args.dump_logits.empty()) {
-    dump.open(args.dump_logits, std::ios::binary | std::ios::trunc);
+    dump.open(dump_file.temp_path(), std::ios::binary | std::ios::trunc);
     if (!dump) fail("{}: cannot open for writing (--dump-logits)", args.dump_logits);
   }
   tokenizer::StreamingDecoder decoder(tok, true);
@@ -178,6 +180,12 @@ void run(const RunArgs& args) {
     }
   }
   routing.finish();
+  if (dump.is_open()) {
+    dump.close();
+    if (!dump) fail("{}: cannot write logits", args.dump_logits);
+  }
+  dump_file.commit();
+  trace_file.commit();
   if (!args.session.empty())
     save_session(args.session, engine.container().identity(), engine.sequence());
   const uint32_t saved = engine.sequence().position();

@@ -63,11 +63,17 @@ nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& p
                        {"hit_rate", rate(client.hits, client.misses)}, {"wait_seconds", client.wait_seconds},
                        {"heartbeat_age_seconds", client.heartbeat_age_seconds}});
   }
+  // Null until a sluice-router's loop has run over this segment.
+  const double router_beat = c.lookahead.heartbeat_age_seconds;
+  const nlohmann::json router_age =
+      router_beat < 0 ? nlohmann::json(nullptr) : nlohmann::json(router_beat);
   return {{"pid", s.pid},
           {"instance", s.instance},
           {"model", s.model},
           {"segment", s.segment_name},
           {"uptime_seconds", s.uptime_seconds},
+          {"scheduler_heartbeat_age_seconds", c.scheduler_heartbeat_age_seconds},
+          {"router_heartbeat_age_seconds", router_age},
           {"backend", s.backend},
           {"readers", s.readers},
           {"direct_io", c.direct_io},

@@ -2,14 +2,21 @@
 #include "compute/cli/run_options.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <limits>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "compute/cli/commands.h"
 #include "compute/model/cached_expert_source.h"
@@ -22,11 +29,58 @@ namespace sluice::cli {
 
 namespace {
 
+constexpr auto kRetryPause = std::chrono::milliseconds(100);
+constexpr auto kMinCallTimeout = std::chrono::milliseconds(1000);
+constexpr auto kMaxCallTimeout = std::chrono::milliseconds(10000);
+// A restart by sluice-up takes a second or two; a socket left by a daemon
+// that nobody restarts should not hold a new client for long.
+constexpr auto kFirstAttachWait = std::chrono::milliseconds(15000);
+
 // A session with a running sluice-io, detached when the last copy of the
 // engine options holding it goes away.
 struct DaemonSession {
   std::unique_ptr<ioworker::RpcClient> client;
   uint32_t session = 0;
+  bool attached_once = false;
+
+  // Connects and attaches, trying again until `deadline` while a daemon is
+  // being restarted (its socket is there but nothing listens yet); returns
+  // the segment to map. The first attach waits only for a socket that
+  // exists, at most kFirstAttachWait, and never after a refusal: no daemon,
+  // or one serving another model, is the user's error to hear at once.
+  std::string attach(const std::string& socket, uint64_t identity, bool verify,
+                     std::chrono::steady_clock::time_point deadline) {
+    const bool first = !attached_once;
+    struct stat info {};
+    const auto started = std::chrono::steady_clock::now();
+    if (first) deadline = std::min(deadline, std::chrono::steady_clock::now() + kFirstAttachWait);
+    for (;;) {
+      client.reset();  // one kj event loop per thread: the dead daemon's goes first
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      try {
+        client = std::make_unique<ioworker::RpcClient>(
+            socket, std::clamp(left, kMinCallTimeout, kMaxCallTimeout));
+        const ioworker::Attachment attachment = client->attach(identity, verify);
+        session = attachment.session;
+        if (!first)
+          fmt::print(stderr, "sluice: reattached to sluice-io at {} (segment {})\n", socket,
+                     attachment.segment_name);
+        attached_once = true;
+        return attachment.segment_name;
+      } catch (const Error& e) {
+        const bool restarting = dynamic_cast<const ioworker::DaemonUnreachable*>(&e) != nullptr &&
+                                ::stat(socket.c_str(), &info) == 0 && S_ISSOCK(info.st_mode);
+        if (first && !restarting) throw;
+        if (std::chrono::steady_clock::now() >= deadline) {
+          fail("{} (gave up {} after {:.0f} s)", e.what(),
+               first ? "waiting for it" : "reattaching (--read-timeout)",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        }
+      }
+      std::this_thread::sleep_for(kRetryPause);
+    }
+  }
   ~DaemonSession() {
     try {
       if (client) client->detach(session);
@@ -78,11 +132,15 @@ EngineOptions EngineFlags::options() const {
   if (!attach.empty()) {
     auto session = std::make_shared<DaemonSession>();
     const std::string socket = ioworker::resolve_socket(attach);
-    options.expert_source = [session, socket, verify = verify](const Container& container) -> std::unique_ptr<ExpertSource> {
-      session->client = std::make_unique<ioworker::RpcClient>(socket);
-      const ioworker::Attachment attachment = session->client->attach(container.identity(), verify);
-      session->session = attachment.session;
-      return CachedExpertSource::attached(container, attachment.segment_name);
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(read_timeout * 1000));
+    options.expert_source = [session, socket, verify = verify,
+                             timeout](const Container& container) -> std::unique_ptr<ExpertSource> {
+      const uint64_t identity = container.identity();
+      DaemonAttacher attacher = [session, socket, verify,
+                                 identity](std::chrono::steady_clock::time_point deadline) {
+        return session->attach(socket, identity, verify, deadline);
+      };
+      return CachedExpertSource::attached(container, std::move(attacher), timeout);
     };
     return options;
   }
@@ -115,6 +173,12 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
                "(sluice-io --verify) is accepted");
   cmd.add_option("--attach", flags.attach,
                  "join a running sluice-io: its socket path, or an instance name such as 'default'");
+  cmd.add_option("--read-timeout", flags.read_timeout,
+                 "seconds to wait for an expert record, or for a restarted sluice-io to take us "
+                 "back, before "
+                 "giving up with the reason")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
   cmd.add_option("--budget", flags.budget,
                  "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule")
       ->check(memory_size());
@@ -185,6 +249,29 @@ std::string read_file(const std::string& path, const std::string& flag) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+PendingOutput::PendingOutput(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) return;
+  struct stat info {};
+  if (::stat(path_.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    // A pipe or a terminal (/dev/stdout): there is nothing to rename onto.
+    temp_path_ = path_;
+    committed_ = true;
+    return;
+  }
+  temp_path_ = fmt::format("{}.partial-{}", path_, ::getpid());
+}
+
+PendingOutput::~PendingOutput() {
+  if (!temp_path_.empty() && !committed_) ::unlink(temp_path_.c_str());
+}
+
+void PendingOutput::commit() {
+  if (temp_path_.empty() || committed_) return;
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
+    fail("{}: cannot rename {} onto it: {}", path_, temp_path_, std::strerror(errno));
+  committed_ = true;
 }
 
 std::string experts_summary(const ExpertSourceStats& stats) {

@@ -26,6 +26,7 @@ struct EngineFlags {
   bool force = false;  // a --budget above the usable memory
   uint32_t readers = 4;
   bool no_cache = false;
+  double read_timeout = 60;  // seconds: shm::Client::kDefaultReadTimeout
   // The options for these flags. An attached session lives as long as the
   // returned options (it detaches when they are destroyed).
   EngineOptions options() const;
@@ -42,6 +43,24 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
 // All of stdin, less one trailing newline (the one `echo` or a heredoc adds).
 std::string read_stdin();
 std::string read_file(const std::string& path, const std::string& flag);
+
+// An output file written under a temporary name beside `path` and renamed
+// onto it by commit(): a run that fails leaves nothing that looks complete.
+class PendingOutput {
+ public:
+  explicit PendingOutput(std::string path);  // an empty path: no file
+  ~PendingOutput();                          // removes the temporary unless committed
+  PendingOutput(const PendingOutput&) = delete;
+  PendingOutput& operator=(const PendingOutput&) = delete;
+  // Where to write ("" when there is no file).
+  const std::string& temp_path() const { return temp_path_; }
+  void commit();
+
+ private:
+  std::string path_;
+  std::string temp_path_;
+  bool committed_ = false;
+};
 
 std::string experts_summary(const ExpertSourceStats& stats);
 nlohmann::json experts_json(const ExpertSourceStats& stats);

@@ -1,10 +1,14 @@
 // compute/model/cached_expert_source.h: the expert source over the shared-
 // memory cache: hits are pinned and computed in place, misses are posted in
 // one batch per layer and consumed as they land. It hands out a slot only
-// after checking the record header in it against the one it asked for.
+// after checking the record header in it against the one it asked for. An
+// attached source whose daemon dies reattaches to its successor and asks
+// again for what it had not been handed yet; it never hands out a record twice.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +22,11 @@
 
 namespace sluice {
 
+// Joins a running sluice-io and returns the name of the segment it serves;
+// throws Error when no daemon takes us before `deadline` (or at once when
+// there is no daemon to wait for).
+using DaemonAttacher = std::function<std::string(std::chrono::steady_clock::time_point deadline)>;
+
 class CachedExpertSource final : public ExpertSource {
  public:
   // Embedded mode: hosts an ioworker::Worker over an anonymous segment
@@ -25,10 +34,13 @@ class CachedExpertSource final : public ExpertSource {
   // (top-k × MoE layers × largest stride), at least the minimum cache.
   static std::unique_ptr<CachedExpertSource> embedded(const Container& container,
                                                       ioworker::WorkerOptions options);
-  // Attached mode: maps the segment `segment_name` of a running sluice-io
-  // (its attach RPC hands the name out); refused when it serves another model.
-  static std::unique_ptr<CachedExpertSource> attached(const Container& container,
-                                                      const std::string& segment_name);
+  // Attached mode: maps the segment of a running sluice-io that `attach`
+  // joins; refused when it serves another model. When that daemon is gone
+  // (a supervisor restarts it), `attach` is called again, for at most
+  // `read_timeout`, which also bounds every wait for a record.
+  static std::unique_ptr<CachedExpertSource> attached(
+      const Container& container, DaemonAttacher attach,
+      std::chrono::milliseconds read_timeout = shm::Client::kDefaultReadTimeout);
   ~CachedExpertSource() override;
 
   void request(uint32_t layer, std::span<const uint32_t> experts) override;
@@ -41,21 +53,39 @@ class CachedExpertSource final : public ExpertSource {
   // The whole cache's counters (all clients), for run summaries.
   shm::StatsSnapshot cache_stats() const;
   ioworker::Worker* worker() { return worker_.get(); }  // null when attached
-  shm::Segment& segment() { return segment_; }
+  // The segment served now; it changes when the source reattaches.
+  shm::Segment& segment() { return *segment_; }
   uint32_t client_id() const { return client_->id(); }  // its entry in the segment (and its mailbox)
+  // Times this source moved to a new daemon's segment.
+  uint32_t reattachments() const { return reattachments_; }
 
  private:
   CachedExpertSource(const Container& container, std::unique_ptr<ioworker::Worker> worker,
-                     std::unique_ptr<shm::Segment> attached);
+                     std::unique_ptr<shm::Segment> attached, DaemonAttacher attach,
+                     std::chrono::milliseconds read_timeout);
+  // The daemon is gone: maps its successor's segment and asks it for every
+  // position of the batch not handed out yet.
+  void reattach(const shm::OwnerGone& gone);
+  void post_batch();
 
   const Container& container_;
   std::unique_ptr<ioworker::Worker> worker_;     // embedded mode
   std::unique_ptr<shm::Segment> attached_;       // attached mode
-  shm::Segment& segment_;
+  DaemonAttacher attach_;                        // attached mode
+  std::chrono::milliseconds read_timeout_;
+  shm::Segment* segment_;
   std::unique_ptr<shm::Client> client_;
+  // Segments of dead daemons: records handed out from them, and the
+  // lookahead publisher, may still point into them until the next request.
+  std::vector<std::unique_ptr<shm::Segment>> retired_, retiring_;
+  uint32_t reattachments_ = 0;
   uint32_t layer_ = 0;
   std::vector<uint32_t> experts_;
+  enum class Stage : uint8_t { kWaiting, kInUse, kReleased };
+  std::vector<Stage> stages_;                // by LandedExpert::index
   std::vector<shm::LandedSlot> handed_out_;  // by LandedExpert::index
+  std::vector<bool> from_current_;           // handed out by client_ (not a retired one)
+  std::vector<uint32_t> posted_;             // the client's position → the request's position
   ExpertSourceStats stats_;
 };
 

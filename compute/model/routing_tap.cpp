@@ -26,7 +26,8 @@ RoutingSession::RoutingSession(Engine& engine, const RoutingOptions& options)
           });
       lookahead_->start();
     }
-    publisher_.emplace(cache_->segment(), cache_->client_id(), options.in_prefill);
+    publish_prefill_ = options.in_prefill;
+    publisher_.emplace(cache_->segment(), cache_->client_id(), publish_prefill_);
   }
   if (publisher_ || trace_) {
     engine_.transformer().set_moe_hook(
@@ -51,6 +52,11 @@ shm::GuessStats RoutingSession::guesses() const {
 
 void RoutingSession::on_moe(uint32_t layer, size_t moe_index, uint32_t tokens, std::span<const float> input) {
   const auto& routing = engine_.transformer().last_routing();
+  if (publisher_ && cache_->reattachments() != published_attachment_) {
+    // The daemon was restarted: its successor's router reads the new segment's mailbox.
+    published_attachment_ = cache_->reattachments();
+    publisher_.emplace(cache_->segment(), cache_->client_id(), publish_prefill_);
+  }
   if (publisher_) {
     const uint32_t per_row = tokens ? static_cast<uint32_t>(routing[0][moe_index].experts.size()) : 0;
     experts_.clear();

@@ -55,6 +55,8 @@ class RoutingSession {
   CachedExpertSource* cache_ = nullptr;
   std::optional<router::TraceWriter> trace_;
   std::optional<router::Publisher> publisher_;
+  bool publish_prefill_ = false;
+  uint32_t published_attachment_ = 0;  // the source's reattachments() the publisher writes to
   std::optional<router::Predictor> predictor_;
   std::unique_ptr<router::Lookahead> lookahead_;
   std::vector<uint32_t> experts_;

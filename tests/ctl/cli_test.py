@@ -29,7 +29,7 @@ SLUICE_ROUTER = os.environ['SLUICE_ROUTER_BIN']
 HELP_OPTIONS = {
     'run': ['MODEL', 'PROMPT', '--max-tokens', '--temp', '--top-k', '--top-p', '--min-p', '--repeat-penalty',
             '--seed', '--ctx', '--threads', '--chunk', '--budget', '--force', '--attach', '--no-cache', '--verify',
-            '--json', '--dump-logits', '--prompt-ids', '--trace-out', '--lookahead', '--session'],
+            '--json', '--dump-logits', '--prompt-ids', '--trace-out', '--lookahead', '--session', '--read-timeout'],
     'eval': ['MODEL', '--text', '--json', '--dump-logits', '--ctx', '--budget'],
     'convert': ['SRC_DIR', 'OUT', '--threads', '--seed', '--json', '--quiet', '--force', '--no-tokenizer'],
     'info': ['MODEL', '--json'],

@@ -7,6 +7,7 @@
 # `--serve PORT` adds a `sluice serve` member attached to the group's daemon.
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -195,6 +196,29 @@ class SluiceUpTest(unittest.TestCase):
                 orphan.kill()
                 orphan.wait()
 
+    def test_the_restart_delay_resets_once_the_member_is_healthy(self):
+        instance = self.instance + '-backoff'
+        where = self.paths(instance)
+        up = self.sluice_up(self.container, '--instance', instance, '--readers', '1')
+        self.assertEqual(up.returncode, 0, up.stderr)
+        try:
+            for round in range(3):
+                status = json.loads(self.sluice_up('status', '--json', '--instance', instance).stdout)
+                daemon = status['members'][0]
+                os.kill(daemon['pid'], signal.SIGKILL)
+                wait_until(lambda: (lambda s: s['members'][0]['pid'] != daemon['pid'] and s['answering'])(
+                    json.loads(self.sluice_up('status', '--json', '--instance', instance).stdout)),
+                    'restart %d answers' % (round + 1))
+            with open(where['log']) as f:
+                delays = re.findall(r'sluice-io pid \d+ died \(status -?\d+\) after [\d.]+ s; restarting in ([\d.]+) s',
+                                    f.read())
+            # Each death came after the member was back and healthy: the first delay every time.
+            self.assertGreaterEqual(len(delays), 3, delays)
+            self.assertEqual(set(delays), {'0.5'}, delays)
+        finally:
+            down = self.sluice_up('down', '--instance', instance)
+            self.assertEqual(down.returncode, 0, down.stderr)
+
     def test_argument_errors_are_one_line(self):
         for args, needle in ((['--instance', 'bad/name', self.container], "'bad/name' is not an instance name"),
                              (['status', '--instance', 'bad/name'], 'is not an instance name'),
@@ -205,6 +229,10 @@ class SluiceUpTest(unittest.TestCase):
             self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
             self.assertTrue(done.stderr.startswith('sluice-up: error: '), done.stderr)
             self.assertIn(needle, done.stderr)
+        for bad in ('0.1', 'x'):
+            done = self.sluice_up(self.container, '--health-timeout', bad, '--instance', self.instance + '-h')
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertIn('--health-timeout', done.stderr)
         version = self.sluice_up('--version')
         self.assertEqual(version.returncode, 0)
         self.assertRegex(version.stdout, r'^sluice-up \d+\.\d+\.\d+\n$')

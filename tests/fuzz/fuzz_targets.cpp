@@ -170,7 +170,8 @@ void touch_stats(Reader stats) {
 
 bool run_capnp(const uint8_t* data, size_t size) {
   if (size < 1) return false;
-  // First byte picks the message type; the rest is the framed message.
+  // First byte picks the message type (the daemon's replies, then the
+  // requests it reads); the rest is the framed message.
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>((size - 1 + 7) / 8);
   std::memset(words.begin(), 0, words.size() * sizeof(capnp::word));
   std::memcpy(words.begin(), data + 1, size - 1);
@@ -178,7 +179,7 @@ bool run_capnp(const uint8_t* data, size_t size) {
     capnp::ReaderOptions options;
     options.traversalLimitInWords = 1 << 20;
     capnp::FlatArrayMessageReader reader(words, options);
-    switch (data[0] % 2) {
+    switch (data[0] % 4) {
       case 0: {
         const auto result = reader.getRoot<rpc::AttachResult>();
         if (result.isRefused()) return result.getRefused().size() > 0;
@@ -186,9 +187,22 @@ bool run_capnp(const uint8_t* data, size_t size) {
         const auto g = attached.getGeometry();
         return attached.getSegmentName().size() + g.getSlotCount() + g.getMailboxIds() > 0;
       }
-      default:
+      case 1:
         touch_stats(reader.getRoot<rpc::Stats>());
         return true;
+      case 2: {
+        // What sluice-io reads of a prefetch, in its order: the size first.
+        const auto params = reader.getRoot<rpc::SluiceIo::PrefetchParams>();
+        if (params.getExperts().size() > kMaxExpertsPerLayer) return false;
+        uint64_t sum = params.getLayer();
+        for (uint32_t expert : params.getExperts()) sum += expert;
+        return sum > 0 && params.getOrigin() == rpc::PrefetchOrigin::ROUTER;
+      }
+      default: {
+        const auto attach = reader.getRoot<rpc::SluiceIo::AttachParams>();
+        return attach.getVerify() &&
+               attach.getIdentity() + static_cast<uint64_t>(attach.getPid()) > 0;
+      }
     }
   } catch (const kj::Exception&) {
     return false;
@@ -217,6 +231,23 @@ std::vector<std::string> capnp_seeds() {
     capnp::MallocMessageBuilder message;
     message.initRoot<rpc::AttachResult>().setRefused("serves another container");
     seeds.push_back(framed(0, message));
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto params = message.initRoot<rpc::SluiceIo::PrefetchParams>();
+    params.setLayer(2);
+    auto experts = params.initExperts(3);
+    for (unsigned i = 0; i < experts.size(); ++i) experts.set(i, 5 * i + 1);
+    params.setOrigin(rpc::PrefetchOrigin::ROUTER);
+    seeds.push_back(framed(2, message));
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto params = message.initRoot<rpc::SluiceIo::AttachParams>();
+    params.setPid(1234);
+    params.setIdentity(0xfeed);
+    params.setVerify(true);
+    seeds.push_back(framed(3, message));
   }
   {
     capnp::MallocMessageBuilder message;

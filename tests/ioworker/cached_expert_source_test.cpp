@@ -3,7 +3,9 @@
 // drives). Tiny OLMoE and Kimi-Linear checkpoints are made and converted,
 // then the engine's logits through the direct source and through the cache
 // (embedded, cold or warm, one or four readers, io_uring or threads,
-// attached to a named worker) must agree bit for bit.
+// attached to a named worker) must agree bit for bit. An attached source
+// whose daemon dies moves to the one that replaces it and hands out the same
+// records.
 #include "compute/model/cached_expert_source.h"
 
 #include <doctest/doctest.h>
@@ -116,7 +118,7 @@ void check_cache_bit_identity(const std::string& model) {
     ioworker::Worker worker(container, worker_options);
     EngineOptions options;
     options.expert_source = [&](const Container& c) -> std::unique_ptr<ExpertSource> {
-      return CachedExpertSource::attached(c, worker.segment_name());
+      return CachedExpertSource::attached(c, [&](auto) { return worker.segment_name(); });
     };
     const Run cold = run_model(model, options);
     const Run warm = run_model(model, options);
@@ -156,4 +158,76 @@ TEST_CASE("the cached source refuses experts the container does not have") {
   source->release(source->next());
   CHECK(source->stats().requests == 2);
   CHECK(source->stats().reads == 2);
+}
+
+namespace {
+
+std::vector<uint8_t> direct_record(const Container& container, uint32_t layer, uint32_t expert) {
+  DirectExpertSource direct(container, false);
+  direct.request(layer, std::vector<uint32_t>{expert});
+  const LandedExpert landed = direct.next();
+  std::vector<uint8_t> bytes(landed.record,
+                             landed.record + container.moe_layer(layer).record_stride);
+  direct.release(landed);
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "an attached source moves to the daemon that replaces a dead one and hands out the same "
+    "records") {
+  const Container container = Container::open(tiny_model());
+  sluice::testing::ShmGuard guard(sluice::testing::unique_instance("reattach"));
+  ioworker::WorkerOptions worker_options;
+  worker_options.instance = guard.instance();
+  worker_options.cache_bytes = 64ull << 20;
+  worker_options.quiet = true;
+  auto worker = std::make_unique<ioworker::Worker>(container, worker_options);
+  int attaches = 0;
+  // The attacher plays the supervisor: the first call finds the daemon, a
+  // later one starts its successor (a new segment under the same name).
+  auto source = CachedExpertSource::attached(
+      container,
+      [&](auto) {
+        ++attaches;
+        if (!worker) worker = std::make_unique<ioworker::Worker>(container, worker_options);
+        return worker->segment_name();
+      },
+      std::chrono::seconds(30));
+  const MoeLayerInfo& info = container.moe_layers()[0];
+  const uint32_t stride = info.record_stride;
+  const std::vector<uint32_t> first_batch = {0, 1, 2, 3}, second_batch = {4, 5, 6, 7};
+
+  source->request(info.layer, first_batch);
+  const LandedExpert in_use = source->next();
+  const std::vector<uint8_t> before(in_use.record, in_use.record + stride);
+  worker.reset();  // the daemon dies with a record of its segment in use
+  std::vector<LandedExpert> landed = {in_use};
+  for (size_t i = 1; i < first_batch.size(); ++i) landed.push_back(source->next());
+  // The record handed out before the death is still mapped and unchanged.
+  CHECK(std::equal(before.begin(), before.end(), in_use.record));
+  std::vector<uint32_t> positions;
+  for (const LandedExpert& expert : landed) {
+    positions.push_back(expert.index);
+    CHECK(std::vector<uint8_t>(expert.record, expert.record + stride) ==
+          direct_record(container, info.layer, first_batch.at(expert.index)));
+    source->release(expert);
+  }
+  std::sort(positions.begin(), positions.end());
+  CHECK(positions == std::vector<uint32_t>{0, 1, 2, 3});  // each handed out exactly once
+
+  // Never read before: these miss, so a source still on the dead segment notices now.
+  source->request(info.layer, second_batch);
+  for (size_t i = 0; i < second_batch.size(); ++i) {
+    const LandedExpert expert = source->next();
+    CHECK(std::vector<uint8_t>(expert.record, expert.record + stride) ==
+          direct_record(container, info.layer, second_batch.at(expert.index)));
+    source->release(expert);
+  }
+  CHECK(source->reattachments() == 1);
+  CHECK(attaches == 2);
+  REQUIRE(worker != nullptr);
+  CHECK(worker->stats().clients.size() == 1);  // the source is a client of the successor
+  CHECK_THROWS_AS(source->next(), Error);      // nothing left to hand out
 }
