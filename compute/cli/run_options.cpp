@@ -9,6 +9,10 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -36,20 +40,87 @@ constexpr auto kMaxCallTimeout = std::chrono::milliseconds(10000);
 // that nobody restarts should not hold a new client for long.
 constexpr auto kFirstAttachWait = std::chrono::milliseconds(15000);
 
+// Runs calls one at a time on a thread of its own. A kj event loop (each
+// RpcClient has one) belongs to the thread that made it, and a reattach runs
+// on whichever compute thread finds the daemon gone.
+class RpcThread {
+ public:
+  RpcThread() : thread_([this] { serve(); }) {}
+  ~RpcThread() {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+  // Runs `body` on the thread and waits for it; its exception is rethrown here.
+  void run(const std::function<void()>& body) {
+    const std::lock_guard one_caller(caller_);
+    std::unique_lock lock(mutex_);
+    std::exception_ptr error;
+    bool done = false;
+    task_ = [&] {
+      try {
+        body();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      done = true;
+    };
+    wake_.notify_all();
+    wake_.wait(lock, [&] { return done; });
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  void serve() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || task_ != nullptr; });
+      if (task_) {
+        const std::function<void()> task = std::move(task_);
+        task_ = nullptr;
+        lock.unlock();
+        task();
+        lock.lock();
+        wake_.notify_all();
+      } else {
+        return;
+      }
+    }
+  }
+
+  std::mutex caller_, mutex_;
+  std::condition_variable wake_;
+  std::function<void()> task_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 // A session with a running sluice-io, detached when the last copy of the
-// engine options holding it goes away.
+// engine options holding it goes away. Every RPC runs on its RpcThread.
 struct DaemonSession {
   std::unique_ptr<ioworker::RpcClient> client;
   uint32_t session = 0;
   bool attached_once = false;
+  RpcThread rpc;
+
+  std::string attach(const std::string& socket, uint64_t identity, bool verify,
+                     std::chrono::steady_clock::time_point deadline) {
+    std::string segment;
+    rpc.run([&] { segment = attach_here(socket, identity, verify, deadline); });
+    return segment;
+  }
 
   // Connects and attaches, trying again until `deadline` while a daemon is
   // being restarted (its socket is there but nothing listens yet); returns
   // the segment to map. The first attach waits only for a socket that
   // exists, at most kFirstAttachWait, and never after a refusal: no daemon,
   // or one serving another model, is the user's error to hear at once.
-  std::string attach(const std::string& socket, uint64_t identity, bool verify,
-                     std::chrono::steady_clock::time_point deadline) {
+  std::string attach_here(const std::string& socket, uint64_t identity, bool verify,
+                          std::chrono::steady_clock::time_point deadline) {
     const bool first = !attached_once;
     struct stat info {};
     const auto started = std::chrono::steady_clock::now();
@@ -82,11 +153,14 @@ struct DaemonSession {
     }
   }
   ~DaemonSession() {
-    try {
-      if (client) client->detach(session);
-    } catch (const Error&) {
-      // The daemon is gone; its reaper drops our client entry without us.
-    }
+    rpc.run([&] {
+      try {
+        if (client) client->detach(session);
+      } catch (const Error&) {
+        // The daemon is gone; its reaper drops our client entry without us.
+      }
+      client.reset();
+    });
   }
 };
 
