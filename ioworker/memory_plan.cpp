@@ -244,7 +244,7 @@ PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint3
   inputs.top_k = config.top_k;
   inputs.moe_layers = moe.size();
   if (!moe.empty()) {
-    inputs.record_stride = RecordLayout::compute(config.hidden, config.expert_width).stride;
+    inputs.record_stride = RecordLayout::compute(config.expert_hidden(), config.expert_width).stride;
     const ioworker::CacheShape shape{static_cast<uint32_t>(inputs.record_stride), config.experts, config.hidden,
                                      config.top_k};
     inputs.cache_tables_bytes = ioworker::cache_bytes_for_slots(shape, 2 * config.top_k, max_clients, mailbox_rows) -
@@ -272,7 +272,7 @@ nlohmann::json model_breakdown(const ModelConfig& config) {
     bytes[component] += trunk_tensor_bytes(t);
     trunk_params += t.elements();
   }
-  const uint64_t expert_params = 3ull * config.hidden * config.expert_width;
+  const uint64_t expert_params = 3ull * config.expert_hidden() * config.expert_width;
   const uint64_t routed = expert_params * config.experts * config.moe_layers();
   nlohmann::json trunk = nlohmann::json::object();
   for (const auto& [component, n] : bytes) trunk[component] = n;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "compute/model/activation.h"
+#include "compute/model/latent_moe.h"
 #include "compute/model/ops.h"
 #include "proto/error.h"
 
@@ -30,7 +32,8 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       exec_(exec),
       context_(context),
       attention_(make_mixer(config, weights, context, exec)),
-      kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr) {}
+      kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr),
+      attn_res_(config.attn_res_block > 0 ? std::make_unique<AttnRes>(config, weights) : nullptr) {}
 
 void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions) {
   const auto count = static_cast<uint32_t>(tokens.size());
@@ -57,14 +60,17 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
   proj_.resize(size_t{count} * hidden);
   for (uint32_t layer = 0; layer < config_.layers; ++layer) {
     const LayerWeights& lw = weights_.layers[layer];
+    const float* mixer_in = attn_res_ ? attn_res_->before_mixer(layer, x_.data(), count) : x_.data();
     for (uint32_t t = 0; t < count; ++t) {
-      rms_norm(&x_[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps, &normed_[size_t{t} * hidden]);
+      rms_norm(&mixer_in[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps,
+               &normed_[size_t{t} * hidden]);
     }
     Mixer& mixer = config_.is_kda(layer) ? *kda_ : *attention_;
     mixer.forward(layer, normed_.data(), count, position_, proj_.data());
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
+    const float* ffn_in = attn_res_ ? attn_res_->before_ffn(layer, x_.data(), count) : x_.data();
     for (uint32_t t = 0; t < count; ++t) {
-      rms_norm(&x_[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
+      rms_norm(&ffn_in[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
                &normed_[size_t{t} * hidden]);
     }
     if (lw.moe) {
@@ -75,8 +81,9 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
   }
 
   const uint32_t first = all_positions ? 0 : count - 1;
+  const float* last = attn_res_ ? attn_res_->final_mixture(x_.data(), count) : x_.data();
   for (uint32_t t = first; t < count; ++t) {
-    rms_norm(&x_[size_t{t} * hidden], weights_.final_norm.data(), hidden, config_.rms_eps,
+    rms_norm(&last[size_t{t} * hidden], weights_.final_norm.data(), hidden, config_.rms_eps,
              &normed_[size_t{t - first} * hidden]);
   }
   weights_.lm_head.apply(normed_.data(), static_cast<uint32_t>(rows_out), logits.data(), exec_);
@@ -86,6 +93,7 @@ void Transformer::forward(std::span<const int32_t> tokens, std::span<float> logi
 void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
   const MoeWeights& lw = *weights_.layers[layer].moe;
   const uint32_t hidden = config_.hidden, width = config_.expert_width, top_k = config_.top_k;
+  const uint32_t expert_hidden = config_.expert_hidden();  // K3's experts see a latent
   const RecordLayout& layout = lw.bank->layout;
 
   router_logits_.resize(config_.experts);
@@ -112,9 +120,10 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
     }
   }
 
-  gate_table_.build(*lw.codebooks[0], normed_.data(), hidden, tokens, exec_);
-  up_table_.build(*lw.codebooks[1], normed_.data(), hidden, tokens, exec_);
-  expert_out_.resize(size_t{tokens} * top_k * hidden);
+  const float* expert_in = latent_input(config_, lw, normed_.data(), tokens, latent_in_, exec_);
+  gate_table_.build(*lw.codebooks[0], expert_in, expert_hidden, tokens, exec_);
+  up_table_.build(*lw.codebooks[1], expert_in, expert_hidden, tokens, exec_);
+  expert_out_.resize(size_t{tokens} * top_k * expert_hidden);
   std::vector<uint32_t> user_tokens, sequence;
   for (size_t landed_count = 0; landed_count < distinct.size(); ++landed_count) {
     const LandedExpert landed = experts_.next();
@@ -127,31 +136,32 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
     kernels::rvq_matmul(gate_table_, user_tokens, matrix_view(landed.record, layout, MatrixKind::kGate), gate_.data(), exec_);
     kernels::rvq_matmul(up_table_, user_tokens, matrix_view(landed.record, layout, MatrixKind::kUp), up_.data(), exec_);
     down_in_.resize(size_t{n} * width);
-    for (size_t i = 0; i < size_t{n} * width; ++i) down_in_[i] = silu(gate_[i]) * up_[i];
+    gated_activation(config_.activation, gate_.data(), up_.data(), down_in_.data(), size_t{n} * width);
     down_table_.build(*lw.codebooks[2], down_in_.data(), width, n, exec_);
     sequence.resize(n);
     std::iota(sequence.begin(), sequence.end(), 0u);
-    down_out_.resize(size_t{n} * hidden);
+    down_out_.resize(size_t{n} * expert_hidden);
     kernels::rvq_matmul(down_table_, sequence, matrix_view(landed.record, layout, MatrixKind::kDown), down_out_.data(), exec_);
     experts_.release(landed);
     for (uint32_t i = 0; i < n; ++i) {
       const auto [t, k] = pairs[i];
-      std::copy_n(&down_out_[size_t{i} * hidden], hidden, &expert_out_[(size_t{t} * top_k + k) * hidden]);
+      std::copy_n(&down_out_[size_t{i} * expert_hidden], expert_hidden,
+                  &expert_out_[(size_t{t} * top_k + k) * expert_hidden]);
     }
   }
 
-  // Sum in routing order: acc = Σ_k w_k · y_k from zero, then x += acc.
-  std::vector<float> acc(hidden);
+  // Sum in routing order: acc = Σ_k w_k · y_k from zero, then x += acc
+  // (through K3's latent norm and up projection).
+  routed_.assign(size_t{tokens} * expert_hidden, 0.0f);
   for (uint32_t t = 0; t < tokens; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    float* acc = &routed_[size_t{t} * expert_hidden];
     const Routing& r = routing_[t][moe_index];
     for (uint32_t k = 0; k < top_k; ++k) {
-      const float* y = &expert_out_[(size_t{t} * top_k + k) * hidden];
-      for (uint32_t i = 0; i < hidden; ++i) acc[i] += r.weights[k] * y[i];
+      const float* y = &expert_out_[(size_t{t} * top_k + k) * expert_hidden];
+      for (uint32_t i = 0; i < expert_hidden; ++i) acc[i] += r.weights[k] * y[i];
     }
-    float* x = &x_[size_t{t} * hidden];
-    for (uint32_t i = 0; i < hidden; ++i) x[i] += acc[i];
   }
+  add_routed(config_, lw, routed_.data(), tokens, x_.data(), proj_, exec_);
   if (!lw.shared_gate.empty()) swiglu(lw.shared_gate, lw.shared_up, lw.shared_down, tokens);
 }
 
@@ -161,7 +171,7 @@ void Transformer::swiglu(const Linear& gate, const Linear& up, const Linear& dow
   up_.resize(size_t{tokens} * width);
   gate.apply(normed_.data(), tokens, gate_.data(), exec_);
   up.apply(normed_.data(), tokens, up_.data(), exec_);
-  for (size_t i = 0; i < gate_.size(); ++i) gate_[i] = silu(gate_[i]) * up_[i];
+  gated_activation(config_.activation, gate_.data(), up_.data(), gate_.data(), gate_.size());
   proj_.resize(size_t{tokens} * hidden);
   down.apply(gate_.data(), tokens, proj_.data(), exec_);
   for (size_t i = 0; i < size_t{tokens} * hidden; ++i) x_[i] += proj_[i];

@@ -14,6 +14,7 @@
 
 #include "compute/kernels/rvq.h"
 #include "compute/kernels/thread_pool.h"
+#include "compute/model/attn_res.h"
 #include "compute/model/expert_source.h"
 #include "compute/model/mixer.h"
 #include "compute/model/weights.h"
@@ -58,11 +59,12 @@ class Transformer {
   uint32_t context_;
   std::unique_ptr<Mixer> attention_;  // the softmax-attention layers (GQA or MLA)
   std::unique_ptr<Mixer> kda_;        // the KDA layers, when the model has any
+  std::unique_ptr<AttnRes> attn_res_;  // K3's depth mixtures, when the model has them
   uint32_t position_ = 0;
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
   std::vector<float> x_, normed_, proj_;
-  std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_;
+  std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_, latent_in_, routed_;
   kernels::RvqTable gate_table_, up_table_, down_table_;
   std::vector<std::vector<Routing>> routing_;
   MoeHook moe_hook_;
