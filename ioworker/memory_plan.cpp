@@ -267,6 +267,9 @@ nlohmann::json model_breakdown(const ModelConfig& config) {
       case TensorRole::kRouter: case TensorRole::kRouterBias: component = "routers"; break;
       case TensorRole::kSharedGate: case TensorRole::kSharedUp: case TensorRole::kSharedDown: component = "shared_experts"; break;
       case TensorRole::kInputNorm: case TensorRole::kPostAttentionNorm: case TensorRole::kFinalNorm: component = "norms"; break;
+      case TensorRole::kLatentDown: case TensorRole::kLatentNorm: case TensorRole::kLatentUp: component = "latent_moe"; break;
+      case TensorRole::kAttnResNorm: case TensorRole::kAttnResProj: case TensorRole::kMlpResNorm:
+      case TensorRole::kMlpResProj: case TensorRole::kFinalResNorm: case TensorRole::kFinalResProj: component = "attn_res"; break;
       default: break;
     }
     bytes[component] += trunk_tensor_bytes(t);
