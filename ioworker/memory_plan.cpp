@@ -194,8 +194,11 @@ UsableRam read_usable_ram(const std::string& root) {
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk) {
   const uint64_t hidden = config.hidden;
   const uint64_t width = std::max({config.expert_width, config.dense_width, config.shared_width});
+  // K3's Attention Residuals keep every stored block and one mixture per token of the chunk.
+  const uint64_t blocks =
+      config.attn_res_block > 0 ? ((config.layers + config.attn_res_block - 1) / config.attn_res_block + 1) * hidden : 0;
   const uint64_t activations = chunk * (4 * hidden + config.mixer_scratch_floats() + config.experts +
-                                        uint64_t{config.top_k} * hidden + 3 * width);
+                                        uint64_t{config.top_k} * hidden + 3 * width + blocks);
   const uint64_t tables = chunk * (2 * hidden + width) * 96;
   const uint64_t scores = uint64_t{config.attention_heads()} * context;
   return (activations + tables + scores + config.vocab) * sizeof(float);

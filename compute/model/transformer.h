@@ -4,7 +4,8 @@
 // ExpertSource, an optional shared expert), then the LM head. A chunk of one
 // token is a decode step; a longer chunk reads each distinct expert of a
 // layer once for all its tokens. Expert outputs are summed in routing order,
-// so the result does not depend on the order records arrive in.
+// so the result does not depend on the order records arrive in. Kimi K3's
+// depth mixtures (attn_res.h) and latent experts (latent_moe.h) hook in here.
 #pragma once
 
 #include <cstdint>
