@@ -8,6 +8,7 @@
 
 #include "proto/error.h"
 #include "proto/model_config.h"
+#include "proto/record_format.h"
 #include "proto/tensor_inventory.h"
 
 using namespace sluice;
@@ -161,4 +162,45 @@ TEST_CASE("K3 configs the engine cannot run are refused naming the key") {
   stray["text_config"]["latent_moe_use_norm"] = true;
   stray["text_config"].erase("routed_expert_hidden_size");
   CHECK(doctest::String(error_of(stray).c_str()) == doctest::Contains("latent_moe_use_norm"));
+}
+
+TEST_CASE("the real K3 (k3.md §1.2): experts of 3584 x 3072 in records of 12,406,784 bytes") {
+  json config = k3_tiny();
+  json& t = config["text_config"];
+  json kda = json::array(), mla = json::array();
+  for (int layer = 1; layer <= 93; ++layer)
+    (layer % 4 == 0 || layer == 93 ? mla : kda).push_back(layer);
+  t.update(json{{"vocab_size", 163840},
+                {"hidden_size", 7168},
+                {"num_hidden_layers", 93},
+                {"intermediate_size", 32768},
+                {"num_experts", 896},
+                {"num_experts_per_token", 16},
+                {"moe_intermediate_size", 3072},
+                {"routed_expert_hidden_size", 3584},
+                {"num_attention_heads", 96},
+                {"num_key_value_heads", 96},
+                {"q_lora_rank", 1536},
+                {"kv_lora_rank", 512},
+                {"qk_nope_head_dim", 128},
+                {"qk_rope_head_dim", 64},
+                {"v_head_dim", 128},
+                {"attn_res_block_size", 12},
+                {"model_max_length", 1048576}});
+  t["linear_attn_config"].update(
+      json{{"kda_layers", kda}, {"full_attn_layers", mla}, {"num_heads", 96}, {"head_dim", 128}});
+  const ModelConfig c = ModelConfig::from_json(config);
+  CHECK(c.kda_layers() == 69);
+  CHECK(c.moe_layers() == 92);
+  CHECK(c.shared_width == 6144);
+  const std::vector<MoeLayerSpec> moe = moe_inventory(c);
+  REQUIRE(moe.size() == 92);
+  CHECK(moe[0].hidden == 3584);
+  CHECK(RecordLayout::compute(moe[0].hidden, moe[0].expert_width).stride ==
+        12406784);  // k3.md §7.1
+  // 69 KDA + 24 MLA + 92 MoE + 3 dense + 5 global tensors, and 4 AttnRes vectors per layer (§2.6).
+  CHECK(trunk_inventory(c).size() == 2460);
+  // The state: KDA 69 × 96 × 128² + conv 69 × 3 × 3 × 12288 fixed; MLA 24 × 576 per token (§7.3).
+  CHECK(c.state_floats_fixed() == 69ull * (96 * 128 * 128 + 9 * 12288));
+  CHECK(c.state_floats_per_token() == 24 * 576);
 }
