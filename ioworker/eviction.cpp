@@ -1,6 +1,6 @@
-// ioworker/eviction.cpp: victim selection (reference-engine.md §4 for LFRU;
-// eviction_score.h for the default), and the per-key history the default
-// policy keeps across a key's stays in the cache.
+// ioworker/eviction.cpp: victim selection (hit_density.h for the default;
+// eviction_score.h for next-use; reference-engine.md §4 for LFRU), and the
+// per-key history kept across a key's stays in the cache.
 #include "ioworker/eviction.h"
 
 #include <limits>
@@ -38,6 +38,7 @@ Evictor::Evictor(EvictionPolicy policy, uint64_t seed, const Container& containe
       rng_(seed),
       cold_rng_(~seed),
       cycle_(static_cast<uint32_t>(container.moe_layers().size()), container.top_k()),
+      density_(static_cast<uint32_t>(container.moe_layers().size())),
       by_frequency_(weigh_frequency(slot_count, uint64_t{container.top_k()} * container.moe_layers().size())) {
   uint64_t keys = 0;
   for (size_t o = 0; o < container.moe_layers().size(); ++o) {
@@ -45,9 +46,11 @@ Evictor::Evictor(EvictionPolicy policy, uint64_t seed, const Container& containe
     if (info.layer >= ordinal_of_layer_.size()) ordinal_of_layer_.resize(info.layer + 1, kDense);
     ordinal_of_layer_[info.layer] = static_cast<uint32_t>(o);
     first_key_.push_back(keys);
+    ordinal_layer_.push_back(info.layer);
     keys += info.experts;
   }
   history_.resize(keys);
+  guessed_at_.assign(container.moe_layers().size(), 0);
 }
 
 std::optional<uint32_t> Evictor::ordinal(uint32_t layer) const {
@@ -63,12 +66,92 @@ Evictor::KeyHistory* Evictor::history(uint64_t key) {
   return index < end ? &history_[index] : nullptr;
 }
 
-void Evictor::filled(uint64_t key, uint64_t clock) {
-  if (KeyHistory* h = history(key); h != nullptr && h->first_seen == 0) h->first_seen = clock;
+void Evictor::filled(shm::SlotEntry& slot, uint64_t clock) {
+  KeyHistory* h = history(slot.key);
+  if (h != nullptr && h->first_seen == 0) h->first_seen = clock;
+  if (h != nullptr) h->resident = true;
+  slot.past_uses = h ? h->uses : 0;
+  slot.last_visit = h ? h->last_visit : 0;
+  slot.guessed_visit = 0;
 }
 
-void Evictor::evicted(uint64_t key, uint64_t hits) {
-  if (KeyHistory* h = history(key)) h->uses += hits;
+void Evictor::guessed(uint32_t layer, uint64_t visits) {
+  if (const std::optional<uint32_t> o = ordinal(layer)) guessed_at_[*o] = visits;
+}
+
+void Evictor::evicted(const shm::SlotEntry& slot) {
+  if (KeyHistory* h = history(slot.key)) {
+    h->uses += slot.hits;
+    h->last_visit = std::max(h->last_visit, slot.last_visit);
+    h->resident = false;
+  }
+}
+
+void Evictor::learn(const shm::Segment& segment) {
+  const shm::StatsBlock& stats = segment.stats();
+  const shm::ReuseCounters& reuse = stats.reuse;
+  HitDensity::Counts used{};
+  std::array<uint64_t, HitDensity::kClasses> tail{};
+  for (uint32_t c = 0; c < HitDensity::kClasses; ++c) {
+    for (uint32_t a = 0; a < HitDensity::kAges; ++a) used[c][a] = reuse.used[c][a].load(std::memory_order_relaxed);
+    tail[c] = reuse.tail_visits[c].load(std::memory_order_relaxed);
+  }
+  density_.load(used, tail);
+  density_.clear_waiting();
+  const auto visits_of = [&](uint32_t layer) {
+    return layer < shm::kStatLayers ? stats.layers[layer].visits.load(std::memory_order_relaxed) : 0;
+  };
+  for (uint32_t s = 0; s < segment.geometry().slot_count; ++s) {
+    const shm::SlotEntry& slot = segment.slot(s);
+    if (slot.key == 0 || slot.last_visit == 0) continue;
+    const uint64_t visits = visits_of(shm::key_layer(slot.key));
+    if (visits < slot.last_visit) continue;
+    density_.add_waiting(HitDensity::use_class(slot.hits + slot.past_uses, visits), visits - slot.last_visit);
+  }
+  for (size_t o = 0; o < first_key_.size(); ++o) {
+    const uint64_t visits = visits_of(ordinal_layer_[o]);
+    const uint64_t end = o + 1 < first_key_.size() ? first_key_[o + 1] : history_.size();
+    for (uint64_t k = first_key_[o]; k < end; ++k) {
+      const KeyHistory& h = history_[k];
+      if (h.resident || h.last_visit == 0 || visits < h.last_visit) continue;
+      density_.add_waiting(HitDensity::use_class(h.uses, visits), visits - h.last_visit);
+    }
+  }
+  density_.refresh();
+}
+
+std::optional<uint32_t> Evictor::lowest_density(const shm::Segment& segment) {
+  const shm::StatsBlock& stats = segment.stats();
+  const uint32_t layers = density_.layers();
+  std::optional<uint32_t> best;
+  double best_density = 0;
+  for (uint32_t s = 0; s < segment.geometry().slot_count; ++s) {
+    const shm::SlotEntry& slot = segment.slot(s);
+    if (!evictable(slot)) continue;
+    if (failed(slot) || slot.key == 0) return s;
+    const uint32_t layer = shm::key_layer(slot.key);
+    const std::optional<uint32_t> o = ordinal(layer);
+    if (!o || layer >= shm::kStatLayers) return s;  // not a key of this model: nothing to keep
+    const uint64_t visits = stats.layers[layer].visits.load(std::memory_order_relaxed);
+    // Never used: as old as the model ages go.
+    const uint64_t age = slot.last_visit == 0 ? HitDensity::kAges : visits - std::min(visits, slot.last_visit);
+    const uint32_t ahead = (*o + layers - cycle_.current()) % layers;
+    // A guess stands for its layer's next visit only.
+    HitDensity::Guess guess = HitDensity::Guess::kUnknown;
+    if (slot.guessed_visit != 0 && slot.guessed_visit == visits) {
+      guess = HitDensity::Guess::kNamed;
+    } else if (guessed_at_[*o] != 0 && guessed_at_[*o] == visits) {
+      guess = HitDensity::Guess::kPassedOver;
+    }
+    const double density = density_.density(HitDensity::use_class(slot.hits + slot.past_uses, visits), age,
+                                            ahead == 0 ? layers : ahead, guess);
+    if (!best || density < best_density ||
+        (density == best_density && slot.last_access < segment.slot(*best).last_access)) {
+      best = s;
+      best_density = density;
+    }
+  }
+  return best;
 }
 
 std::optional<uint32_t> Evictor::next_empty(const shm::Segment& segment) {
@@ -101,8 +184,13 @@ std::optional<uint32_t> Evictor::choose_cold(const shm::Segment& segment, uint64
 
 std::optional<uint32_t> Evictor::choose(const shm::Segment& segment, uint32_t layer) {
   const uint64_t clock = segment.header().clock.load(std::memory_order_relaxed);
-  if (const std::optional<uint32_t> o = ordinal(layer)) cycle_.observe(*o, clock);
+  if (const std::optional<uint32_t> o = ordinal(layer)) {
+    cycle_.observe(*o, clock);
+    if (policy_ == EvictionPolicy::kDensity && *o < last_ordinal_) learn(segment);  // a new token
+    last_ordinal_ = *o;
+  }
   if (auto empty = next_empty(segment)) return empty;
+  if (policy_ == EvictionPolicy::kDensity) return lowest_density(segment);
   const uint32_t count = segment.geometry().slot_count;
   std::optional<uint32_t> best;
   if (policy_ == EvictionPolicy::kNextUse) {

@@ -1,5 +1,5 @@
-// ioworker/eviction_score.h: the next-use estimate behind the default
-// eviction policy, shared by sluice-io's evictor and the replay simulator so
+// ioworker/eviction_score.h: the next-use estimate behind the former default
+// eviction policy (--policy next-use), shared by sluice-io's evictor and the replay simulator so
 // the policy measured is the policy shipped. Pure arithmetic on a slot's
 // counters: no segment, no lock, no I/O.
 #pragma once

@@ -204,6 +204,10 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_
   return (activations + tables + scores + config.vocab) * sizeof(float);
 }
 
+uint64_t plan_process_bytes(const ModelConfig& config) {
+  return kProcessBaseBytes + uint64_t{config.vocab} * kTokenizerBytesPerEntry;
+}
+
 namespace {
 
 // The segment of a slot for every one of `records` experts, and the slots a
@@ -304,11 +308,12 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   plan.trunk_bytes = inputs.resident_bytes;
   plan.kv_bytes = (config.state_floats_per_token() * request.context + config.state_floats_fixed()) * sizeof(float);
   plan.scratch_bytes = plan_scratch_bytes(config, request.context, kPlanChunkTokens);
+  plan.process_bytes = plan_process_bytes(config);
   plan.record_stride = inputs.record_stride;
   const uint64_t top_k = inputs.top_k;
   plan.cache_tables_bytes = inputs.cache_tables_bytes;
   plan.min_cache_bytes = 2 * top_k * plan.record_stride + plan.cache_tables_bytes;
-  plan.floor_bytes = plan.trunk_bytes + plan.kv_bytes + plan.scratch_bytes + plan.min_cache_bytes;
+  plan.floor_bytes = plan.trunk_bytes + plan.kv_bytes + plan.scratch_bytes + plan.process_bytes + plan.min_cache_bytes;
   plan.working_set_bytes = top_k * inputs.moe_layers * plan.record_stride;
   plan.physical_bytes = ram.physical_bytes;
   plan.usable_bytes = ram.usable_bytes;
@@ -409,6 +414,7 @@ std::string describe_plan(const MemoryPlan& plan) {
   line("trunk + codebooks", plan.trunk_bytes);
   line("kv cache", plan.kv_bytes);
   line("scratch", plan.scratch_bytes);
+  line("process", plan.process_bytes, "(code, libraries, stacks and the tokenizer)");
   line("minimum cache", plan.min_cache_bytes,
        fmt::format("(2 x top-k slots of {}, and {} of cache tables)", format_bytes(plan.record_stride),
                    format_bytes(plan.cache_tables_bytes)));
@@ -445,6 +451,7 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
           {"trunk_bytes", plan.trunk_bytes},
           {"kv_bytes", plan.kv_bytes},
           {"scratch_bytes", plan.scratch_bytes},
+          {"process_bytes", plan.process_bytes},
           {"record_stride", plan.record_stride},
           {"min_cache_bytes", plan.min_cache_bytes},
           {"cache_tables_bytes", plan.cache_tables_bytes},

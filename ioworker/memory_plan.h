@@ -22,16 +22,25 @@ struct ModelConfig;
 // Rows of a prefill chunk the scratch estimate assumes (the engine's default).
 inline constexpr uint64_t kPlanChunkTokens = 64;
 
+// What one computing process holds besides the model: code, libraries,
+// thread stacks and small allocations (`sluice --version` alone is 7.5 MB
+// resident), and the loaded tokenizer, about 210 bytes per vocabulary entry
+// (measured: Qwen3's 151,643-entry tokenizer.json is 31.5 MB once parsed).
+inline constexpr uint64_t kProcessBaseBytes = uint64_t{8} << 20;
+inline constexpr uint64_t kTokenizerBytesPerEntry = 224;
+uint64_t plan_process_bytes(const ModelConfig& config);
+
 struct MemoryPlan {
   uint32_t context = 0;
   // The floor: everything but the cache, plus the smallest cache that works.
   uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin, both resident
   uint64_t kv_bytes = 0;         // the mixers' state: (ctx × floats per token + fixed floats) × 4 (ModelConfig)
   uint64_t scratch_bytes = 0;    // see plan_scratch_bytes()
+  uint64_t process_bytes = 0;    // see plan_process_bytes()
   uint64_t record_stride = 0;    // largest record stride of any MoE layer
   uint64_t cache_tables_bytes = 0;  // the segment's own tables (header, stats, clients, index, rings, mailbox)
   uint64_t min_cache_bytes = 0;  // 2 × top-k slots of record_stride, plus the tables
-  uint64_t floor_bytes = 0;      // trunk + kv + scratch + min cache
+  uint64_t floor_bytes = 0;      // trunk + kv + scratch + process + min cache
   uint64_t working_set_bytes = 0;  // top-k × MoE layers × record_stride
   // What the budget was chosen against.
   uint64_t physical_bytes = 0;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "ioworker/bank_files.h"
@@ -36,8 +37,11 @@ class ReadBackend {
  public:
   // Waits for every submitted job to complete.
   virtual ~ReadBackend() = default;
-  virtual void submit(const ReadJob& job) = 0;
+  // Starts every job of one scheduler pass (io_uring: one submission).
+  virtual void submit(std::span<const ReadJob> jobs) = 0;
   virtual const char* name() const = 0;
+  // Whether reads land in buffers registered with the kernel once.
+  virtual bool registered_buffers() const { return false; }
 };
 
 // `threads` threads, each reading one record at a time through the
@@ -45,10 +49,21 @@ class ReadBackend {
 std::unique_ptr<ReadBackend> make_thread_backend(const Container& container, uint32_t threads, bool verify_crc,
                                                  Completion completion);
 
-// io_uring with up to `depth` reads in flight on `banks`. Throws Error when
-// io_uring cannot be set up (old kernel, seccomp), so the caller can fall back.
+// Where every job's data lies: `count` slots of `bytes` bytes from `base`.
+// io_uring registers it once, so a read does not map its pages each time.
+struct SlotMemory {
+  uint8_t* base = nullptr;
+  uint32_t count = 0;
+  uint32_t bytes = 0;
+};
+
+// io_uring with up to `depth` reads in flight on `banks`, into `slots`
+// (registered when the kernel allows; plain reads otherwise). Throws Error
+// when io_uring cannot be set up (old kernel, seccomp), so the caller can
+// fall back.
 std::unique_ptr<ReadBackend> make_uring_backend(const Container& container, const BankFiles& banks,
-                                                uint32_t depth, bool verify_crc, Completion completion);
+                                                uint32_t depth, SlotMemory slots, bool verify_crc,
+                                                Completion completion);
 
 // Checks a record that landed in memory: header against the manifest, and
 // the payload crc32 when `verify_crc`. Returns the bare problem (the caller

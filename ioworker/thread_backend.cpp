@@ -28,12 +28,16 @@ class ThreadBackend final : public ReadBackend {
     ready_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
-  void submit(const ReadJob& job) override {
+  void submit(std::span<const ReadJob> jobs) override {
     {
       std::lock_guard lock(mutex_);
-      jobs_.push_back(job);
+      jobs_.insert(jobs_.end(), jobs.begin(), jobs.end());
     }
-    ready_.notify_one();
+    if (jobs.size() == 1) {
+      ready_.notify_one();
+    } else {
+      ready_.notify_all();
+    }
   }
   const char* name() const override { return "threads"; }
 

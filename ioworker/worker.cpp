@@ -10,6 +10,7 @@
 #include <deque>
 #include <thread>
 
+#include "ioworker/depth_tuner.h"
 #include "ioworker/eviction.h"
 #include "ioworker/read_backend.h"
 #include "proto/container.h"
@@ -27,6 +28,9 @@ namespace {
 using shm::SlotState;
 constexpr auto kTick = std::chrono::milliseconds(100);  // reaping and heartbeat period
 constexpr uint64_t kReapIntervalNs = 100'000'000;
+// io_uring's reads in flight grow from --readers up to this while the disk
+// rewards them (depth_tuner.h); reader threads stay at --readers.
+constexpr uint32_t kMaxUringDepth = 32;
 
 void check_container(const Container& container) {
   if (container.moe_layers().empty()) fail("{}: the container has no expert layers, nothing to cache", container.dir());
@@ -114,7 +118,8 @@ class Worker::Impl {
   // token, so only the layer in flight is protected. bench decode measured
   // both sides of that line (FORMAT.md has no say: this is policy).
   uint64_t cold_window_ = 0;
-  uint32_t depth_;
+  uint32_t readers_;
+  std::unique_ptr<DepthTuner> depth_;  // made with the backend: its ceiling depends on it
   std::deque<shm::RingEntry> demand_;    // scheduler thread only
   std::deque<shm::RingEntry> prefetch_;  // scheduler thread only
   std::atomic<uint32_t> inflight_{0};
@@ -126,7 +131,7 @@ class Worker::Impl {
 Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
     : container_(container),
       options_(options),
-      depth_(std::max<uint32_t>(options.readers, 1)) {
+      readers_(std::max<uint32_t>(options.readers, 1)) {
   const shm::Geometry geometry =
       plan_cache_geometry(container, options.cache_bytes, options.max_clients, options.mailbox_rows);
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
@@ -140,16 +145,20 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
   if (options.backend != IoBackend::kThreads) {
     try {
       banks_ = std::make_unique<BankFiles>(container, options.direct, options.quiet);
-      backend_ = make_uring_backend(container, *banks_, depth_, options.verify_crc, on_complete);
+      const SlotMemory slots{segment_->slot_data(0), geometry.slot_count, geometry.slot_bytes};
+      const uint32_t ceiling = std::max(readers_, kMaxUringDepth);
+      backend_ = make_uring_backend(container, *banks_, ceiling, slots, options.verify_crc, on_complete);
+      depth_ = std::make_unique<DepthTuner>(readers_, ceiling);
       direct_io_ = banks_->all_direct();
     } catch (const Error& e) {
       if (options.backend == IoBackend::kUring) throw;
-      if (!options.quiet) std::fprintf(stderr, "sluice-io: %s; using %u reader threads\n", e.what(), depth_);
+      if (!options.quiet) std::fprintf(stderr, "sluice-io: %s; using %u reader threads\n", e.what(), readers_);
       banks_.reset();
     }
   }
   if (!backend_) {
-    backend_ = make_thread_backend(container, depth_, options.verify_crc, on_complete);
+    backend_ = make_thread_backend(container, readers_, options.verify_crc, on_complete);
+    depth_ = std::make_unique<DepthTuner>(readers_, readers_);
     direct_io_ = true;
     for (const MoeLayerInfo& info : container.moe_layers()) direct_io_ = direct_io_ && container.bank_direct(info.layer);
   }
@@ -214,7 +223,8 @@ void Worker::Impl::schedule() {
     shm::SegmentLock lock(*segment_);
     drain_rings();
     // Demand first: a prefetch never takes a reader while a demand waits.
-    while (!demand_.empty() && inflight_.load() + pass.jobs.size() < depth_) {
+    const uint32_t depth = depth_->depth();
+    while (!demand_.empty() && inflight_.load() + pass.jobs.size() < depth) {
       const Outcome outcome = assign_demand(demand_.front(), pass);
       if (outcome == Outcome::kStarved) {
         starved = true;
@@ -223,17 +233,17 @@ void Worker::Impl::schedule() {
       demand_.pop_front();
     }
     segment_->header().demand_starved.store(starved ? 1 : 0, std::memory_order_relaxed);
-    while (demand_.empty() && !prefetch_.empty() && inflight_.load() + pass.jobs.size() < depth_) {
+    while (demand_.empty() && !prefetch_.empty() && inflight_.load() + pass.jobs.size() < depth) {
       assign_prefetch(prefetch_.front(), pass);
       prefetch_.pop_front();
     }
   }
   shm::StatsBlock& stats = segment_->stats();
   stats.queue_depth.store(demand_.size() + prefetch_.size(), std::memory_order_relaxed);
-  for (const ReadJob& job : pass.jobs) {
-    inflight_.fetch_add(1);
-    stats.inflight.fetch_add(1, std::memory_order_relaxed);
-    backend_->submit(job);
+  if (!pass.jobs.empty()) {
+    inflight_.fetch_add(static_cast<uint32_t>(pass.jobs.size()));
+    stats.inflight.fetch_add(pass.jobs.size(), std::memory_order_relaxed);
+    backend_->submit(pass.jobs);
   }
   for (uint32_t c = 0; c < segment_->geometry().max_clients; ++c) {
     if (pass.notify & (uint64_t{1} << c)) shm::futex_bump(segment_->client(c).notify);
@@ -271,10 +281,13 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
   }
   shm::SlotEntry& s = segment_->slot(*slot);
   shm::pin_slot(*segment_, entry.client, entry.position, *slot);
+  // A client is woken only when a record it waits for can be used: now if it
+  // is there, else by the completion (it collects the pin then).
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kLoading)) {
     s.waiters |= uint64_t{1} << entry.client;
+  } else {
+    pass.notify |= uint64_t{1} << entry.client;
   }
-  pass.notify |= uint64_t{1} << entry.client;
   return Outcome::kDone;
 }
 
@@ -285,8 +298,14 @@ void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
     return;
   }
   const uint64_t key = shm::make_key(entry.layer, entry.expert);
+  // The guess is for the layer's next visit; the eviction policy keeps it till then.
+  const uint64_t visits = entry.layer < shm::kStatLayers
+                              ? stats.layers[entry.layer].visits.load(std::memory_order_relaxed)
+                              : 0;
+  evictor_->guessed(entry.layer, visits);
   const std::optional<uint32_t> cached = index().find(key);
   if (cached && segment_->slot(*cached).key == key) {
+    segment_->slot(*cached).guessed_visit = visits;
     stats.prefetch_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -299,13 +318,14 @@ void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
   }
   evict(*slot);
   fill(*slot, key, shm::ReadOrigin::kPrefetch, pass);
+  segment_->slot(*slot).guessed_visit = visits;
 }
 
 void Worker::Impl::evict(uint32_t slot) {
   shm::SlotEntry& s = segment_->slot(slot);
   if (s.key == 0) return;
   shm::StatsBlock& stats = segment_->stats();
-  evictor_->evicted(s.key, s.hits);
+  evictor_->evicted(s);
   index().erase(s.key);
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
     stats.evictions.fetch_add(1, std::memory_order_relaxed);
@@ -327,7 +347,7 @@ void Worker::Impl::fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pas
   std::atomic<uint64_t>& clock = segment_->header().clock;
   s.last_access = origin == shm::ReadOrigin::kDemand ? clock.fetch_add(1, std::memory_order_relaxed) + 1
                                                      : clock.load(std::memory_order_relaxed);
-  evictor_->filled(key, s.last_access);
+  evictor_->filled(s, s.last_access);
   s.origin = static_cast<uint32_t>(origin);
   s.used = 0;
   s.waiters = 0;
@@ -356,6 +376,8 @@ void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> probl
       waiters = s.waiters;
       s.waiters = 0;
       s.futex.fetch_add(1, std::memory_order_release);
+      depth_->completed(container_.moe_layer(job.layer).record_stride, shm::monotonic_ns(),
+                        stats.queue_depth.load(std::memory_order_relaxed) > 0);
     }
     shm::futex_wake_all(s.futex);
   } catch (const Error& e) {
@@ -427,6 +449,7 @@ const shm::Geometry& Worker::geometry() const { return impl_->segment_->geometry
 uint64_t Worker::identity() const { return impl_->container_.identity(); }
 bool Worker::direct_io() const { return impl_->direct_io_; }
 const char* Worker::backend_name() const { return impl_->backend_->name(); }
+bool Worker::registered_buffers() const { return impl_->backend_->registered_buffers(); }
 void Worker::prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin) {
   impl_->prefetch(layer, experts, origin);
 }

@@ -21,10 +21,10 @@ class Container;
 
 namespace sluice::ioworker {
 
-// kNextUse: eviction_score.h, the default (0.70-0.80 of Belady's hit rate
-// where LFRU got 0.31-0.61, bench replay on synthetic routing); kLfru and
-// kLru for comparison.
-enum class EvictionPolicy { kNextUse, kLfru, kLru };
+// kDensity: hit_density.h, the default (bench replay on synthetic routing
+// of three geometries: README "Cache policy"); kNextUse (eviction_score.h,
+// the former default), kLfru and kLru for comparison.
+enum class EvictionPolicy { kDensity, kNextUse, kLfru, kLru };
 enum class IoBackend { kAuto, kUring, kThreads };
 
 // Who asked for a prefetch (counted, otherwise opaque).
@@ -35,7 +35,7 @@ struct WorkerOptions {
   uint64_t cache_bytes = 0;    // the whole segment stays within this budget
   uint32_t readers = 4;        // reader threads, or reads in flight with io_uring
   IoBackend backend = IoBackend::kAuto;  // auto: io_uring, threads when it cannot start
-  EvictionPolicy policy = EvictionPolicy::kNextUse;
+  EvictionPolicy policy = EvictionPolicy::kDensity;
   bool verify_crc = false;     // check each record's payload crc32
   bool direct = true;          // O_DIRECT where the filesystem accepts it
   uint32_t max_clients = 16;   // ≤ shm::kMaxClients
@@ -96,6 +96,7 @@ class Worker {
   uint64_t identity() const;
   bool direct_io() const;
   const char* backend_name() const;  // "io_uring" or "threads"
+  bool registered_buffers() const;   // io_uring reads into the slots registered once
 
   // Queues reads of `experts` of `layer` that are not cached yet, behind every
   // demand read; dropped (and counted) when the queue is full or, when its

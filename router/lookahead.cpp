@@ -27,10 +27,8 @@ uint32_t lookahead_from_environment() {
   return k;
 }
 
-// Steps carry the writer's pid above bit 40, so the router never scores one
-// client's guess against another client's routing when several share a mailbox.
-Publisher::Publisher(const shm::Segment& segment, bool prefill)
-    : segment_(segment), mailbox_(segment), prefill_(prefill), step_(uint64_t(::getpid()) << 40) {}
+Publisher::Publisher(const shm::Segment& segment, uint32_t client, bool prefill)
+    : segment_(segment), mailbox_(segment, client), prefill_(prefill) {}
 
 void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
                         std::span<const uint32_t> experts) {
@@ -47,16 +45,21 @@ void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> in
 
 Lookahead::Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink)
     : predictor_(predictor),
-      mailbox_(segment),
+      segment_(segment),
       counters_(segment.stats().lookahead),
       k_(k),
       sink_(std::move(sink)) {
   if (k_ == 0) fail("router: lookahead of 0 experts (use no router instead)");
-  if (mailbox_.shape().width != predictor_.hidden()) {
-    fail("router: the segment's mailbox holds rows of {} values, the model's hidden size is {}",
-         mailbox_.shape().width, predictor_.hidden());
+  const uint32_t width = shm::Mailbox(segment, 0).shape().width;
+  if (width != predictor_.hidden()) {
+    fail("router: the segment's mailbox holds rows of {} values, the model's hidden size is {}", width,
+         predictor_.hidden());
   }
-  seen_ = mailbox_.sequence();
+  boxes_.reserve(segment.geometry().max_clients);
+  for (uint32_t c = 0; c < segment.geometry().max_clients; ++c) {
+    Box& box = boxes_.emplace_back(segment, c);
+    box.seen = box.mailbox.sequence();
+  }
   counters_.k.store(k_, std::memory_order_relaxed);
   counters_.router_pid.store(::getpid(), std::memory_order_relaxed);
 }
@@ -69,70 +72,81 @@ Lookahead::~Lookahead() {
 }
 
 bool Lookahead::poll(std::chrono::nanoseconds wait) {
-  std::optional<uint32_t> sequence = mailbox_.read(seen_, message_);
-  if (!sequence && wait.count() > 0) {
-    mailbox_.wait(seen_, wait);
-    sequence = mailbox_.read(seen_, message_);
-  }
+  // The bell is read before the mailboxes: a message landing after the scan
+  // has moved it, so the wait below returns at once.
+  const uint32_t bell = shm::mailbox_bell(segment_);
+  bool handled = false;
+  for (Box& box : boxes_) handled = poll_box(box) || handled;
+  if (handled || wait.count() <= 0) return handled;
+  shm::wait_for_mailboxes(segment_, bell, wait);
+  for (Box& box : boxes_) handled = poll_box(box) || handled;
+  return handled;
+}
+
+bool Lookahead::poll_box(Box& box) {
+  const std::optional<uint32_t> sequence = box.mailbox.read(box.seen, message_);
   if (!sequence) {
-    recover_if_stuck();
+    recover_if_stuck(box);
     return false;
   }
-  stuck_since_.reset();
-  const uint64_t skipped = seen_ == 0 ? 0 : (*sequence - seen_) / 2 - 1;
-  seen_ = *sequence;
-  handle(message_);
+  box.stuck_since.reset();
+  const uint64_t skipped = box.seen == 0 ? 0 : (*sequence - box.seen) / 2 - 1;
+  box.seen = *sequence;
+  handle(box, message_);
   counters_.messages.fetch_add(1, std::memory_order_relaxed);
   counters_.skipped.fetch_add(skipped, std::memory_order_relaxed);
+  segment_.client(box.client).lookahead_messages.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-void Lookahead::recover_if_stuck() {
-  const uint32_t raw = mailbox_.raw_sequence();
+void Lookahead::recover_if_stuck(Box& box) {
+  const uint32_t raw = box.mailbox.raw_sequence();
   if ((raw & 1) == 0) {
-    stuck_since_.reset();
+    box.stuck_since.reset();
     return;
   }
   const auto now = std::chrono::steady_clock::now();
-  if (!stuck_since_ || stuck_odd_ != raw) {
-    stuck_since_ = now;
-    stuck_odd_ = raw;
-  } else if (now - *stuck_since_ > kDeadWriterAfter) {
-    mailbox_.recover_dead_writer(raw);
-    stuck_since_.reset();
+  if (!box.stuck_since || box.stuck_odd != raw) {
+    box.stuck_since = now;
+    box.stuck_odd = raw;
+  } else if (now - *box.stuck_since > kDeadWriterAfter) {
+    box.mailbox.recover_dead_writer(raw);
+    box.stuck_since.reset();
   }
 }
 
-void Lookahead::handle(const shm::MailboxMessage& message) {
-  score(message);
-  pending_ = false;
+void Lookahead::handle(Box& box, const shm::MailboxMessage& message) {
+  score(box, message);
+  box.pending = false;
   const std::optional<uint32_t> next = predictor_.next_moe_layer(message.layer);
   if (!next) return;
   const uint32_t hidden = predictor_.hidden();
-  guesses_.resize(message.rows);
+  box.guesses.resize(message.rows);
   merged_.clear();
   for (uint32_t r = 0; r < message.rows; ++r) {
-    guesses_[r] = predictor_.predict(*next, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
-    for (uint32_t e : guesses_[r]) {
+    box.guesses[r] =
+        predictor_.predict(*next, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
+    for (uint32_t e : box.guesses[r]) {
       if (std::find(merged_.begin(), merged_.end(), e) == merged_.end()) merged_.push_back(e);
     }
   }
-  pending_ = true;
-  pending_step_ = message.step;
-  pending_layer_ = *next;
+  box.pending = true;
+  box.pending_step = message.step;
+  box.pending_layer = *next;
   sink_(*next, merged_);
   counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
   counters_.prefetched.fetch_add(merged_.size(), std::memory_order_relaxed);
+  segment_.client(box.client).lookahead_guesses.fetch_add(merged_.size(), std::memory_order_relaxed);
 }
 
-void Lookahead::score(const shm::MailboxMessage& message) {
-  if (!pending_ || pending_step_ != message.step || pending_layer_ != message.layer ||
-      guesses_.size() != message.rows || message.ids_per_row == 0 || message.layer >= shm::kStatLayers) {
+void Lookahead::score(const Box& box, const shm::MailboxMessage& message) {
+  if (!box.pending || box.pending_step != message.step || box.pending_layer != message.layer ||
+      box.guesses.size() != message.rows || message.ids_per_row == 0 || message.layer >= shm::kStatLayers) {
     return;
   }
   shm::GuessCounters& layer = counters_.layers[message.layer];
   for (uint32_t r = 0; r < message.rows; ++r) {
-    const std::vector<uint32_t>& guess = guesses_[r];
+    const std::vector<uint32_t>& guess = box.guesses[r];
     const auto real =
         std::span<const uint32_t>(&message.ids[size_t{r} * message.ids_per_row], message.ids_per_row);
     const bool rank1 = !guess.empty() && std::find(real.begin(), real.end(), guess[0]) != real.end();

@@ -1,8 +1,10 @@
 // router/lookahead.h: both ends of lookahead over the cache segment's
-// mailbox. The Publisher is what a compute client calls per MoE layer; the
-// Lookahead reads the mailbox, guesses the next MoE layer's experts, hands
-// them to a prefetch sink and scores earlier guesses against the real routing
-// in the segment's stats block. Neither can change what the model computes.
+// mailboxes (one per client entry). The Publisher is what a compute client
+// calls per MoE layer, in its own mailbox; the Lookahead reads every mailbox,
+// guesses the next MoE layer's experts of each client, hands them to a
+// prefetch sink and scores earlier guesses against that client's real
+// routing in the segment's stats block. Neither can change what the model
+// computes.
 #pragma once
 
 #include <atomic>
@@ -33,11 +35,11 @@ uint32_t lookahead_from_environment();
 // reference engine).
 class Publisher {
  public:
-  // `segment` must outlive the publisher and have a mailbox.
-  Publisher(const shm::Segment& segment, bool prefill);
+  // `segment` must outlive the publisher and have mailboxes; `client` is
+  // this process's client entry (shm::Client::id()), whose mailbox it writes.
+  Publisher(const shm::Segment& segment, uint32_t client, bool prefill);
   // `input` is rows × hidden, `experts` rows × experts_per_row (routing order).
-  // A message another client is writing at that moment is dropped: the
-  // publisher never waits.
+  // The publisher never waits (a message is dropped if the mailbox is held).
   void publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
                std::span<const uint32_t> experts);
 
@@ -62,7 +64,8 @@ class Lookahead {
   Lookahead(const Lookahead&) = delete;
   Lookahead& operator=(const Lookahead&) = delete;
 
-  // Handles the newest message, waiting up to `wait` for one; true if it did.
+  // Handles the newest message of every mailbox, waiting up to `wait` for
+  // one; true if it handled any.
   bool poll(std::chrono::nanoseconds wait);
   // Runs poll in a thread of its own until stop() (embedded mode). A sink
   // that throws stops the thread and is reported by stop().
@@ -70,27 +73,35 @@ class Lookahead {
   void stop();
 
  private:
-  void handle(const shm::MailboxMessage& message);
+  // One client entry's mailbox and what the router remembers of it.
+  struct Box {
+    explicit Box(const shm::Segment& segment, uint32_t client) : mailbox(segment, client), client(client) {}
+    shm::Mailbox mailbox;
+    uint32_t client;
+    uint32_t seen = 0;
+    // The guesses made for (pending_step, pending_layer), one per row.
+    bool pending = false;
+    uint64_t pending_step = 0;
+    uint32_t pending_layer = 0;
+    std::vector<std::vector<uint32_t>> guesses;
+    std::optional<std::chrono::steady_clock::time_point> stuck_since;
+    uint32_t stuck_odd = 0;
+  };
+  bool poll_box(Box& box);
+  void handle(Box& box, const shm::MailboxMessage& message);
   // A sequence left odd this long belongs to a writer that died mid-message.
   static constexpr std::chrono::seconds kDeadWriterAfter{1};
-  void recover_if_stuck();
-  void score(const shm::MailboxMessage& message);
+  void recover_if_stuck(Box& box);
+  void score(const Box& box, const shm::MailboxMessage& message);
 
   const Predictor& predictor_;
-  shm::Mailbox mailbox_;
+  const shm::Segment& segment_;
+  std::vector<Box> boxes_;
   shm::LookaheadCounters& counters_;
   uint32_t k_;
   PrefetchSink sink_;
-  uint32_t seen_ = 0;
   shm::MailboxMessage message_;
-  // The guesses made for (pending_step_, pending_layer_), one per row.
-  bool pending_ = false;
-  uint64_t pending_step_ = 0;
-  uint32_t pending_layer_ = 0;
-  std::vector<std::vector<uint32_t>> guesses_;
   std::vector<uint32_t> merged_;
-  std::optional<std::chrono::steady_clock::time_point> stuck_since_;
-  uint32_t stuck_odd_ = 0;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::exception_ptr failure_;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "ioworker/eviction_score.h"
+#include "ioworker/hit_density.h"
 #include "proto/error.h"
 
 namespace sluice::router {
@@ -19,6 +20,10 @@ namespace {
 
 constexpr int kLfruSamples = 16;  // as ioworker/eviction.cpp
 constexpr double kSlruProtectedShare = 0.8;
+// The simulated lookahead: guesses per layer, and the share of them that
+// name an expert the layer then uses (reference-engine.md §6: 6, about 0.8).
+constexpr uint32_t kGuesses = 6;
+constexpr double kGuessPrecision = 0.8;
 
 uint64_t key_of(uint32_t layer, uint32_t expert) { return uint64_t{layer} << 32 | expert; }
 
@@ -35,11 +40,13 @@ struct SimSlot {
   bool pinned = false;
   bool protected_segment = false;  // SLRU
   uint64_t past_uses = 0, first_seen = 0;
+  uint64_t last_visit = 0;  // visits of its layer at its last use
 };
 
 struct History {
   uint64_t uses = 0;        // over earlier stays
   uint64_t first_seen = 0;  // clock of the first fill
+  uint64_t last_visit = 0;  // visits of its layer at its last use
 };
 
 class SlotCache {
@@ -49,14 +56,26 @@ class SlotCache {
         policy_(policy),
         cycle_(layers, top_k),
         rng_(seed),
+        guess_rng_(~seed),
+        density_(layers),
+        visits_(layers, 0),
         by_frequency_(ioworker::weigh_frequency(slots, uint64_t{layers} * top_k)) {}
 
   PolicyResult serve(const std::vector<ReplayRequest>& requests) {
     PolicyResult result;
-    std::vector<uint32_t> misses, pinned;
     for (const ReplayRequest& r : requests) {
+      for (uint32_t e : r.experts) experts_seen_ = std::max(experts_seen_, e + 1);
+    }
+    std::vector<uint32_t> misses, pinned;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReplayRequest& r = requests[i];
       misses.clear();
       pinned.clear();
+      if (r.layer >= visits_.size()) fail("replay: request of MoE layer {} in a model of {}", r.layer, visits_.size());
+      if (r.layer == 0) refresh();
+      ++visits_[r.layer];
+      current_ = r.layer;
+      guess(requests, i);
       for (uint32_t e : r.experts) {
         ++result.accesses;
         const auto it = where_.find(key_of(r.layer, e));
@@ -76,12 +95,15 @@ class SlotCache {
         SimSlot& slot = slots_[s];
         if (slot.key) {
           where_.erase(*slot.key);
-          history_[*slot.key].uses += slot.hits;
+          History& gone = history_[*slot.key];
+          gone.uses += slot.hits;
+          gone.last_visit = slot.last_visit;
         }
         if (slot.protected_segment) --protected_count_;
         slot = SimSlot{key_of(r.layer, e), r.layer, 0, ++clock_, false, false};
-        const auto [seen, fresh] = history_.try_emplace(*slot.key, History{0, clock_});
+        const auto seen = history_.try_emplace(*slot.key, History{0, clock_, 0}).first;
         slot.past_uses = seen->second.uses;
+        slot.last_visit = seen->second.last_visit;
         slot.first_seen = seen->second.first_seen;
         where_[*slot.key] = s;
         pin(s);
@@ -96,8 +118,53 @@ class SlotCache {
   void pin(uint32_t s) {
     SimSlot& slot = slots_[s];
     slot.pinned = true;
+    // As shm/pins.cpp counts a pin: the key's age at this use.
+    const uint64_t visits = visits_[slot.layer];
+    if (slot.last_visit != 0 && visits > slot.last_visit) {
+      density_.observe(use_class(slot), visits - slot.last_visit);
+    }
+    slot.last_visit = visits;
     ++slot.hits;
     slot.last_access = ++clock_;
+  }
+
+  uint32_t use_class(const SimSlot& c) const {
+    return ioworker::HitDensity::use_class(c.hits + c.past_uses, visits_[c.layer]);
+  }
+
+  // The density model from the uses so far and every key still waiting.
+  void refresh() {
+    if (policy_ != SimPolicy::kDensity && policy_ != SimPolicy::kLookahead) return;
+    density_.clear_waiting();
+    for (const auto& [key, h] : history_) {
+      if (where_.count(key) || h.last_visit == 0) continue;
+      const uint32_t layer = static_cast<uint32_t>(key >> 32);
+      density_.add_waiting(ioworker::HitDensity::use_class(h.uses, visits_[layer]),
+                           visits_[layer] - h.last_visit);
+    }
+    for (const SimSlot& c : slots_) {
+      if (c.key && c.last_visit != 0) {
+        density_.add_waiting(use_class(c), visits_[c.layer] - c.last_visit);
+      }
+    }
+    density_.refresh();
+  }
+
+  // What the lookahead would name for the next request while request `i` is
+  // served: kGuesses experts of the next layer, each one it uses with
+  // probability kGuessPrecision, another expert of the layer otherwise.
+  void guess(const std::vector<ReplayRequest>& requests, size_t i) {
+    guessed_.clear();
+    if (policy_ != SimPolicy::kLookahead || i + 1 >= requests.size()) return;
+    const ReplayRequest& next = requests[i + 1];
+    guessed_layer_ = next.layer;
+    std::vector<uint32_t> real = next.experts;
+    std::shuffle(real.begin(), real.end(), guess_rng_);
+    std::uniform_real_distribution<double> coin(0, 1);
+    std::uniform_int_distribution<uint32_t> any(0, experts_seen_ > 0 ? experts_seen_ - 1 : 0);
+    for (uint32_t g = 0; g < kGuesses && g < real.size(); ++g) {
+      guessed_.push_back(key_of(next.layer, coin(guess_rng_) < kGuessPrecision ? real[g] : any(guess_rng_)));
+    }
   }
 
   void promote(uint32_t s) {
@@ -147,6 +214,13 @@ class SlotCache {
       const SimSlot& b = slots_[*best];
       bool better = false;
       switch (policy_) {
+        case SimPolicy::kDensity:
+        case SimPolicy::kLookahead: {
+          const double sc = score(c, tpt);
+          better = sc < best_score || (sc == best_score && c.last_access < b.last_access);
+          if (better) best_score = sc;
+          break;
+        }
         case SimPolicy::kLru:
           better = c.last_access < b.last_access;
           break;
@@ -170,6 +244,18 @@ class SlotCache {
   }
 
   double score(const SimSlot& c, double tpt) const {
+    if (policy_ == SimPolicy::kDensity || policy_ == SimPolicy::kLookahead) {
+      const uint32_t layers = density_.layers();
+      const uint32_t ahead = (c.layer + layers - current_) % layers;
+      using Guess = ioworker::HitDensity::Guess;
+      Guess guessed = Guess::kUnknown;
+      if (!guessed_.empty() && c.layer == guessed_layer_) {
+        guessed = std::find(guessed_.begin(), guessed_.end(), *c.key) != guessed_.end() ? Guess::kNamed
+                                                                                         : Guess::kPassedOver;
+      }
+      return density_.density(use_class(c),
+                              visits_[c.layer] - c.last_visit, ahead == 0 ? layers : ahead, guessed);
+    }
     if (policy_ != SimPolicy::kNextUse) return 0;
     return ioworker::next_use_estimate({c.layer, c.hits, c.last_access, c.past_uses, c.first_seen}, cycle_, clock_, tpt,
                                        by_frequency_);
@@ -179,6 +265,13 @@ class SlotCache {
   SimPolicy policy_;
   ioworker::LayerCycle cycle_;
   std::mt19937_64 rng_;
+  std::mt19937_64 guess_rng_;
+  ioworker::HitDensity density_;
+  std::vector<uint64_t> visits_;  // per MoE layer: requests served
+  uint32_t current_ = 0;          // the layer being served
+  std::vector<uint64_t> guessed_;  // keys the simulated lookahead names for the next request
+  uint32_t guessed_layer_ = 0;     // its layer
+  uint32_t experts_seen_ = 0;      // the widest expert id + 1 in the trace
   std::unordered_map<uint64_t, uint32_t> where_;
   std::unordered_map<uint64_t, History> history_;  // every key ever filled
   uint64_t clock_ = 0;
@@ -199,15 +292,20 @@ const char* policy_name(SimPolicy policy) {
       return "slru";
     case SimPolicy::kNextUse:
       return "next-use";
+    case SimPolicy::kDensity:
+      return "density";
+    case SimPolicy::kLookahead:
+      return "lookahead";
   }
   return "?";
 }
 
 SimPolicy parse_policy(const std::string& name, const std::string& flag) {
-  for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kLfru, SimPolicy::kSlru, SimPolicy::kNextUse}) {
+  for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kLfru, SimPolicy::kSlru, SimPolicy::kNextUse, SimPolicy::kDensity,
+                      SimPolicy::kLookahead}) {
     if (name == policy_name(p)) return p;
   }
-  fail("{}: '{}' is not lru, lfru, slru or next-use", flag, name);
+  fail("{}: '{}' is not lru, lfru, slru, next-use, density or lookahead", flag, name);
 }
 
 std::vector<ReplayRequest> replay_requests(const std::vector<TraceToken>& trace) {

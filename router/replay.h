@@ -39,11 +39,13 @@ enum class SimPolicy {
   kLfru,     // sluice-io's former default: sample 16, fewest hits since the fill, oldest on ties
   kSlru,     // segmented LRU: a hit moves a key to the protected 80%, misses evict the probationary
              // LRU
-  kNextUse,  // sluice-io's default (eviction_score.h): farthest estimated next use, from the layer
-             // cycle
+  kNextUse,  // sluice-io's former default (eviction_score.h): farthest estimated next use, from the
+             // layer cycle
+  kDensity,  // sluice-io's default (hit_density.h): lowest learned hit density per slot and step
+  kLookahead,  // density, with the keys a simulated lookahead names for the next layer protected
 };
 const char* policy_name(SimPolicy policy);
-// Parses "lru", "lfru", "slru" or "next-use"; throws Error naming `flag`.
+// Parses "lru", "lfru", "slru", "next-use", "density" or "lookahead"; throws Error naming `flag`.
 SimPolicy parse_policy(const std::string& name, const std::string& flag);
 
 // A cache of `slots` slots (at least the widest request; Error otherwise),

@@ -68,11 +68,13 @@ def build_model(config, weights, mla_form=mla.EXPANDED, exclusion=routing.EXCLUD
     return MoeModel(config, weights, mla_form, exclusion, kda_chunk=kda_chunk, moe_weights=moe_weights)
 
 
-def with_engine_experts(model, path, f32_experts=False):
+def with_engine_experts(model, path, f32_experts=False, decode_crossover=None):
     """A container's experts run the engine's integer table arithmetic (rvq.h)
-    unless f32_experts asks for f32 matmuls on the decoded weights."""
+    unless f32_experts asks for f32 matmuls on the decoded weights; an expert
+    that decode_crossover or more tokens of one call chose runs the engine's
+    decode-once arithmetic (rvq_decoded.h) instead."""
     if is_container(path) and not f32_experts:
-        model.expert_apply = ContainerExperts(container.Container(path),
+        model.expert_apply = ContainerExperts(container.Container(path), decode_crossover,
                                               activation=getattr(model, "expert_activation", None))
     return model
 
@@ -189,6 +191,10 @@ def main(argv=None):
     parser.add_argument("--f32-experts", action="store_true",
                         help="a container's experts as f32 matmuls on the decoded weights "
                              "instead of the engine's integer table kernels (int16 table codes)")
+    parser.add_argument("--decode-crossover", type=int, metavar="N",
+                        help="a container's expert chosen by N or more tokens of a prefill chunk runs the "
+                             "decode-once arithmetic, as the engine does from its rvq_decode_crossover "
+                             "(`sluice run --json` reports it); default: tables only")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "
@@ -204,6 +210,8 @@ def main(argv=None):
             raise SluiceError("--prompt-ids needs at least one id and -n must be >= 0")
         if args.kda_chunk is not None and args.kda_chunk < 1:
             raise SluiceError(f"--kda-chunk {args.kda_chunk}: the chunk size must be >= 1")
+        if args.decode_crossover is not None and args.decode_crossover < 1:
+            raise SluiceError(f"--decode-crossover {args.decode_crossover}: expected a token count >= 1")
         options = {"mla_form": args.mla, "exclusion": args.group_exclusion, "kda_chunk": args.kda_chunk,
                    "moe_weights": args.moe_weights, "skip_final_mixture": args.skip_final_mixture}
         if args.compare:
@@ -211,7 +219,8 @@ def main(argv=None):
             return 0
         config, weights = load_weights(args.model)
         routes = [] if args.trace_out else None
-        model = with_engine_experts(build_model(config, weights, **options), args.model, args.f32_experts)
+        model = with_engine_experts(build_model(config, weights, **options), args.model, args.f32_experts,
+                                    args.decode_crossover)
         logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache, routes)
         if args.trace_out:
             with open(args.trace_out, "w") as f:

@@ -46,6 +46,8 @@ Client::Client(Segment& segment) : segment_(segment) {
     entry.hits.store(0, std::memory_order_relaxed);
     entry.misses.store(0, std::memory_order_relaxed);
     entry.wait_ns.store(0, std::memory_order_relaxed);
+    entry.lookahead_messages.store(0, std::memory_order_relaxed);
+    entry.lookahead_guesses.store(0, std::memory_order_relaxed);
     entry.state.store(static_cast<uint32_t>(ClientState::kActive), std::memory_order_release);
     id_ = i;
     epoch_ = entry.epoch;
@@ -104,6 +106,8 @@ void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
     // of any batch but the current one.
     for (uint32_t p = 0; p < g.pins_per_client; ++p) unpin_position(segment_, id_, p);
     entry.batch = batch_;
+    // The layer's clock moves before any pin of this batch, hits and misses alike.
+    if (layer < kStatLayers) segment_.stats().layers[layer].visits.fetch_add(1, std::memory_order_relaxed);
     IndexView index(segment_.index_table(), g.index_capacity, g.slot_count);
     RingView ring(segment_.demand_ring(), g.demand_ring_capacity);
     for (uint32_t p = 0; p < experts.size(); ++p) {

@@ -61,7 +61,8 @@ Layout compute_layout(const Geometry& g) {
   at = align_up(at + sizeof(RingHeader) + uint64_t{g.prefetch_ring_capacity} * sizeof(RingEntry), kTableAlign);
   l.mailbox = at;
   if (!no_mailbox) {
-    at = align_up(at + sizeof(MailboxHeader) + mailbox_word_count(g) * sizeof(uint32_t), kTableAlign);
+    l.mailbox_stride = align_up(sizeof(MailboxHeader) + mailbox_word_count(g) * sizeof(uint32_t), kTableAlign);
+    at += l.mailbox_stride * g.max_clients;
   }
   l.data = align_up(at, kSlotAlign);
   l.total = l.data + uint64_t{g.slot_count} * g.slot_bytes;

@@ -12,12 +12,17 @@
 namespace sluice::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x47534543'49554C53;  // "SLUICESG"
-inline constexpr uint32_t kLayoutVersion = 2;  // 2: the hidden-state mailbox and lookahead counters
+// 2: the hidden-state mailbox and lookahead counters; 3: a mailbox per client.
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr size_t kSlotAlign = 4096;  // O_DIRECT reads land in slots
 inline constexpr uint32_t kMaxClients = 64;  // a slot's waiter set is a 64-bit mask
 inline constexpr uint32_t kStatLayers = 256;  // FORMAT.md: layers ≤ 256
 inline constexpr uint32_t kLatencyBuckets = 96;  // bucket b: [2^(b/4), 2^((b+1)/4)) µs
 inline constexpr uint32_t kNoSlot = 0;           // in a pin list: no pin (entries hold slot + 1)
+// Reuse counts for the eviction model (ioworker/hit_density.h): classes by
+// uses per visit so far, ages in visits of the key's layer (the last bucket: older).
+inline constexpr uint32_t kReuseClasses = 8;
+inline constexpr uint32_t kReuseAges = 24;
 
 // A cache key: model layer and expert id. 0 never names an expert, so it
 // marks an empty index entry.
@@ -35,8 +40,8 @@ struct Geometry {
   uint32_t index_capacity = 0;    // power of two ≥ 2 × slot_count
   uint32_t demand_ring_capacity = 0;
   uint32_t prefetch_ring_capacity = 0;
-  // The hidden-state mailbox (shm/mailbox.h): values per row, rows per
-  // message, ids per row. All zero: the segment has no mailbox.
+  // The hidden-state mailboxes (shm/mailbox.h), one per client entry:
+  // values per row, rows per message, ids per row. All zero: no mailboxes.
   uint32_t mailbox_width = 0;
   uint32_t mailbox_rows = 0;
   uint32_t mailbox_ids = 0;
@@ -60,7 +65,8 @@ struct Layout {
   uint64_t index = 0;
   uint64_t demand_ring = 0;
   uint64_t prefetch_ring = 0;
-  uint64_t mailbox = 0;  // a MailboxHeader, then its words; 0 bytes long when absent
+  uint64_t mailbox = 0;  // max_clients mailboxes: a MailboxHeader, then its words; none when absent
+  uint64_t mailbox_stride = 0;  // bytes per mailbox, a multiple of 64; 0 when absent
   uint64_t data = 0;
   uint64_t total = 0;
   bool operator==(const Layout&) const = default;
@@ -101,7 +107,7 @@ struct SegmentHeader {
   std::atomic<uint32_t> owner_state{0};      // OwnerState
   std::atomic<uint32_t> work{0};             // futex word the worker sleeps on; clients bump it
   std::atomic<uint32_t> demand_starved{0};   // worker waits for an unpin to find a victim
-  std::atomic<uint32_t> reserved{0};
+  std::atomic<uint32_t> mailbox_bell{0};     // futex word: bumped after a message in any mailbox
   std::atomic<uint64_t> clock{0};            // access clock for LRU / LFRU ties
   std::atomic<uint64_t> owner_heartbeat_ns{0};
   // Guards the index, the rings, slot keys/pins/waiters and every pin list.
@@ -131,6 +137,15 @@ struct LookaheadCounters {
 struct LayerCounters {
   std::atomic<uint64_t> hits{0};
   std::atomic<uint64_t> misses{0};
+  std::atomic<uint64_t> visits{0};  // batches requested (clients, under the lock): the layer's clock
+};
+
+// How many uses of a key of class c came at age a+1 (pins.h counts them at
+// every pin); tail_visits[c] the visits those in the last bucket waited
+// beyond it. Read by the worker to learn the chance of reuse by age.
+struct ReuseCounters {
+  std::atomic<uint64_t> used[kReuseClasses][kReuseAges] = {};
+  std::atomic<uint64_t> tail_visits[kReuseClasses] = {};
 };
 
 // Counters only grow (gauges excepted); readers take relaxed snapshots.
@@ -154,6 +169,7 @@ struct StatsBlock {
   std::atomic<uint64_t> latency[kLatencyBuckets] = {};
   LayerCounters layers[kStatLayers];
   LookaheadCounters lookahead;
+  ReuseCounters reuse;
 };
 
 enum class ClientState : uint32_t { kFree = 0, kActive = 1 };
@@ -171,6 +187,10 @@ struct alignas(64) ClientEntry {
   std::atomic<uint64_t> hits{0};
   std::atomic<uint64_t> misses{0};
   std::atomic<uint64_t> wait_ns{0};
+  // Lookahead for this client's mailbox (the router writes them): messages
+  // read, and prefetch guesses sent from them.
+  std::atomic<uint64_t> lookahead_messages{0};
+  std::atomic<uint64_t> lookahead_guesses{0};
   // Followed by uint32_t pins[pins_per_client]: for each position of the
   // current batch, the pinned slot + 1 (kNoSlot when none). Under the lock;
   // the source of truth that slot pin counts are rebuilt from.
@@ -190,6 +210,9 @@ struct alignas(64) SlotEntry {
   uint64_t last_access = 0;         // header clock at the last pin
   uint32_t origin = 0;              // ReadOrigin of the fill
   uint32_t used = 0;                // pinned by a client since it was filled
+  uint64_t past_uses = 0;           // uses of the key in earlier stays (the worker's history)
+  uint64_t last_visit = 0;          // its layer's visits at the key's last use; 0: never used
+  uint64_t guessed_visit = 0;       // lookahead named it for the visit after this one; 0: never
   char error[88] = {};              // why the fill failed (FAILED only)
 };
 

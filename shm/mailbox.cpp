@@ -10,9 +10,10 @@
 
 namespace sluice::shm {
 
-Mailbox::Mailbox(const Segment& segment)
-    : header_(segment.mailbox_header()),
-      values_(segment.mailbox_words()),
+Mailbox::Mailbox(const Segment& segment, uint32_t client)
+    : bell_(segment.header().mailbox_bell),
+      header_(segment.mailbox_header(client)),
+      values_(segment.mailbox_words(client)),
       ids_(values_ + size_t{segment.geometry().mailbox_rows} * segment.geometry().mailbox_width),
       shape_{segment.geometry().mailbox_width, segment.geometry().mailbox_rows, segment.geometry().mailbox_ids} {}
 
@@ -36,6 +37,7 @@ bool Mailbox::publish(uint64_t step, uint32_t layer, uint32_t rows, std::span<co
   for (size_t i = 0; i < ids.size(); ++i) ids_[i].store(ids[i], std::memory_order_relaxed);
   header_.seq.store(seq + 2, std::memory_order_release);
   futex_wake_all(header_.seq);
+  futex_bump(bell_);
   return true;
 }
 
@@ -80,6 +82,7 @@ bool Mailbox::recover_dead_writer(uint32_t odd) {
   uint32_t expected = odd;
   if (!header_.seq.compare_exchange_strong(expected, odd + 1, std::memory_order_release)) return false;
   futex_wake_all(header_.seq);
+  futex_bump(bell_);
   return true;
 }
 
@@ -87,6 +90,14 @@ void Mailbox::wait(uint32_t seen, std::chrono::nanoseconds timeout) const {
   const uint32_t now = header_.seq.load(std::memory_order_acquire);
   if (now != seen && (now & 1) == 0) return;  // a new message is already there
   futex_wait(header_.seq, now, timeout);
+}
+
+uint32_t mailbox_bell(const Segment& segment) {
+  return segment.header().mailbox_bell.load(std::memory_order_acquire);
+}
+
+void wait_for_mailboxes(const Segment& segment, uint32_t seen, std::chrono::nanoseconds timeout) {
+  futex_wait(segment.header().mailbox_bell, seen, timeout);
 }
 
 }  // namespace sluice::shm

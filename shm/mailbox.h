@@ -1,7 +1,8 @@
-// shm/mailbox.h: the hidden-state mailbox in the cache segment. A compute
-// client publishes one message at a time (a MoE layer's input rows and the
-// experts its real router chose) under a seqlock; the router takes consistent
-// snapshots. Publishing never blocks the client, and a reader never returns a
+// shm/mailbox.h: the hidden-state mailboxes in the cache segment, one per
+// client entry, so clients decoding at once never overwrite each other. A
+// compute client publishes one message at a time in its own mailbox (a MoE
+// layer's input rows and the experts its real router chose) under a seqlock;
+// the router takes consistent snapshots of each. Publishing never blocks the client, and a reader never returns a
 // half-written message. The words are numbers to shm: it knows no model.
 #pragma once
 
@@ -28,9 +29,10 @@ struct MailboxMessage {
 
 class Mailbox {
  public:
-  // The mailbox of `segment`, which must outlive it. Throws Error when the
-  // segment's geometry has none.
-  explicit Mailbox(const Segment& segment);
+  // The mailbox of client entry `client` of `segment`, which must outlive
+  // it. Throws Error when the segment's geometry has none or `client` is out
+  // of range.
+  Mailbox(const Segment& segment, uint32_t client);
 
   const MailboxShape& shape() const { return shape_; }
 
@@ -55,10 +57,17 @@ class Mailbox {
   bool recover_dead_writer(uint32_t odd);
 
  private:
+  std::atomic<uint32_t>& bell_;
   MailboxHeader& header_;
   std::atomic<uint32_t>* values_;
   std::atomic<uint32_t>* ids_;
   MailboxShape shape_;
 };
+
+// Every publish rings the segment's bell, so a reader serving all mailboxes
+// sleeps on one word: the value to wait past, then the wait (returns at once
+// when the bell has moved past `seen`).
+uint32_t mailbox_bell(const Segment& segment);
+void wait_for_mailboxes(const Segment& segment, uint32_t seen, std::chrono::nanoseconds timeout);
 
 }  // namespace sluice::shm

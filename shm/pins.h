@@ -10,9 +10,17 @@
 namespace sluice::shm {
 
 // Pins `slot` for `client` at `position` of its pin list and counts the
-// access (LFRU hits, LRU clock). Caller holds the lock. Throws Error on an
+// access (LFRU hits, LRU clock, its age in visits of its layer). Caller holds the lock. Throws Error on an
 // out-of-range client, position or slot, or a position already pinned.
 void pin_slot(Segment& segment, uint32_t client, uint32_t position, uint32_t slot);
+
+// The class of a key used `uses` times over the `known` visits of its layer
+// (all of them, since the cache started): its rate of use, drawn toward 0.1
+// while few visits are known. A key of class `cls` used again `age` visits after its last use:
+// one count in `reuse` (age 0, the same visit, none). pin_slot counts every
+// pin so; router/'s replay simulator counts alike.
+uint32_t reuse_class(uint64_t uses, uint64_t known);
+void count_reuse(ReuseCounters& reuse, uint32_t cls, uint64_t age);
 
 // Drops the pin at `position` (no-op when none). Returns true when the slot's
 // count reached zero. Caller holds the lock.

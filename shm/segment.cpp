@@ -101,9 +101,11 @@ void Segment::initialize(const Geometry& geometry, uint64_t identity, const std:
   new (&demand_ring()) RingHeader{0, 0, geometry.demand_ring_capacity, 0};
   new (&prefetch_ring()) RingHeader{0, 0, geometry.prefetch_ring_capacity, 0};
   if (geometry.mailbox_width != 0) {
-    new (base_ + layout_.mailbox) MailboxHeader();
-    std::atomic<uint32_t>* words = mailbox_words();
-    for (uint64_t i = 0; i < mailbox_word_count(geometry); ++i) new (&words[i]) std::atomic<uint32_t>(0);
+    for (uint32_t c = 0; c < geometry.max_clients; ++c) {
+      new (base_ + layout_.mailbox + c * layout_.mailbox_stride) MailboxHeader();
+      std::atomic<uint32_t>* words = mailbox_words(c);
+      for (uint64_t i = 0; i < mailbox_word_count(geometry); ++i) new (&words[i]) std::atomic<uint32_t>(0);
+    }
   }
   // The magic goes last: an attacher that sees it sees a complete segment.
   std::atomic_thread_fence(std::memory_order_release);
@@ -238,13 +240,18 @@ IndexEntry* Segment::index_table() const { return reinterpret_cast<IndexEntry*>(
 RingHeader& Segment::demand_ring() const { return *reinterpret_cast<RingHeader*>(base_ + layout_.demand_ring); }
 RingHeader& Segment::prefetch_ring() const { return *reinterpret_cast<RingHeader*>(base_ + layout_.prefetch_ring); }
 
-MailboxHeader& Segment::mailbox_header() const {
+MailboxHeader& Segment::mailbox_header(uint32_t client) const {
   if (geometry_.mailbox_width == 0) fail("cache segment {}: it has no hidden-state mailbox", name_.empty() ? "(embedded)" : name_);
-  return *reinterpret_cast<MailboxHeader*>(base_ + layout_.mailbox);
+  if (client >= geometry_.max_clients) {
+    fail("cache segment {}: mailbox {} out of range ({} clients)", name_.empty() ? "(embedded)" : name_, client,
+         geometry_.max_clients);
+  }
+  return *reinterpret_cast<MailboxHeader*>(base_ + layout_.mailbox + client * layout_.mailbox_stride);
 }
 
-std::atomic<uint32_t>* Segment::mailbox_words() const {
-  return reinterpret_cast<std::atomic<uint32_t>*>(reinterpret_cast<uint8_t*>(&mailbox_header()) + sizeof(MailboxHeader));
+std::atomic<uint32_t>* Segment::mailbox_words(uint32_t client) const {
+  return reinterpret_cast<std::atomic<uint32_t>*>(reinterpret_cast<uint8_t*>(&mailbox_header(client)) +
+                                                  sizeof(MailboxHeader));
 }
 
 bool Segment::owner_alive() const {

@@ -58,10 +58,11 @@ class Segment {
   IndexEntry* index_table() const;
   RingHeader& demand_ring() const;
   RingHeader& prefetch_ring() const;
-  // The hidden-state mailbox (shm/mailbox.h); throws Error when the geometry has none.
-  MailboxHeader& mailbox_header() const;
+  // The hidden-state mailbox of client entry `client` (shm/mailbox.h);
+  // throws Error when the geometry has none or the index is out of range.
+  MailboxHeader& mailbox_header(uint32_t client) const;
   // rows × width value words, then rows × ids id words.
-  std::atomic<uint32_t>* mailbox_words() const;
+  std::atomic<uint32_t>* mailbox_words(uint32_t client) const;
 
   // False once the owner has stopped or died: for a named segment, the
   // owner's flock is gone (a system call: call it only on slow paths).

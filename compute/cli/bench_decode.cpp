@@ -119,9 +119,13 @@ std::vector<router::TraceToken> load_routing(const std::string& flag, const Cont
   return trace;
 }
 
-// Memory bandwidth: the best of a few copies of a buffer far larger than the caches.
-double memory_gbps() {
-  constexpr size_t kBytes = size_t{256} << 20;
+// Memory bandwidth: the best of a few copies of a buffer far larger than the
+// caches. The two buffers take at most half the budget, so a run inside a
+// memory limit of its own budget is not killed by its measurement.
+size_t memory_buffer_bytes(uint64_t budget_bytes) { return std::min<uint64_t>(uint64_t{256} << 20, budget_bytes / 4); }
+
+double memory_gbps(size_t bytes) {
+  const size_t kBytes = bytes;
   std::vector<uint8_t> from(kBytes, 1), to(kBytes, 0);
   double best = 0;
   for (int round = 0; round < 3; ++round) {
@@ -145,6 +149,7 @@ struct PhaseFigures {
   double seconds = 0;
   uint64_t requests = 0, hits = 0, demand_reads = 0, prefetch_reads = 0, bytes_read = 0, wasted_prefetches = 0;
   double wait_seconds = 0;
+  ForwardTimes times;  // where the phase's seconds went
 };
 
 struct ArmResult {
@@ -157,6 +162,7 @@ struct ArmResult {
 struct Counters {
   ExpertSourceStats source;
   shm::StatsSnapshot cache;
+  ForwardTimes times;
 };
 
 PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
@@ -169,6 +175,8 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   f.prefetch_reads = b.cache.prefetch_reads - a.cache.prefetch_reads;
   f.bytes_read = b.cache.bytes_read - a.cache.bytes_read;
   f.wasted_prefetches = b.cache.wasted_prefetches - a.cache.wasted_prefetches;
+  f.times = {b.times.kda - a.times.kda, b.times.attention - a.times.attention, b.times.moe - a.times.moe,
+             b.times.dense - a.times.dense, b.times.lm_head - a.times.lm_head};
   return f;
 }
 
@@ -194,7 +202,7 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   routing_options.lookahead = arm.lookahead;
   routing_options.in_prefill = arm.in_prefill;
   RoutingSession routing(engine, routing_options);
-  const auto counters = [&] { return Counters{cached->stats(), cached->cache_stats()}; };
+  const auto counters = [&] { return Counters{cached->stats(), cached->cache_stats(), engine.transformer().times()}; };
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -218,7 +226,8 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   for (uint32_t n = 0; n < flags.tokens; ++n) {
     const int32_t next = sampler.sample(logits, result.tokens);
     result.tokens.push_back(next);
-    engine.transformer().forward(std::span<const int32_t>(&next, 1), logits, false);
+    engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&next, 1), logits,
+                                 false);
   }
   result.decode = difference(after_prefill, counters(), seconds_since(t0));
   routing.finish();
@@ -226,6 +235,22 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   result.precision_at_1 = guesses.precision_at_1();
   result.recall = guesses.recall();
   return result;
+}
+
+// Where a token's time goes. The MoE blocks' time includes the wait for
+// records; "experts" is that time less the wait (router, routed and shared
+// experts' compute). "other" is what no counter covers (embedding, sampling).
+nlohmann::json per_token_json(const PhaseFigures& f, uint32_t tokens) {
+  const double n = tokens ? tokens : 1;
+  const ForwardTimes& t = f.times;
+  const double covered = t.kda + t.attention + t.moe + t.dense + t.lm_head;
+  return {{"kda", t.kda / n},
+          {"attention", t.attention / n},
+          {"experts", std::max(0.0, t.moe - f.wait_seconds) / n},
+          {"waiting_on_reads", f.wait_seconds / n},
+          {"dense_ffn", t.dense / n},
+          {"lm_head", t.lm_head / n},
+          {"other", std::max(0.0, f.seconds - covered) / n}};
 }
 
 nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
@@ -237,13 +262,15 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"wasted_prefetches", f.wasted_prefetches},
           {"bytes_read", f.bytes_read},
           {"bytes_read_per_token", tokens ? double(f.bytes_read) / tokens : 0.0},
-          {"wait_seconds", f.wait_seconds}};
+          {"wait_seconds", f.wait_seconds},
+          {"seconds_per_token", per_token_json(f, tokens)}};
 }
 
 // One arm's runs, summarized by medians (the machine is shared and noisy).
 struct ArmSummary {
   double tok_per_s = 0, min_tok_per_s = 0, max_tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0,
          wait_share = 0, compute_seconds_per_token = 0, prefill_seconds = 0, prefill_bytes = 0;
+  nlohmann::json seconds_per_token;  // per part, the median over runs
 };
 
 ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
@@ -259,6 +286,13 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
     prefill.push_back(r.prefill.seconds);
     prefill_bytes.push_back(double(r.prefill.bytes_read));
   }
+  nlohmann::json parts = nlohmann::json::object();
+  const nlohmann::json names = per_token_json(runs.front().decode, tokens);
+  for (const auto& [part, unused] : names.items()) {
+    std::vector<double> values;
+    for (const ArmResult& r : runs) values.push_back(per_token_json(r.decode, tokens)[part].get<double>());
+    parts[part] = median(values);
+  }
   return {median(rate),
           *std::min_element(rate.begin(), rate.end()),
           *std::max_element(rate.begin(), rate.end()),
@@ -268,7 +302,8 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
           median(share),
           median(compute),
           median(prefill),
-          median(prefill_bytes)};
+          median(prefill_bytes),
+          parts};
 }
 
 // Achieved tok/s over what the bytes missed per token at the disk's
@@ -287,22 +322,24 @@ struct Machine {
   double memory_gbps = 0;
 };
 
-Machine measure_machine(const Container& container, const DecodeFlags& flags) {
+Machine measure_machine(const Container& container, const DecodeFlags& flags, size_t memory_buffer) {
   Machine m;
   m.disk_gbps = raw_reads(container, std::max<uint32_t>(flags.readers, 1), flags.disk_seconds, m.disk_direct).gbps;
-  m.memory_gbps = memory_gbps();
+  m.memory_gbps = memory_gbps(memory_buffer);
   return m;
 }
 
 void run_decode(const DecodeFlags& flags) {
   if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
   const Container container = Container::open(flags.model);
-  // Every arm gets the same segment, with a mailbox wide enough for a prefill
-  // chunk; --budget means what it means to `sluice run`, so at the floor the
-  // wider mailbox may take the segment a little over it.
-  const uint64_t cache_bytes =
-      std::max(plan_for(container, flags.budget).cache_bytes,
-               ioworker::min_cache_bytes(container, ioworker::WorkerOptions{}.max_clients, kPlanChunkTokens));
+  // Every arm gets the same segment, with mailboxes wide enough for a prefill
+  // chunk; --budget means what it means to `sluice run`: the slots it buys
+  // there, so the wider mailboxes (one per client) take the segment over it.
+  const uint32_t clients = ioworker::WorkerOptions{}.max_clients;
+  const MemoryPlan plan = plan_for(container, flags.budget);
+  const uint32_t slots = ioworker::plan_cache_geometry(container, plan.cache_bytes, clients).slot_count;
+  const uint64_t cache_bytes = ioworker::cache_bytes_for_slots(container, slots, clients, kPlanChunkTokens);
+  const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
   if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
     fail(
         "--routing replaces the model's router, which lookahead predicts: use it with --lookahead "
@@ -320,7 +357,7 @@ void run_decode(const DecodeFlags& flags) {
   }
   // Rounds interleave the arms, so drift in the machine's load hits them alike;
   // the machine is measured before and after them.
-  const Machine before = measure_machine(container, flags);
+  const Machine before = measure_machine(container, flags, memory_buffer);
   std::vector<std::vector<ArmResult>> runs(arms.size());
   for (uint32_t round = 0; round < flags.repeat; ++round) {
     for (size_t a = 0; a < arms.size(); ++a) {
@@ -330,7 +367,7 @@ void run_decode(const DecodeFlags& flags) {
       }
     }
   }
-  const Machine after = measure_machine(container, flags);
+  const Machine after = measure_machine(container, flags, memory_buffer);
   const double disk_gbps = median({before.disk_gbps, after.disk_gbps});
   const double mem_gbps = median({before.memory_gbps, after.memory_gbps});
   std::vector<ArmSummary> summaries;
@@ -356,6 +393,7 @@ void run_decode(const DecodeFlags& flags) {
                             {"direct", before.disk_direct && after.disk_direct},
                             {"threads", std::max<uint32_t>(flags.readers, 1)}}},
                           {"memory_gbps", mem_gbps},
+                          {"memory_buffer_bytes", memory_buffer},
                           {"arms", nlohmann::json::array()}};
     for (size_t a = 0; a < arms.size(); ++a) {
       const ArmSummary& m = summaries[a];
@@ -382,7 +420,9 @@ void run_decode(const DecodeFlags& flags) {
              {"bytes_read_per_token", m.bytes_per_token},
              {"wait_seconds", m.wait_seconds},
              {"prefill_seconds", m.prefill_seconds},
-             {"prefill_bytes_read", m.prefill_bytes}}},
+             {"prefill_tok_per_s", m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
+             {"prefill_bytes_read", m.prefill_bytes},
+             {"decode_seconds_per_token", m.seconds_per_token}}},
            {"runs", each}});
     }
     fmt::print("{}\n", out.dump(2));
@@ -406,6 +446,9 @@ void run_decode(const DecodeFlags& flags) {
     }
     fmt::print("; {:.0f}% of the step waiting, io_bound_ratio {:.2f}; prefill {:.2f} s, {:.1f} MB\n",
                100 * m.wait_share, io_bound_ratio(m, disk_gbps), m.prefill_seconds, m.prefill_bytes / 1e6);
+    fmt::print("    ms per token:");
+    for (const auto& [part, seconds] : m.seconds_per_token.items()) fmt::print(" {} {:.1f}", part, 1e3 * seconds.get<double>());
+    fmt::print("\n");
   }
 }
 

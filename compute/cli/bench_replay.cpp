@@ -26,8 +26,9 @@
 namespace sluice::cli {
 namespace {
 
-constexpr router::SimPolicy kSimulated[] = {router::SimPolicy::kLru, router::SimPolicy::kLfru, router::SimPolicy::kSlru,
-                                            router::SimPolicy::kNextUse};
+constexpr router::SimPolicy kSimulated[] = {router::SimPolicy::kLru,     router::SimPolicy::kLfru,
+                                            router::SimPolicy::kSlru,    router::SimPolicy::kNextUse,
+                                            router::SimPolicy::kDensity, router::SimPolicy::kLookahead};
 
 struct ReplayFlags {
   std::string trace;    // positional: a recorded trace
@@ -35,7 +36,7 @@ struct ReplayFlags {
   std::string model;
   std::string geometry;
   std::string budget;
-  std::string policy = "next-use";
+  std::string policy = "density";
   std::vector<double> working_sets = {1, 2, 4};
   uint32_t tokens = 300;
   uint32_t readers = 4;
@@ -112,10 +113,13 @@ ioworker::EvictionPolicy cache_policy(const std::string& name) {
       return ioworker::EvictionPolicy::kLfru;
     case router::SimPolicy::kNextUse:
       return ioworker::EvictionPolicy::kNextUse;
+    case router::SimPolicy::kDensity:
+      return ioworker::EvictionPolicy::kDensity;
     case router::SimPolicy::kSlru:
+    case router::SimPolicy::kLookahead:
       break;
   }
-  fail("--policy: '{}' is simulated only; the cache runs next-use, lfru or lru", name);
+  fail("--policy: '{}' is simulated only; the cache runs density, next-use, lfru or lru", name);
 }
 
 struct CacheRun {
@@ -261,7 +265,7 @@ void add_bench_replay(CLI::App& bench) {
   cmd->add_option("--tokens", flags->tokens, "tokens of synthetic routing")->capture_default_str();
   cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run` (default: the plan's)")
       ->check(memory_size());
-  cmd->add_option("--policy", flags->policy, "the real cache's eviction policy: next-use, lfru or lru")
+  cmd->add_option("--policy", flags->policy, "the real cache's eviction policy: density, next-use, lfru or lru")
       ->capture_default_str();
   cmd->add_option("--readers", flags->readers, "reader threads")
       ->capture_default_str()

@@ -52,11 +52,12 @@ void eval(const EvalArgs& args) {
   double nll = 0.0;
   size_t scored = 0;
   for (size_t start = 0; start + 1 < ids.size(); start += window) {
-    engine.transformer().reset();
+    engine.sequence().reset();
     const size_t end = std::min(ids.size(), start + window);
     for (size_t at = start; at < end; at += chunk) {
       const size_t count = std::min<size_t>(chunk, end - at);
-      engine.transformer().forward(std::span<const int32_t>(ids).subspan(at, count), logits, true);
+      engine.transformer().forward(engine.sequence(),
+                                   std::span<const int32_t>(ids).subspan(at, count), logits, true);
       check_logits_finite(std::span<const float>(logits).first(size_t{count} * vocab),
                           fmt::format("tokens {}..{} of --text", at, at + count - 1));
       for (size_t t = 0; t < count; ++t) {

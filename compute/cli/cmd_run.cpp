@@ -1,13 +1,15 @@
 // compute/cli/cmd_run.cpp: `sluice run`, text generation from a prompt. Text
 // streams to stdout as it is generated; the summary goes to stderr so stdout
-// stays pipeable. --dump-logits is the interface scripts/reference.py shares.
-// Ctrl-C ends the run early with its summary; a second one kills it.
+// stays pipeable. --dump-logits is the interface scripts/reference.py shares;
+// --session resumes a saved sequence and saves it back. Ctrl-C ends the run
+// early with its summary (and still saves the session); a second one kills it.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -17,8 +19,11 @@
 
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
+#include "compute/kernels/dispatch.h"
+#include "compute/kernels/rvq_decoded.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
+#include "compute/model/session_file.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/error.h"
 #include "router/lookahead.h"
@@ -39,6 +44,7 @@ struct RunArgs {
   bool json = false;
   std::string trace_out;
   std::optional<uint32_t> lookahead;
+  std::string session;
 };
 
 void write_row(std::ofstream& out, std::span<const float> row, const std::string& path) {
@@ -100,6 +106,9 @@ void run(const RunArgs& args) {
   routing_options.trace_out = args.trace_out;
   RoutingSession routing(engine, routing_options);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  const bool resumed = !args.session.empty() && std::filesystem::exists(args.session);
+  if (resumed) load_session(args.session, engine.container().identity(), engine.sequence());
+  const uint32_t reused = engine.sequence().position();
   std::vector<int32_t> prompt;
   if (!args.prompt_ids.empty()) {
     if (!args.prompt.empty()) usage_error("give either PROMPT or --prompt-ids, not both");
@@ -107,10 +116,17 @@ void run(const RunArgs& args) {
   } else {
     if (args.prompt.empty()) usage_error("no prompt: give PROMPT (or - for stdin) or --prompt-ids");
     prompt = tok.encode(args.prompt == "-" ? read_stdin() : args.prompt);
-    if (tok.add_bos() && tok.bos_id()) prompt.insert(prompt.begin(), *tok.bos_id());
+    // A resumed session continues a sequence that already began.
+    if (reused == 0 && tok.add_bos() && tok.bos_id()) prompt.insert(prompt.begin(), *tok.bos_id());
   }
   const uint32_t context = engine.transformer().context();
-  if (prompt.size() > context) {
+  if (prompt.size() > context - reused) {
+    if (reused > 0) {
+      usage_error(
+          "the prompt is {} tokens, longer than the {} left of the context of {} after the {} "
+          "tokens of {}",
+          prompt.size(), context - reused, context, reused, args.session);
+    }
     usage_error(
         "the prompt is {} tokens, longer than the context of {} (--ctx; the model's maximum is {})",
         prompt.size(), context, engine.config().max_positions);
@@ -143,14 +159,28 @@ void run(const RunArgs& args) {
                       });
   const std::string tail = decoder.finish();
   text += tail;
-  if (dump.is_open() && !generated.empty()) {
-    // The reference's last row: the logits after the last generated token.
-    std::vector<float> logits(engine.config().vocab);
-    engine.transformer().forward(std::span<const int32_t>(&generated.back(), 1), logits, false);
-    check_logits_finite(logits, "the last --dump-logits row");
-    write_row(dump, logits, args.dump_logits);
+  // The reference's last row is the logits after the last generated token,
+  // and a saved session must hold that token too.
+  bool last_token_run = generated.empty();
+  if (!generated.empty() && (dump.is_open() || !args.session.empty())) {
+    if (engine.sequence().position() < context) {
+      std::vector<float> logits(engine.config().vocab);
+      engine.transformer().forward(engine.sequence(),
+                                   std::span<const int32_t>(&generated.back(), 1), logits, false);
+      check_logits_finite(logits, "the logits after the last generated token");
+      if (dump.is_open()) write_row(dump, logits, args.dump_logits);
+      last_token_run = true;
+    } else if (dump.is_open()) {
+      fail(
+          "{}: the context of {} is full, so the row after the last generated token cannot be "
+          "written",
+          args.dump_logits, context);
+    }
   }
   routing.finish();
+  if (!args.session.empty())
+    save_session(args.session, engine.container().identity(), engine.sequence());
+  const uint32_t saved = engine.sequence().position();
 
   // The embedded router's guesses against the real routing, over every MoE layer.
   const shm::GuessStats guesses = routing.guesses();
@@ -175,6 +205,16 @@ void run(const RunArgs& args) {
                           {"context_full", stats.context_full},
                           {"seed", sampling.seed},
                           {"experts", experts_json(stats.experts)}};
+    // What scripts/reference.py --decode-crossover needs to model this run.
+    const kernels::Exec exec{kernels::isa_from_environment(), nullptr};
+    out["kernels"] = {{"isa", kernels::isa_name(exec.isa)},
+                      {"rvq_decode_crossover", kernels::rvq_decode_crossover(exec)}};
+    if (!args.session.empty()) {
+      out["session"] = {{"path", args.session},
+                        {"reused_tokens", reused},
+                        {"saved_tokens", saved},
+                        {"last_token_saved", last_token_run}};
+    }
     if (routing.runs_router()) {
       out["lookahead"] = {{"k", routing_options.lookahead},
                           {"precision_at_1", guesses.precision_at_1()},
@@ -190,6 +230,12 @@ void run(const RunArgs& args) {
                "{}\n",
                stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens,
                prefill_rate, finish, finish_note, sampling.seed, experts_summary(stats.experts));
+    if (!args.session.empty()) {
+      fmt::print(
+          stderr, "sluice: session {}: {} tokens reused{}, {} new prefilled; {} tokens saved{}\n",
+          args.session, reused, resumed ? "" : " (a new session)", stats.prompt_tokens, saved,
+          last_token_run ? "" : " (the context is full: the last generated token is not in it)");
+    }
     if (routing.runs_router()) {
       fmt::print(stderr, "sluice: lookahead {}: guesses P@1 {:.1f}%, recall {:.1f}% of the real experts\n",
                  routing_options.lookahead, 100 * guesses.precision_at_1(), 100 * guesses.recall());
@@ -217,6 +263,10 @@ void add_run_command(CLI::App& app) {
                   "write the routing as JSON lines, one per token: {\"tok\": N, \"layers\": [[expert ids], ...]}");
   cmd->add_option("--lookahead", args->lookahead,
                   "experts of the next layer to prefetch per token (default SLUICE_LOOKAHEAD or 6; 0: off)");
+  cmd->add_option(
+      "--session", args->session,
+      "resume the sequence saved in FILE (if it exists; it must come from this container), prefill "
+      "only PROMPT's tokens after it, and save the sequence back to FILE after generating");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", args->json, "print one JSON object (text, token ids, statistics) instead of streaming");
   cmd->callback([args] { run(*args); });

@@ -31,6 +31,7 @@ CLI::Validator at_least_one();
 CLI::Validator memory_size();
 
 void add_convert_command(CLI::App& app);
+void add_synth_command(CLI::App& app);  // in cmd_synth.cpp
 void add_info_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);  // tokenize and detokenize
@@ -38,6 +39,7 @@ void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
 void add_template_command(CLI::App& app);  // in cmd_template.cpp
+void add_chat_command(CLI::App& app);      // in cmd_chat.cpp
 void add_bench_io(CLI::App& bench);  // `sluice bench io`, in bench_io.cpp
 void add_run_command(CLI::App& app);
 void add_eval_command(CLI::App& app);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   sluice::cli::add_run_command(app);
   sluice::cli::add_eval_command(app);
   sluice::cli::add_convert_command(app);
+  sluice::cli::add_synth_command(app);
   sluice::cli::add_info_command(app);
   sluice::cli::add_verify_command(app);
   sluice::cli::add_tokenize_commands(app);
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   sluice::cli::add_plan_command(app);
   sluice::cli::add_stats_command(app);
   sluice::cli::add_template_command(app);
+  sluice::cli::add_chat_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

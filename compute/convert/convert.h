@@ -39,8 +39,9 @@ class ConvertProgress {
 };
 
 // Progress on stderr: a redrawn bar with ETA when stderr is a terminal, a
-// plain line every few seconds otherwise; nothing when quiet.
-std::unique_ptr<ConvertProgress> make_stderr_progress(bool quiet);
+// plain line every few seconds otherwise, naming `program` ("sluice convert: ...");
+// nothing when quiet.
+std::unique_ptr<ConvertProgress> make_stderr_progress(bool quiet, const std::string& program = "convert");
 
 // Converts (or resumes converting) and returns the run summary: weights,
 // seconds, weights_per_second, container_bytes, relative errors per matrix

@@ -48,11 +48,35 @@ struct TrunkEntry {
 };
 // Places every trunk tensor on a 64-byte boundary; `total` gets the file size.
 std::vector<TrunkEntry> layout_trunk(const ModelPlan& plan, uint64_t& total);
-// Writes trunk.bin; returns the relative-error sums of the q8g128 and
+// Where trunk.bin's values come from, as f32 rows of a tensor's stored
+// geometry (rows of its last dimension): a checkpoint, or `sluice synth`'s
+// generator. write_trunk calls begin() once per tensor, in container order,
+// then rows() for fixed chunks of rows from several threads at once.
+class TrunkValues {
+ public:
+  virtual ~TrunkValues() = default;
+  virtual void begin(const TrunkTensorPlan& tensor) = 0;
+  // Rows [first, last) into `out`, (last - first) × cols values.
+  virtual void rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last, float* out) = 0;
+};
+
+// A checkpoint's tensors (read_weights: checked finite, fp8 dequantized).
+class CheckpointTrunkValues final : public TrunkValues {
+ public:
+  explicit CheckpointTrunkValues(const Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+  void begin(const TrunkTensorPlan& tensor) override;
+  void rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last, float* out) override;
+
+ private:
+  const Checkpoint& checkpoint_;
+  std::vector<float> current_;
+};
+
+// Writes trunk.bin, quantizing chunk by chunk (the bytes are the same for
+// any thread count); returns the relative-error sums of the q8g128 and
 // q4g128 tensors.
-std::array<ErrorSums, 2> write_trunk(const Checkpoint& checkpoint, const std::vector<TrunkEntry>& entries,
-                                     uint64_t total, const std::string& path, int threads,
-                                     ConvertProgress& progress);
+std::array<ErrorSums, 2> write_trunk(TrunkValues& values, const std::vector<TrunkEntry>& entries, uint64_t total,
+                                     const std::string& path, int threads, ConvertProgress& progress);
 
 // Samples, trains the layer's 9 codebooks, writes them to `codebook_path`,
 // then encodes every expert into `bank_path`. Returns per-kind error sums.

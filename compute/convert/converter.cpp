@@ -6,7 +6,6 @@
 // complete, and manifest.json comes last, so a container without a manifest
 // is simply unfinished.
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -15,14 +14,12 @@
 
 #include "compute/convert/atomic_file.h"
 #include "compute/convert/codebook.h"
+#include "compute/convert/container_writer.h"
 #include "compute/convert/convert_steps.h"
-#include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/file_io.h"
 #include "proto/manifest.h"
 #include "proto/record_format.h"
-#include "proto/rvq_decode.h"
-#include "proto/trunk_format.h"
 
 namespace sluice::convert {
 namespace {
@@ -33,66 +30,6 @@ using Json = nlohmann::ordered_json;
 
 constexpr const char* kWorkDir = ".convert";
 constexpr const char* kKindNames[] = {"gate", "up", "down"};
-
-enum class Start { kFresh, kResume, kComplete };
-
-std::string layer_tag(uint32_t layer) { return fmt::format("L{:03}", layer); }
-
-std::optional<Json> read_json(const fs::path& path) {
-  try {
-    return Json::parse(read_small_file(posix_file_system(), path.string(), 64ull << 20));
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-bool is_container_file(const std::string& name) {
-  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" ||
-         name == "tokenizer.json" || name == "tiktoken.model" || name == "tokenizer_config.json" ||
-         (name.starts_with("experts-L") && name.ends_with(".bin")) || name.ends_with(".tmp");
-}
-
-// Removes what a conversion writes (the manifest first, so the directory
-// never looks complete while mixed) and nothing else.
-void wipe(const fs::path& out) {
-  fs::remove(out / "manifest.json");
-  for (const auto& entry : fs::directory_iterator(out)) {
-    if (entry.is_regular_file() && is_container_file(entry.path().filename().string())) fs::remove(entry.path());
-  }
-  fs::remove_all(out / kWorkDir);
-}
-
-Start prepare_output(const fs::path& out, const Json& state, bool force) {
-  if (!fs::exists(out)) {
-    fs::create_directories(out);
-    return Start::kFresh;
-  }
-  if (!fs::is_directory(out)) fail("{}: exists and is not a directory", out.string());
-  const fs::path manifest_path = out / "manifest.json";
-  const fs::path state_path = out / kWorkDir / "state.json";
-  std::string problem;
-  if (fs::exists(manifest_path)) {
-    const auto manifest = read_json(manifest_path);
-    const bool same = manifest && manifest->is_object() && manifest->value("source", Json()) == state["source"] &&
-                      manifest->value("expert_quant", Json::object()).value("kmeans", Json()) == state["kmeans"];
-    if (same && !force) {
-      fs::remove_all(out / kWorkDir);
-      return Start::kComplete;
-    }
-    problem = "holds a finished container from a different source or with different parameters";
-  } else if (fs::exists(state_path)) {
-    const auto previous = read_json(state_path);
-    if (previous && *previous == state && !force) return Start::kResume;
-    problem = "holds an unfinished conversion of a different source or with different parameters";
-  } else if (fs::is_empty(out)) {
-    return Start::kFresh;
-  } else {
-    problem = "is not empty and holds no conversion state";
-  }
-  if (!force && !problem.empty()) fail("{}: {}; use --force to start over", out.string(), problem);
-  wipe(out);
-  return Start::kFresh;
-}
 
 // crc32 of the stored bytes of `names`, in order: headers and sizes say
 // nothing about values, so this is what tells a resumed source is unchanged.
@@ -131,7 +68,7 @@ std::vector<std::string> layer_source_names(const ModelConfig& config, const Moe
 // piece is converted again.
 bool still_current(const fs::path& stats_path, uint32_t source_now, const std::string& piece) {
   if (!fs::exists(stats_path)) return false;
-  const auto stats = read_json(stats_path);
+  const auto stats = read_json_file(stats_path);
   const bool same = stats && stats->is_object() && stats->contains("source_crc32") &&
                     (*stats)["source_crc32"].is_number_unsigned() &&
                     (*stats)["source_crc32"].get<uint64_t>() == source_now;
@@ -150,105 +87,6 @@ ErrorSums sums_from(const Json& json) {
     sums.norm = json[1].get<double>();
   }
   return sums;
-}
-
-void check_size(const fs::path& path, uint64_t expected) {
-  std::error_code ec;
-  const uint64_t found = fs::file_size(path, ec);
-  if (ec || found != expected) {
-    fail("{}: {} (expected {} bytes); rerun with --force to start over", path.string(),
-         ec ? "missing" : fmt::format("{} bytes", found), expected);
-  }
-}
-
-// records_crc32 of a bank (FORMAT.md): it makes the manifest, and so the
-// container identity, differ whenever any expert's content does.
-uint32_t bank_records_crc32(const fs::path& bank, uint32_t experts, uint32_t stride) {
-  const auto file = posix_file_system().open(bank.string(), OpenMode::kBuffered);
-  std::vector<uint32_t> crcs;
-  uint8_t header[kRecordHeaderBytes];
-  for (uint32_t e = 0; e < experts; ++e) {
-    read_exact(*file, uint64_t{e} * stride, header, sizeof header);
-    crcs.push_back(RecordHeader::decode(header).crc32);
-  }
-  return records_digest(crcs);
-}
-
-// Reads each tensor back from trunk.bin, refuses a value the format does not
-// allow (the same check every loader applies) and records its crc32.
-Json trunk_tensors_json(const std::vector<TrunkEntry>& trunk, const fs::path& trunk_path) {
-  const auto file = posix_file_system().open(trunk_path.string(), OpenMode::kBuffered);
-  Json tensors = Json::array();
-  for (const auto& t : trunk) {
-    TrunkTensorInfo info = stored_geometry(t.plan);
-    info.name = t.plan.name;
-    info.shape = t.plan.shape;
-    info.offset = t.offset;
-    info.bytes = t.bytes;
-    info.scale_offset = t.scale_offset;
-    info.scale_bytes = t.scale_bytes;
-    std::vector<uint8_t> data(t.bytes);
-    std::vector<uint16_t> scales(t.scale_bytes / sizeof(uint16_t));
-    read_exact(*file, t.offset, data.data(), data.size());
-    if (t.scale_bytes != 0) read_exact(*file, t.scale_offset, scales.data(), t.scale_bytes);
-    if (auto problem = trunk_values_problem(info, data.data(), scales.data())) {
-      fail("{}: trunk tensor \"{}\": {}", trunk_path.string(), info.name, *problem);
-    }
-    tensors.push_back({{"name", t.plan.name}, {"format", trunk_format_name(t.plan.format)}, {"shape", t.plan.shape},
-                       {"offset", t.offset}, {"bytes", t.bytes}, {"scale_offset", t.scale_offset},
-                       {"scale_bytes", t.scale_bytes},
-                       {"crc32", trunk_tensor_crc32(info, data.data(), scales.data())}});
-  }
-  return tensors;
-}
-
-Json build_manifest(const Source& source, const Json& kmeans, const std::vector<TrunkEntry>& trunk, uint64_t trunk_bytes,
-                    uint32_t codebooks_crc32, const fs::path& out) {
-  const auto& plan = source.plan;
-  const Json tensors = trunk_tensors_json(trunk, out / "trunk.bin");
-  Json layers = Json::array();
-  for (const auto& layer : plan.moe_layers) {
-    const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
-    layers.push_back({{"layer", layer.layer}, {"file", fmt::format("experts-{}.bin", layer_tag(layer.layer))},
-                      {"experts", layer.experts}, {"record_stride", layout.stride},
-                      {"bytes", uint64_t{layer.experts} * layout.stride}, {"codebook_base", layer.codebook_base},
-                      {"hidden", layer.hidden}, {"expert_width", layer.expert_width},
-                      {"records_crc32", bank_records_crc32(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)),
-                                                      layer.experts, layout.stride)}});
-  }
-  Json tokenizer_files = Json::array(), tokenizer_crcs = Json::array();
-  for (const auto& [name, bytes] : source.tokenizer_files) {
-    tokenizer_files.push_back(name);
-    tokenizer_crcs.push_back(crc32_bytes(bytes.data(), bytes.size()));
-  }
-  const uint64_t codebook_count = plan.moe_layers.size() * 3 * kRvqStages;
-  Json manifest{
-      {"format", "sluice"},
-      {"format_version", kContainerFormatVersion},
-      {"arch", plan.arch},
-      {"config", source.config},
-      {"source", source.identity},
-      {"expert_quant",
-       {{"method", "rvq"}, {"stages", kRvqStages}, {"entries", kRvqEntries}, {"vec_dim", kRvqVecDim},
-        {"index_bits", 8}, {"bits_per_weight", 3.0}, {"row_block", kRowBlock},
-        {"index_layout", "rowblock16.vector.stage.row"}, {"scale", "f16_row_absmax"},
-        {"codebook_sharing", "layer.matrix.stage"}, {"kmeans", kmeans}}},
-      {"trunk", {{"file", "trunk.bin"}, {"bytes", trunk_bytes}, {"tensors", tensors}}},
-      {"codebooks", {{"file", "codebooks.bin"}, {"bytes", codebook_count * kCodebookBytes}, {"count", codebook_count},
-                     {"crc32", codebooks_crc32}}},
-      {"moe_layers", layers},
-      {"tokenizer", {{"files", tokenizer_files}, {"crc32", tokenizer_crcs}, {"chat_template", source.chat_template}}},
-  };
-  manifest["manifest_crc32"] = manifest_crc32(nlohmann::json::parse(manifest.dump()));
-  return manifest;
-}
-
-uint64_t directory_bytes(const fs::path& out) {
-  uint64_t total = 0;
-  for (const auto& entry : fs::directory_iterator(out)) {
-    if (entry.is_regular_file()) total += entry.file_size();
-  }
-  return total;
 }
 
 Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
@@ -278,7 +116,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     progress.note(fmt::format("skipping {} tensors of the vision tower and projector (not run by sluice yet)",
                               source.unrun_tensors));
   }
-  const Start start = prepare_output(out, state, options.force);
+  const Start start = prepare_output(out, kWorkDir, state, options.force);
   if (start == Start::kComplete) {
     summary["already_complete"] = true;
     summary["container_bytes"] = directory_bytes(out);
@@ -321,14 +159,14 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 
   if (!trunk_done) {
     progress.phase("trunk");
-    const auto errors = write_trunk(source.checkpoint, trunk, trunk_bytes, (out / "trunk.bin").string(),
-                                    options.threads, progress);
+    CheckpointTrunkValues values(source.checkpoint);
+    const auto errors = write_trunk(values, trunk, trunk_bytes, (out / "trunk.bin").string(), options.threads, progress);
     write_file_atomically((work / "trunk.json").string(),
                           Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])},
                                {"source_crc32", trunk_source}}
                               .dump());
   }
-  const auto trunk_stats = read_json(work / "trunk.json");
+  const auto trunk_stats = read_json_file(work / "trunk.json");
   if (!trunk_stats || !trunk_stats->is_object()) fail("{}: unreadable; rerun with --force to start over", (work / "trunk.json").string());
   Json layer_summaries = Json::array();
   std::array<ErrorSums, 3> kind_totals{};
@@ -341,7 +179,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     if (!fs::exists(stats_path)) {
       resumed = false;
       const auto errors = convert_layer(source.checkpoint, plan.config, layer, options, (work / fmt::format("codebooks-{}.bin", tag)).string(),
-                                        (out / fmt::format("experts-{}.bin", tag)).string(), progress);
+                                        (out / bank_file_name(layer.layer)).string(), progress);
       Json stats;
       for (int k = 0; k < 3; ++k) stats[kKindNames[k]] = sums_json(errors[k]);
       stats["source_crc32"] = layer_sources[index];
@@ -349,7 +187,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
       if (options.test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
     }
     resumed_layers += resumed;
-    const auto stats = read_json(stats_path);
+    const auto stats = read_json_file(stats_path);
     if (!stats || !stats->is_object()) fail("{}: unreadable; rerun with --force to start over", stats_path.string());
     Json entry{{"layer", layer.layer}, {"resumed", resumed}};
     for (int k = 0; k < 3; ++k) {
@@ -361,28 +199,18 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   }
 
   progress.phase("manifest");
-  AtomicFile codebooks((out / "codebooks.bin").string());
-  uint32_t codebooks_crc32 = 0;
+  CodebooksWriter codebooks(out);
   for (const auto& layer : plan.moe_layers) {
     const fs::path part = work / fmt::format("codebooks-{}.bin", layer_tag(layer.layer));
-    check_size(part, 3 * kRvqStages * kCodebookBytes);
-    const std::string bytes = read_small_file(posix_file_system(), part.string(), 3 * kRvqStages * kCodebookBytes);
-    std::vector<float> values(bytes.size() / sizeof(float));
-    std::memcpy(values.data(), bytes.data(), bytes.size());
-    if (auto problem = codebook_values_problem(values.data(), 3 * kRvqStages)) {
-      fail("{}: layer {}: {}", part.string(), layer.layer, *problem);
-    }
-    codebooks.append(bytes.data(), bytes.size());
-    codebooks_crc32 = crc32_bytes(bytes.data(), bytes.size(), codebooks_crc32);
+    check_size(part, kCodebooksPerLayer * kCodebookBytes);
+    codebooks.append_layer(layer.layer, read_small_file(posix_file_system(), part.string(), kCodebooksPerLayer * kCodebookBytes),
+                           part.string());
   }
-  codebooks.commit();
-  for (const auto& [name, bytes] : source.tokenizer_files) write_file_atomically((out / name).string(), bytes);
-  check_size(out / "trunk.bin", trunk_bytes);
-  for (const auto& layer : plan.moe_layers) {
-    const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
-    check_size(out / fmt::format("experts-{}.bin", layer_tag(layer.layer)), uint64_t{layer.experts} * layout.stride);
-  }
-  write_file_atomically((out / "manifest.json").string(), build_manifest(source, kmeans, trunk, trunk_bytes, codebooks_crc32, out).dump(2) + "\n");
+  const uint32_t codebooks_crc32 = codebooks.commit();
+  finish_container({.arch = plan.arch, .config = source.config, .source = source.identity, .kmeans = kmeans,
+                    .trunk = trunk, .trunk_bytes = trunk_bytes, .moe_layers = plan.moe_layers,
+                    .tokenizer_files = source.tokenizer_files, .chat_template = source.chat_template},
+                   codebooks_crc32, out);
   fs::remove_all(work);
   progress.finish();
 

@@ -70,10 +70,14 @@ std::array<ErrorSums, 3> encode_expert_record(const std::array<const float*, 3>&
       }
     }
   }
+  seal_record(layout, layer, expert, codebook_base, record);
+  return errors;
+}
+
+void seal_record(const RecordLayout& layout, uint32_t layer, uint32_t expert, uint32_t codebook_base, uint8_t* record) {
   RecordHeader header = expected_header(layout, layer, expert, codebook_base);
   header.crc32 = payload_crc32(record, layout.payload_end);
   header.encode(record);
-  return errors;
 }
 
 }  // namespace sluice::convert

@@ -23,6 +23,10 @@ using LayerCodebooks = std::array<Codebook, 3 * kRvqStages>;
 void normalise_rows(const float* w, uint32_t rows, uint32_t cols, float* u, uint16_t* scales,
                     const std::string& tensor);
 
+// Writes the header of a record whose payload [64, payload_end) is in
+// place: the geometry the reader expects and the payload's crc32.
+void seal_record(const RecordLayout& layout, uint32_t layer, uint32_t expert, uint32_t codebook_base, uint8_t* record);
+
 // Writes the full record (layout.stride bytes) of one expert. `weights` are
 // gate, up, down as [rows, cols] row-major f32; `names` their tensor names.
 std::array<ErrorSums, 3> encode_expert_record(const std::array<const float*, 3>& weights,

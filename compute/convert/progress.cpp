@@ -26,7 +26,7 @@ std::string duration_text(double seconds) {
 
 class StderrProgress final : public ConvertProgress {
  public:
-  explicit StderrProgress(bool terminal) : terminal_(terminal) {}
+  StderrProgress(bool terminal, std::string program) : terminal_(terminal), program_(std::move(program)) {}
 
   void start(uint64_t total_weights) override {
     total_ = total_weights;
@@ -50,7 +50,7 @@ class StderrProgress final : public ConvertProgress {
   }
   void note(const std::string& what) override {
     std::lock_guard lock(mutex_);
-    std::fprintf(stderr, "convert: %s\n", what.c_str());
+    fmt::print(stderr, "{}: {}\n", program_, what);
   }
 
  private:
@@ -72,13 +72,14 @@ class StderrProgress final : public ConvertProgress {
       fmt::print(stderr, "\r[{}{}] {:5.1f}% {:.1f} Mw/s ETA {} {:<28}", std::string(filled, '#'),
                  std::string(kWidth - filled, '.'), 100.0 * fraction, rate / 1e6, eta, phase_);
     } else {
-      fmt::print(stderr, "sluice convert: {:5.1f}% {:.1f} Mw/s elapsed {} ETA {} {}\n", 100.0 * fraction, rate / 1e6,
+      fmt::print(stderr, "sluice {}: {:5.1f}% {:.1f} Mw/s elapsed {} ETA {} {}\n", program_, 100.0 * fraction, rate / 1e6,
                  duration_text(elapsed), eta, phase_);
     }
     std::fflush(stderr);
   }
 
   const bool terminal_;
+  const std::string program_;
   uint64_t total_ = 0;
   std::atomic<uint64_t> done_{0};
   std::mutex mutex_;
@@ -96,9 +97,9 @@ class QuietProgress final : public ConvertProgress {
 
 }  // namespace
 
-std::unique_ptr<ConvertProgress> make_stderr_progress(bool quiet) {
+std::unique_ptr<ConvertProgress> make_stderr_progress(bool quiet, const std::string& program) {
   if (quiet) return std::make_unique<QuietProgress>();
-  return std::make_unique<StderrProgress>(::isatty(STDERR_FILENO) == 1);
+  return std::make_unique<StderrProgress>(::isatty(STDERR_FILENO) == 1, program);
 }
 
 }  // namespace sluice::convert

@@ -1,6 +1,7 @@
 // compute/convert/trunk_writer.cpp: lays out and writes trunk.bin (resident
-// tensors, FORMAT.md "Trunk tensor formats"). Rows are quantized in fixed
-// chunks on the worker threads; nothing here depends on the thread count.
+// tensors, FORMAT.md "Trunk tensor formats") from any TrunkValues. Rows are
+// read and quantized in fixed chunks on the worker threads, so no tensor is
+// held whole in its stored form; nothing here depends on the thread count.
 #include <algorithm>
 
 #include "compute/convert/atomic_file.h"
@@ -25,32 +26,44 @@ std::vector<TrunkEntry> layout_trunk(const ModelPlan& plan, uint64_t& total) {
   return entries;
 }
 
-std::array<ErrorSums, 2> write_trunk(const Checkpoint& checkpoint, const std::vector<TrunkEntry>& entries,
-                                     uint64_t total, const std::string& path, int threads,
-                                     ConvertProgress& progress) {
+void CheckpointTrunkValues::begin(const TrunkTensorPlan& tensor) { current_ = read_weights(checkpoint_, tensor.name); }
+
+void CheckpointTrunkValues::rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last, float* out) {
+  const uint64_t cols = tensor.shape.back();
+  std::copy(current_.begin() + static_cast<ptrdiff_t>(first * cols), current_.begin() + static_cast<ptrdiff_t>(last * cols),
+            out);
+}
+
+std::array<ErrorSums, 2> write_trunk(TrunkValues& values, const std::vector<TrunkEntry>& entries, uint64_t total,
+                                     const std::string& path, int threads, ConvertProgress& progress) {
   AtomicFile file(path);
   std::array<ErrorSums, 2> errors{};
   for (const auto& entry : entries) {
-    const std::vector<float> w = read_weights(checkpoint, entry.plan.name);
-    if (entry.plan.format == TrunkFormat::kF32) {
-      file.write_at(entry.offset, w.data(), w.size() * sizeof(float));
-      progress.advance(w.size());
-      continue;
-    }
-    const size_t rows = entry.plan.shape[0], cols = entry.plan.shape[1];
+    values.begin(entry.plan);
+    const uint64_t cols = entry.plan.shape.back(), rows = entry.plan.elements() / cols;
     const bool q8 = entry.plan.format == TrunkFormat::kQ8G128;
-    GroupQuantized q = q8 ? allocate_q8g128(rows, cols) : allocate_q4g128(rows, cols);
     const size_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     std::vector<ErrorSums> chunk_errors(chunks);
     parallel_for(chunks, threads, [&](size_t chunk) {
-      const size_t begin = chunk * kRowChunk, end = std::min(rows, begin + kRowChunk);
-      chunk_errors[chunk] = q8 ? quantize_q8g128_rows(w.data(), cols, begin, end, q, entry.plan.name)
-                               : quantize_q4g128_rows(w.data(), cols, begin, end, q, entry.plan.name);
-      progress.advance((end - begin) * cols);
+      const uint64_t first = chunk * kRowChunk, last = std::min<uint64_t>(rows, first + kRowChunk), n = last - first;
+      std::vector<float> w(n * cols);
+      values.rows(entry.plan, first, last, w.data());
+      if (entry.plan.format == TrunkFormat::kF32) {
+        file.write_at(entry.offset + first * cols * sizeof(float), w.data(), w.size() * sizeof(float));
+      } else {
+        // Quantization is row by row, so a chunk quantized on its own gives
+        // the bytes of the same rows of the whole tensor.
+        GroupQuantized q = q8 ? allocate_q8g128(n, cols) : allocate_q4g128(n, cols);
+        chunk_errors[chunk] = q8 ? quantize_q8g128_rows(w.data(), cols, 0, n, q, entry.plan.name)
+                                 : quantize_q4g128_rows(w.data(), cols, 0, n, q, entry.plan.name);
+        const uint64_t row_bytes = q.data.size() / n, row_scales = q.scales.size() / n;
+        file.write_at(entry.offset + first * row_bytes, q.data.data(), q.data.size());
+        file.write_at(entry.scale_offset + first * row_scales * sizeof(uint16_t), q.scales.data(),
+                      q.scales.size() * sizeof(uint16_t));
+      }
+      progress.advance(n * cols);
     });
     for (const auto& e : chunk_errors) errors[q8 ? 0 : 1].add(e);
-    file.write_at(entry.offset, q.data.data(), q.data.size());
-    file.write_at(entry.scale_offset, q.scales.data(), q.scales.size() * sizeof(uint16_t));
   }
   // Pads the file to its recorded size when the last tensor ends unaligned.
   uint64_t data_end = 0;

@@ -28,6 +28,16 @@ void split(const Exec& exec, size_t count, size_t grain, Body&& body) {
   }
 }
 
+// Every build overwrites the whole table, so a table that must grow drops its
+// old storage first: growing in place would hold old and new at once, a
+// transient the memory plan does not count (a prefill chunk's down table
+// grows expert by expert).
+template <typename T>
+void resize_discarding(std::vector<T>& v, size_t size) {
+  if (size > v.capacity()) std::vector<T>().swap(v);
+  v.resize(size);
+}
+
 void check_matrix(const RvqTable& table, const RvqMatrixView& m) {
   if (m.shape.cols == 0 || m.shape.cols % kRvqVecDim != 0)
     fail("rvq matvec: matrix cols {} is not a positive multiple of 8", m.shape.cols);
@@ -119,13 +129,13 @@ void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t col
   const uint32_t nv = cols / kRvqVecDim;
   const size_t grains_per_token = (nv + kBuildGrainVectors - 1) / kBuildGrainVectors;
   has_planes_ = exec.isa == Isa::kAvx512;
-  // resize() never shrinks capacity: a rebuild at the same size allocates nothing.
+  // Capacity never shrinks: a rebuild at the same or a smaller size allocates nothing.
   // The f32 table is one token's: it stays in L2 between the two passes.
-  exact_.resize(per_token);
-  codes_.resize(tokens * per_token + kGatherPadCodes);
-  if (has_planes_) planes_.resize(tokens * per_token * 2);
-  grain_max_.resize(grains_per_token);
-  scales_.resize(tokens);
+  resize_discarding(exact_, per_token);
+  resize_discarding(codes_, tokens * per_token + kGatherPadCodes);
+  if (has_planes_) resize_discarding(planes_, tokens * per_token * 2);
+  resize_discarding(grain_max_, grains_per_token);
+  resize_discarding(scales_, size_t{tokens});
   auto grain_range = [&](size_t g) {
     const uint32_t v0 = static_cast<uint32_t>(g) * kBuildGrainVectors;
     return std::pair<uint32_t, uint32_t>{v0, std::min(nv, v0 + kBuildGrainVectors)};

@@ -41,7 +41,7 @@ size_t resolve_thread_count(std::optional<size_t> flag) {
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) fail("thread pool: 0 threads");
   workers_.reserve(threads - 1);
-  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -53,7 +53,7 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::work_on_current_job(std::unique_lock<std::mutex>& lock) {
+void ThreadPool::work_on_current_job(std::unique_lock<std::mutex>& lock, size_t worker) {
   // Runs with `lock` held and releases it only while a chunk runs.
   while (next_chunk_ < chunks_) {
     const size_t chunk = next_chunk_++;
@@ -64,7 +64,7 @@ void ThreadPool::work_on_current_job(std::unique_lock<std::mutex>& lock) {
     lock.unlock();
     std::exception_ptr error;
     try {
-      trampoline(body, begin, end);
+      trampoline(body, worker, begin, end);
     } catch (...) {
       error = std::current_exception();
     }
@@ -74,14 +74,14 @@ void ThreadPool::work_on_current_job(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(size_t worker) {
   uint64_t seen = 0;
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
     if (stopping_) return;
     seen = generation_;
-    work_on_current_job(lock);
+    work_on_current_job(lock, worker);
   }
 }
 
@@ -90,7 +90,7 @@ void ThreadPool::run(size_t count, size_t grain, Trampoline trampoline, void* bo
   if (grain == 0) grain = 1;
   const size_t chunks = (count + grain - 1) / grain;
   if (workers_.empty() || chunks == 1) {
-    for (size_t begin = 0; begin < count; begin += grain) trampoline(body, begin, std::min(count, begin + grain));
+    for (size_t begin = 0; begin < count; begin += grain) trampoline(body, 0, begin, std::min(count, begin + grain));
     return;
   }
   std::unique_lock lock(mutex_);
@@ -104,7 +104,7 @@ void ThreadPool::run(size_t count, size_t grain, Trampoline trampoline, void* bo
   error_ = nullptr;
   ++generation_;
   wake_.notify_all();
-  work_on_current_job(lock);
+  work_on_current_job(lock, 0);
   done_.wait(lock, [&] { return finished_chunks_ == chunks_; });
   chunks_ = 0;  // late-waking workers find nothing left to claim
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));

@@ -43,16 +43,28 @@ class ThreadPool {
     run(count, grain, &invoke<std::remove_reference_t<Body>>, &body);
   }
 
- private:
-  using Trampoline = void (*)(void* body, size_t begin, size_t end);
+  // As parallel_for, but body(worker, begin, end) also learns which thread
+  // runs the chunk: worker is in [0, size()), 0 being the caller, and no two
+  // chunks run at once on one worker, so per-worker scratch needs no lock.
   template <typename Body>
-  static void invoke(void* body, size_t begin, size_t end) {
+  void parallel_for_workers(size_t count, size_t grain, Body&& body) {
+    run(count, grain, &invoke_with_worker<std::remove_reference_t<Body>>, &body);
+  }
+
+ private:
+  using Trampoline = void (*)(void* body, size_t worker, size_t begin, size_t end);
+  template <typename Body>
+  static void invoke(void* body, size_t, size_t begin, size_t end) {
     (*static_cast<Body*>(body))(begin, end);
+  }
+  template <typename Body>
+  static void invoke_with_worker(void* body, size_t worker, size_t begin, size_t end) {
+    (*static_cast<Body*>(body))(worker, begin, end);
   }
 
   void run(size_t count, size_t grain, Trampoline trampoline, void* body);
-  void worker_loop();
-  void work_on_current_job(std::unique_lock<std::mutex>& lock);
+  void worker_loop(size_t worker);
+  void work_on_current_job(std::unique_lock<std::mutex>& lock, size_t worker);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

@@ -41,19 +41,6 @@ void RopeTable::rotate(float* head, uint32_t position) const {
   }
 }
 
-KvCache::KvCache(uint32_t layers, uint32_t capacity, uint32_t kv_width)
-    : capacity_(capacity),
-      kv_width_(kv_width),
-      keys_(size_t{layers} * capacity * kv_width),
-      values_(size_t{layers} * capacity * kv_width) {}
-
-float* KvCache::key(uint32_t layer, uint32_t position) {
-  return &keys_[(size_t{layer} * capacity_ + position) * kv_width_];
-}
-float* KvCache::value(uint32_t layer, uint32_t position) {
-  return &values_[(size_t{layer} * capacity_ + position) * kv_width_];
-}
-
 float softmax_unnormalized(float* scores, uint32_t count) {
   const float max_score = *std::max_element(scores, scores + count);
   float total = 0.0f;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/model/sequence_state.h"
 #include "proto/model_config.h"
 
 namespace sluice {
@@ -29,19 +30,23 @@ class RopeTable {
   std::vector<float> cos_, sin_;
 };
 
-// K and V after norms and rotation, per layer, for positions [0, capacity).
+// K and V after norms and rotation, per layer and position: a view of a
+// sequence's GQA state, whose rows are K then V (kv_width each).
 class KvCache {
  public:
-  KvCache(uint32_t layers, uint32_t capacity, uint32_t kv_width);
-  float* key(uint32_t layer, uint32_t position);
-  float* value(uint32_t layer, uint32_t position);
-  uint32_t capacity() const { return capacity_; }
-  size_t bytes() const { return keys_.size() * sizeof(float) * 2; }
+  static MixerState make_state(uint32_t layers, uint32_t capacity, uint32_t kv_width) {
+    return MixerState(layers, capacity, 2 * kv_width, 0);
+  }
+  KvCache(MixerState& state, uint32_t kv_width) : state_(state), kv_width_(kv_width) {}
+  float* key(uint32_t layer, uint32_t position) { return state_.row(layer, position); }
+  float* value(uint32_t layer, uint32_t position) {
+    return state_.row(layer, position) + kv_width_;
+  }
+  uint32_t capacity() const { return state_.context(); }
 
  private:
-  uint32_t capacity_;
+  MixerState& state_;
   uint32_t kv_width_;
-  std::vector<float> keys_, values_;
 };
 
 // In place: softmax over scores[0..count) in f32, max subtracted, the sum in

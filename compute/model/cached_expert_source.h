@@ -35,11 +35,14 @@ class CachedExpertSource final : public ExpertSource {
   LandedExpert next() override;
   void release(const LandedExpert& expert) override;
   ExpertSourceStats stats() const override;
+  // Every requested record has its own pinned slot.
+  size_t records_held_at_once() const override { return SIZE_MAX; }
 
   // The whole cache's counters (all clients), for run summaries.
   shm::StatsSnapshot cache_stats() const;
   ioworker::Worker* worker() { return worker_.get(); }  // null when attached
   shm::Segment& segment() { return segment_; }
+  uint32_t client_id() const { return client_->id(); }  // its entry in the segment (and its mailbox)
 
  private:
   CachedExpertSource(const Container& container, std::unique_ptr<ioworker::Worker> worker,

@@ -13,6 +13,13 @@
 namespace sluice {
 namespace {
 
+std::unique_ptr<ExpertSource> make_source(const Container& container,
+                                          const EngineOptions& options) {
+  return options.expert_source
+             ? options.expert_source(container)
+             : std::make_unique<DirectExpertSource>(container, options.verify_records);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -34,13 +41,14 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
       config_(ModelConfig::from_json(container_.arch(), container_.config())),
       weights_(ModelWeights::load(container_, config_)),
       pool_(kernels::resolve_thread_count(options.threads)),
+      source_(make_source(container_, options)),
+      transformer_(std::make_unique<Transformer>(
+          config_, weights_, *source_, config_.context_or_default(options.context),
+          kernels::Exec{kernels::isa_from_environment(), &pool_})),
+      sequence_(transformer_->new_sequence()),
       prefill_chunk_(options.prefill_chunk),
       prefill_progress_(options.prefill_progress) {
   if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
-  source_ = options.expert_source ? options.expert_source(container_)
-                                  : std::make_unique<DirectExpertSource>(container_, options.verify_records);
-  const kernels::Exec exec{kernels::isa_from_environment(), &pool_};
-  transformer_ = std::make_unique<Transformer>(config_, weights_, *source_, config_.context_or_default(options.context), exec);
 }
 
 const char* finish_reason_name(FinishReason reason) {
@@ -55,21 +63,30 @@ const char* finish_reason_name(FinishReason reason) {
   return "unknown";
 }
 
-bool Engine::prefill(std::span<const int32_t> tokens, std::span<float> logits) {
+bool Engine::prefill(SequenceState& sequence, std::span<const int32_t> tokens,
+                     std::span<float> logits) {
   for (size_t start = 0; start < tokens.size(); start += prefill_chunk_) {
     const size_t count = std::min<size_t>(prefill_chunk_, tokens.size() - start);
-    transformer_->forward(tokens.subspan(start, count), logits, false);
+    transformer_->forward(sequence, tokens.subspan(start, count), logits, false);
     check_logits_finite(logits, fmt::format("prefill of prompt tokens {}..{}", start, start + count - 1));
     if (prefill_progress_ && !prefill_progress_(start + count, tokens.size())) return false;
   }
   return true;
 }
 
-GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_tokens, const SamplingParams& sampling,
+void Engine::step(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens,
+                  std::span<float> logits) {
+  transformer_->forward_batch(sequences, tokens, logits);
+  check_logits_finite(logits.first(sequences.size() * config_.vocab),
+                      fmt::format("decode step of {} sequences", sequences.size()));
+}
+
+GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_t> prompt,
+                                 uint32_t max_tokens, const SamplingParams& sampling,
                                  std::span<const int32_t> stop_ids, bool ignore_eos,
                                  const TokenCallback& on_token) {
   if (prompt.empty()) fail("the prompt is empty: nothing to continue");
-  const uint32_t room = transformer_->context() - transformer_->position();
+  const uint32_t room = transformer_->context() - sequence.position();
   if (prompt.size() > room) {
     fail(
         "the prompt is {} tokens, longer than the {} left of the context of {} (the model's "
@@ -79,10 +96,12 @@ GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_t
   Sampler sampler(sampling);
   GenerationStats stats;
   std::vector<float> logits(config_.vocab);
-  std::vector<int32_t> context(prompt.begin(), prompt.end());
+  // Penalties see the whole sequence, a resumed session's earlier tokens included.
+  std::vector<int32_t> context(sequence.tokens().begin(), sequence.tokens().end());
+  context.insert(context.end(), prompt.begin(), prompt.end());
 
   auto start = std::chrono::steady_clock::now();
-  const bool prefilled = prefill(prompt, logits);
+  const bool prefilled = prefill(sequence, prompt, logits);
   stats.prompt_tokens = static_cast<uint32_t>(prompt.size());
   stats.prefill_seconds = seconds_since(start);
   if (!prefilled) {
@@ -107,11 +126,11 @@ GenerationStats Engine::generate(std::span<const int32_t> prompt, uint32_t max_t
       break;
     }
     if (i + 1 == max_tokens) break;
-    if (transformer_->position() == transformer_->context()) {
+    if (sequence.position() == transformer_->context()) {
       stats.context_full = true;
       break;
     }
-    transformer_->forward(std::span<const int32_t>(&token, 1), logits, false);
+    transformer_->forward(sequence, std::span<const int32_t>(&token, 1), logits, false);
     check_logits_finite(logits, fmt::format("decode step {} (after generated token {})", i + 1, token));
   }
   stats.decode_seconds = seconds_since(start);

@@ -1,6 +1,19 @@
 // compute/model/engine.h: one loaded model ready to generate: the container,
-// its config and trunk, the thread pool, an expert source and the
-// transformer with its KV cache. It owns no text: callers tokenize.
+// its config and trunk, the thread pool, an expert source, the transformer
+// and a default sequence. It owns no text: callers tokenize.
+//
+// Sequences (what a server drives): the engine's own default sequence is
+// what prefill(tokens, ...), generate(prompt, ...) and `sluice run` use. A
+// caller serving several conversations makes one SequenceState per
+// conversation with new_sequence() (each holds its own caches and recurrent
+// state, sized like the default one: SequenceState::bytes()), prefills each
+// with prefill(sequence, tokens, logits), and then advances any set of them
+// together with step(sequences, tokens, logits): one token per sequence per
+// call, one logits row per sequence, each row bit-identical to that
+// sequence stepped alone. A sequence's state is saved and restored with
+// SequenceState::snapshot()/restore() in memory, or save_session() /
+// load_session() (compute/model/session_file.h) in a file. All of it runs on
+// the caller's thread; an Engine is not thread-safe.
 #pragma once
 
 #include <functional>
@@ -13,6 +26,7 @@
 #include "compute/kernels/thread_pool.h"
 #include "compute/model/expert_source.h"
 #include "compute/model/sampler.h"
+#include "compute/model/sequence_state.h"
 #include "compute/model/transformer.h"
 #include "compute/model/weights.h"
 #include "proto/container.h"
@@ -65,10 +79,24 @@ class Engine {
   ExpertSource& experts() { return *source_; }
   size_t threads() const { return pool_.size(); }
 
+  // The default sequence.
+  SequenceState& sequence() { return sequence_; }
+  // Another sequence at position 0, independent of every other.
+  SequenceState new_sequence() const { return transformer_->new_sequence(); }
+
   // Runs `tokens` through the model in chunks of at most prefill_chunk and
   // leaves the last token's logits in `logits`. False when prefill_progress
-  // abandoned it.
-  bool prefill(std::span<const int32_t> tokens, std::span<float> logits);
+  // abandoned it (the tokens run so far stay in the sequence).
+  bool prefill(std::span<const int32_t> tokens, std::span<float> logits) {
+    return prefill(sequence_, tokens, logits);
+  }
+  bool prefill(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits);
+
+  // One decode step of distinct sequences together: tokens[i] runs on
+  // sequences[i]; logits holds sequences.size() vocabulary-sized rows. The
+  // MoE layers read the union of the sequences' experts once.
+  void step(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens,
+            std::span<float> logits);
 
   // Called with each generated token; return false to stop.
   using TokenCallback = std::function<bool(int32_t token, std::span<const float> logits)>;
@@ -79,8 +107,16 @@ class Engine {
   // sampled from. The last token is not run through the model. A prompt
   // longer than the context left is refused before any prefill; generation
   // that fills the context ends with FinishReason::kLength.
-  GenerationStats generate(std::span<const int32_t> prompt, uint32_t max_tokens, const SamplingParams& sampling,
-                           std::span<const int32_t> stop_ids, bool ignore_eos, const TokenCallback& on_token);
+  GenerationStats generate(std::span<const int32_t> prompt, uint32_t max_tokens,
+                           const SamplingParams& sampling, std::span<const int32_t> stop_ids,
+                           bool ignore_eos, const TokenCallback& on_token) {
+    return generate(sequence_, prompt, max_tokens, sampling, stop_ids, ignore_eos, on_token);
+  }
+  // The same on `sequence`, continuing from its position.
+  GenerationStats generate(SequenceState& sequence, std::span<const int32_t> prompt,
+                           uint32_t max_tokens, const SamplingParams& sampling,
+                           std::span<const int32_t> stop_ids, bool ignore_eos,
+                           const TokenCallback& on_token);
 
  private:
   Container container_;
@@ -89,6 +125,7 @@ class Engine {
   kernels::ThreadPool pool_;
   std::unique_ptr<ExpertSource> source_;
   std::unique_ptr<Transformer> transformer_;
+  SequenceState sequence_;
   uint32_t prefill_chunk_;
   std::function<bool(size_t, size_t)> prefill_progress_;
 };

@@ -41,6 +41,10 @@ class ExpertSource {
   // Gives a handed-out record back; its memory may be reused at once.
   virtual void release(const LandedExpert& expert) = 0;
   virtual ExpertSourceStats stats() const = 0;
+  // How many handed-out records may be held at once. Calls are never
+  // concurrent (the model serializes them), but with more than one record out
+  // the model computes several experts in parallel.
+  virtual size_t records_held_at_once() const { return 1; }
 };
 
 // Reads each requested record with one O_DIRECT pread into an aligned buffer,

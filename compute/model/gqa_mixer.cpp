@@ -1,6 +1,6 @@
 // compute/model/gqa_mixer.cpp: grouped-query softmax attention with the
 // families' q/k norm placements (none, whole vector, per head), clip_qkv and
-// half-split RoPE, over an f32 KV cache.
+// half-split RoPE, over a sequence's f32 KV cache.
 #include <algorithm>
 
 #include "compute/model/attention.h"
@@ -12,16 +12,19 @@ namespace {
 
 class GqaMixer final : public Mixer {
  public:
-  GqaMixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context, kernels::Exec exec)
+  GqaMixer(const ModelConfig& config, const ModelWeights& weights, uint32_t context,
+           kernels::Exec exec)
       : config_(config),
         g_(config.gqa),
         weights_(weights),
         exec_(exec),
         rope_(config.rope, context),
-        cache_(config.layers, context, g_.kv_heads * g_.head_dim),
+        context_(context),
         scale_(config.attention_scale()) {}
 
-  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, float* out) override {
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
+               MixerState& state, float* out) override {
+    KvCache cache(state, g_.kv_heads * g_.head_dim);
     const GqaWeights& w = weights_.layers[layer].gqa;
     const uint32_t head_dim = g_.head_dim;
     const uint32_t q_width = g_.heads * head_dim, kv_width = g_.kv_heads * head_dim;
@@ -51,18 +54,20 @@ class GqaMixer final : public Mixer {
       const uint32_t position = first_position + t;
       for (uint32_t h = 0; h < g_.heads; ++h) rope_.rotate(q + h * head_dim, position);
       for (uint32_t h = 0; h < g_.kv_heads; ++h) rope_.rotate(k + h * head_dim, position);
-      std::copy(k, k + kv_width, cache_.key(layer, position));
-      std::copy(v, v + kv_width, cache_.value(layer, position));
+      std::copy(k, k + kv_width, cache.key(layer, position));
+      std::copy(v, v + kv_width, cache.value(layer, position));
     }
     attn_.resize(size_t{tokens} * q_width);
     for (uint32_t t = 0; t < tokens; ++t) {
-      attend(&q_[size_t{t} * q_width], cache_, layer, first_position + t, g_.heads, g_.kv_heads, head_dim, scale_,
-             &attn_[size_t{t} * q_width], scores_);
+      attend(&q_[size_t{t} * q_width], cache, layer, first_position + t, g_.heads, g_.kv_heads,
+             head_dim, scale_, &attn_[size_t{t} * q_width], scores_);
     }
     w.o.apply(attn_.data(), tokens, out, exec_);
   }
 
-  size_t state_bytes() const override { return cache_.bytes(); }
+  MixerState make_state() const override {
+    return KvCache::make_state(config_.layers, context_, g_.kv_heads * g_.head_dim);
+  }
 
  private:
   const ModelConfig& config_;
@@ -70,7 +75,7 @@ class GqaMixer final : public Mixer {
   const ModelWeights& weights_;
   kernels::Exec exec_;
   RopeTable rope_;
-  KvCache cache_;
+  uint32_t context_;
   float scale_;
   std::vector<float> q_, k_, v_, attn_, scores_;
 };

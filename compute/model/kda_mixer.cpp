@@ -33,14 +33,14 @@ class KdaMixer final : public Mixer {
     for (uint32_t i = 0; i < config.layers; ++i) {
       if (config.is_kda(i)) index_[i] = layers_++;
     }
-    state_.assign(size_t{layers_} * kda_.state_floats(), 0.0f);
   }
 
-  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, float* out) override {
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
+               MixerState& state, float* out) override {
     if (index_[layer] == kNone) fail("layer {} is not a KDA layer", layer);
     const KdaWeights& w = weights_.layers[layer].kda;
     const uint32_t heads = kda_.heads, d = kda_.head_dim, p = kda_.width();
-    float* recurrent = &state_[size_t{index_[layer]} * kda_.state_floats()];
+    float* recurrent = &state.fixed()[size_t{index_[layer]} * kda_.state_floats()];
     float* carried = recurrent + size_t{heads} * d * d;  // [q, k, v][kernel − 1][p]
     if (first_position == 0) std::fill(recurrent, recurrent + kda_.state_floats(), 0.0f);
 
@@ -91,7 +91,10 @@ class KdaMixer final : public Mixer {
     w.o.apply(attn_.data(), tokens, out, exec_);
   }
 
-  size_t state_bytes() const override { return state_.size() * sizeof(float); }
+  // Per KDA layer: heads × d × d, then 3 × (kernel − 1) × p; nothing grows with position.
+  MixerState make_state() const override {
+    return MixerState(0, 0, 0, size_t{layers_} * kda_.state_floats());
+  }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -149,7 +152,6 @@ class KdaMixer final : public Mixer {
   kernels::Exec exec_;
   std::vector<uint32_t> index_;  // model layer → KDA layer, kNone for others
   uint32_t layers_ = 0;
-  std::vector<float> state_;     // per KDA layer: heads × d × d, then 3 × (kernel − 1) × p
   std::vector<float> q_, k_, v_, sequence_, low_rank_, decay_, beta_, gate_, attn_;
   std::vector<float> hq_, hk_, hv_, hg_, hbeta_, ho_, scratch_;
 };

@@ -1,8 +1,8 @@
 // compute/model/mixer.h: the token-mixing half of a layer (GQA attention,
-// MLA, KDA). A mixer owns its per-sequence state for every layer it serves
-// (KV cache, latent cache, recurrent state) and says how large it is; it
-// reads the input-normed hidden states and writes what the layer adds to
-// the residual.
+// MLA, KDA). A mixer holds weights and scratch, never a sequence: it sizes
+// the per-sequence state of every layer it serves (KV cache, latent cache,
+// recurrent state) and acts on the one it is given; it reads the
+// input-normed hidden states and writes what the layer adds to the residual.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "compute/kernels/dispatch.h"
+#include "compute/model/sequence_state.h"
 #include "compute/model/weights.h"
 #include "proto/model_config.h"
 
@@ -19,11 +20,13 @@ class Mixer {
  public:
   virtual ~Mixer() = default;
   // Tokens at positions [first_position, first_position + tokens) of the
-  // sequence: `normed` and `out` are tokens × hidden.
-  virtual void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
-                       float* out) = 0;
-  // Bytes of per-sequence state (fixed, however much of it is used).
-  virtual size_t state_bytes() const = 0;
+  // sequence whose state is `state` (made by make_state): `normed` and
+  // `out` are tokens × hidden.
+  virtual void forward(uint32_t layer, const float* normed, uint32_t tokens,
+                       uint32_t first_position, MixerState& state, float* out) = 0;
+  // One sequence's state for this mixer's layers, sized for the context the
+  // mixer was made for (fixed, however much of it is used).
+  virtual MixerState make_state() const = 0;
 };
 
 // The softmax-attention mixer of `config.mixer` for a context of `context`

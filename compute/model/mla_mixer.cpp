@@ -1,5 +1,5 @@
 // compute/model/mla_mixer.cpp: multi-head latent attention in its absorbed
-// form (architectures.md §3.4). The cache holds, per layer and position, the
+// form (architectures.md §3.4). A sequence's cache holds, per layer and position, the
 // normed latent and the rotated shared rope key, never expanded keys or
 // values: kv_b_proj's key half is folded into the query and its value half
 // applied to the attention-weighted latent. Without rotary dims (Kimi-
@@ -26,14 +26,13 @@ class MlaMixer final : public Mixer {
         scale_(config.attention_scale()),
         slot_(config.layers, UINT32_MAX) {
     // Only this mixer's layers hold a cache (Kimi-Linear interleaves KDA).
-    uint32_t layers = 0;
     for (uint32_t i = 0; i < config.layers; ++i) {
-      if (!config.is_kda(i)) slot_[i] = layers++;
+      if (!config.is_kda(i)) slot_[i] = slots_++;
     }
-    cache_.assign(size_t{layers} * context * m_.cached_width(), 0.0f);
   }
 
-  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position, float* out) override {
+  void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
+               MixerState& cache, float* out) override {
     const MlaWeights& w = weights_.layers[layer].mla;
     const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, rope = m_.rope_dim, nope = m_.nope_dim;
     const uint32_t qk = m_.qk_dim(), v_dim = m_.v_dim, cached = m_.cached_width();
@@ -42,7 +41,7 @@ class MlaMixer final : public Mixer {
     w.kv_a.apply(normed, tokens, kva_.data(), exec_);
     for (uint32_t t = 0; t < tokens; ++t) {
       const uint32_t position = first_position + t;
-      float* row = entry(layer, position);
+      float* row = entry(cache, layer, position);
       const float* a = &kva_[size_t{t} * cached];
       rms_norm(a, w.kv_a_norm.data(), latent, m_.latent_norm_eps, row);
       std::copy(a + latent, a + cached, row + latent);
@@ -82,7 +81,7 @@ class MlaMixer final : public Mixer {
         const float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
         const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
         for (uint32_t s = 0; s <= position; ++s) {
-          const float* c = entry(layer, s);
+          const float* c = entry(cache, layer, s);
           float dot = 0.0f;
           for (uint32_t j = 0; j < latent; ++j) dot += q_bar[j] * c[j];
           float rope_dot = 0.0f;
@@ -93,7 +92,7 @@ class MlaMixer final : public Mixer {
         std::fill(read_out_.begin(), read_out_.end(), 0.0f);
         for (uint32_t s = 0; s <= position; ++s) {
           const float weight = scores_[s] / total;
-          const float* c = entry(layer, s);
+          const float* c = entry(cache, layer, s);
           for (uint32_t j = 0; j < latent; ++j) read_out_[j] += weight * c[j];
         }
         // o[h] = W_UV[h] u: the value half of head h's rows.
@@ -115,7 +114,10 @@ class MlaMixer final : public Mixer {
     w.o.apply(attn_.data(), tokens, out, exec_);
   }
 
-  size_t state_bytes() const override { return cache_.size() * sizeof(float); }
+  // [slot][position][latent | rope key]
+  MixerState make_state() const override {
+    return MixerState(slots_, context_, m_.cached_width(), 0);
+  }
 
  private:
   void queries(const MlaWeights& w, const float* normed, uint32_t tokens) {
@@ -133,9 +135,9 @@ class MlaMixer final : public Mixer {
     w.q_b.apply(q_latent_.data(), tokens, q_.data(), exec_);
   }
 
-  float* entry(uint32_t layer, uint32_t position) {
+  float* entry(MixerState& cache, uint32_t layer, uint32_t position) const {
     if (position >= context_) fail("position {} is past the context length {}", position, context_);
-    return &cache_[(size_t{slot_[layer]} * context_ + position) * m_.cached_width()];
+    return cache.row(slot_[layer], position);
   }
 
   const MlaConfig& m_;
@@ -145,7 +147,7 @@ class MlaMixer final : public Mixer {
   uint32_t context_;
   float scale_;
   std::vector<uint32_t> slot_;  // model layer → cache slot
-  std::vector<float> cache_;     // [slot][position][latent | rope key]
+  uint32_t slots_ = 0;
   std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, scores_, gate_;
 };
 

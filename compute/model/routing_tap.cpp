@@ -26,7 +26,7 @@ RoutingSession::RoutingSession(Engine& engine, const RoutingOptions& options)
           });
       lookahead_->start();
     }
-    publisher_.emplace(cache_->segment(), options.in_prefill);
+    publisher_.emplace(cache_->segment(), cache_->client_id(), options.in_prefill);
   }
   if (publisher_ || trace_) {
     engine_.transformer().set_moe_hook(
@@ -64,7 +64,7 @@ void RoutingSession::on_moe(uint32_t layer, size_t moe_index, uint32_t tokens, s
   if (trace_ && moe_index + 1 == moe_layers_) {
     for (uint32_t t = 0; t < tokens; ++t) {
       router::TraceToken row;
-      row.tok = uint64_t{engine_.transformer().position()} + t;
+      row.tok = engine_.transformer().last_positions()[t];
       for (const Routing& r : routing[t]) {
         row.layers.push_back(r.experts);
         row.weights.emplace_back(r.weights.begin(), r.weights.end());

@@ -35,6 +35,22 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
     }
   }
+  int32_t token = draw();
+  if (TokenConstraint* constraint = params_.constraint) {
+    if (!constraint->allows(token)) {
+      constraint->mask(scratch_);
+      if (std::none_of(scratch_.begin(), scratch_.end(), [](float l) { return std::isfinite(l); })) {
+        fail("the output constraint allows no token here (the grammar has no way to continue)");
+      }
+      token = draw();
+    }
+    constraint->accept(token);
+  }
+  return token;
+}
+
+int32_t Sampler::draw() {
+  const auto vocab = static_cast<int32_t>(scratch_.size());
   if (params_.temperature <= 0.0f) {
     return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) - scratch_.begin());
   }
@@ -80,6 +96,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     kept = cut;
   }
 
+  // Masked tokens (probability 0) are never the fallback of a rounded draw.
+  while (kept > 1 && probs[kept - 1] == 0.0) --kept;
   double mass = 0.0;
   for (size_t i = 0; i < kept; ++i) mass += probs[i];
   // 53 random bits give a uniform double in [0, 1) independent of the library.

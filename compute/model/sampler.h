@@ -10,6 +10,21 @@
 
 namespace sluice {
 
+// Restricts which token may come next (structured output, compute/chat/
+// json_constraint.h). The sampler draws as usual and asks allows(); only when
+// the draw is refused does it call mask() and draw again from the same row,
+// so a constraint never costs a forward pass. Stateful: one per generation.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Whether `token` may come next.
+  virtual bool allows(int32_t token) = 0;
+  // Sets the logit of every token that may not come next to -infinity.
+  virtual void mask(std::span<float> logits) = 0;
+  // `token` was chosen (allows(token) held): the state moves past it.
+  virtual void accept(int32_t token) = 0;
+};
+
 struct SamplingParams {
   float temperature = 0.0f;       // <= 0: greedy (argmax, lowest id on ties)
   int top_k = 0;                  // 0: off
@@ -17,6 +32,9 @@ struct SamplingParams {
   float min_p = 0.0f;             // 0: off; keeps tokens with p >= min_p * p_max
   float repetition_penalty = 1.0f;  // 1: off; applied to every token already in the context
   uint64_t seed = 0;
+  // Not owned; outlives every Sampler made from these params. Null: no
+  // constraint. A row where it allows nothing is an Error.
+  TokenConstraint* constraint = nullptr;
 };
 
 // Checks ranges and throws Error naming the flag that is out of range.
@@ -28,6 +46,8 @@ class Sampler {
 
   // Order: repetition penalty, then greedy if temperature <= 0; otherwise
   // temperature, top-k, softmax, top-p, min-p, and a draw from what is left.
+  // With a constraint, a refused draw is redone on the masked row and the
+  // chosen token is passed to its accept().
   int32_t sample(std::span<const float> logits, std::span<const int32_t> context);
 
  private:
@@ -35,6 +55,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<float> scratch_;
   std::vector<int32_t> order_;
+
+  int32_t draw();  // from scratch_, without the constraint
 };
 
 }  // namespace sluice

@@ -1,11 +1,14 @@
 // compute/model/transformer.h: the forward pass over a chunk of tokens:
-// embeddings, then per layer a mixer (GQA or MLA, owning its cache) and an
-// FFN (dense SwiGLU, or MoE: the router, routed experts fetched through an
-// ExpertSource, an optional shared expert), then the LM head. A chunk of one
-// token is a decode step; a longer chunk reads each distinct expert of a
-// layer once for all its tokens. Expert outputs are summed in routing order,
-// so the result does not depend on the order records arrive in. Kimi K3's
-// depth mixtures (attn_res.h) and latent experts (latent_moe.h) hook in here.
+// embeddings, then per layer a mixer (GQA, MLA or KDA, acting on the
+// sequence's state it is given) and an FFN (dense SwiGLU, or MoE: the router,
+// routed experts fetched through an ExpertSource, an optional shared
+// expert), then the LM head. A chunk of one token is a decode step; a longer
+// chunk, or one decode token of each of several sequences, reads each
+// distinct expert of a layer once for all its tokens. Expert outputs are
+// summed in routing order, so the result does not depend on the order
+// records arrive in, nor on which other sequences share the step. Holds no
+// sequence: every SequenceState is the caller's. Kimi K3's depth mixtures
+// (attn_res.h) and latent experts (latent_moe.h) hook in here.
 #pragma once
 
 #include <cstdint>
@@ -18,27 +21,48 @@
 #include "compute/model/attn_res.h"
 #include "compute/model/expert_source.h"
 #include "compute/model/mixer.h"
+#include "compute/model/sequence_state.h"
 #include "compute/model/weights.h"
 #include "compute/routing/routing.h"
 #include "proto/model_config.h"
 
 namespace sluice {
 
+// Seconds spent in each part of the forward passes so far (three clock reads
+// a layer): the mixers (with their input norm), the MoE blocks (router,
+// routed experts including any wait for their records, shared expert), the
+// dense FFNs, and the final norm with the LM head.
+struct ForwardTimes {
+  double kda = 0, attention = 0, moe = 0, dense = 0, lm_head = 0;
+};
+
 class Transformer {
  public:
   Transformer(const ModelConfig& config, const ModelWeights& weights, ExpertSource& experts,
               uint32_t context, kernels::Exec exec);
 
-  // Runs `tokens` at positions [position(), position() + tokens.size()) and
-  // advances the position. Writes vocabulary-sized logits for the last token
-  // to `logits`, or for every token (tokens.size() rows) when `all_positions`.
-  void forward(std::span<const int32_t> tokens, std::span<float> logits, bool all_positions);
-  uint32_t position() const { return position_; }
+  // A fresh sequence at position 0, its state sized for context().
+  SequenceState new_sequence() const;
+
+  // Runs `tokens` of `sequence` at positions [position, position +
+  // tokens.size()) and advances it. Writes vocabulary-sized logits for the
+  // last token to `logits`, or for every token (tokens.size() rows) when
+  // `all_positions`.
+  void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
+               bool all_positions);
+  // One decode step of several distinct sequences at once: tokens[i] runs
+  // at sequences[i]'s position, and logits row i (vocabulary-sized) is its.
+  // Each row is bit-identical to sequences[i] stepped alone by forward().
+  void forward_batch(std::span<SequenceState* const> sequences, std::span<const int32_t> tokens,
+                     std::span<float> logits);
+
   uint32_t context() const { return context_; }
-  void reset() { position_ = 0; }
-  // The routing of the last forward call: [token][moe layer].
+  // The routing of the last forward call: [token][moe layer], tokens in
+  // call order (a batch's tokens in sequence order).
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
-  size_t kv_cache_bytes() const { return attention_->state_bytes() + (kda_ ? kda_->state_bytes() : 0); }
+  // The position each token of the last forward call ran at, in the same order.
+  const std::vector<uint32_t>& last_positions() const { return positions_; }
+  const ForwardTimes& times() const { return times_; }
 
   // Called for each MoE layer once its routing is decided and its records are
   // requested, with the layer, its MoE ordinal, the chunk's tokens and their
@@ -49,6 +73,14 @@ class Transformer {
   void set_moe_hook(MoeHook hook) { moe_hook_ = std::move(hook); }
 
  private:
+  // A run of consecutive tokens of one sequence within a forward call.
+  struct Segment {
+    SequenceState* sequence;
+    std::span<const int32_t> tokens;
+  };
+  // Runs the segments' tokens as one chunk: logits for every token when
+  // `all_positions`, else for each segment's last.
+  void run(std::span<const Segment> segments, std::span<float> logits, bool all_positions);
   void moe(uint32_t layer, uint32_t tokens, size_t moe_index);
   // x += down(silu(gate(normed)) ⊙ up(normed)) for the chunk.
   void swiglu(const Linear& gate, const Linear& up, const Linear& down, uint32_t tokens);
@@ -61,14 +93,34 @@ class Transformer {
   std::unique_ptr<Mixer> attention_;  // the softmax-attention layers (GQA or MLA)
   std::unique_ptr<Mixer> kda_;        // the KDA layers, when the model has any
   std::unique_ptr<AttnRes> attn_res_;  // K3's depth mixtures, when the model has them
-  uint32_t position_ = 0;
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
   std::vector<float> x_, normed_, proj_;
-  std::vector<float> router_logits_, expert_out_, gate_, up_, down_in_, down_out_, latent_in_, routed_;
-  kernels::RvqTable gate_table_, up_table_, down_table_;
+  std::vector<float> router_logits_, expert_out_, gate_, up_, latent_in_, routed_;
+  // The routed experts' input rows (expert_hidden() wide): normed_, or K3's latent_in_.
+  const float* expert_in_ = nullptr;
+  kernels::RvqTable gate_table_, up_table_;
+  // One MoE block's bookkeeping: its distinct experts, the (token, rank) pairs
+  // each serves (user_pairs_[user_begin_[e] .. user_begin_[e + 1])), and each
+  // token's row in the gate/up tables (tokens of decode-once experts only
+  // have none).
+  std::vector<uint32_t> distinct_, user_begin_, user_next_, table_row_, table_tokens_;
+  std::vector<std::pair<uint32_t, uint32_t>> user_pairs_;
+  std::vector<float> table_input_;
+  // What one expert's computation needs, one per pool worker; grows once.
+  struct ExpertScratch {
+    std::vector<float> input, gate, up, hidden, out;
+    std::vector<uint32_t> rows;
+    kernels::RvqTable down_table;
+  };
+  std::vector<ExpertScratch> expert_scratch_;
+  // One landed expert applied to the tokens that chose it, into expert_out_.
+  void run_expert(const LandedExpert& landed, ExpertScratch& scratch, const kernels::Exec& exec,
+                  const MoeWeights& lw);
   std::vector<std::vector<Routing>> routing_;
+  std::vector<uint32_t> positions_;
   MoeHook moe_hook_;
+  ForwardTimes times_;
 };
 
 }  // namespace sluice

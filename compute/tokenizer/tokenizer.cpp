@@ -173,6 +173,14 @@ bool Tokenizer::is_special(TokenId id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->entries.size() && impl_->entries[id].special;
 }
 
+bool Tokenizer::is_added(TokenId id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->entries.size() || !impl_->entries[id].present) {
+    return false;
+  }
+  const auto it = impl_->added_vocab.find(impl_->entries[id].text);
+  return it != impl_->added_vocab.end() && it->second == id;
+}
+
 std::optional<TokenId> Tokenizer::bos_id() const { return impl_->bos; }
 std::optional<TokenId> Tokenizer::eos_id() const { return impl_->eos; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }

@@ -83,6 +83,9 @@ class Tokenizer {
   // One past the highest id (BPE vocabulary and added or special tokens).
   size_t vocab_size() const;
   bool is_special(TokenId id) const;
+  // An added token (tokenizer.json added_tokens, or a tiktoken special),
+  // special or not: a control token when read as markup.
+  bool is_added(TokenId id) const;
 
   // From tokenizer_config.json when given (nullopt when absent or null).
   std::optional<TokenId> bos_id() const;

@@ -29,7 +29,7 @@ SLUICE_ROUTER = os.environ['SLUICE_ROUTER_BIN']
 HELP_OPTIONS = {
     'run': ['MODEL', 'PROMPT', '--max-tokens', '--temp', '--top-k', '--top-p', '--min-p', '--repeat-penalty',
             '--seed', '--ctx', '--threads', '--chunk', '--budget', '--force', '--attach', '--no-cache', '--verify',
-            '--json', '--dump-logits', '--prompt-ids', '--trace-out', '--lookahead'],
+            '--json', '--dump-logits', '--prompt-ids', '--trace-out', '--lookahead', '--session'],
     'eval': ['MODEL', '--text', '--json', '--dump-logits', '--ctx', '--budget'],
     'convert': ['SRC_DIR', 'OUT', '--threads', '--seed', '--json', '--quiet', '--force', '--no-tokenizer'],
     'info': ['MODEL', '--json'],
@@ -38,6 +38,8 @@ HELP_OPTIONS = {
     'detokenize': ['--tokenizer', '--skip-special'],
     'plan': ['MODEL', '--ctx', '--budget', '--force', '--json'],
     'stats': ['--attach', '--watch', '--json'],
+    'chat': ['MODEL', '--system', '--attach', '--max-tokens', '--temp', '--seed', '--json-schema', '--json-object',
+             '--ctx', '--budget'],
     'bench': ['kernels', 'io', 'replay', 'decode'],
     'bench kernels': ['--json', '--threads', '--seconds'],
     'bench io': ['MODEL', '--json', '--readers'],

@@ -34,7 +34,8 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables) {
   const uint64_t activations =
       chunk * (4 * hidden + 2 * heads * head_dim + 2 * kv_heads * head_dim + experts + top_k * hidden + 3 * width);
   const uint64_t scratch = (activations + chunk * (2 * hidden + width) * 96 + heads * ctx + vocab) * 4;
-  return resident + kv + scratch + 2 * top_k * stride + tables;
+  const uint64_t process = (uint64_t{8} << 20) + vocab * 224;  // program and libraries, the tokenizer by vocabulary entry
+  return resident + kv + scratch + process + 2 * top_k * stride + tables;
 }
 
 }  // namespace

@@ -22,12 +22,18 @@ PROGRAMS = ('sluice', 'sluice-io', 'sluice-router', 'sluice-up')
 EXAMPLES = [
     ('sluice convert SRC_DIR OUT.sluice', 'sluice convert {ck} {m} --threads 1 --seed 5 --json -q'),
     ('sluice info OUT.sluice', 'sluice info {m} && sluice info {m} --json'),
+    ('sluice synth SHAPE OUT.sluice', 'sluice synth qwen3-30b-a3b {w}/synth.sluice --layers 1 --seed 3 --threads 1 '
+                                      '--experts 8 --vocab 1024 --json -q && sluice verify {w}/synth.sluice'),
+    ('sluice synth SHAPE --print-config', 'sluice synth kimi-linear-48b --print-config --layers 4 > {w}/kimi.json && '
+                                          'sluice plan --config {w}/kimi.json'),
     ('sluice verify OUT.sluice', 'sluice verify {m} --json'),
     ('sluice run MODEL.sluice "PROMPT" [', 'sluice run {m} "The river" -n 4 --temp 0.8 --top-k 20 --top-p 0.9 '
                                            '--min-p 0.05 --repeat-penalty 1.1 --seed 3 --ctx 64 --threads 1 '
                                            '--chunk 8 --budget {budget} --verify --trace-out {w}/trace.jsonl '
                                            '--dump-logits {w}/logits.f32 && sluice run {m} --prompt-ids 1,2,3 -n 2 '
                                            '--no-cache --json'),
+    ('sluice run MODEL.sluice --session', 'sluice run {m} --session {w}/chat.session "The river" -n 2 --ctx 64 && '
+                                          'sluice run {m} --session {w}/chat.session " ran" -n 2 --ctx 64'),
     ('sluice eval MODEL.sluice --text FILE', 'echo "the river ran to the sea" > {w}/text.txt && '
                                             'sluice eval {m} --text {w}/text.txt --json --dump-logits {w}/eval.f32'),
     ('sluice tokenize', 'sluice tokenize {m} "hello there" --json && '
@@ -37,12 +43,19 @@ EXAMPLES = [
     ('sluice template MODEL.sluice', 'echo \'[{{"role": "user", "content": "hi"}}]\' > {w}/messages.json && '
                                      'sluice template {m} --messages {w}/messages.json --add-generation-prompt --ids '
                                      '--json && sluice template {m} --messages {w}/messages.json --disable-thinking'),
+    ('sluice chat MODEL.sluice', 'echo \'{{"type": "object"}}\' > {w}/schema.json && '
+                                 'printf "hello\\n/stats\\n" | sluice chat {m} --system "Be brief." -n 4 --temp 0.8 '
+                                 '--seed 3 --ctx 64 --threads 1 --disable-thinking && '
+                                 'echo hi | sluice chat {m} -n 4 --json-schema {w}/schema.json && '
+                                 'echo hi | sluice chat {m} -n 4 --json-object --enable-thinking'),
     ('sluice plan --config', 'sluice plan --config {ck}/config.json --ctx 64 --ram 16G --json'),
     ('sluice bench kernels', 'sluice bench kernels --json --seconds 0.01 --no-alternatives --threads 1'),
     ('sluice bench io MODEL.sluice', 'sluice bench io {m} --json --seconds 0.1 --rounds 1'),
     ('sluice bench replay TRACE', 'sluice bench replay {w}/trace.jsonl --model {m} --budget {budget} --json'),
     ('sluice bench decode MODEL.sluice', 'sluice bench decode {m} --budget {budget} --compare-lookahead --repeat 1 '
                                          '-n 3 --prompt-tokens 4 --temp 0.8 --seed 3 --json'),
+    ('sluice bench batch MODEL.sluice', 'sluice bench batch {m} --budget {budget} --sequences 1,2 -n 2 '
+                                        '--prompt-tokens 3 --repeat 1 --json'),
     ('sluice-up MODEL.sluice', 'sluice-up {m} --budget {budget} --instance {i}'),
     ('sluice run MODEL.sluice "PROMPT" --attach', 'sluice run {m} "The river" -n 4 --attach {i}'),
     ('sluice stats', 'sluice stats --attach {i} --json && sluice stats --attach {i}'),

@@ -54,10 +54,12 @@ def convert(work, name, *variant):
 
 
 def engine(container, out, trace=None):
+    """The engine's logits and the reference flags that model its table/decode-once choice."""
     extra = ["--trace-out", trace] if trace else []
-    run(SLUICE, "run", container, "--prompt-ids", IDS, "-n", str(STEPS), "--temp", "0", "--dump-logits", out,
-        "--json", *extra)
-    return load(out)
+    result = run(SLUICE, "run", container, "--prompt-ids", IDS, "-n", str(STEPS), "--temp", "0", "--dump-logits", out,
+                 "--json", *extra)
+    crossover = json.loads(result.stdout)["kernels"]["rvq_decode_crossover"]
+    return load(out), ["--decode-crossover", str(crossover)]
 
 
 def reference(container, out, *extra):
@@ -88,9 +90,10 @@ def compare_routing(name, ours, theirs, failures):
 def check(work, name, failures, *variant, routing=False, final_mixture=False):
     checkpoint, container = convert(work, name, *variant)
     trace = os.path.join(work, name + ".trace") if routing else None
-    ours = engine(container, os.path.join(work, name + ".engine"), trace)
+    ours, as_engine = engine(container, os.path.join(work, name + ".engine"), trace)
     ref_trace = os.path.join(work, name + ".ref.trace")
-    theirs = reference(container, os.path.join(work, name + ".ref"), *(["--trace-out", ref_trace] if routing else []))
+    theirs = reference(container, os.path.join(work, name + ".ref"), *as_engine,
+                       *(["--trace-out", ref_trace] if routing else []))
     diff = float(np.max(np.abs(ours - theirs)))
     same = bool(np.array_equal(np.argmax(ours[:-1], axis=1), np.argmax(theirs[:-1], axis=1)))
     print(f"{name}: engine vs reference: max |diff| {diff:.3g}, greedy tokens identical: {same}")
@@ -102,7 +105,7 @@ def check(work, name, failures, *variant, routing=False, final_mixture=False):
         compare_routing(name, read_trace(trace), read_trace(ref_trace), failures)
     if final_mixture:
         # Row 0 (after the prompt) is fed the same tokens in both runs.
-        skipped = reference(container, os.path.join(work, name + ".skip"), "--skip-final-mixture")
+        skipped = reference(container, os.path.join(work, name + ".skip"), *as_engine, "--skip-final-mixture")
         gap = float(np.max(np.abs(ours[0] - skipped[0])))
         print(f"{name}: engine vs reference without the final mixture: max |diff| {gap:.3g} (row 0)")
         if not gap > 100 * TOLERANCE:

@@ -5,8 +5,9 @@
 # the plan from config.json alone equals the plan of the converted container;
 # logits after a 16-token prompt and after each of 8 greedy steps agree to
 # 1e-4 (max abs) with scripts/reference.py reading the same container, and the
-# greedy tokens are identical. Also prints what the quantization costs against
-# the unquantized checkpoint (no bound: the number goes in the closing note).
+# greedy tokens are identical; the logits do not depend on the thread count.
+# Also prints what the quantization costs against the unquantized checkpoint
+# (no bound: the number goes in the closing note).
 import json
 import os
 import subprocess
@@ -31,14 +32,15 @@ def run(*args):
 
 
 def engine_logits(model, out, *extra):
-    run(SLUICE, "run", model, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", str(STEPS), "--temp", "0",
-        "--dump-logits", out, "--json", *extra)
-    return out
+    """Writes the engine's logits to `out`; returns the run's JSON summary."""
+    return json.loads(run(SLUICE, "run", model, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", str(STEPS),
+                          "--temp", "0", "--dump-logits", out, "--json", *extra))
 
 
-def reference_logits(model, out):
+def reference_logits(model, out, decode_crossover):
+    """The reference models the engine's choice between table and decode-once experts."""
     run(PY, os.path.join(ROOT, "scripts/reference.py"), model, "--prompt-ids", ",".join(map(str, PROMPT)),
-        "-n", str(STEPS), "--temp", "0", "--dump-logits", out)
+        "-n", str(STEPS), "--temp", "0", "--dump-logits", out, "--decode-crossover", str(decode_crossover))
     return out
 
 
@@ -57,8 +59,10 @@ def check_family(name, family, work, failures, *variant):
     config = json.load(open(os.path.join(checkpoint, "config.json")))
     vocab = config.get("text_config", config)["vocab_size"]  # Kimi K3 nests its LM config
 
-    ours = load(engine_logits(container, os.path.join(work, name + ".engine")), vocab)
-    theirs = load(reference_logits(container, os.path.join(work, name + ".ref")), vocab)
+    summary = engine_logits(container, os.path.join(work, name + ".engine"))
+    ours = load(os.path.join(work, name + ".engine"), vocab)
+    crossover = summary["kernels"]["rvq_decode_crossover"]
+    theirs = load(reference_logits(container, os.path.join(work, name + ".ref"), crossover), vocab)
     diff = float(np.max(np.abs(ours - theirs)))
     same_tokens = bool(np.array_equal(np.argmax(ours[:-1], axis=1), np.argmax(theirs[:-1], axis=1)))
     print(f"{name}: engine vs reference on the container: max |diff| {diff:.3g}, greedy tokens identical: {same_tokens}")
@@ -69,11 +73,22 @@ def check_family(name, family, work, failures, *variant):
 
     # Chunked prefill (chunk 3) and token-by-token (chunk 1) agree with the default.
     for chunk in ("3", "1"):
-        chunked = load(engine_logits(container, os.path.join(work, f"{name}.chunk{chunk}"), "--chunk", chunk), vocab)
+        engine_logits(container, os.path.join(work, f"{name}.chunk{chunk}"), "--chunk", chunk)
+        chunked = load(os.path.join(work, f"{name}.chunk{chunk}"), vocab)
         diff_chunk = float(np.max(np.abs(chunked - ours)))
         print(f"{name}: prefill chunk {chunk} vs 64: max |diff| {diff_chunk:.3g}")
         if not diff_chunk <= TOLERANCE:
             failures.append(f"{name}: prefill in chunks of {chunk} differs by {diff_chunk:.3g}")
+
+    # Bit-identical for any thread count: one expert per worker, or one matrix split over them.
+    if name in ("olmoe", "deepseek_v3"):
+        for threads in ("1", "3"):
+            engine_logits(container, os.path.join(work, f"{name}.threads{threads}"), "--threads", threads)
+            same = open(os.path.join(work, f"{name}.threads{threads}"), "rb").read() == \
+                open(os.path.join(work, name + ".engine"), "rb").read()
+            print(f"{name}: --threads {threads} bit-identical to the default: {same}")
+            if not same:
+                failures.append(f"{name}: logits with --threads {threads} differ from the default thread count")
 
     # The plan from the config alone equals the plan of the converted container.
     for ctx in ("64", "256"):

@@ -1,18 +1,20 @@
 // tests/ioworker/cached_expert_source_test.cpp: the real model over the cache
 // (compute/model/cached_expert_source.cpp; it lives here with the worker it
-// drives). A tiny OLMoE checkpoint is made and converted, then the engine's
-// logits through the direct source and through the cache (embedded, cold or
-// warm, one or four readers, io_uring or threads, attached to a named
-// worker) must agree bit for bit.
+// drives). Tiny OLMoE and Kimi-Linear checkpoints are made and converted,
+// then the engine's logits through the direct source and through the cache
+// (embedded, cold or warm, one or four readers, io_uring or threads,
+// attached to a named worker) must agree bit for bit.
+#include "compute/model/cached_expert_source.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
-#include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
 #include "proto/error.h"
 #include "tests/proto/container_fixture.h"
@@ -33,15 +35,17 @@ void run_command(const std::string& command) {
   REQUIRE(std::system(command.c_str()) == 0);
 }
 
-// One tiny converted container for the whole file.
-const std::string& tiny_model() {
+// One tiny converted container of each family for the whole file.
+const std::string& tiny_model(const std::string& family = "olmoe") {
   static sluice::testing::TempDir dir;
-  static std::string model;
+  static std::map<std::string, std::string> models;
+  std::string& model = models[family];
   if (model.empty()) {
-    const std::string checkpoint = dir.path() + "/olmoe";
-    run_command(env("PYTHON") + " " + env("SLUICE_SOURCE_ROOT") + "/scripts/make_tiny_checkpoint.py olmoe " +
-                checkpoint + " --seed 11 > /dev/null");
-    model = dir.path() + "/olmoe.sluice";
+    const std::string checkpoint = dir.path() + "/" + family;
+    run_command(env("PYTHON") + " " + env("SLUICE_SOURCE_ROOT") +
+                "/scripts/make_tiny_checkpoint.py " + family + " " + checkpoint +
+                " --seed 11 > /dev/null");
+    model = dir.path() + "/" + family + ".sluice";
     run_command(env("SLUICE_BIN") + " convert " + checkpoint + " " + model + " -q");
   }
   return model;
@@ -52,9 +56,9 @@ struct Run {
   ExpertSourceStats experts;
 };
 
-Run run_model(EngineOptions options) {
+Run run_model(const std::string& model, EngineOptions options) {
   options.threads = 2;
-  Engine engine(tiny_model(), options);
+  Engine engine(model, options);
   const std::vector<int32_t> prompt = {3, 17, 42, 5, 99, 23, 8};
   std::vector<float> logits(engine.config().vocab);
   Run run;
@@ -62,7 +66,8 @@ Run run_model(EngineOptions options) {
   run.logits = logits;
   for (int step = 0; step < 4; ++step) {
     const auto token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    engine.transformer().forward(std::span<const int32_t>(&token, 1), logits, false);
+    engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&token, 1), logits,
+                                 false);
     run.logits.insert(run.logits.end(), logits.begin(), logits.end());
   }
   run.experts = engine.experts().stats();
@@ -86,24 +91,22 @@ EngineOptions embedded(ioworker::IoBackend backend, uint32_t readers, uint64_t c
   return options;
 }
 
-}  // namespace
-
-TEST_CASE("the model's logits are bit-identical through the cache, cold or warm, any readers") {
-  const Run direct = run_model(EngineOptions{});
+void check_cache_bit_identity(const std::string& model) {
+  const Run direct = run_model(model, EngineOptions{});
   REQUIRE(direct.experts.reads > 0);
 
   SUBCASE("embedded, one reader thread, cold") {
-    const Run cached = run_model(embedded(ioworker::IoBackend::kThreads, 1));
+    const Run cached = run_model(model, embedded(ioworker::IoBackend::kThreads, 1));
     CHECK(bit_identical(cached.logits, direct.logits));
     CHECK(cached.experts.requests == direct.experts.requests);
     CHECK(cached.experts.reads > 0);
   }
   SUBCASE("embedded, io_uring with four reads in flight, the smallest cache (constant eviction)") {
-    const Run cached = run_model(embedded(ioworker::IoBackend::kUring, 4, 1));
+    const Run cached = run_model(model, embedded(ioworker::IoBackend::kUring, 4, 1));
     CHECK(bit_identical(cached.logits, direct.logits));
   }
   SUBCASE("attached to a named worker: a second run starts warm") {
-    const Container container = Container::open(tiny_model());
+    const Container container = Container::open(model);
     sluice::testing::ShmGuard guard(sluice::testing::unique_instance("engine"));
     ioworker::WorkerOptions worker_options;
     worker_options.instance = guard.instance();
@@ -115,8 +118,8 @@ TEST_CASE("the model's logits are bit-identical through the cache, cold or warm,
     options.expert_source = [&](const Container& c) -> std::unique_ptr<ExpertSource> {
       return CachedExpertSource::attached(c, worker.segment_name());
     };
-    const Run cold = run_model(options);
-    const Run warm = run_model(options);
+    const Run cold = run_model(model, options);
+    const Run warm = run_model(model, options);
     CHECK(bit_identical(cold.logits, direct.logits));
     CHECK(bit_identical(warm.logits, direct.logits));
     CHECK(cold.experts.reads > 0);
@@ -124,6 +127,18 @@ TEST_CASE("the model's logits are bit-identical through the cache, cold or warm,
     CHECK(warm.experts.hits == warm.experts.requests);
     CHECK(worker.stats().clients.empty());  // both engines detached
   }
+}
+
+}  // namespace
+
+TEST_CASE("the model's logits are bit-identical through the cache, cold or warm, any readers") {
+  check_cache_bit_identity(tiny_model("olmoe"));
+}
+
+TEST_CASE(
+    "Kimi-Linear's logits are bit-identical through the cache, cold or warm, embedded or "
+    "attached") {
+  check_cache_bit_identity(tiny_model("kimi_linear"));
 }
 
 TEST_CASE("the cached source refuses experts the container does not have") {

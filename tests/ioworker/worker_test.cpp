@@ -82,7 +82,8 @@ TEST_CASE("cold reads land bit-exact, the same request again is all hits") {
 
 TEST_CASE("pinned slots are never evicted or overwritten under pressure, whatever the policy") {
   FixtureContainer fc;
-  for (EvictionPolicy policy : {EvictionPolicy::kNextUse, EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
+  for (EvictionPolicy policy :
+       {EvictionPolicy::kDensity, EvictionPolicy::kNextUse, EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
     CAPTURE(static_cast<int>(policy));
     WorkerOptions options = options_for(fc.container, 4);
     options.policy = policy;
@@ -118,7 +119,8 @@ TEST_CASE("pinned slots are never evicted or overwritten under pressure, whateve
 
 TEST_CASE("four client threads on a cache of two working sets never see a wrong expert") {
   FixtureContainer fc;
-  for (EvictionPolicy policy : {EvictionPolicy::kNextUse, EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
+  for (EvictionPolicy policy :
+       {EvictionPolicy::kDensity, EvictionPolicy::kNextUse, EvictionPolicy::kLfru, EvictionPolicy::kLru}) {
     CAPTURE(static_cast<int>(policy));
     WorkerOptions options = options_for(fc.container, 2 * 2 * 2);  // top-k × layers × 2
     options.policy = policy;

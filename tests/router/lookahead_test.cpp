@@ -1,7 +1,7 @@
 // tests/router/lookahead_test.cpp: the router loop sends the predictor's guess
 // for the next MoE layer and scores it against the real routing; and the
-// model's output is bit-identical with lookahead off, on, and stopped
-// mid-generation, on a cache smaller than the model.
+// model's output (OLMoE's and Kimi-Linear's) is bit-identical with lookahead
+// off, on, and stopped mid-generation, on a cache smaller than the model.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -11,6 +11,7 @@
 #include "compute/model/routing_tap.h"
 #include "ioworker/worker.h"
 #include "router/lookahead.h"
+#include "shm/client.h"
 #include "shm/mailbox.h"
 #include "shm/stats.h"
 #include "tests/ctl/tiny_container.h"
@@ -25,7 +26,7 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
   const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
   auto segment = shm::Segment::create_anonymous(
       ioworker::plan_cache_geometry(container, ioworker::min_cache_bytes(container, 2), 2), container.identity());
-  shm::Mailbox mailbox(*segment);
+  shm::Mailbox mailbox(*segment, 0);
   const auto accuracy = [&] { return shm::read_stats(*segment).lookahead; };
   CHECK(accuracy().router_pid == 0);
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
@@ -69,6 +70,72 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
   CHECK(accuracy().messages == 3);
 }
 
+TEST_CASE("two attached clients publishing at once each get guesses, scored against their own routing") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  REQUIRE(container.moe_layers().size() >= 2);
+  const Predictor predictor(container);
+  const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
+  ioworker::WorkerOptions options;
+  options.instance = "lookahead-two-" + std::to_string(::getpid());
+  options.quiet = true;
+  options.max_clients = 4;
+  options.cache_bytes = ioworker::min_cache_bytes(container, options.max_clients);
+  ioworker::Worker worker(container, options);
+  auto segment_a = shm::Segment::attach(worker.segment_name(), container.identity());
+  auto segment_b = shm::Segment::attach(worker.segment_name(), container.identity());
+  shm::Client client_a(*segment_a), client_b(*segment_b);
+  REQUIRE(client_a.id() != client_b.id());
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
+  Lookahead lookahead(predictor, worker.segment(), 3, [&](uint32_t layer, std::span<const uint32_t> experts) {
+    sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
+  });
+  Publisher publisher_a(*segment_a, client_a.id(), false), publisher_b(*segment_b, client_b.id(), false);
+
+  // Different hidden states, so a guess made from one cannot pass for the other's.
+  std::vector<float> hidden_a(predictor.hidden()), hidden_b(predictor.hidden());
+  for (size_t i = 0; i < hidden_a.size(); ++i) {
+    hidden_a[i] = std::sin(0.37f * static_cast<float>(i));
+    hidden_b[i] = std::cos(1.91f * static_cast<float>(i) + 0.5f);
+  }
+  std::vector<uint32_t> ids(predictor.top_k());
+  for (uint32_t i = 0; i < predictor.top_k(); ++i) ids[i] = i;
+  // Both publish before the router looks: with one shared mailbox the second
+  // message would overwrite the first.
+  publisher_a.publish(first, 1, hidden_a, predictor.top_k(), ids);
+  publisher_b.publish(first, 1, hidden_b, predictor.top_k(), ids);
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
+  REQUIRE(sent.size() == 2);
+  CHECK(sent[0].first == second);
+  CHECK(sent[1].first == second);
+  const auto guess_a = predictor.predict(second, hidden_a, 3), guess_b = predictor.predict(second, hidden_b, 3);
+  CHECK(((sent[0].second == guess_a && sent[1].second == guess_b) ||
+         (sent[0].second == guess_b && sent[1].second == guess_a)));
+  CHECK(worker.segment().client(client_a.id()).lookahead_messages == 1);
+  CHECK(worker.segment().client(client_b.id()).lookahead_messages == 1);
+  CHECK(worker.segment().client(client_a.id()).lookahead_guesses == guess_a.size());
+  CHECK(worker.segment().client(client_b.id()).lookahead_guesses == guess_b.size());
+
+  // Each client's next layer holds exactly its own rank-1 guess among other experts.
+  const auto routing_with = [&](uint32_t must) {
+    std::vector<uint32_t> real = {must};
+    for (uint32_t e = 0; real.size() < predictor.top_k(); ++e) {
+      if (e != must && std::find(guess_a.begin(), guess_a.end(), e) == guess_a.end() &&
+          std::find(guess_b.begin(), guess_b.end(), e) == guess_b.end()) {
+        real.push_back(e);
+      }
+    }
+    return real;
+  };
+  publisher_a.publish(second, 1, hidden_a, predictor.top_k(), routing_with(guess_a[0]));
+  publisher_b.publish(second, 1, hidden_b, predictor.top_k(), routing_with(guess_b[0]));
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
+  const auto scored = shm::read_stats(worker.segment()).lookahead.layers;
+  REQUIRE(scored.size() == 1);
+  CHECK(scored[0].scored == 2);
+  CHECK(scored[0].rank1_hits == 2);
+  CHECK(shm::read_stats(worker.segment()).lookahead.skipped == 0);
+}
+
 namespace {
 
 enum class Mode { kOff, kOn, kStopped };
@@ -79,8 +146,8 @@ struct Outcome {
   shm::StatsSnapshot cache;
 };
 
-Outcome generate(Mode mode) {
-  const std::string& model = testing::tiny_container_or_skip();
+Outcome generate(const std::string& model, Mode mode,
+                 ioworker::EvictionPolicy policy = ioworker::WorkerOptions{}.policy) {
   CachedExpertSource* cached = nullptr;
   EngineOptions options;
   options.threads = 1;
@@ -89,6 +156,7 @@ Outcome generate(Mode mode) {
     ioworker::WorkerOptions worker;
     worker.readers = 2;
     worker.quiet = true;
+    worker.policy = policy;
     // The smallest cache: most experts miss, so prefetches evict and compete.
     worker.cache_bytes = ioworker::min_cache_bytes(container, worker.max_clients);
     auto source = CachedExpertSource::embedded(container, worker);
@@ -105,10 +173,17 @@ Outcome generate(Mode mode) {
   sampling.temperature = 0.8f;
   sampling.seed = 1234;
   Outcome out;
+  bool stopped = false;
   engine.generate(prompt, 16, sampling, {}, true, [&](int32_t token, std::span<const float> logits) {
     out.tokens.push_back(token);
     out.logits.insert(out.logits.end(), logits.begin(), logits.end());
-    if (mode == Mode::kStopped && out.tokens.size() == 6) routing.finish();  // the router stops mid-generation
+    // The router stops mid-generation, once it has prefetched something (its
+    // thread may start late on a loaded machine).
+    if (mode == Mode::kStopped && !stopped && out.tokens.size() >= 6 &&
+        cached->cache_stats().prefetch_requests > 0) {
+      routing.finish();
+      stopped = true;
+    }
     return true;
   });
   routing.finish();
@@ -120,12 +195,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-}  // namespace
-
-TEST_CASE("output is bit-identical with lookahead off, on, and with the router stopped mid-generation") {
-  const Outcome off = generate(Mode::kOff);
-  const Outcome on = generate(Mode::kOn);
-  const Outcome stopped = generate(Mode::kStopped);
+void check_lookahead_bit_identity(const std::string& model) {
+  const Outcome off = generate(model, Mode::kOff);
+  const Outcome on = generate(model, Mode::kOn);
+  const Outcome stopped = generate(model, Mode::kStopped);
   REQUIRE(off.tokens.size() == 16);
   CHECK(on.tokens == off.tokens);
   CHECK(stopped.tokens == off.tokens);
@@ -144,4 +217,27 @@ TEST_CASE("output is bit-identical with lookahead off, on, and with the router s
   }
   MESSAGE("lookahead on: ", on.cache.prefetch_reads, " prefetch reads, ", on.cache.hits, " hits, ", on.cache.misses,
           " misses; off: ", off.cache.hits, " hits, ", off.cache.misses, " misses");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "output is bit-identical with lookahead off, on, and with the router stopped mid-generation") {
+  check_lookahead_bit_identity(testing::tiny_container_or_skip());
+}
+
+TEST_CASE(
+    "Kimi-Linear's output is bit-identical with lookahead off, on, and stopped mid-generation") {
+  check_lookahead_bit_identity(testing::make_tiny_container_or_skip("kimi", {}, "kimi_linear"));
+}
+
+TEST_CASE("output is bit-identical whichever eviction policy the cache runs, lookahead on") {
+  const Outcome lru = generate(testing::tiny_container_or_skip(), Mode::kOn, ioworker::EvictionPolicy::kLru);
+  const Outcome density = generate(testing::tiny_container_or_skip(), Mode::kOn, ioworker::EvictionPolicy::kDensity);
+  REQUIRE(lru.tokens.size() == 16);
+  CHECK(density.tokens == lru.tokens);
+  CHECK(same_bits(density.logits, lru.logits));
+  // On the smallest cache both evicted; what differs is which records.
+  CHECK(density.cache.evictions > 0);
+  CHECK(lru.cache.evictions > 0);
 }

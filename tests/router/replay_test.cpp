@@ -127,3 +127,35 @@ TEST_CASE("policy names parse, and an unknown one is refused naming the flag") {
   CHECK(parse_policy("slru", "--policy") == SimPolicy::kSlru);
   CHECK_THROWS_WITH(parse_policy("arc", "--policy"), doctest::Contains("--policy: 'arc'"));
 }
+
+TEST_CASE("density, like next-use, evicts the key whose layer comes round last") {
+  // The trace of the next-use case: at layer 2, c (layer 2) is a whole token
+  // from its next chance, a and d one layer away; density evicts c, a hits.
+  const std::vector<ReplayRequest> trace = {{0, {1}}, {1, {2}}, {2, {3}}, {0, {4}}, {1, {2}}, {2, {5}}, {0, {1}}};
+  for (SimPolicy p : {SimPolicy::kDensity, SimPolicy::kLookahead}) {
+    const auto r = simulate(trace, 4, 3, p);
+    CHECK(r.hits == 2);
+    CHECK(r.misses == 5);
+  }
+}
+
+TEST_CASE("density learns to keep the key that keeps coming back, where LRU evicts it") {
+  // One layer, top-1, two slots: expert 1 at every third visit, a fresh
+  // expert at the others (1 a b 1 c d ...). At each second fresh miss the
+  // cache holds 1 (two visits old) and the first fresh key: LRU evicts 1 and
+  // never hits; Belady evicts the fresh key. Density learns that keys like 1
+  // come back at the third visit and keys used once never do.
+  std::vector<ReplayRequest> trace;
+  for (uint32_t t = 0; t < 90; ++t) trace.push_back({0, {t % 3 == 0 ? 1u : 100 + t}});
+  CHECK(simulate_lru(trace, 2).hits == 0);
+  CHECK(simulate_belady(trace, 2).hits == 29);
+  const auto density = simulate(trace, 2, 1, SimPolicy::kDensity);
+  CHECK(density.hits >= 25);
+  CHECK(density.hits <= 29);
+}
+
+TEST_CASE("policy names include density and lookahead") {
+  CHECK(parse_policy("density", "--policy") == SimPolicy::kDensity);
+  CHECK(parse_policy("lookahead", "--policy") == SimPolicy::kLookahead);
+  CHECK_THROWS_WITH(parse_policy("arc", "--policy"), doctest::Contains("density or lookahead"));
+}

@@ -32,7 +32,7 @@ TEST_CASE("sluice run --trace-out records the real routing of every token") {
   std::vector<std::vector<std::vector<uint32_t>>> expected;  // [token][moe layer]
   std::vector<std::vector<std::vector<float>>> expected_weights;
   engine.transformer().set_moe_hook([&](uint32_t, size_t moe_index, uint32_t tokens, std::span<const float>) {
-    const uint32_t first = engine.transformer().position();
+    const uint32_t first = engine.transformer().last_positions()[0];
     for (uint32_t t = 0; t < tokens; ++t) {
       if (expected.size() <= first + t) expected.resize(first + t + 1), expected_weights.resize(first + t + 1);
       expected[first + t].push_back(engine.transformer().last_routing()[t][moe_index].experts);

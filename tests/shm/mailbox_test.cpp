@@ -27,20 +27,20 @@ std::unique_ptr<Segment> segment_with_mailbox(MailboxShape shape) {
 
 TEST_CASE("a segment without a mailbox says so") {
   auto segment = Segment::create_anonymous(geometry_for_slots(4, 4096, 2, 8), 42);
-  CHECK_THROWS_WITH_AS(Mailbox{*segment}, doctest::Contains("no hidden-state mailbox"), sluice::Error);
+  CHECK_THROWS_WITH_AS((Mailbox{*segment, 0}), doctest::Contains("no hidden-state mailbox"), sluice::Error);
   CHECK_THROWS_AS(compute_layout(geometry_for_slots(4, 4096, 2, 8, {16, 0, 2})), sluice::Error);
 }
 
 TEST_CASE("a reader racing a writer only ever sees whole messages") {
   const MailboxShape shape{512, 2, 8};
   auto segment = segment_with_mailbox(shape);
-  Mailbox box(*segment);
+  Mailbox box(*segment, 0);
   MailboxMessage m;
   CHECK_FALSE(box.read(box.sequence(), m).has_value());  // nothing published yet
 
   std::atomic<bool> done{false};
   std::thread writer([&] {
-    Mailbox mine(*segment);
+    Mailbox mine(*segment, 0);
     std::vector<float> values(size_t{2} * shape.width);
     std::vector<uint32_t> ids(16);
     for (uint64_t step = 1; step <= 200000 && !done; ++step) {
@@ -84,7 +84,7 @@ TEST_CASE("a reader racing a writer only ever sees whole messages") {
 
 TEST_CASE("messages are checked against the shape, and wait returns when one lands") {
   auto segment = segment_with_mailbox({4, 1, 2});
-  Mailbox box(*segment);
+  Mailbox box(*segment, 0);
   const std::vector<float> values = {1, 2, 3, 4};
   CHECK(box.publish(1, 0, 1, values, 2, std::vector<uint32_t>{0, 1}));
   const uint32_t after_one = box.sequence();
@@ -113,11 +113,11 @@ TEST_CASE("messages are checked against the shape, and wait returns when one lan
 TEST_CASE("a process attached to a named segment reads what its owner's client published") {
   const std::string instance = "mailbox-test-" + std::to_string(::getpid());
   auto owner = Segment::create(instance, geometry_for_slots(4, 4096, 2, 8, {8, 1, 2}), 77);
-  Mailbox published(*owner);
+  Mailbox published(*owner, 1);
   const std::vector<float> values(8, 0.5f);
   REQUIRE(published.publish(3, 1, 1, values, 2, std::vector<uint32_t>{4, 5}));
   auto attached = Segment::attach(owner->name(), 77);
-  Mailbox seen(*attached);
+  Mailbox seen(*attached, 1);
   CHECK(seen.shape().width == 8);
   MailboxMessage m;
   REQUIRE(seen.read(0, m).has_value());
@@ -129,7 +129,7 @@ TEST_CASE("a process attached to a named segment reads what its owner's client p
 TEST_CASE("a writer killed mid-message: reads give nothing, then the reader ends the message and all resumes") {
   const MailboxShape shape{1u << 20, 1, 1};  // 4 MiB messages: the writer spends its life mid-message
   auto segment = segment_with_mailbox(shape);
-  Mailbox box(*segment);
+  Mailbox box(*segment, 0);
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {  // the anonymous mapping is shared with the child
@@ -161,4 +161,24 @@ TEST_CASE("a writer killed mid-message: reads give nothing, then the reader ends
   REQUIRE(box.read(0, m).has_value());
   CHECK(m.step == 9);
   CHECK(m.values == small);
+}
+
+TEST_CASE("each client entry has a mailbox of its own, and every publish rings the segment's bell") {
+  auto segment = segment_with_mailbox({4, 1, 2});
+  Mailbox first(*segment, 0), second(*segment, 1);
+  CHECK_THROWS_WITH_AS((Mailbox{*segment, 2}), doctest::Contains("mailbox 2 out of range"), sluice::Error);
+  const uint32_t bell = mailbox_bell(*segment);
+  REQUIRE(first.publish(1, 5, 1, std::vector<float>(4, 1.0f), 2, std::vector<uint32_t>{1, 2}));
+  CHECK(mailbox_bell(*segment) != bell);
+  REQUIRE(second.publish(8, 6, 1, std::vector<float>(4, 2.0f), 2, std::vector<uint32_t>{3, 4}));
+  MailboxMessage m;
+  REQUIRE(first.read(0, m).has_value());
+  CHECK(m.step == 1);
+  CHECK(m.layer == 5);
+  CHECK(m.values == std::vector<float>(4, 1.0f));
+  CHECK(m.ids == std::vector<uint32_t>{1, 2});
+  REQUIRE(second.read(0, m).has_value());
+  CHECK(m.step == 8);
+  CHECK(m.values == std::vector<float>(4, 2.0f));
+  CHECK(m.ids == std::vector<uint32_t>{3, 4});
 }

@@ -32,6 +32,31 @@ TEST_CASE("parallel_for covers [0, count) exactly once in grain-sized chunks") {
   }
 }
 
+TEST_CASE("parallel_for_workers names a worker below size(), never running two chunks at once") {
+  for (size_t threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> busy(threads), chunks_run(threads);
+    std::vector<std::atomic<int>> hits(500);
+    std::atomic<bool> bad{false};
+    pool.parallel_for_workers(hits.size(), 1, [&](size_t worker, size_t begin, size_t end) {
+      if (worker >= threads || busy[worker]++ != 0) {
+        bad = true;
+        return;
+      }
+      for (size_t i = begin; i < end; ++i) hits[i]++;
+      volatile double spin = 0;  // gives other workers a chance to overlap
+      for (int i = 0; i < 2000; ++i) spin = spin + i;
+      chunks_run[worker]++;
+      busy[worker]--;
+    });
+    CHECK_FALSE(bad.load());
+    int total = 0;
+    for (auto& c : chunks_run) total += c.load();
+    CHECK(total == 500);
+    for (auto& h : hits) CHECK(h.load() == 1);
+  }
+}
+
 TEST_CASE("an exception in a chunk reaches the caller and the pool stays usable") {
   ThreadPool pool(3);
   CHECK_THROWS_AS(pool.parallel_for(100, 1,

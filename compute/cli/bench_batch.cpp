@@ -1,0 +1,196 @@
+// compute/cli/bench_batch.cpp: `sluice bench batch`, greedy decode of 1, 2,
+// 4 ... sequences stepped together (Engine::step) over the embedded expert
+// cache at a budget, each arm on a fresh cache, rounds interleaved. Measures
+// aggregate and per-stream tok/s, never asserts; the first sequence must
+// produce the same tokens in every arm, which it checks.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "compute/cli/commands.h"
+#include "compute/cli/run_options.h"
+#include "compute/model/cached_expert_source.h"
+#include "compute/model/engine.h"
+#include "ioworker/memory_plan.h"
+#include "proto/container.h"
+#include "proto/error.h"
+
+namespace sluice::cli {
+namespace {
+
+struct BatchFlags {
+  std::string model;
+  std::string budget;
+  std::string sequences = "1,2,4";
+  uint32_t tokens = 16;
+  uint32_t prompt_tokens = 16;
+  uint32_t repeat = 1;
+  size_t threads = 0;
+  bool json = false;
+};
+
+struct ArmRun {
+  double seconds = 0;
+  ExpertSourceStats experts;  // decode only
+  std::vector<int32_t> first_tokens;
+};
+
+ExpertSourceStats minus(const ExpertSourceStats& b, const ExpertSourceStats& a) {
+  ExpertSourceStats d;
+  d.requests = b.requests - a.requests;
+  d.hits = b.hits - a.hits;
+  d.reads = b.reads - a.reads;
+  d.bytes_read = b.bytes_read - a.bytes_read;
+  d.wait_seconds = b.wait_seconds - a.wait_seconds;
+  return d;
+}
+
+ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
+  EngineOptions options;
+  if (flags.threads > 0) options.threads = flags.threads;
+  options.expert_source = [&](const Container& container) -> std::unique_ptr<ExpertSource> {
+    ioworker::WorkerOptions worker;
+    worker.cache_bytes = cache_bytes;
+    worker.quiet = true;
+    return CachedExpertSource::embedded(container, worker);
+  };
+  Engine engine(flags.model, options);
+  const uint32_t vocab = engine.config().vocab;
+  if (flags.prompt_tokens + flags.tokens > engine.transformer().context()) {
+    fail("--prompt-tokens {} and -n {} do not fit the context of {}", flags.prompt_tokens,
+         flags.tokens, engine.transformer().context());
+  }
+  // Sequence i's prompt depends only on i, so sequence 0 is the same in every arm.
+  std::vector<SequenceState> states;
+  std::vector<float> logits(size_t{count} * vocab);
+  for (uint32_t i = 0; i < count; ++i) {
+    std::vector<int32_t> prompt(flags.prompt_tokens);
+    for (uint32_t t = 0; t < prompt.size(); ++t)
+      prompt[t] = static_cast<int32_t>((t * 7919u + i * 104729u + 17u) % vocab);
+    states.push_back(engine.new_sequence());
+    engine.prefill(states.back(), prompt,
+                   std::span<float>(logits).subspan(size_t{i} * vocab, vocab));
+  }
+  std::vector<SequenceState*> sequences;
+  for (SequenceState& s : states) sequences.push_back(&s);
+  ArmRun run;
+  std::vector<int32_t> tokens(count);
+  const ExpertSourceStats before = engine.experts().stats();
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t step = 0; step < flags.tokens; ++step) {
+    for (uint32_t i = 0; i < count; ++i) {
+      const auto row = std::span<const float>(logits).subspan(size_t{i} * vocab, vocab);
+      tokens[i] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    }
+    run.first_tokens.push_back(tokens[0]);
+    engine.step(sequences, tokens, logits);
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.experts = minus(engine.experts().stats(), before);
+  return run;
+}
+
+void run_batch(const BatchFlags& flags) {
+  if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
+  std::vector<uint32_t> counts;
+  for (const int32_t n : parse_token_ids(flags.sequences, "--sequences")) {
+    if (n < 1 || n > 64) fail("--sequences: {} is not a count of 1 to 64", n);
+    counts.push_back(static_cast<uint32_t>(n));
+  }
+  if (counts.empty()) fail("--sequences: no counts");
+  const Container container = Container::open(flags.model);
+  const uint64_t cache_bytes = plan_for(container, flags.budget).cache_bytes;
+  std::vector<std::vector<ArmRun>> runs(counts.size());
+  for (uint32_t round = 0; round < flags.repeat; ++round) {
+    for (size_t a = 0; a < counts.size(); ++a) {
+      runs[a].push_back(run_arm(flags, counts[a], cache_bytes));
+      if (runs[a].back().first_tokens != runs[0][0].first_tokens) {
+        fail(
+            "bench batch: the first sequence decoded other tokens among {} sequences than among {}",
+            counts[a], counts[0]);
+      }
+    }
+  }
+  nlohmann::json arms = nlohmann::json::array();
+  for (size_t a = 0; a < counts.size(); ++a) {
+    std::vector<double> aggregate, hit_rate, requests_per_step, bytes_per_step, wait_share;
+    for (const ArmRun& r : runs[a]) {
+      aggregate.push_back(r.seconds > 0 ? double(counts[a]) * flags.tokens / r.seconds : 0.0);
+      hit_rate.push_back(r.experts.requests ? double(r.experts.hits) / double(r.experts.requests)
+                                            : 0.0);
+      requests_per_step.push_back(double(r.experts.requests) / flags.tokens);
+      bytes_per_step.push_back(double(r.experts.bytes_read) / flags.tokens);
+      wait_share.push_back(r.seconds > 0 ? r.experts.wait_seconds / r.seconds : 0.0);
+    }
+    arms.push_back(
+        {{"sequences", counts[a]},
+         {"aggregate_tok_per_s", median(aggregate)},
+         {"per_stream_tok_per_s", median(aggregate) / counts[a]},
+         {"min_aggregate_tok_per_s", *std::min_element(aggregate.begin(), aggregate.end())},
+         {"max_aggregate_tok_per_s", *std::max_element(aggregate.begin(), aggregate.end())},
+         {"expert_requests_per_step", median(requests_per_step)},
+         {"bytes_read_per_step", median(bytes_per_step)},
+         {"demand_hit_rate", median(hit_rate)},
+         {"wait_share", median(wait_share)}});
+  }
+  const double one = arms[0]["aggregate_tok_per_s"].get<double>();
+  for (auto& arm : arms)
+    arm["speedup_over_first"] = one > 0 ? arm["aggregate_tok_per_s"].get<double>() / one : 0.0;
+  if (flags.json) {
+    fmt::print("{}\n", nlohmann::json{{"model", flags.model},
+                                      {"budget", flags.budget},
+                                      {"cache_bytes", cache_bytes},
+                                      {"tokens", flags.tokens},
+                                      {"prompt_tokens", flags.prompt_tokens},
+                                      {"repeat", flags.repeat},
+                                      {"arms", arms}}
+                           .dump());
+    return;
+  }
+  fmt::print("bench batch: {} decode steps, cache {} MiB, medians of {} round(s)\n", flags.tokens,
+             cache_bytes >> 20, flags.repeat);
+  fmt::print("{:>9} {:>12} {:>12} {:>8} {:>14} {:>9} {:>6}\n", "sequences", "tok/s total",
+             "per stream", "speedup", "experts/step", "hit rate", "wait");
+  for (const auto& arm : arms) {
+    fmt::print("{:>9} {:>12.2f} {:>12.2f} {:>7.2f}x {:>14.1f} {:>8.1f}% {:>5.0f}%\n",
+               arm["sequences"].get<uint32_t>(), arm["aggregate_tok_per_s"].get<double>(),
+               arm["per_stream_tok_per_s"].get<double>(), arm["speedup_over_first"].get<double>(),
+               arm["expert_requests_per_step"].get<double>(),
+               100 * arm["demand_hit_rate"].get<double>(), 100 * arm["wait_share"].get<double>());
+  }
+}
+
+}  // namespace
+
+void add_bench_batch(CLI::App& bench) {
+  auto flags = std::make_shared<BatchFlags>();
+  CLI::App* cmd =
+      bench.add_subcommand("batch", "decode several sequences stepped together: aggregate tok/s");
+  cmd->add_option("MODEL", flags->model, "the .sluice container")->required();
+  cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run`")
+      ->required()
+      ->check(memory_size());
+  cmd->add_option("--sequences", flags->sequences, "the batch sizes to run, e.g. 1,2,4")
+      ->capture_default_str();
+  cmd->add_option("-n,--tokens", flags->tokens, "decode steps per arm")
+      ->capture_default_str()
+      ->check(at_least_one());
+  cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length per sequence")
+      ->capture_default_str()
+      ->check(at_least_one());
+  cmd->add_option("--repeat", flags->repeat,
+                  "rounds of every arm, interleaved; figures are medians")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads,
+                  "compute threads (default: SLUICE_THREADS or every core)")
+      ->check(at_least_one());
+  cmd->add_flag("--json", flags->json, "print JSON instead of a table");
+  cmd->callback([flags] { run_batch(*flags); });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,244 @@
+// compute/convert/container_writer.cpp: output-directory claims and the
+// last steps of a container (see container_writer.h). The manifest is
+// written only after every file it describes has its final name and size, so
+// a directory without manifest.json is simply unfinished.
+#include "compute/convert/container_writer.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "proto/checksum.h"
+#include "proto/error.h"
+#include "proto/file_io.h"
+#include "proto/manifest.h"
+#include "proto/record_format.h"
+#include "proto/rvq_decode.h"
+#include "proto/trunk_format.h"
+
+namespace sluice::convert {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+bool is_container_file(const std::string& name) {
+  return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" ||
+         name == "tokenizer.json" || name == "tiktoken.model" || name == "tokenizer_config.json" ||
+         (name.starts_with("experts-L") && name.ends_with(".bin")) || name.ends_with(".tmp");
+}
+
+// Removes what a producer writes (the manifest first, so the directory never
+// looks complete while mixed) and nothing else.
+void wipe(const fs::path& out, const std::string& work_dir) {
+  fs::remove(out / "manifest.json");
+  for (const auto& entry : fs::directory_iterator(out)) {
+    if (entry.is_regular_file() && is_container_file(entry.path().filename().string()))
+      fs::remove(entry.path());
+  }
+  fs::remove_all(out / work_dir);
+}
+
+// records_crc32 of a bank (FORMAT.md): it makes the manifest, and so the
+// container identity, differ whenever any expert's content does.
+uint32_t bank_records_crc32(const fs::path& bank, uint32_t experts, uint32_t stride) {
+  const auto file = posix_file_system().open(bank.string(), OpenMode::kBuffered);
+  std::vector<uint32_t> crcs;
+  uint8_t header[kRecordHeaderBytes];
+  for (uint32_t e = 0; e < experts; ++e) {
+    read_exact(*file, uint64_t{e} * stride, header, sizeof header);
+    crcs.push_back(RecordHeader::decode(header).crc32);
+  }
+  return records_digest(crcs);
+}
+
+// Reads each tensor back from trunk.bin, refuses a value the format does not
+// allow (the same check every loader applies) and records its crc32.
+Json trunk_tensors_json(const std::vector<TrunkEntry>& trunk, const fs::path& trunk_path) {
+  const auto file = posix_file_system().open(trunk_path.string(), OpenMode::kBuffered);
+  Json tensors = Json::array();
+  for (const auto& t : trunk) {
+    TrunkTensorInfo info = stored_geometry(t.plan);
+    info.name = t.plan.name;
+    info.shape = t.plan.shape;
+    info.offset = t.offset;
+    info.bytes = t.bytes;
+    info.scale_offset = t.scale_offset;
+    info.scale_bytes = t.scale_bytes;
+    std::vector<uint8_t> data(t.bytes);
+    std::vector<uint16_t> scales(t.scale_bytes / sizeof(uint16_t));
+    read_exact(*file, t.offset, data.data(), data.size());
+    if (t.scale_bytes != 0) read_exact(*file, t.scale_offset, scales.data(), t.scale_bytes);
+    if (auto problem = trunk_values_problem(info, data.data(), scales.data())) {
+      fail("{}: trunk tensor \"{}\": {}", trunk_path.string(), info.name, *problem);
+    }
+    tensors.push_back({{"name", t.plan.name},
+                       {"format", trunk_format_name(t.plan.format)},
+                       {"shape", t.plan.shape},
+                       {"offset", t.offset},
+                       {"bytes", t.bytes},
+                       {"scale_offset", t.scale_offset},
+                       {"scale_bytes", t.scale_bytes},
+                       {"crc32", trunk_tensor_crc32(info, data.data(), scales.data())}});
+  }
+  return tensors;
+}
+
+Json build_manifest(const ContainerParts& parts, uint32_t codebooks_crc32, const fs::path& out) {
+  const Json tensors = trunk_tensors_json(parts.trunk, out / "trunk.bin");
+  Json layers = Json::array();
+  for (const auto& layer : parts.moe_layers) {
+    const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
+    const std::string file = bank_file_name(layer.layer);
+    layers.push_back(
+        {{"layer", layer.layer},
+         {"file", file},
+         {"experts", layer.experts},
+         {"record_stride", layout.stride},
+         {"bytes", uint64_t{layer.experts} * layout.stride},
+         {"codebook_base", layer.codebook_base},
+         {"hidden", layer.hidden},
+         {"expert_width", layer.expert_width},
+         {"records_crc32", bank_records_crc32(out / file, layer.experts, layout.stride)}});
+  }
+  Json tokenizer_files = Json::array(), tokenizer_crcs = Json::array();
+  for (const auto& [name, bytes] : parts.tokenizer_files) {
+    tokenizer_files.push_back(name);
+    tokenizer_crcs.push_back(crc32_bytes(bytes.data(), bytes.size()));
+  }
+  const uint64_t codebook_count = parts.moe_layers.size() * kCodebooksPerLayer;
+  Json manifest{
+      {"format", "sluice"},
+      {"format_version", kContainerFormatVersion},
+      {"arch", parts.arch},
+      {"config", parts.config},
+      {"source", parts.source},
+      {"expert_quant",
+       {{"method", "rvq"},
+        {"stages", kRvqStages},
+        {"entries", kRvqEntries},
+        {"vec_dim", kRvqVecDim},
+        {"index_bits", 8},
+        {"bits_per_weight", 3.0},
+        {"row_block", kRowBlock},
+        {"index_layout", "rowblock16.vector.stage.row"},
+        {"scale", "f16_row_absmax"},
+        {"codebook_sharing", "layer.matrix.stage"},
+        {"kmeans", parts.kmeans}}},
+      {"trunk", {{"file", "trunk.bin"}, {"bytes", parts.trunk_bytes}, {"tensors", tensors}}},
+      {"codebooks",
+       {{"file", "codebooks.bin"},
+        {"bytes", codebook_count * kCodebookBytes},
+        {"count", codebook_count},
+        {"crc32", codebooks_crc32}}},
+      {"moe_layers", layers},
+      {"tokenizer",
+       {{"files", tokenizer_files},
+        {"crc32", tokenizer_crcs},
+        {"chat_template", parts.chat_template}}},
+  };
+  manifest["manifest_crc32"] = manifest_crc32(nlohmann::json::parse(manifest.dump()));
+  return manifest;
+}
+
+}  // namespace
+
+std::string layer_tag(uint32_t layer) {
+  return fmt::format("L{:03}", layer);
+}
+
+std::optional<Json> read_json_file(const fs::path& path) {
+  try {
+    return Json::parse(read_small_file(posix_file_system(), path.string(), 64ull << 20));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+Start prepare_output(const fs::path& out, const std::string& work_dir, const Json& state,
+                     bool force) {
+  if (!fs::exists(out)) {
+    fs::create_directories(out);
+    return Start::kFresh;
+  }
+  if (!fs::is_directory(out)) fail("{}: exists and is not a directory", out.string());
+  const fs::path manifest_path = out / "manifest.json";
+  const fs::path state_path = out / work_dir / "state.json";
+  std::string problem;
+  if (fs::exists(manifest_path)) {
+    const auto manifest = read_json_file(manifest_path);
+    const bool same =
+        manifest && manifest->is_object() && manifest->value("source", Json()) == state["source"] &&
+        manifest->value("expert_quant", Json::object()).value("kmeans", Json()) == state["kmeans"];
+    if (same && !force) {
+      fs::remove_all(out / work_dir);
+      return Start::kComplete;
+    }
+    problem = "holds a finished container from a different source or with different parameters";
+  } else if (fs::exists(state_path)) {
+    const auto previous = read_json_file(state_path);
+    if (previous && *previous == state && !force) return Start::kResume;
+    problem = "holds an unfinished run of a different source or with different parameters";
+  } else if (fs::is_empty(out)) {
+    return Start::kFresh;
+  } else {
+    problem = "is not empty and holds no conversion state";
+  }
+  if (!force && !problem.empty()) fail("{}: {}; use --force to start over", out.string(), problem);
+  wipe(out, work_dir);
+  return Start::kFresh;
+}
+
+void check_size(const fs::path& path, uint64_t expected) {
+  std::error_code ec;
+  const uint64_t found = fs::file_size(path, ec);
+  if (ec || found != expected) {
+    fail("{}: {} (expected {} bytes); rerun with --force to start over", path.string(),
+         ec ? "missing" : fmt::format("{} bytes", found), expected);
+  }
+}
+
+uint64_t directory_bytes(const fs::path& out) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    if (entry.is_regular_file()) total += entry.file_size();
+  }
+  return total;
+}
+
+CodebooksWriter::CodebooksWriter(const fs::path& out) : file_((out / kCodebooksFile).string()) {}
+
+void CodebooksWriter::append_layer(uint32_t layer, std::string_view bytes,
+                                   const std::string& where) {
+  if (bytes.size() != kCodebooksPerLayer * kCodebookBytes) {
+    fail("{}: layer {}: {} bytes of codebooks, expected {}", where, layer, bytes.size(),
+         kCodebooksPerLayer * kCodebookBytes);
+  }
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  if (auto problem = codebook_values_problem(values.data(), kCodebooksPerLayer)) {
+    fail("{}: layer {}: {}", where, layer, *problem);
+  }
+  file_.append(bytes.data(), bytes.size());
+  crc32_ = crc32_bytes(bytes.data(), bytes.size(), crc32_);
+}
+
+uint32_t CodebooksWriter::commit() {
+  file_.commit();
+  return crc32_;
+}
+
+void finish_container(const ContainerParts& parts, uint32_t codebooks_crc32, const fs::path& out) {
+  for (const auto& [name, bytes] : parts.tokenizer_files)
+    write_file_atomically((out / name).string(), bytes);
+  check_size(out / kTrunkFile, parts.trunk_bytes);
+  check_size(out / kCodebooksFile, parts.moe_layers.size() * kCodebooksPerLayer * kCodebookBytes);
+  for (const auto& layer : parts.moe_layers) {
+    const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
+    check_size(out / bank_file_name(layer.layer), uint64_t{layer.experts} * layout.stride);
+  }
+  write_file_atomically((out / kManifestFile).string(),
+                        build_manifest(parts, codebooks_crc32, out).dump(2) + "\n");
+}
+
+}  // namespace sluice::convert
