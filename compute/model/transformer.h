@@ -90,8 +90,8 @@ class Transformer {
   ExpertSource& experts_;
   kernels::Exec exec_;
   uint32_t context_;
-  std::unique_ptr<Mixer> attention_;  // the softmax-attention layers (GQA or MLA)
-  std::unique_ptr<Mixer> kda_;        // the KDA layers, when the model has any
+  std::unique_ptr<Mixer> attention_;   // the softmax-attention layers (GQA or MLA)
+  std::unique_ptr<Mixer> kda_;         // the KDA layers, when the model has any
   std::unique_ptr<AttnRes> attn_res_;  // K3's depth mixtures, when the model has them
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
