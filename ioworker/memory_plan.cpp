@@ -194,8 +194,11 @@ UsableRam read_usable_ram(const std::string& root) {
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk) {
   const uint64_t hidden = config.hidden;
   const uint64_t width = std::max({config.expert_width, config.dense_width, config.shared_width});
+  // K3's Attention Residuals keep every stored block and one mixture per token of the chunk.
+  const uint64_t blocks =
+      config.attn_res_block > 0 ? ((config.layers + config.attn_res_block - 1) / config.attn_res_block + 1) * hidden : 0;
   const uint64_t activations = chunk * (4 * hidden + config.mixer_scratch_floats() + config.experts +
-                                        uint64_t{config.top_k} * hidden + 3 * width);
+                                        uint64_t{config.top_k} * hidden + 3 * width + blocks);
   const uint64_t tables = chunk * (2 * hidden + width) * 96;
   const uint64_t scores = uint64_t{config.attention_heads()} * context;
   return (activations + tables + scores + config.vocab) * sizeof(float);
@@ -248,7 +251,7 @@ PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint3
   inputs.top_k = config.top_k;
   inputs.moe_layers = moe.size();
   if (!moe.empty()) {
-    inputs.record_stride = RecordLayout::compute(config.hidden, config.expert_width).stride;
+    inputs.record_stride = RecordLayout::compute(config.expert_hidden(), config.expert_width).stride;
     const ioworker::CacheShape shape{static_cast<uint32_t>(inputs.record_stride), config.experts, config.hidden,
                                      config.top_k};
     inputs.cache_tables_bytes = ioworker::cache_bytes_for_slots(shape, 2 * config.top_k, max_clients, mailbox_rows) -
@@ -271,12 +274,15 @@ nlohmann::json model_breakdown(const ModelConfig& config) {
       case TensorRole::kRouter: case TensorRole::kRouterBias: component = "routers"; break;
       case TensorRole::kSharedGate: case TensorRole::kSharedUp: case TensorRole::kSharedDown: component = "shared_experts"; break;
       case TensorRole::kInputNorm: case TensorRole::kPostAttentionNorm: case TensorRole::kFinalNorm: component = "norms"; break;
+      case TensorRole::kLatentDown: case TensorRole::kLatentNorm: case TensorRole::kLatentUp: component = "latent_moe"; break;
+      case TensorRole::kAttnResNorm: case TensorRole::kAttnResProj: case TensorRole::kMlpResNorm:
+      case TensorRole::kMlpResProj: case TensorRole::kFinalResNorm: case TensorRole::kFinalResProj: component = "attn_res"; break;
       default: break;
     }
     bytes[component] += trunk_tensor_bytes(t);
     trunk_params += t.elements();
   }
-  const uint64_t expert_params = 3ull * config.hidden * config.expert_width;
+  const uint64_t expert_params = 3ull * config.expert_hidden() * config.expert_width;
   const uint64_t routed = expert_params * config.experts * config.moe_layers();
   nlohmann::json trunk = nlohmann::json::object();
   for (const auto& [component, n] : bytes) trunk[component] = n;

@@ -7,8 +7,9 @@
 namespace sluice {
 namespace {
 
-constexpr std::array<const FamilySpec*, 6> kFamilies = {&kOlmoeFamily,      &kQwen3MoeFamily, &kMixtralFamily,
-                                                        &kDeepseekV3Family, &kKimiK2Family,   &kKimiLinearFamily};
+constexpr std::array<const FamilySpec*, 7> kFamilies = {&kOlmoeFamily,      &kQwen3MoeFamily, &kMixtralFamily,
+                                                        &kDeepseekV3Family, &kKimiK2Family,   &kKimiLinearFamily,
+                                                        &kKimiK3Family};
 
 }  // namespace
 

@@ -17,6 +17,7 @@ namespace sluice {
 // for the router, ...{moe_block}.experts.{e}.{expert_matrix[kind]}.weight for
 // the routed experts (gate, up, down order).
 struct TensorNaming {
+  std::string_view prefix;  // before every LM tensor name (Kimi K3: "language_model.")
   std::string_view moe_block = "mlp";
   std::array<std::string_view, 3> expert_matrix = {"gate_proj", "up_proj", "down_proj"};
 };
@@ -26,6 +27,9 @@ struct FamilySpec {
   // Fills every field of `config` but arch from config.json.
   void (*read)(const ConfigReader& reader, ModelConfig& config);
   TensorNaming naming;
+  // Source tensors of parts sluice does not run yet (K3's vision tower):
+  // the converter skips them and says so.
+  std::array<std::string_view, 2> skipped_prefixes{};
 };
 
 // The spec registered for `model_type`, or nullptr.
@@ -39,5 +43,9 @@ extern const FamilySpec kMixtralFamily;
 extern const FamilySpec kDeepseekV3Family;
 extern const FamilySpec kKimiK2Family;
 extern const FamilySpec kKimiLinearFamily;
+extern const FamilySpec kKimiK3Family;
+// The name sluice gives Kimi K3 (its outer model_type is unconfirmed; the
+// family is found by its outer architectures, k3.md §1.1).
+inline constexpr std::string_view kKimiK3Type = "kimi_k3";
 
 }  // namespace sluice

@@ -52,6 +52,14 @@ ModelConfig ModelConfig::from_json(const std::string& arch, const nlohmann::json
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& config, const std::string& where) {
   if (!config.is_object()) fail("{}: not a JSON object", where);
+  // Kimi K3 nests its LM config and names it only by the outer class
+  // (k3.md §1.1): its text_config says kimi_linear like Kimi-Linear's.
+  const auto architectures = config.find("architectures");
+  if (config.contains("text_config") && architectures != config.end() && architectures->is_array() &&
+      !architectures->empty() && (*architectures)[0].is_string() &&
+      (*architectures)[0].get<std::string>().find("KimiK3") != std::string::npos) {
+    return from_json(std::string(kKimiK3Type), config, where);
+  }
   const auto type = config.find("model_type");
   if (type == config.end() || !type->is_string()) fail("{}: key model_type is missing", where);
   return from_json(type->get<std::string>(), config, where);

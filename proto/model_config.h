@@ -70,6 +70,7 @@ struct MlaConfig {
   uint32_t rope_dim = 0;     // qk_rope_head_dim
   uint32_t v_dim = 0;        // v_head_dim
   float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm
+  bool output_gate = false;       // Kimi K3: heads' output ⊙ σ(g_proj x) before o_proj
   uint32_t qk_dim() const { return nope_dim + rope_dim; }
   uint32_t cached_width() const { return kv_lora_rank + rope_dim; }
 };
@@ -81,6 +82,12 @@ struct KdaConfig {
   uint32_t heads = 0;
   uint32_t head_dim = 0;     // key and value width per head
   uint32_t conv_kernel = 4;  // short causal convolution taps
+  // Kimi K3 (k3.md §2.2): the output gate is one full-rank g_proj (else the
+  // g_a/g_b bottleneck); the decay is lb·σ(e^A_log · z) when bounded (else
+  // −e^A_log · softplus(z)).
+  bool full_rank_gate = false;
+  bool bounded_decay = false;
+  float gate_lower_bound = 0.0f;
   uint32_t width() const { return heads * head_dim; }
   // f32 values of one layer's state: recurrent matrices and conv inputs.
   uint64_t state_floats() const {
@@ -113,6 +120,18 @@ struct RouterConfig {
   bool weights_from_biased = false;
 };
 
+// The gate half of every gated FFN (dense, shared, routed experts).
+enum class Activation {
+  kSilu,  // silu(g) · u
+  kSitu,  // β·tanh(g/β)·σ(g) · β_L·tanh(u/β_L) (k3.md §2.5; u unchanged without β_L)
+};
+
+struct ActivationConfig {
+  Activation kind = Activation::kSilu;
+  float beta = 4.0f;
+  float linear_beta = 0.0f;  // 0: the up half is used unchanged
+};
+
 struct ModelConfig {
   std::string arch;  // model_type, as the family spec registers it
   uint32_t vocab = 0;
@@ -121,6 +140,14 @@ struct ModelConfig {
   uint32_t dense_width = 0;   // intermediate_size of dense MLP layers
   uint32_t expert_width = 0;  // width of each routed expert
   uint32_t shared_width = 0;  // width of the shared expert FFN; 0: none
+  // Kimi K3's latent MoE (k3.md §2.4): routed experts read and write this
+  // width (routed_expert_hidden_size) through the latent down/up projections;
+  // 0: the experts see the hidden state itself.
+  uint32_t expert_latent = 0;
+  bool expert_latent_norm = false;  // RMSNorm of the routed sum before the up projection
+  // Kimi K3's Attention Residuals (k3.md §2.1): layers per stored block; 0: plain residual.
+  uint32_t attn_res_block = 0;
+  ActivationConfig activation;
   uint32_t experts = 0;       // router.experts and router.top_k, set by from_json
   uint32_t top_k = 0;
   float rms_eps = 1e-6f;
@@ -153,6 +180,8 @@ struct ModelConfig {
   // Error naming --ctx.
   uint32_t context_or_default(uint32_t requested) const;
 
+  // The width routed experts read and write: the latent, or the hidden size.
+  uint32_t expert_hidden() const { return expert_latent > 0 ? expert_latent : hidden; }
   uint32_t moe_layers() const;
   uint32_t kda_layers() const;
   bool is_kda(uint32_t layer) const { return layer < layer_is_kda.size() && layer_is_kda[layer]; }

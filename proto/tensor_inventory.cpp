@@ -44,6 +44,14 @@ std::string_view role_suffix(TensorRole role) {
     case TensorRole::kGateA: return "self_attn.g_a_proj.weight";
     case TensorRole::kGateB: return "self_attn.g_b_proj.weight";
     case TensorRole::kOutputNorm: return "self_attn.o_norm.weight";
+    case TensorRole::kGate: return "self_attn.g_proj.weight";
+    case TensorRole::kAttnResNorm: return "self_attention_res_norm.weight";
+    case TensorRole::kAttnResProj: return "self_attention_res_proj.weight";
+    case TensorRole::kMlpResNorm: return "mlp_res_norm.weight";
+    case TensorRole::kMlpResProj: return "mlp_res_proj.weight";
+    case TensorRole::kLatentDown: return "routed_expert_down_proj.weight";
+    case TensorRole::kLatentNorm: return "routed_expert_norm.weight";
+    case TensorRole::kLatentUp: return "routed_expert_up_proj.weight";
     case TensorRole::kDenseGate: return "mlp.gate_proj.weight";
     case TensorRole::kDenseUp: return "mlp.up_proj.weight";
     case TensorRole::kDenseDown: return "mlp.down_proj.weight";
@@ -54,6 +62,8 @@ std::string_view role_suffix(TensorRole role) {
     case TensorRole::kSharedDown: return "shared_experts.down_proj.weight";
     case TensorRole::kEmbed:
     case TensorRole::kFinalNorm:
+    case TensorRole::kFinalResNorm:
+    case TensorRole::kFinalResProj:
     case TensorRole::kLmHead: break;
   }
   return "";
@@ -61,11 +71,17 @@ std::string_view role_suffix(TensorRole role) {
 
 bool in_moe_block(TensorRole role) {
   return role == TensorRole::kRouter || role == TensorRole::kRouterBias || role == TensorRole::kSharedGate ||
-         role == TensorRole::kSharedUp || role == TensorRole::kSharedDown;
+         role == TensorRole::kSharedUp || role == TensorRole::kSharedDown || role == TensorRole::kLatentDown ||
+         role == TensorRole::kLatentNorm || role == TensorRole::kLatentUp;
+}
+
+// AttnRes pseudo-queries are [1, hidden] vectors, kept f32 like the norms.
+bool is_vector_role(TensorRole role) {
+  return role == TensorRole::kAttnResProj || role == TensorRole::kMlpResProj || role == TensorRole::kFinalResProj;
 }
 
 TrunkFormat format_of(TensorRole role, size_t dims) {
-  if (dims != 2 || role == TensorRole::kRouter) return TrunkFormat::kF32;
+  if (dims != 2 || role == TensorRole::kRouter || is_vector_role(role)) return TrunkFormat::kF32;
   if (role == TensorRole::kEmbed || role == TensorRole::kLmHead) return TrunkFormat::kQ8G128;
   return TrunkFormat::kQ4G128;
 }
@@ -115,6 +131,7 @@ void add_mla(InventoryBuilder& b, const ModelConfig& c, uint32_t i) {
   b.add(TensorRole::kKVA, i, {m.cached_width(), c.hidden});
   b.add(TensorRole::kKVANorm, i, {m.kv_lora_rank});
   b.add(TensorRole::kKVB, i, {h * (m.nope_dim + m.v_dim), m.kv_lora_rank});
+  if (m.output_gate) b.add(TensorRole::kGate, i, {h * m.v_dim, c.hidden});
   b.add(TensorRole::kO, i, {c.hidden, h * m.v_dim});
 }
 
@@ -129,11 +146,17 @@ void add_kda(InventoryBuilder& b, const ModelConfig& c, uint32_t i) {
   // The decay and output-gate bottlenecks have rank head_dim (§4.2).
   b.add(TensorRole::kDecayA, i, {d, c.hidden});
   b.add(TensorRole::kDecayB, i, {p, d});
-  b.add(TensorRole::kDecayLog, i, {1, 1, c.kda.heads, 1});
+  // K3 pads A_log to head_dim values, of which the first `heads` are read
+  // (k3.md §2.2; the padded tensor's dims are unconfirmed).
+  b.add(TensorRole::kDecayLog, i, {1, 1, c.kda.full_rank_gate ? d : c.kda.heads, 1});
   b.add(TensorRole::kDecayBias, i, {p});
   b.add(TensorRole::kBeta, i, {c.kda.heads, c.hidden});
-  b.add(TensorRole::kGateA, i, {d, c.hidden});
-  b.add(TensorRole::kGateB, i, {p, d});
+  if (c.kda.full_rank_gate) {
+    b.add(TensorRole::kGate, i, {p, c.hidden});
+  } else {
+    b.add(TensorRole::kGateA, i, {d, c.hidden});
+    b.add(TensorRole::kGateB, i, {p, d});
+  }
   b.add(TensorRole::kOutputNorm, i, {d});
   b.add(TensorRole::kO, i, {c.hidden, p});
 }
@@ -147,30 +170,41 @@ uint64_t TensorSpec::elements() const {
 }
 
 std::string tensor_name(const ModelConfig& config, TensorRole role, uint32_t layer) {
+  const TensorNaming& naming = family_of(config).naming;
+  const auto global = [&](std::string_view name) { return fmt::format("{}{}", naming.prefix, name); };
   switch (role) {
-    case TensorRole::kEmbed: return "model.embed_tokens.weight";
-    case TensorRole::kFinalNorm: return "model.norm.weight";
-    case TensorRole::kLmHead: return "lm_head.weight";
+    case TensorRole::kEmbed: return global("model.embed_tokens.weight");
+    case TensorRole::kFinalNorm: return global("model.norm.weight");
+    case TensorRole::kFinalResNorm: return global("model.output_attn_res_norm.weight");
+    case TensorRole::kFinalResProj: return global("model.output_attn_res_proj.weight");
+    case TensorRole::kLmHead: return global("lm_head.weight");
     default: break;
   }
   if (layer == kNoLayer) fail("tensor_name: a per-layer role needs a layer");
   if (in_moe_block(role)) {
-    return fmt::format("model.layers.{}.{}.{}", layer, family_of(config).naming.moe_block, role_suffix(role));
+    return fmt::format("{}model.layers.{}.{}.{}", naming.prefix, layer, naming.moe_block, role_suffix(role));
   }
-  return fmt::format("model.layers.{}.{}", layer, role_suffix(role));
+  return fmt::format("{}model.layers.{}.{}", naming.prefix, layer, role_suffix(role));
 }
 
 std::string expert_tensor_name(const ModelConfig& config, uint32_t layer, uint32_t expert, MatrixKind kind) {
   const TensorNaming& naming = family_of(config).naming;
-  return fmt::format("model.layers.{}.{}.experts.{}.{}.weight", layer, naming.moe_block, expert,
+  return fmt::format("{}model.layers.{}.{}.experts.{}.{}.weight", naming.prefix, layer, naming.moe_block, expert,
                      naming.expert_matrix[static_cast<int>(kind)]);
 }
 
+bool is_unrun_part_tensor(const ModelConfig& config, std::string_view name) {
+  for (std::string_view prefix : family_of(config).skipped_prefixes) {
+    if (!prefix.empty() && name.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
 bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name) {
-  constexpr std::string_view kPrefix = "model.layers.";
-  if (config.skipped_source_layers == 0 || !name.starts_with(kPrefix)) return false;
+  const std::string prefix = fmt::format("{}model.layers.", family_of(config).naming.prefix);
+  if (config.skipped_source_layers == 0 || !name.starts_with(prefix)) return false;
   uint64_t layer = 0;
-  size_t at = kPrefix.size();
+  size_t at = prefix.size();
   if (at >= name.size() || name[at] < '0' || name[at] > '9') return false;
   while (at < name.size() && name[at] >= '0' && name[at] <= '9') layer = layer * 10 + (name[at++] - '0');
   return layer >= config.layers && layer < uint64_t{config.layers} + config.skipped_source_layers;
@@ -181,6 +215,12 @@ std::vector<TensorSpec> trunk_inventory(const ModelConfig& c) {
   b.add(TensorRole::kEmbed, kNoLayer, {c.vocab, c.hidden});
   for (uint32_t i = 0; i < c.layers; ++i) {
     b.add(TensorRole::kInputNorm, i, {c.hidden});
+    if (c.attn_res_block > 0) {
+      b.add(TensorRole::kAttnResNorm, i, {c.hidden});
+      b.add(TensorRole::kAttnResProj, i, {1, c.hidden});
+      b.add(TensorRole::kMlpResNorm, i, {c.hidden});
+      b.add(TensorRole::kMlpResProj, i, {1, c.hidden});
+    }
     if (c.is_kda(i)) {
       add_kda(b, c, i);
     } else if (c.mixer == MixerKind::kGqa) {
@@ -192,6 +232,11 @@ std::vector<TensorSpec> trunk_inventory(const ModelConfig& c) {
     if (c.layer_is_moe[i]) {
       b.add(TensorRole::kRouter, i, {c.experts, c.hidden});
       if (c.router.score_bias) b.add(TensorRole::kRouterBias, i, {c.experts});
+      if (c.expert_latent > 0) {
+        b.add(TensorRole::kLatentDown, i, {c.expert_latent, c.hidden});
+        if (c.expert_latent_norm) b.add(TensorRole::kLatentNorm, i, {c.expert_latent});
+        b.add(TensorRole::kLatentUp, i, {c.hidden, c.expert_latent});
+      }
       if (c.shared_width > 0) {
         b.add(TensorRole::kSharedGate, i, {c.shared_width, c.hidden});
         b.add(TensorRole::kSharedUp, i, {c.shared_width, c.hidden});
@@ -203,6 +248,10 @@ std::vector<TensorSpec> trunk_inventory(const ModelConfig& c) {
       b.add(TensorRole::kDenseDown, i, {c.hidden, c.dense_width});
     }
   }
+  if (c.attn_res_block > 0) {
+    b.add(TensorRole::kFinalResNorm, kNoLayer, {c.hidden});
+    b.add(TensorRole::kFinalResProj, kNoLayer, {1, c.hidden});
+  }
   b.add(TensorRole::kFinalNorm, kNoLayer, {c.hidden});
   if (!c.tie_embeddings) b.add(TensorRole::kLmHead, kNoLayer, {c.vocab, c.hidden});
   return b.take();
@@ -213,7 +262,7 @@ std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& c) {
   for (uint32_t i = 0; i < c.layers; ++i) {
     if (!c.layer_is_moe[i]) continue;
     const auto base = static_cast<uint32_t>(layers.size() * kRvqStages * kMatrixKinds.size());
-    layers.push_back({i, c.experts, c.hidden, c.expert_width, base});
+    layers.push_back({i, c.experts, c.expert_hidden(), c.expert_width, base});
   }
   return layers;
 }

@@ -26,9 +26,15 @@ enum class TensorRole {
   kQA, kQANorm, kQB, kKVA, kKVANorm, kKVB,
   // KDA (with kQ, kK, kV, kO)
   kQConv, kKConv, kVConv, kDecayA, kDecayB, kDecayLog, kDecayBias, kBeta, kGateA, kGateB, kOutputNorm,
+  // Kimi K3: the full-rank output gate of KDA and MLA (g_proj)
+  kGate,
+  // Kimi K3's Attention Residuals: per-site norm and pseudo-query (k3.md §2.1)
+  kAttnResNorm, kAttnResProj, kMlpResNorm, kMlpResProj, kFinalResNorm, kFinalResProj,
   // FFN
   kDenseGate, kDenseUp, kDenseDown,
   kRouter, kRouterBias, kSharedGate, kSharedUp, kSharedDown,
+  // Kimi K3's latent MoE: routed experts live in a narrower space (k3.md §2.4)
+  kLatentDown, kLatentNorm, kLatentUp,
 };
 
 inline constexpr uint32_t kNoLayer = UINT32_MAX;
@@ -60,6 +66,8 @@ std::string tensor_name(const ModelConfig& config, TensorRole role, uint32_t lay
 std::string expert_tensor_name(const ModelConfig& config, uint32_t layer, uint32_t expert, MatrixKind kind);
 // Layers of the source the model does not run (multi-token prediction).
 bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name);
+// Tensors of parts of the checkpoint sluice does not run yet (K3's vision tower).
+bool is_unrun_part_tensor(const ModelConfig& config, std::string_view name);
 
 // How trunk.bin stores a tensor: rows of its last dimension.
 TrunkTensorInfo stored_geometry(const TensorSpec& tensor);

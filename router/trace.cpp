@@ -12,7 +12,8 @@ TraceWriter::TraceWriter(const std::string& path) : path_(path), out_(path, std:
 }
 
 void TraceWriter::write(const TraceToken& token) {
-  const nlohmann::ordered_json line = {{"tok", token.tok}, {"layers", token.layers}};
+  nlohmann::ordered_json line = {{"tok", token.tok}, {"layers", token.layers}};
+  if (!token.weights.empty()) line["weights"] = token.weights;
   out_ << line.dump() << '\n';
   if (!out_) fail("{}: cannot write the routing trace", path_);
 }

@@ -1,7 +1,8 @@
 // router/trace.h: recorded routing as JSON lines, one object per token:
 // {"tok": N, "layers": [[expert ids of MoE layer 0], [MoE layer 1], ...]},
-// MoE layers in model order, experts in routing order. Reading checks every
-// line; it never guesses at a malformed one.
+// MoE layers in model order, experts in routing order; the writer adds
+// "weights" (the same shape, the routing weights) when it has them, which
+// readers ignore. Reading checks every line; it never guesses at a malformed one.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@ namespace sluice::router {
 struct TraceToken {
   uint64_t tok = 0;                            // position of the token in its sequence
   std::vector<std::vector<uint32_t>> layers;  // by MoE layer ordinal
+  std::vector<std::vector<float>> weights;    // the experts' routing weights; empty: not recorded
 };
 
 class TraceWriter {

@@ -2,7 +2,8 @@
 # scripts/make_tiny_checkpoint.py: writes a random-weight checkpoint in the exact
 # Hugging Face layout (config, safetensors, tokenizer) for tests and benchmarks,
 # optionally fp8 with block scales and DeepSeek's MTP layer; Kimi-Linear (§7.5)
-# with its f32 A_log/dt_bias. Weights are a pure
+# with its f32 A_log/dt_bias; Kimi K3-tiny (k3.md §6, vision tower included) with
+# its padded A_log. Weights are a pure
 # function of (config, seed); nothing here reads a real model.
 import argparse
 import json
@@ -12,7 +13,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, bpe, families, fp8, safetensors  # noqa: E402
+from sluicepy import SluiceError, bpe, families, fp8, k3, mxfp4, safetensors  # noqa: E402
 
 _DTYPES = {"bf16": ("BF16", "bfloat16"), "f16": ("F16", "float16"), "f32": ("F32", "float32")}
 
@@ -22,13 +23,15 @@ class RandomTensor:
     `log_uniform` is (low, high), from its own stream (seed, index), so a tensor
     does not depend on which others exist."""
 
-    def __init__(self, shape, mean, std, seed, index, log_uniform=None):
+    def __init__(self, shape, mean, std, seed, index, log_uniform=None, draw=None):
         self.shape, self.mean, self.std, self.seed, self.index = tuple(shape), mean, std, seed, index
-        self.log_uniform = log_uniform
+        self.log_uniform, self.draw = log_uniform, draw
 
     def __array__(self, dtype=None):
         rng = np.random.default_rng([self.seed, self.index])
-        if self.log_uniform is not None:
+        if self.draw is not None:  # a tensor with its own rule (K3's padded A_log)
+            values = self.draw(rng)
+        elif self.log_uniform is not None:
             values = np.log(rng.uniform(*self.log_uniform, size=self.shape)).astype(np.float32)
         else:
             values = rng.standard_normal(self.shape, dtype=np.float32)
@@ -60,7 +63,21 @@ class Fp8Scales:
         return scales if dtype is None else scales.astype(dtype)
 
 
+class Mxfp4Part:
+    """One of an MXFP4 weight's U8 tensors (0: packed nibbles, 1: E8M0 scales), encoded when written."""
+
+    def __init__(self, weight, part):
+        rows, cols = weight.shape
+        self.weight, self.part = weight, part
+        self.shape = (rows, cols // 2) if part == 0 else (rows, cols // mxfp4.GROUP)
+
+    def __array__(self, dtype=None):
+        values = mxfp4.encode(np.asarray(self.weight))[self.part]
+        return values if dtype is None else values.astype(dtype)
+
+
 def parse_sets(pairs):
+    """{key: value}; a dotted key (text_config.hidden_act) sets a nested one."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -71,6 +88,17 @@ def parse_sets(pairs):
         except json.JSONDecodeError:
             raise SluiceError(f"--set {pair!r}: value is not JSON (quote strings: KEY='\"text\"')") from None
     return out
+
+
+def apply_sets(config, sets):
+    for key, value in sets.items():
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            if not isinstance(node.get(parent), dict):
+                raise SluiceError(f"--set {key}: {parent} is not an object of the config")
+            node = node[parent]
+        node[leaf] = value
 
 
 def check_config(config):
@@ -85,11 +113,48 @@ def write_json(path, value):
         f.write("\n")
 
 
-def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=None, use_fp8=False):
+def make_k3_checkpoint(out_dir, seed, dtype, shards, overrides, use_mxfp4=False):
+    """K3-tiny (k3.md §6): the LM under language_model., the vision tower and projector;
+    `use_mxfp4` stores the routed experts as weight_packed + weight_scale (§3)."""
+    config = k3.tiny_config()
+    apply_sets(config, overrides or {})
+    config["text_config"]["torch_dtype"] = _DTYPES[dtype][1]
+    k3.resolve(config)
+    os.makedirs(out_dir, exist_ok=True)
+    tensors, dtypes = {}, {}
+    for index, (name, shape) in enumerate(k3.tensor_shapes(config, vision=True).items()):
+        mean, std = k3.init_std_and_mean(config, name)
+        draw = (lambda rng: k3.a_log_values(config, name, rng)) if name.endswith(".A_log") else None
+        weight = RandomTensor(shape, mean, std, seed, index, draw=draw)
+        if use_mxfp4 and ".experts." in name:
+            for part, suffix in enumerate((mxfp4.PACKED, mxfp4.SCALE)):
+                tensors[name + suffix], dtypes[name + suffix] = Mxfp4Part(weight, part), "U8"
+            continue
+        tensors[name] = weight
+        dtypes[name] = "F32" if families.is_f32_tensor(name) else _DTYPES[dtype][0]
+    safetensors.save_checkpoint(out_dir, tensors, dtypes, shards)
+    write_json(os.path.join(out_dir, "config.json"), config)
+    text = config["text_config"]
+    write_json(os.path.join(out_dir, "tokenizer.json"), bpe.build_tokenizer_json("kimi_linear", text["vocab_size"]))
+    tokenizer_config = bpe.build_tokenizer_config("kimi_linear", text)
+    tokenizer_config.pop("chat_template", None)  # K3's prompts are code (XTML), not a template
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config)
+    return config
+
+
+def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=None, use_fp8=False,
+                    use_mxfp4=False):
     """Writes the checkpoint and returns its config. `use_fp8` stores the §0.9
-    tensors as F8_E4M3 with F32 `_scale_inv` block scales (DeepSeek/K2 only)."""
+    tensors as F8_E4M3 with F32 `_scale_inv` block scales (DeepSeek/K2 only);
+    `use_mxfp4` K3's routed experts as MXFP4."""
+    if family == k3.ARCH:
+        if use_fp8:
+            raise SluiceError("--fp8: Kimi K3 ships bf16 and MXFP4, not fp8")
+        return make_k3_checkpoint(out_dir, seed, dtype, shards, overrides, use_mxfp4)
+    if use_mxfp4:
+        raise SluiceError(f"--mxfp4: only {k3.ARCH} ships MXFP4 experts")
     config = families.tiny_config(family)
-    config.update(overrides or {})
+    apply_sets(config, overrides or {})
     config["torch_dtype"] = _DTYPES[dtype][1]
     if use_fp8:
         if family not in families.MLA_FAMILIES:
@@ -125,7 +190,7 @@ def main(argv=None):
                     "e_score_correction_bias N(0,0.05²) f32, norms 1+N(0,0.1²); KDA: A_log ln U(1,16) f32, "
                     "dt_bias N(0,1) f32, conv N(0,0.3²)). "
                     "DeepSeek's MTP layer: --set num_nextn_predict_layers=1.")
-    parser.add_argument("family", choices=families.FAMILIES)
+    parser.add_argument("family", choices=families.FAMILIES + (k3.ARCH,))
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
@@ -134,11 +199,16 @@ def main(argv=None):
     parser.add_argument("--fp8", action="store_true",
                         help="deepseek_v3/kimi_k2: F8_E4M3 projections and experts with 128x128 F32 "
                              "weight_scale_inv blocks and a quantization_config (§0.9)")
+    parser.add_argument("--mxfp4", action="store_true",
+                        help="kimi_k3: routed experts as U8 weight_packed (E2M1, low nibble first) and "
+                             "weight_scale (E8M0 per 32 values), as K3 ships them (k3.md §3)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key with a JSON value (repeatable), e.g. --set num_experts=64")
+                        help="override a config key with a JSON value (repeatable), e.g. --set num_experts=64; "
+                             "a dotted key sets a nested one (kimi_k3: --set text_config.activation_situ_beta=1)")
     args = parser.parse_args(argv)
     try:
-        make_checkpoint(args.family, args.out_dir, args.seed, args.dtype, args.shards, parse_sets(args.set), args.fp8)
+        make_checkpoint(args.family, args.out_dir, args.seed, args.dtype, args.shards, parse_sets(args.set), args.fp8,
+                        args.mxfp4)
     except SluiceError as e:
         print(f"make_tiny_checkpoint: error: {e}", file=sys.stderr)
         return 1

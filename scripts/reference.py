@@ -11,12 +11,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, container, families, mla, routing, safetensors  # noqa: E402
+from sluicepy import SluiceError, container, families, k3, mla, mxfp4, routing, safetensors  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
 
 _DESCRIPTION = """\
-Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 from the
+Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 (Kimi K3's
+text model in f64, sluicepy/k3.py; its vision tower is not run) from the
 published equations and dump logits. A checkpoint's fp8 weights are dequantized
 by their block scales; a container's weights are the engine's quantized ones.
 Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
@@ -52,7 +53,19 @@ def load_weights(path):
         raise SluiceError(f"{path}: neither a sluice container nor a checkpoint with config.json")
     with open(config_path) as f:
         config = json.load(f)
-    return config, safetensors.load_checkpoint(path)
+    return config, mxfp4.decode_weights(safetensors.load_checkpoint(path))  # K3's MXFP4 experts as f32
+
+
+def build_model(config, weights, mla_form=mla.EXPANDED, exclusion=routing.EXCLUDE_ZERO, kda_chunk=None,
+                moe_weights=None, skip_final_mixture=False):
+    """The family's model; Kimi K3 is its own (sluicepy/k3.py), the others MoeModel."""
+    if k3.is_k3(config):
+        if moe_weights is not None or mla_form != mla.EXPANDED:
+            raise SluiceError("--moe-weights and --mla absorbed do not apply to Kimi K3")
+        return k3.K3Model(config, weights, kda_chunk, skip_final_mixture)
+    if skip_final_mixture:
+        raise SluiceError("--skip-final-mixture applies to Kimi K3 only")
+    return MoeModel(config, weights, mla_form, exclusion, kda_chunk=kda_chunk, moe_weights=moe_weights)
 
 
 def with_engine_experts(model, path, f32_experts=False, decode_crossover=None):
@@ -61,7 +74,8 @@ def with_engine_experts(model, path, f32_experts=False, decode_crossover=None):
     that decode_crossover or more tokens of one call chose runs the engine's
     decode-once arithmetic (rvq_decoded.h) instead."""
     if is_container(path) and not f32_experts:
-        model.expert_apply = ContainerExperts(container.Container(path), decode_crossover)
+        model.expert_apply = ContainerExperts(container.Container(path), decode_crossover,
+                                              activation=getattr(model, "expert_activation", None))
     return model
 
 
@@ -90,7 +104,8 @@ def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None
         start, trace = cache.length, None if routes is None else []
         logits = model.forward(ids, cache, trace)
         if trace is not None:
-            routes.extend({"tok": start + t, "layers": [chosen[t].tolist() for _, chosen, _ in trace]}
+            routes.extend({"tok": start + t, "layers": [chosen[t].tolist() for _, chosen, _ in trace],
+                           "weights": [weights[t].tolist() for _, _, weights in trace]}
                           for t in range(len(ids)))
         return logits
 
@@ -132,10 +147,10 @@ def compare(model_path, hf_dir, prompt, steps, **options):
         raise SluiceError(f"--compare: {model_path} is not a sluice container")
     qconfig, qweights = load_weights(model_path)
     config, weights = load_weights(hf_dir)
-    q_logits, tokens = generate(with_engine_experts(MoeModel(qconfig, qweights, **options), model_path), prompt, steps)
-    ref = teacher_forced(MoeModel(config, weights, **options), prompt, tokens)
+    q_logits, tokens = generate(with_engine_experts(build_model(qconfig, qweights, **options), model_path), prompt, steps)
+    ref = teacher_forced(build_model(config, weights, **options), prompt, tokens)
     # What the integer arithmetic alone costs: f32 matmuls on the same decoded weights.
-    f32_experts = teacher_forced(MoeModel(qconfig, qweights, **options), prompt, tokens)
+    f32_experts = teacher_forced(build_model(qconfig, qweights, **options), prompt, tokens)
     diff = (q_logits - ref).abs()
     return {"tokens": tokens, "rows": int(ref.shape[0]),
             "top1_agreement": float((q_logits.argmax(-1) == ref.argmax(-1)).float().mean()),
@@ -158,7 +173,8 @@ def main(argv=None):
                         help="recompute the whole sequence at every step (checks the cache)")
     parser.add_argument("--trace-out", metavar="FILE",
                         help="write the routing as JSON lines, one per token fed: "
-                             '{"tok": N, "layers": [[expert ids, largest weight first], ...]} (as sluice run)')
+                             '{"tok": N, "layers": [[expert ids, largest weight first], ...], '
+                             '"weights": [[their routing weights], ...]} (as sluice run)')
     parser.add_argument("--mla", choices=mla.FORMS, default=mla.EXPANDED,
                         help="DeepSeek/K2 attention form (both give the same logits up to rounding)")
     parser.add_argument("--group-exclusion", choices=routing.EXCLUSIONS, default=routing.EXCLUDE_ZERO,
@@ -169,6 +185,9 @@ def main(argv=None):
     parser.add_argument("--moe-weights", choices=families.MOE_WEIGHTS,
                         help=f"Kimi-Linear: override the config's {families.MOE_WEIGHTS_KEY} (expert weights from "
                              "the biased scores s + bias, or from the plain sigmoid s)")
+    parser.add_argument("--skip-final-mixture", action="store_true",
+                        help="Kimi K3: read the last partial sum instead of the output AttnRes mixture "
+                             "(a wrong model: for the test that must tell the difference)")
     parser.add_argument("--f32-experts", action="store_true",
                         help="a container's experts as f32 matmuls on the decoded weights "
                              "instead of the engine's integer table kernels (int16 table codes)")
@@ -194,13 +213,13 @@ def main(argv=None):
         if args.decode_crossover is not None and args.decode_crossover < 1:
             raise SluiceError(f"--decode-crossover {args.decode_crossover}: expected a token count >= 1")
         options = {"mla_form": args.mla, "exclusion": args.group_exclusion, "kda_chunk": args.kda_chunk,
-                   "moe_weights": args.moe_weights}
+                   "moe_weights": args.moe_weights, "skip_final_mixture": args.skip_final_mixture}
         if args.compare:
             print(json.dumps(compare(args.model, args.compare, prompt, args.n, **options), indent=2))
             return 0
         config, weights = load_weights(args.model)
         routes = [] if args.trace_out else None
-        model = with_engine_experts(MoeModel(config, weights, **options), args.model, args.f32_experts,
+        model = with_engine_experts(build_model(config, weights, **options), args.model, args.f32_experts,
                                     args.decode_crossover)
         logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache, routes)
         if args.trace_out:

@@ -32,12 +32,15 @@ struct Source {
   nlohmann::ordered_json chat_template;                               // string or null
   // Source tensors the model does not run (multi-token prediction layers).
   uint64_t skipped_tensors = 0;
+  uint64_t unrun_tensors = 0;  // of parts sluice does not run yet (K3's vision tower)
 };
 Source open_source(FileSystem& fs, const std::string& dir);
 
 // Reads a tensor as f32, refusing NaN or infinite values by tensor name. An
 // fp8 tensor is multiplied by its 128×128 block scales (`…_scale_inv`).
 std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor);
+// The stored tensors a weight is read from: itself, or an MXFP4 weight's packed and scale tensors.
+std::vector<std::string> source_parts(const Checkpoint& checkpoint, const std::string& tensor);
 
 struct TrunkEntry {
   TrunkTensorPlan plan;

@@ -33,16 +33,18 @@ constexpr const char* kKindNames[] = {"gate", "up", "down"};
 
 // crc32 of the stored bytes of `names`, in order: headers and sizes say
 // nothing about values, so this is what tells a resumed source is unchanged.
-// An fp8 weight's block scales are part of its value.
+// An fp8 weight's block scales, and an MXFP4 weight's scales, are part of its value.
 uint32_t source_crc32(const Checkpoint& checkpoint, const std::vector<std::string>& names) {
   uint32_t running = 0;
-  for (const std::string& name : names) {
-    const auto located = checkpoint.find(name);
-    if (!located) fail("tensor {} is missing from the checkpoint", name);
-    running = located->file->bytes_crc32(*located->info, running);
-    if (located->info->dtype != DType::kF8E4M3) continue;
-    const auto scales = checkpoint.find(name + "_scale_inv");  // open_source checked it exists
-    running = scales->file->bytes_crc32(*scales->info, running);
+  for (const std::string& weight : names) {
+    for (const std::string& name : source_parts(checkpoint, weight)) {
+      const auto located = checkpoint.find(name);
+      if (!located) fail("tensor {} is missing from the checkpoint", name);
+      running = located->file->bytes_crc32(*located->info, running);
+      if (located->info->dtype != DType::kF8E4M3) continue;
+      const auto scales = checkpoint.find(name + "_scale_inv");  // open_source checked it exists
+      running = scales->file->bytes_crc32(*scales->info, running);
+    }
   }
   return running;
 }
@@ -108,6 +110,11 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     summary["skipped_tensors"] = source.skipped_tensors;
     progress.note(fmt::format("skipping {} tensors of the multi-token-prediction layer{} (not run by sluice)",
                               source.skipped_tensors, plan.config.skipped_source_layers > 1 ? "s" : ""));
+  }
+  if (source.unrun_tensors > 0) {
+    summary["skipped_vision_tensors"] = source.unrun_tensors;
+    progress.note(fmt::format("skipping {} tensors of the vision tower and projector (not run by sluice yet)",
+                              source.unrun_tensors));
   }
   const Start start = prepare_output(out, kWorkDir, state, options.force);
   if (start == Start::kComplete) {

@@ -182,6 +182,10 @@ void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
   }
 }
 
+void SafetensorsFile::read_bytes(const TensorInfo& info, uint8_t* out) const {
+  read_exact(*file_, info.offset, out, info.bytes);
+}
+
 std::string read_small_file(FileSystem& fs, const std::string& path, uint64_t cap) {
   auto file = fs.open(path, OpenMode::kBuffered);
   if (file->size() > cap) fail("{}: file is {} bytes, more than the {} allowed", path, file->size(), cap);

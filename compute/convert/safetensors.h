@@ -57,6 +57,8 @@ class SafetensorsFile {
   // Converts the tensor to f32 into `out` (info.elements floats). Refuses
   // dtypes other than BF16, F16, F32, F8_E4M3 naming file, tensor and dtype.
   void read_f32(const TensorInfo& info, float* out) const;
+  // The tensor's stored bytes (info.bytes) into `out` (MXFP4's U8 tensors).
+  void read_bytes(const TensorInfo& info, uint8_t* out) const;
   // crc32 of the tensor's stored bytes, continuing `running`: what a resumed
   // conversion compares to tell a changed source from the one it started on.
   uint32_t bytes_crc32(const TensorInfo& info, uint32_t running) const;

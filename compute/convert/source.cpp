@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "compute/convert/convert_steps.h"
+#include "compute/convert/mxfp4.h"
 #include "proto/checksum.h"
 #include "proto/error.h"
 
@@ -31,7 +32,30 @@ std::vector<uint64_t> scale_shape(const std::vector<uint64_t>& shape) {
   return blocks;
 }
 
+// An MXFP4 matrix: U8 packed nibbles [rows, cols/2] and E8M0 scales [rows, cols/32].
+void check_mxfp4(const Checkpoint& checkpoint, const std::string& name, const std::vector<uint64_t>& shape) {
+  if (shape.size() != 2 || shape[1] % kMxfp4Group != 0) {
+    fail("{}: tensor {}: MXFP4 needs a matrix of whole {}-value groups, the config implies {}", checkpoint.listing(),
+         name, kMxfp4Group, shape_string(shape));
+  }
+  const std::pair<std::string, std::vector<uint64_t>> parts[] = {
+      {mxfp4_packed_name(name), {shape[0], shape[1] / 2}}, {mxfp4_scale_name(name), {shape[0], shape[1] / kMxfp4Group}}};
+  for (const auto& [part, want] : parts) {
+    const auto located = checkpoint.find(part);
+    if (!located) fail("{}: MXFP4 tensor {} missing (expected U8 {})", checkpoint.listing(), part, shape_string(want));
+    if (located->info->dtype != DType::kU8 || located->info->shape != want) {
+      fail("{}: tensor {}: {} {} but an MXFP4 {} weight needs U8 {}", located->file->name(), part,
+           located->info->dtype_name, shape_string(located->info->shape), shape_string(shape), shape_string(want));
+    }
+  }
+}
+
+bool is_mxfp4(const Checkpoint& checkpoint, const std::string& name) {
+  return !checkpoint.find(name) && name.ends_with("weight") && checkpoint.find(mxfp4_packed_name(name));
+}
+
 void check_tensor(const Checkpoint& checkpoint, const std::string& name, const std::vector<uint64_t>& shape) {
+  if (is_mxfp4(checkpoint, name)) return check_mxfp4(checkpoint, name, shape);
   const auto located = checkpoint.find(name);
   if (!located) fail("{}: tensor {} missing (expected shape {})", checkpoint.listing(), name, shape_string(shape));
   const TensorInfo& info = *located->info;
@@ -79,6 +103,7 @@ Source open_source(FileSystem& fs, const std::string& dir) {
   for (const auto& file : source.checkpoint.files()) {
     for (const TensorInfo& tensor : file->tensors()) {
       source.skipped_tensors += is_skipped_source_tensor(source.plan.config, tensor.name);
+      source.unrun_tensors += is_unrun_part_tensor(source.plan.config, tensor.name);
     }
   }
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
@@ -123,7 +148,28 @@ Source open_source(FileSystem& fs, const std::string& dir) {
   return source;
 }
 
+std::vector<std::string> source_parts(const Checkpoint& checkpoint, const std::string& tensor) {
+  if (is_mxfp4(checkpoint, tensor)) return {mxfp4_packed_name(tensor), mxfp4_scale_name(tensor)};
+  return {tensor};
+}
+
 std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor) {
+  if (is_mxfp4(checkpoint, tensor)) {
+    const auto packed = checkpoint.find(mxfp4_packed_name(tensor));
+    const auto scales = checkpoint.find(mxfp4_scale_name(tensor));
+    if (!scales) fail("{}: MXFP4 tensor {} missing", checkpoint.listing(), mxfp4_scale_name(tensor));
+    const uint64_t rows = packed->info->shape.at(0), cols = packed->info->shape.at(1) * 2;
+    if (packed->info->dtype != DType::kU8 || scales->info->dtype != DType::kU8 ||
+        scales->info->shape != std::vector<uint64_t>{rows, cols / kMxfp4Group}) {
+      fail("{}: MXFP4 tensor {}: packed and scale tensors do not match", packed->file->name(), tensor);
+    }
+    std::vector<uint8_t> nibbles(packed->info->bytes), exponents(scales->info->bytes);
+    packed->file->read_bytes(*packed->info, nibbles.data());
+    scales->file->read_bytes(*scales->info, exponents.data());
+    std::vector<float> w(rows * cols);
+    decode_mxfp4(nibbles.data(), exponents.data(), rows, cols, tensor, w.data());
+    return w;
+  }
   const auto located = checkpoint.find(tensor);
   if (!located) fail("{}: tensor {} missing", checkpoint.listing(), tensor);
   std::vector<float> w(located->info->elements);

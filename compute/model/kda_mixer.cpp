@@ -117,8 +117,9 @@ class KdaMixer final : public Mixer {
     std::copy_n(sequence_.begin() + size_t{tokens} * p, size_t{history} * p, carried);
   }
 
-  // The log-decay g = −exp(A_log[h]) · softplus(f_b(f_a x) + dt_bias), the
-  // write strength β = σ(b x) and the output gate γ = g_b(g_a x).
+  // The log-decay g = −exp(A_log[h]) · softplus(f_b(f_a x) + dt_bias) (or
+  // K3's bounded form), the write strength β = σ(b x) and the output gate
+  // γ = g_b(g_a x) (or K3's full-rank g x).
   void gates(const KdaWeights& w, const float* normed, uint32_t tokens) {
     const uint32_t heads = kda_.heads, d = kda_.head_dim, p = kda_.width();
     low_rank_.resize(size_t{tokens} * d);
@@ -128,13 +129,19 @@ class KdaMixer final : public Mixer {
     for (uint32_t t = 0; t < tokens; ++t) {
       for (uint32_t c = 0; c < p; ++c) {
         float& g = decay_[size_t{t} * p + c];
-        g = -std::exp(w.decay_log[c / d]) * softplus(g + w.decay_bias[c]);
+        const float z = g + w.decay_bias[c], rate = std::exp(w.decay_log[c / d]);
+        // K3 bounds the decay to (lb, 0) by a sigmoid (k3.md §2.2), not a clamp.
+        g = kda_.bounded_decay ? kda_.gate_lower_bound * sigmoid(rate * z) : -rate * softplus(z);
       }
     }
     beta_.resize(size_t{tokens} * heads);
     w.beta.apply(normed, tokens, beta_.data(), exec_);
     for (float& b : beta_) b = sigmoid(b);
     gate_.resize(size_t{tokens} * p);
+    if (kda_.full_rank_gate) {
+      w.gate.apply(normed, tokens, gate_.data(), exec_);
+      return;
+    }
     w.gate_a.apply(normed, tokens, low_rank_.data(), exec_);
     w.gate_b.apply(low_rank_.data(), tokens, gate_.data(), exec_);
   }

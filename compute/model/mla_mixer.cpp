@@ -5,6 +5,7 @@
 // applied to the attention-weighted latent. Without rotary dims (Kimi-
 // Linear's NoPE layers) the rope part is cached and dotted unrotated.
 #include <algorithm>
+#include <cmath>
 
 #include "compute/model/attention.h"
 #include "compute/model/mixer.h"
@@ -104,6 +105,12 @@ class MlaMixer final : public Mixer {
         }
       }
     }
+    if (m_.output_gate) {
+      // K3: the concatenated heads ⊙ σ(g_proj x) before o_proj (k3.md §2.3).
+      gate_.resize(attn_.size());
+      w.gate.apply(normed, tokens, gate_.data(), exec_);
+      for (size_t i = 0; i < attn_.size(); ++i) attn_[i] /= 1.0f + std::exp(-gate_[i]);
+    }
     w.o.apply(attn_.data(), tokens, out, exec_);
   }
 
@@ -141,7 +148,7 @@ class MlaMixer final : public Mixer {
   float scale_;
   std::vector<uint32_t> slot_;  // model layer → cache slot
   uint32_t slots_ = 0;
-  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, scores_;
+  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, scores_, gate_;
 };
 
 }  // namespace

@@ -71,7 +71,10 @@ void RoutingSession::on_moe(uint32_t layer, size_t moe_index, uint32_t tokens, s
     for (uint32_t t = 0; t < tokens; ++t) {
       router::TraceToken row;
       row.tok = engine_.transformer().last_positions()[t];
-      for (const Routing& r : routing[t]) row.layers.push_back(r.experts);
+      for (const Routing& r : routing[t]) {
+        row.layers.push_back(r.experts);
+        row.weights.emplace_back(r.weights.begin(), r.weights.end());
+      }
       trace_->write(row);
     }
   }

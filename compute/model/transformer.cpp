@@ -9,6 +9,8 @@
 #include <numeric>
 
 #include "compute/kernels/rvq_decoded.h"
+#include "compute/model/activation.h"
+#include "compute/model/latent_moe.h"
 #include "compute/model/ops.h"
 #include "proto/error.h"
 
@@ -35,7 +37,8 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       exec_(exec),
       context_(context),
       attention_(make_mixer(config, weights, context, exec)),
-      kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr) {}
+      kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr),
+      attn_res_(config.attn_res_block > 0 ? std::make_unique<AttnRes>(config, weights) : nullptr) {}
 
 SequenceState Transformer::new_sequence() const {
   return SequenceState(attention_->make_state(), kda_ ? kda_->make_state() : MixerState(),
@@ -108,8 +111,11 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
   proj_.resize(size_t{count} * hidden);
   for (uint32_t layer = 0; layer < config_.layers; ++layer) {
     const LayerWeights& lw = weights_.layers[layer];
+    // K3's depth mixtures are per row, so the chunk's rows from every segment go through together.
+    const float* mixer_in = attn_res_ ? attn_res_->before_mixer(layer, x_.data(), count) : x_.data();
     for (uint32_t t = 0; t < count; ++t) {
-      rms_norm(&x_[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps, &normed_[size_t{t} * hidden]);
+      rms_norm(&mixer_in[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps,
+               &normed_[size_t{t} * hidden]);
     }
     // The mixers run sequence by sequence, each on its own state.
     const bool kda = config_.is_kda(layer);
@@ -124,8 +130,9 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
     }
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
     lap(config_.is_kda(layer) ? times_.kda : times_.attention);
+    const float* ffn_in = attn_res_ ? attn_res_->before_ffn(layer, x_.data(), count) : x_.data();
     for (uint32_t t = 0; t < count; ++t) {
-      rms_norm(&x_[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
+      rms_norm(&ffn_in[size_t{t} * hidden], lw.post_attention_norm.data(), hidden, config_.rms_eps,
                &normed_[size_t{t} * hidden]);
     }
     if (lw.moe) {
@@ -146,8 +153,9 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
         out_rows.push_back(static_cast<uint32_t>(row));
     }
   }
+  const float* last = attn_res_ ? attn_res_->final_mixture(x_.data(), count) : x_.data();
   for (size_t i = 0; i < out_rows.size(); ++i) {
-    rms_norm(&x_[size_t{out_rows[i]} * hidden], weights_.final_norm.data(), hidden, config_.rms_eps,
+    rms_norm(&last[size_t{out_rows[i]} * hidden], weights_.final_norm.data(), hidden, config_.rms_eps,
              &normed_[i * hidden]);
   }
   weights_.lm_head.apply(normed_.data(), static_cast<uint32_t>(rows_out), logits.data(), exec_);
@@ -158,6 +166,7 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
 void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
   const MoeWeights& lw = *weights_.layers[layer].moe;
   const uint32_t hidden = config_.hidden, top_k = config_.top_k;
+  const uint32_t expert_hidden = config_.expert_hidden();  // K3's experts see a latent
 
   router_logits_.resize(config_.experts);
   distinct_.clear();
@@ -202,23 +211,26 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
     table_row_[t] = static_cast<uint32_t>(table_tokens_.size());
     table_tokens_.push_back(t);
   }
+  expert_in_ = latent_input(config_, lw, normed_.data(), tokens, latent_in_, exec_);
   if (!table_tokens_.empty()) {
     const auto rows = static_cast<uint32_t>(table_tokens_.size());
-    const float* input = normed_.data();
+    const float* input = expert_in_;
     if (rows < tokens) {
-      table_input_.resize(size_t{rows} * hidden);
-      for (uint32_t i = 0; i < rows; ++i)
-        std::copy_n(&normed_[size_t{table_tokens_[i]} * hidden], hidden, &table_input_[size_t{i} * hidden]);
+      table_input_.resize(size_t{rows} * expert_hidden);
+      for (uint32_t i = 0; i < rows; ++i) {
+        std::copy_n(&expert_in_[size_t{table_tokens_[i]} * expert_hidden], expert_hidden,
+                    &table_input_[size_t{i} * expert_hidden]);
+      }
       input = table_input_.data();
     }
-    gate_table_.build(*lw.codebooks[0], input, hidden, rows, exec_);
-    up_table_.build(*lw.codebooks[1], input, hidden, rows, exec_);
+    gate_table_.build(*lw.codebooks[0], input, expert_hidden, rows, exec_);
+    up_table_.build(*lw.codebooks[1], input, expert_hidden, rows, exec_);
   }
 
   // One parallel region for the whole block: each worker takes the next record
   // to land and computes that expert alone. The result of an expert does not
   // depend on which thread computes it, or with how many.
-  expert_out_.resize(size_t{tokens} * top_k * hidden);
+  expert_out_.resize(size_t{tokens} * top_k * expert_hidden);
   const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
   expert_scratch_.resize(workers);
   if (workers > 1 && n_experts >= workers && experts_.records_held_at_once() >= workers) {
@@ -244,24 +256,25 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
     }
   }
 
-  // Sum in routing order: acc = Σ_k w_k · y_k from zero, then x += acc.
-  moe_sum_.resize(hidden);
+  // Sum in routing order: acc = Σ_k w_k · y_k from zero, then x += acc
+  // (through K3's latent norm and up projection).
+  routed_.assign(size_t{tokens} * expert_hidden, 0.0f);
   for (uint32_t t = 0; t < tokens; ++t) {
-    std::fill(moe_sum_.begin(), moe_sum_.end(), 0.0f);
+    float* acc = &routed_[size_t{t} * expert_hidden];
     const Routing& r = routing_[t][moe_index];
     for (uint32_t k = 0; k < top_k; ++k) {
-      const float* y = &expert_out_[(size_t{t} * top_k + k) * hidden];
-      for (uint32_t i = 0; i < hidden; ++i) moe_sum_[i] += r.weights[k] * y[i];
+      const float* y = &expert_out_[(size_t{t} * top_k + k) * expert_hidden];
+      for (uint32_t i = 0; i < expert_hidden; ++i) acc[i] += r.weights[k] * y[i];
     }
-    float* x = &x_[size_t{t} * hidden];
-    for (uint32_t i = 0; i < hidden; ++i) x[i] += moe_sum_[i];
   }
+  add_routed(config_, lw, routed_.data(), tokens, x_.data(), proj_, exec_);
   if (!lw.shared_gate.empty()) swiglu(lw.shared_gate, lw.shared_up, lw.shared_down, tokens);
 }
 
 void Transformer::run_expert(const LandedExpert& landed, ExpertScratch& scratch, const kernels::Exec& exec,
                              const MoeWeights& lw) {
-  const uint32_t hidden = config_.hidden, width = config_.expert_width, top_k = config_.top_k;
+  // The experts' rows are expert_hidden() wide: the hidden size, or K3's latent.
+  const uint32_t hidden = config_.expert_hidden(), width = config_.expert_width, top_k = config_.top_k;
   const RecordLayout& layout = lw.bank->layout;
   const size_t e = landed.index;
   const uint32_t first = user_begin_.at(e), n = user_begin_.at(e + 1) - first;
@@ -276,17 +289,17 @@ void Transformer::run_expert(const LandedExpert& landed, ExpertScratch& scratch,
   if (n >= kernels::rvq_decode_crossover(exec)) {
     scratch.input.resize(size_t{n} * hidden);
     for (uint32_t i = 0; i < n; ++i)
-      std::copy_n(&normed_[size_t{pairs[i].first} * hidden], hidden, &scratch.input[size_t{i} * hidden]);
+      std::copy_n(&expert_in_[size_t{pairs[i].first} * hidden], hidden, &scratch.input[size_t{i} * hidden]);
     kernels::rvq_matmul_decoded(*lw.codebooks[0], gate, scratch.input.data(), n, scratch.gate.data(), exec);
     kernels::rvq_matmul_decoded(*lw.codebooks[1], up, scratch.input.data(), n, scratch.up.data(), exec);
-    for (size_t i = 0; i < size_t{n} * width; ++i) scratch.hidden[i] = silu(scratch.gate[i]) * scratch.up[i];
+    gated_activation(config_.activation, scratch.gate.data(), scratch.up.data(), scratch.hidden.data(), size_t{n} * width);
     kernels::rvq_matmul_decoded(*lw.codebooks[2], down, scratch.hidden.data(), n, scratch.out.data(), exec);
   } else {
     scratch.rows.resize(n);
     for (uint32_t i = 0; i < n; ++i) scratch.rows[i] = table_row_[pairs[i].first];
     kernels::rvq_matmul(gate_table_, scratch.rows, gate, scratch.gate.data(), exec);
     kernels::rvq_matmul(up_table_, scratch.rows, up, scratch.up.data(), exec);
-    for (size_t i = 0; i < size_t{n} * width; ++i) scratch.hidden[i] = silu(scratch.gate[i]) * scratch.up[i];
+    gated_activation(config_.activation, scratch.gate.data(), scratch.up.data(), scratch.hidden.data(), size_t{n} * width);
     scratch.down_table.build(*lw.codebooks[2], scratch.hidden.data(), width, n, exec);
     std::iota(scratch.rows.begin(), scratch.rows.end(), 0u);
     kernels::rvq_matmul(scratch.down_table, scratch.rows, down, scratch.out.data(), exec);
@@ -303,7 +316,7 @@ void Transformer::swiglu(const Linear& gate, const Linear& up, const Linear& dow
   up_.resize(size_t{tokens} * width);
   gate.apply(normed_.data(), tokens, gate_.data(), exec_);
   up.apply(normed_.data(), tokens, up_.data(), exec_);
-  for (size_t i = 0; i < gate_.size(); ++i) gate_[i] = silu(gate_[i]) * up_[i];
+  gated_activation(config_.activation, gate_.data(), up_.data(), gate_.data(), gate_.size());
   proj_.resize(size_t{tokens} * hidden);
   down.apply(gate_.data(), tokens, proj_.data(), exec_);
   for (size_t i = 0; i < size_t{tokens} * hidden; ++i) x_[i] += proj_[i];

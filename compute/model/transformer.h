@@ -7,7 +7,8 @@
 // distinct expert of a layer once for all its tokens. Expert outputs are
 // summed in routing order, so the result does not depend on the order
 // records arrive in, nor on which other sequences share the step. Holds no
-// sequence: every SequenceState is the caller's.
+// sequence: every SequenceState is the caller's. Kimi K3's depth mixtures
+// (attn_res.h) and latent experts (latent_moe.h) hook in here.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include "compute/kernels/rvq.h"
 #include "compute/kernels/thread_pool.h"
+#include "compute/model/attn_res.h"
 #include "compute/model/expert_source.h"
 #include "compute/model/mixer.h"
 #include "compute/model/sequence_state.h"
@@ -88,12 +90,15 @@ class Transformer {
   ExpertSource& experts_;
   kernels::Exec exec_;
   uint32_t context_;
-  std::unique_ptr<Mixer> attention_;  // the softmax-attention layers (GQA or MLA)
-  std::unique_ptr<Mixer> kda_;        // the KDA layers, when the model has any
+  std::unique_ptr<Mixer> attention_;   // the softmax-attention layers (GQA or MLA)
+  std::unique_ptr<Mixer> kda_;         // the KDA layers, when the model has any
+  std::unique_ptr<AttnRes> attn_res_;  // K3's depth mixtures, when the model has them
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
   std::vector<float> x_, normed_, proj_;
-  std::vector<float> router_logits_, expert_out_, gate_, up_, moe_sum_;
+  std::vector<float> router_logits_, expert_out_, gate_, up_, latent_in_, routed_;
+  // The routed experts' input rows (expert_hidden() wide): normed_, or K3's latent_in_.
+  const float* expert_in_ = nullptr;
   kernels::RvqTable gate_table_, up_table_;
   // One MoE block's bookkeeping: its distinct experts, the (token, rank) pairs
   // each serves (user_pairs_[user_begin_[e] .. user_begin_[e + 1])), and each

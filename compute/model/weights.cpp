@@ -67,10 +67,10 @@ void load_moe(TrunkLoader& t, const Container& container, const Codebooks& codeb
   MoeWeights& moe = layer.moe.emplace();
   moe.bank = container.find_moe_layer(i);
   if (moe.bank == nullptr) fail("{}: layer {} is a MoE layer but has no expert bank", container.dir(), i);
-  if (moe.bank->experts != config.experts || moe.bank->hidden != config.hidden ||
+  if (moe.bank->experts != config.experts || moe.bank->hidden != config.expert_hidden() ||
       moe.bank->expert_width != config.expert_width) {
     fail("{}: bank of layer {} holds {} experts of {}x{}, the config implies {} of {}x{}", container.dir(), i,
-         moe.bank->experts, moe.bank->hidden, moe.bank->expert_width, config.experts, config.hidden,
+         moe.bank->experts, moe.bank->hidden, moe.bank->expert_width, config.experts, config.expert_hidden(),
          config.expert_width);
   }
   moe.router = t.vector(TensorRole::kRouter, i);
@@ -84,6 +84,9 @@ void load_moe(TrunkLoader& t, const Container& container, const Codebooks& codeb
   moe.shared_gate = t.linear_if(TensorRole::kSharedGate, i);
   moe.shared_up = t.linear_if(TensorRole::kSharedUp, i);
   moe.shared_down = t.linear_if(TensorRole::kSharedDown, i);
+  moe.latent_down = t.linear_if(TensorRole::kLatentDown, i);
+  moe.latent_norm = t.vector_if(TensorRole::kLatentNorm, i);
+  moe.latent_up = t.linear_if(TensorRole::kLatentUp, i);
 }
 
 }  // namespace
@@ -148,6 +151,8 @@ ModelWeights ModelWeights::load(const Container& container, const ModelConfig& c
   TrunkLoader t(container, config);
   w.embed = t.linear(TensorRole::kEmbed);
   w.final_norm = t.vector(TensorRole::kFinalNorm);
+  w.final_res_norm = t.vector_if(TensorRole::kFinalResNorm, kNoLayer);
+  w.final_res_proj = t.vector_if(TensorRole::kFinalResProj, kNoLayer);
   // Tied embeddings: the LM head is the embedding matrix ([vocab, hidden] both).
   w.lm_head = t.linear(t.has(TensorRole::kLmHead) ? TensorRole::kLmHead : TensorRole::kEmbed);
 
@@ -156,6 +161,10 @@ ModelWeights ModelWeights::load(const Container& container, const ModelConfig& c
     LayerWeights layer;
     layer.input_norm = t.vector(TensorRole::kInputNorm, i);
     layer.post_attention_norm = t.vector(TensorRole::kPostAttentionNorm, i);
+    layer.attn_res_norm = t.vector_if(TensorRole::kAttnResNorm, i);
+    layer.attn_res_proj = t.vector_if(TensorRole::kAttnResProj, i);
+    layer.mlp_res_norm = t.vector_if(TensorRole::kMlpResNorm, i);
+    layer.mlp_res_proj = t.vector_if(TensorRole::kMlpResProj, i);
     if (config.is_kda(i)) {
       KdaWeights& k = layer.kda;
       k.q = t.linear(TensorRole::kQ, i);
@@ -170,8 +179,9 @@ ModelWeights ModelWeights::load(const Container& container, const ModelConfig& c
       k.decay_log = t.vector(TensorRole::kDecayLog, i);
       k.decay_bias = t.vector(TensorRole::kDecayBias, i);
       k.beta = t.linear(TensorRole::kBeta, i);
-      k.gate_a = t.linear(TensorRole::kGateA, i);
-      k.gate_b = t.linear(TensorRole::kGateB, i);
+      k.gate_a = t.linear_if(TensorRole::kGateA, i);
+      k.gate_b = t.linear_if(TensorRole::kGateB, i);
+      k.gate = t.linear_if(TensorRole::kGate, i);
       k.o_norm = t.vector(TensorRole::kOutputNorm, i);
     } else if (config.mixer == MixerKind::kGqa) {
       GqaWeights& g = layer.gqa;
@@ -191,6 +201,7 @@ ModelWeights ModelWeights::load(const Container& container, const ModelConfig& c
       m.kv_a_norm = t.vector(TensorRole::kKVANorm, i);
       m.kv_b = t.linear(TensorRole::kKVB, i);
       m.o = t.linear(TensorRole::kO, i);
+      m.gate = t.linear_if(TensorRole::kGate, i);
     }
     if (config.layer_is_moe[i]) {
       load_moe(t, container, codebooks, config, i, layer);

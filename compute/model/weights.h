@@ -48,6 +48,7 @@ struct MlaWeights {
   std::vector<float> q_a_norm;
   Linear kv_a, kv_b, o;
   std::vector<float> kv_a_norm;
+  Linear gate;  // K3's output gate (g_proj), empty without one
 };
 
 struct KdaWeights {
@@ -58,6 +59,7 @@ struct KdaWeights {
   std::vector<float> decay_bias;              // dt_bias, one per channel
   Linear beta;                                // b_proj
   Linear gate_a, gate_b;                      // g_a_proj, g_b_proj
+  Linear gate;                                // K3's full-rank g_proj instead of the two
   std::vector<float> o_norm;
 };
 
@@ -67,6 +69,8 @@ struct MoeWeights {
   std::vector<float> bias;    // score-correction bias, empty when the router has none
   std::vector<std::unique_ptr<kernels::RvqCodebooks>> codebooks;  // gate, up, down
   Linear shared_gate, shared_up, shared_down;                      // empty without a shared expert
+  Linear latent_down, latent_up;  // K3's latent MoE, empty without a latent
+  std::vector<float> latent_norm;
 };
 
 struct DenseWeights {
@@ -75,6 +79,8 @@ struct DenseWeights {
 
 struct LayerWeights {
   std::vector<float> input_norm, post_attention_norm;
+  // K3's Attention Residuals: each site's norm weight and pseudo-query.
+  std::vector<float> attn_res_norm, attn_res_proj, mlp_res_norm, mlp_res_proj;
   GqaWeights gqa;  // mixer kGqa
   MlaWeights mla;  // mixer kMla
   KdaWeights kda;  // KDA layers
@@ -86,6 +92,7 @@ struct ModelWeights {
   Linear embed;
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;
+  std::vector<float> final_res_norm, final_res_proj;  // K3's output mixture
   Linear lm_head;
   size_t bytes = 0;
 

@@ -33,7 +33,8 @@ void read_base(const ConfigReader& r, ModelConfig& c, const BaseDefaults& defaul
   r.refuse_unless("attention_bias", [](const nlohmann::json& v) { return v == false; },
                   "sluice's attention projections have no bias");
   r.refuse_unless("mlp_bias", [](const nlohmann::json& v) { return v == false; }, "sluice's MLPs have no bias");
-  r.refuse_unless("hidden_act", [](const nlohmann::json& v) { return v == "silu"; }, "only silu is implemented");
+  r.refuse_unless("hidden_act", [&](const nlohmann::json& v) { return v == "silu" || (defaults.situ && v == "situ"); },
+                  defaults.situ ? "only silu and situ are implemented" : "only silu is implemented");
   r.refuse_unless("partial_rotary_factor", [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 1.0; },
                   "RoPE over part of the head is not implemented");
 }

@@ -22,12 +22,13 @@ struct BaseDefaults {
   double rms_norm_eps;
   double rope_theta;
   uint32_t max_position_embeddings;
+  bool situ = false;  // hidden_act "situ" is the family's to read (Kimi K3)
 };
 
 // vocab_size, hidden_size, num_hidden_layers (required); rms_norm_eps,
 // rope_theta (or rope_parameters.rope_theta), max_position_embeddings,
 // tie_word_embeddings, eos_token_id; and the refusals every family shares:
-// attention_bias, a hidden_act other than silu, partial_rotary_factor,
+// attention_bias, a hidden_act other than silu (or situ, when allowed), partial_rotary_factor,
 // a rope_parameters dict that is not plain RoPE.
 void read_base(const ConfigReader& r, ModelConfig& c, const BaseDefaults& defaults);
 

@@ -3,11 +3,13 @@
 // (linear_attn_config, 1-based), sigmoid routing with a selection bias and
 // shared experts under block_sparse_moe, dense first layers. Defaults are
 // KimiLinearConfig's. Keys of later Kimi releases that reuse this model_type
-// are refused by name.
+// are refused by name here; Kimi K3 (kimi_k3.cpp) reads them through
+// read_kimi_text.
 #include <algorithm>
 
 #include "proto/error.h"
 #include "proto/families/common.h"
+#include "proto/families/kimi.h"
 #include "proto/family_spec.h"
 
 namespace sluice {
@@ -55,15 +57,50 @@ void read_layer_pattern(const ConfigReader& r, const ConfigReader& linear, Model
   }
 }
 
-void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
-  families::read_base(r, c, {.rms_norm_eps = 1e-6, .rope_theta = 10000.0, .max_position_embeddings = 4096});
+// K3's own keys (k3.md §1.1), each switched on its own key, booleans by value.
+void read_k3_features(const ConfigReader& r, const ConfigReader& linear, ModelConfig& c) {
+  c.kda.full_rank_gate = linear.flag_or("use_full_rank_gate", false);
+  c.kda.bounded_decay = linear.has("gate_lower_bound");
+  if (c.kda.bounded_decay) {
+    c.kda.gate_lower_bound = linear.number_or("gate_lower_bound", 0.0, -1e6, 0.0);
+    if (c.kda.gate_lower_bound == 0.0f) fail("{}: key gate_lower_bound must be negative", linear.where());
+  }
+  c.mla.output_gate = r.flag_or("mla_use_output_gate", false);
+  if (r.has("routed_expert_hidden_size")) {
+    c.expert_latent = r.count("routed_expert_hidden_size", 8, kMaxWidth);
+    c.expert_latent_norm = r.flag_or("latent_moe_use_norm", false);
+  } else {
+    r.refuse_unless("latent_moe_use_norm", [](const nlohmann::json& v) { return v == false; },
+                    "a latent norm needs routed_expert_hidden_size");
+  }
+  c.attn_res_block = r.count_or("attn_res_block_size", 0, 0, families::kMaxLayers);
+  if (r.string("hidden_act").value_or("silu") == "situ") {
+    c.activation.kind = Activation::kSitu;
+    c.activation.beta = r.number_or("activation_situ_beta", 4.0, 0.0, 1e6);
+    c.activation.linear_beta = r.number_or("activation_situ_linear_beta", 0.0, 0.0, 1e6, false);
+  }
+}
+
+}  // namespace
+
+namespace families {
+
+void read_kimi_text(const ConfigReader& r, ModelConfig& c, bool k3) {
+  families::read_base(r, c, {.rms_norm_eps = 1e-6, .rope_theta = 10000.0, .max_position_embeddings = 4096,
+                             .situ = k3});
   if (!r.has("max_position_embeddings")) {
     c.max_positions = r.count_or("model_max_length", 1u << 20, 1, families::kMaxPositions);
   }
   const nlohmann::json* linear_json = r.find("linear_attn_config");
   if (linear_json == nullptr || !linear_json->is_object()) fail("{}: key linear_attn_config is missing", r.where());
   const ConfigReader linear(*linear_json, r.where() + " linear_attn_config");
-  refuse_later_releases(r, linear);
+  if (k3) {
+    r.refuse_unless("mla_use_nope", [](const nlohmann::json& v) { return v == true; },
+                    "only the NoPE latent attention of Kimi K3 is implemented");
+    read_k3_features(r, linear, c);
+  } else {
+    refuse_later_releases(r, linear);
+  }
   read_layer_pattern(r, linear, c);
 
   c.kda.heads = linear.count("num_heads", 1, families::kMaxHeads);
@@ -73,12 +110,14 @@ void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
   c.mixer = MixerKind::kMla;
   MlaConfig& m = c.mla;
   m.heads = r.count("num_attention_heads", 1, families::kMaxHeads);
-  m.q_lora_rank = 0;
+  m.q_lora_rank = k3 && r.has("q_lora_rank") ? r.count("q_lora_rank", 8, kMaxWidth) : 0;
   m.kv_lora_rank = r.count("kv_lora_rank", 8, kMaxWidth);
   m.nope_dim = r.count("qk_nope_head_dim", 1, families::kMaxHeadDim);
   m.rope_dim = r.count("qk_rope_head_dim", 1, families::kMaxHeadDim);
   m.v_dim = r.count("v_head_dim", 1, families::kMaxHeadDim);
-  m.latent_norm_eps = 1e-6f;  // HF builds kv_a_layernorm with the class default
+  // HF builds kv_a_layernorm with the class default; K3's reference engine,
+  // checked against the release, uses rms_norm_eps (k3.md §2.3, unconfirmed).
+  m.latent_norm_eps = k3 ? c.rms_eps : 1e-6f;
   c.rope.dims = 0;            // NoPE: the "rope" dims are cached unrotated
 
   const std::string activation = r.string("moe_router_activation_func").value_or("sigmoid");
@@ -99,7 +138,8 @@ void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
   router.topk_groups = grouped ? r.count_or("topk_group", 1, 1, router.groups) : 1;
   families::check_groups(r, router, "num_experts", "num_expert_group", "topk_group");
   router.group_mask = GroupMask::kZero;
-  const std::string weights = r.string("sluice_moe_weights").value_or("biased");
+  // K3 weighs by the unbiased scores (k3.md §2.4); the fork is Kimi-Linear's.
+  const std::string weights = r.string("sluice_moe_weights").value_or(k3 ? "unbiased" : "biased");
   if (weights != "biased" && weights != "unbiased") {
     fail("{}: key sluice_moe_weights = \"{}\" must be \"biased\" (the released modeling code) or \"unbiased\"",
          r.where(), weights);
@@ -115,6 +155,12 @@ void read_kimi_linear(const ConfigReader& r, ModelConfig& c) {
   for (uint32_t i = first_dense; i < c.layers; ++i) c.layer_is_moe[i] = i % freq == 0;
   c.skipped_source_layers = r.count_or("num_nextn_predict_layers", 0, 0, 16);
 }
+
+}  // namespace families
+
+namespace {
+
+void read_kimi_linear(const ConfigReader& r, ModelConfig& c) { families::read_kimi_text(r, c, false); }
 
 }  // namespace
 

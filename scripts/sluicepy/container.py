@@ -10,11 +10,11 @@ import zlib
 
 import numpy as np
 
-from . import SluiceError, families
+from . import SluiceError, families, k3
 
 FORMAT_VERSION = 1          # record headers
 MANIFEST_FORMAT_VERSION = 2  # manifest.json format_version (FORMAT.md)
-ARCHES = families.FAMILIES
+ARCHES = families.FAMILIES + (k3.ARCH,)
 RECORD_MAGIC = 0x52584C53  # "SLXR"
 HEADER_BYTES = 64
 SECTION_ALIGN = 64
@@ -121,8 +121,8 @@ class Container:
     # --- manifest -----------------------------------------------------------------
     def _check_config(self, where):
         w = where + " config"
-        try:  # the HF class defaults fill what the config leaves out
-            c = families.resolve(self.config)
+        try:  # the HF class defaults fill what the config leaves out (K3: its text_config)
+            c = k3.resolve(self.config) if self.arch == k3.ARCH else families.resolve(self.config)
         except SluiceError as e:
             raise SluiceError(f"{w}: {e}") from None
         _bounded(_get(c, "num_hidden_layers", int, w), _LIMITS["layers"], "num_hidden_layers", w)
@@ -195,7 +195,7 @@ class Container:
         for m in _get(self.manifest, "moe_layers", list, where):
             layer = _get(m, "layer", int, where + " moe_layers")
             w = f"{where}: moe layer {layer}"
-            if not 0 <= layer < self.config["num_hidden_layers"] or layer in self.layers:
+            if not 0 <= layer < self.resolved["num_hidden_layers"] or layer in self.layers:
                 raise SluiceError(f"{w}: layer index out of range or repeated")
             experts = _bounded(_get(m, "experts", int, w), _LIMITS["experts"], "experts", w)
             hidden = _bounded(_get(m, "hidden", int, w), _LIMITS["hidden"], "hidden", w)
@@ -306,7 +306,8 @@ class Container:
         out = {name: self.trunk_tensor(name) for name in self.trunk}
         for layer, info in sorted(self.layers.items()):
             for e in range(info["experts"]):
-                names = families.expert_names(self.resolved, layer, e)
+                names = (k3.expert_names(self.resolved, layer, e) if self.arch == k3.ARCH
+                         else families.expert_names(self.resolved, layer, e))
                 for name, (kind, matrix) in zip(names, self.expert(layer, e).items()):
                     out[name] = matrix
         return out

@@ -71,12 +71,14 @@ class ContainerExperts:
     """Applies a container's experts the way the engine does: per token, one table
     per matrix from that token's input, then integer lookups."""
 
-    def __init__(self, c, decode_crossover=None):
+    def __init__(self, c, decode_crossover=None, activation=None):
         """decode_crossover: from this many tokens per expert and call on, model
         the decode-once path (rvq_decode_crossover()) instead of the tables; None
-        models the tables only, which is what the engine runs today."""
+        models the tables only, which is what the engine runs today. activation:
+        f(gate, up) in f32 (K3's SiTU); None: silu(gate) * up."""
         self.c = c
         self.decode_crossover = decode_crossover
+        self.activation = activation or (lambda gate, up: silu(gate) * up)
         self._cache = {}
 
     def _matrix(self, layer, expert, kind):
@@ -105,10 +107,10 @@ class ContainerExperts:
         return matvec(codes, scale, idx, scales)
 
     def __call__(self, layer, expert, rows):
-        """rows: torch [n, hidden] -> torch [n, hidden], token by token."""
+        """rows: torch [n, expert width in] -> torch [n, same], token by token."""
         out = []
         decoded = self.decode_crossover is not None and rows.shape[0] >= self.decode_crossover
         for x in rows.detach().numpy().astype(np.float32):
             gate, up = (self._apply(layer, expert, k, x, decoded) for k in ("gate", "up"))
-            out.append(self._apply(layer, expert, "down", silu(gate) * up, decoded))
+            out.append(self._apply(layer, expert, "down", self.activation(gate, up), decoded))
         return torch.from_numpy(np.stack(out))

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import SluiceError, fp8
 
-_ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1}
+_ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "U8": 1}
 SCALE_SUFFIX = "_scale_inv"
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 INDEX_NAME = "model.safetensors.index.json"
@@ -36,6 +36,8 @@ def _encode(array, dtype, name):
         return fp8.encode(np.asarray(array, dtype=np.float32), name).tobytes()
     if dtype == "F32":
         return np.ascontiguousarray(array, dtype="<f4").tobytes()
+    if dtype == "U8":  # MXFP4's packed nibbles and E8M0 scales, stored as they are
+        return np.ascontiguousarray(array, dtype=np.uint8).tobytes()
     if dtype == "F16":
         return np.ascontiguousarray(array, dtype="<f2").tobytes()
     if dtype == "BF16":
@@ -116,7 +118,7 @@ def read_header(path):
 
 
 def load_file(path, names=None):
-    """Reads tensors as float32 numpy arrays (all, or only `names`)."""
+    """Reads tensors as float32 numpy arrays (all, or only `names`); U8 stays uint8."""
     header, _, data_start = read_header(path)
     raw = np.memmap(path, dtype=np.uint8, mode="r")
     out = {}
@@ -132,6 +134,8 @@ def load_file(path, names=None):
             array = data.view("<f2").astype(np.float32)
         elif kind == "F8_E4M3":
             array = fp8.decode(data)
+        elif kind == "U8":
+            array = np.array(data, dtype=np.uint8)
         else:
             array = bf16_bits_to_f32(data.view("<u2"))
         out[name] = array.reshape(info["shape"])

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # The engine against the PyTorch reference on tiny checkpoints of each family
-# (and DeepSeek-V3 from fp8 sources with a multi-token-prediction layer):
+# (and DeepSeek-V3 from fp8 sources with a multi-token-prediction layer, Kimi K3
+# from bf16 and MXFP4 sources):
 # the plan from config.json alone equals the plan of the converted container;
 # logits after a 16-token prompt and after each of 8 greedy steps agree to
 # 1e-4 (max abs) with scripts/reference.py reading the same container, and the
@@ -55,7 +56,8 @@ def check_family(name, family, work, failures, *variant):
     container = os.path.join(work, name + ".sluice")
     run(PY, os.path.join(ROOT, "scripts/make_tiny_checkpoint.py"), family, checkpoint, "--seed", "7", *variant)
     run(SLUICE, "convert", checkpoint, container, "-q")
-    vocab = json.load(open(os.path.join(checkpoint, "config.json")))["vocab_size"]
+    config = json.load(open(os.path.join(checkpoint, "config.json")))
+    vocab = config.get("text_config", config)["vocab_size"]  # Kimi K3 nests its LM config
 
     summary = engine_logits(container, os.path.join(work, name + ".engine"))
     ours = load(os.path.join(work, name + ".engine"), vocab)
@@ -115,6 +117,10 @@ def main():
         # KDA and NoPE MLA; the released code's biased routing weights, then the unbiased ones.
         check_family("kimi_linear", "kimi_linear", work, failures)
         check_family("kimi_linear_unbiased", "kimi_linear", work, failures, "--set", 'sluice_moe_weights="unbiased"')
+        # Kimi K3's text model (AttnRes, latent MoE, SiTU), in bf16 and from MXFP4 experts;
+        # its routing and AttnRes edge cases are test_k3_agreement.py's.
+        check_family("kimi_k3", "kimi_k3", work, failures)
+        check_family("kimi_k3_mxfp4", "kimi_k3", work, failures, "--mxfp4")
     if failures:
         sys.exit("\n".join(failures))
 

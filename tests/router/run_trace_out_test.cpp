@@ -1,6 +1,6 @@
 // tests/router/run_trace_out_test.cpp: `sluice run --trace-out` writes one
-// JSON line per token run through the model, {"tok": N, "layers": [...]}, with
-// the routing the model actually used (recorded here in-process through the
+// JSON line per token run through the model, {"tok": N, "layers": [...],
+// "weights": [...]}, with the routing the model actually used (recorded here in-process through the
 // MoE hook of an identical greedy run).
 #include <doctest/doctest.h>
 
@@ -30,14 +30,15 @@ TEST_CASE("sluice run --trace-out records the real routing of every token") {
   options.prefill_chunk = 2;
   Engine engine(model, options);
   std::vector<std::vector<std::vector<uint32_t>>> expected;  // [token][moe layer]
-  engine.transformer().set_moe_hook(
-      [&](uint32_t, size_t moe_index, uint32_t tokens, std::span<const float>) {
-        const uint32_t first = engine.transformer().last_positions()[0];
-        for (uint32_t t = 0; t < tokens; ++t) {
-          if (expected.size() <= first + t) expected.resize(first + t + 1);
-          expected[first + t].push_back(engine.transformer().last_routing()[t][moe_index].experts);
-        }
-      });
+  std::vector<std::vector<std::vector<float>>> expected_weights;
+  engine.transformer().set_moe_hook([&](uint32_t, size_t moe_index, uint32_t tokens, std::span<const float>) {
+    const uint32_t first = engine.transformer().last_positions()[0];
+    for (uint32_t t = 0; t < tokens; ++t) {
+      if (expected.size() <= first + t) expected.resize(first + t + 1), expected_weights.resize(first + t + 1);
+      expected[first + t].push_back(engine.transformer().last_routing()[t][moe_index].experts);
+      expected_weights[first + t].push_back(engine.transformer().last_routing()[t][moe_index].weights);
+    }
+  });
   SamplingParams greedy;
   greedy.temperature = 0;
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
@@ -52,12 +53,13 @@ TEST_CASE("sluice run --trace-out records the real routing of every token") {
   while (std::getline(in, line)) {
     const nlohmann::json j = nlohmann::json::parse(line);
     REQUIRE(j.is_object());
-    CHECK(j.size() == 2);
+    CHECK(j.size() == 3);
     CHECK(j.at("tok").get<uint64_t>() == n);
     const auto layers = j.at("layers").get<std::vector<std::vector<uint32_t>>>();
     REQUIRE(layers.size() == moe_layers);
     REQUIRE(n < expected.size());
     CHECK(layers == expected[n]);
+    CHECK(j.at("weights").get<std::vector<std::vector<float>>>() == expected_weights[n]);
     for (const auto& ids : layers) CHECK(ids.size() == engine.config().top_k);
     ++n;
   }

@@ -30,7 +30,7 @@ const std::vector<int32_t> kSecond = {7, 2, 30, 11, 54};
 }  // namespace
 
 TEST_CASE("save after N tokens, load into a fresh engine, continue: bit-identical to one run") {
-  for (const std::string family : {"olmoe", "deepseek_v3", "kimi_linear"}) {
+  for (const std::string family : {"olmoe", "deepseek_v3", "kimi_linear", "kimi_k3"}) {
     CAPTURE(family);
     const std::string& model = tiny_model(family);
     std::vector<float> whole_first, whole_second;
@@ -70,7 +70,7 @@ TEST_CASE("save after N tokens, load into a fresh engine, continue: bit-identica
 }
 
 TEST_CASE("a sequence's state is what the memory plan counts for one sequence") {
-  for (const std::string family : {"olmoe", "deepseek_v3", "kimi_linear"}) {
+  for (const std::string family : {"olmoe", "deepseek_v3", "kimi_linear", "kimi_k3"}) {
     CAPTURE(family);
     Engine engine(tiny_model(family), small_options(64));
     const ModelConfig& config = engine.config();
