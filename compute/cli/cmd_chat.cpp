@@ -15,6 +15,7 @@
 #include "compute/chat/json_constraint.h"
 #include "compute/cli/chat_session.h"
 #include "compute/cli/commands.h"
+#include "compute/cli/interrupt.h"
 #include "compute/cli/run_options.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
@@ -39,27 +40,6 @@ struct ChatArgs {
   bool disable_thinking = false;
 };
 
-volatile std::sig_atomic_t g_stop_reply = 0;
-void on_interrupt(int) {
-  g_stop_reply = 1;
-}
-
-// Ctrl-C sets g_stop_reply while this lives, as often as it is pressed.
-class InterruptScope {
- public:
-  InterruptScope() {
-    struct sigaction action {};
-    action.sa_handler = on_interrupt;
-    ::sigaction(SIGINT, &action, &previous_);
-  }
-  ~InterruptScope() { ::sigaction(SIGINT, &previous_, nullptr); }
-  InterruptScope(const InterruptScope&) = delete;
-  InterruptScope& operator=(const InterruptScope&) = delete;
-
- private:
-  struct sigaction previous_ {};
-};
-
 // Lines from libedit on a terminal, from stdin otherwise.
 class LineSource {
  public:
@@ -73,10 +53,10 @@ class LineSource {
     }
     char* raw = nullptr;
     while (!raw) {
-      g_stop_reply = 0;
+      InterruptScope::clear();
       raw = ::readline("> ");
       // Ctrl-C at the prompt abandons the line, not the conversation.
-      if (!raw && g_stop_reply == 0) return std::nullopt;
+      if (!raw && !InterruptScope::requested()) return std::nullopt;
       if (!raw) std::fputs("\n", stdout);
     }
     std::string line(raw);
@@ -129,7 +109,7 @@ void run(const ChatArgs& args) {
   }
 
   EngineOptions options = args.engine.options();
-  options.prefill_progress = [](size_t, size_t) { return g_stop_reply == 0; };
+  options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };
   Engine engine(args.model, options);
   if (!engine.container().chat_template()) {
     fail(
@@ -165,11 +145,11 @@ void run(const ChatArgs& args) {
     fmt::print(stderr, "sluice chat: {} (seed {}); /help for commands, Ctrl-D to leave\n",
                args.model, turn_options.sampling.seed);
   }
-  const InterruptScope interrupt_scope;
+  const InterruptScope interrupt_scope(InterruptScope::Repeat::kEveryTime);
   Totals totals;
   bool failed = false;
   while (auto line = lines.next()) {
-    g_stop_reply = 0;
+    InterruptScope::clear();
     std::string text = *line;
     if (text.empty()) continue;
     try {
@@ -238,7 +218,7 @@ void run(const ChatArgs& args) {
             }
             std::fflush(stdout);
           },
-          [] { return g_stop_reply == 0; });
+          [] { return !InterruptScope::requested(); });
       if (reasoning_open && fancy) fmt::print(stderr, "\033[0m");
       fmt::print("\n");
       std::fflush(stdout);

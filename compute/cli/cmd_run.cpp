@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "compute/cli/commands.h"
+#include "compute/cli/interrupt.h"
 #include "compute/cli/run_options.h"
 #include "compute/kernels/dispatch.h"
 #include "compute/kernels/rvq_decoded.h"
@@ -52,30 +53,6 @@ void write_row(std::ofstream& out, std::span<const float> row, const std::string
   if (!out) fail("{}: cannot write logits", path);
 }
 
-volatile std::sig_atomic_t g_interrupted = 0;
-
-void on_interrupt(int) {
-  g_interrupted = 1;
-}
-
-// SIGINT sets g_interrupted while this lives; the handler resets itself, so
-// a second Ctrl-C ends the process the usual way.
-class InterruptScope {
- public:
-  InterruptScope() {
-    struct sigaction action {};
-    action.sa_handler = on_interrupt;
-    action.sa_flags = SA_RESETHAND;
-    ::sigaction(SIGINT, &action, &previous_);
-  }
-  ~InterruptScope() { ::sigaction(SIGINT, &previous_, nullptr); }
-  InterruptScope(const InterruptScope&) = delete;
-  InterruptScope& operator=(const InterruptScope&) = delete;
-
- private:
-  struct sigaction previous_ {};
-};
-
 // "prefill: 192/1000 tokens" on stderr, redrawn at most 5 times a second,
 // only on a terminal and only for prompts of more than a few chunks.
 std::function<bool(size_t, size_t)> prefill_feedback(uint32_t chunk) {
@@ -93,7 +70,7 @@ std::function<bool(size_t, size_t)> prefill_feedback(uint32_t chunk) {
       }
       std::fflush(stderr);
     }
-    return g_interrupted == 0;
+    return !InterruptScope::requested();
   };
 }
 
@@ -145,7 +122,7 @@ void run(const RunArgs& args) {
   std::vector<int32_t> generated;
   std::string text;
   const bool stream = !args.json;
-  const InterruptScope interrupt_scope;
+  const InterruptScope interrupt_scope(InterruptScope::Repeat::kOnce);
   const GenerationStats stats =
       engine.generate(prompt, args.max_tokens, sampling, {}, args.ignore_eos || dump.is_open(),
                       [&](int32_t token, std::span<const float> logits) {
@@ -157,7 +134,7 @@ void run(const RunArgs& args) {
                           std::fwrite(piece.data(), 1, piece.size(), stdout);
                           std::fflush(stdout);
                         }
-                        return g_interrupted == 0;
+                        return !InterruptScope::requested();
                       });
   const std::string tail = decoder.finish();
   text += tail;
