@@ -36,8 +36,7 @@ struct ChatArgs {
   EngineFlags engine;
   std::string json_schema;
   bool json_object = false;
-  bool enable_thinking = false;
-  bool disable_thinking = false;
+  std::optional<bool> enable_thinking;
 };
 
 // Lines from libedit on a terminal, from stdin otherwise.
@@ -92,9 +91,6 @@ json read_json(const std::string& path, const std::string& what) {
 }
 
 void run(const ChatArgs& args) {
-  if (args.enable_thinking && args.disable_thinking) {
-    usage_error("--enable-thinking and --disable-thinking exclude each other");
-  }
   if (args.json_object && !args.json_schema.empty())
     usage_error("give --json-object or --json-schema, not both");
   std::shared_ptr<const chat::JsonGrammar> grammar;
@@ -128,8 +124,7 @@ void run(const ChatArgs& args) {
     specials = chat::special_tokens_from_config(read_json(config_path, "tokenizer config"));
   }
   json extra = json::object();
-  if (args.enable_thinking || args.disable_thinking)
-    extra["enable_thinking"] = args.enable_thinking;
+  if (args.enable_thinking) extra["enable_thinking"] = *args.enable_thinking;
   ChatSession session(engine, tok, tmpl, specials, extra);
   if (!args.system.empty()) session.set_system(args.system);
 
@@ -267,10 +262,7 @@ void add_chat_command(CLI::App& app) {
                   "JSON Schema file: every reply is constrained to one value of it");
   cmd->add_flag("--json-object", args->json_object,
                 "every reply is constrained to one JSON object");
-  cmd->add_flag("--enable-thinking", args->enable_thinking,
-                "pass enable_thinking=true to the template");
-  cmd->add_flag("--disable-thinking", args->disable_thinking,
-                "pass enable_thinking=false to the template");
+  add_thinking_flags(*cmd, args->enable_thinking);
   cmd->callback([args] { run(*args); });
 }
 

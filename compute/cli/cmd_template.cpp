@@ -11,11 +11,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <optional>
 #include <string>
 
 #include "compute/chat/chat_template.h"
 #include "compute/chat/normalize.h"
 #include "compute/cli/commands.h"
+#include "compute/cli/run_options.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/container.h"
 #include "proto/error.h"
@@ -50,16 +52,13 @@ struct TemplateOptions {
   std::string messages_file;
   std::string tools_file;
   bool add_generation_prompt = false;
-  bool enable_thinking = false;
-  bool disable_thinking = false;
+  std::optional<bool> enable_thinking;
   bool raw = false;
   bool ids = false;
   bool json_output = false;
 };
 
 void run(const TemplateOptions& o) {
-  if (o.enable_thinking && o.disable_thinking)
-    fail("--enable-thinking and --disable-thinking exclude each other");
   const Container container = Container::open(o.model, posix_file_system(), OpenMode::kBuffered);
   if (!container.chat_template()) {
     fail(
@@ -86,7 +85,7 @@ void run(const TemplateOptions& o) {
   input.messages =
       o.raw ? request : chat::normalize_messages(request, chat::normalize_options_for(tmpl));
   input.add_generation_prompt = o.add_generation_prompt;
-  if (o.enable_thinking || o.disable_thinking) input.extra["enable_thinking"] = o.enable_thinking;
+  if (o.enable_thinking) input.extra["enable_thinking"] = *o.enable_thinking;
   const std::string config_path = container.dir() + "/tokenizer_config.json";
   if (posix_file_system().exists(config_path)) {
     input.special_tokens =
@@ -128,10 +127,7 @@ void add_template_command(CLI::App& app) {
   cmd->add_option("--tools", o->tools_file, "JSON file with an array of OpenAI tool definitions");
   cmd->add_flag("--add-generation-prompt", o->add_generation_prompt,
                 "end with the header of the assistant's turn");
-  cmd->add_flag("--enable-thinking", o->enable_thinking,
-                "pass enable_thinking=true to the template");
-  cmd->add_flag("--disable-thinking", o->disable_thinking,
-                "pass enable_thinking=false to the template");
+  add_thinking_flags(*cmd, o->enable_thinking);
   cmd->add_flag("--raw", o->raw,
                 "pass the messages to the template as given, without normalising them");
   cmd->add_flag("--ids", o->ids,

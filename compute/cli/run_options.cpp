@@ -264,6 +264,16 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
   cmd.add_flag("--no-cache", flags.no_cache, "read every expert record from disk, with no cache");
 }
 
+void add_thinking_flags(CLI::App& cmd, std::optional<bool>& enable_thinking) {
+  CLI::Option* on = cmd.add_flag_callback(
+      "--enable-thinking", [&enable_thinking] { enable_thinking = true; },
+      "pass enable_thinking=true to the template");
+  CLI::Option* off = cmd.add_flag_callback(
+      "--disable-thinking", [&enable_thinking] { enable_thinking = false; },
+      "pass enable_thinking=false to the template");
+  on->excludes(off);
+}
+
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed) {
   cmd.add_option("--temp", params.temperature, "temperature; 0 is greedy")->capture_default_str();
   cmd.add_option("--top-k", params.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();

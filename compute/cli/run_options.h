@@ -3,6 +3,7 @@
 // expert statistics as text and JSON.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
 // resolve_seed() draws and the command prints so the run can be repeated.
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed);
 uint64_t resolve_seed(int64_t seed);
+// --enable-thinking / --disable-thinking, which exclude each other: the
+// template's enable_thinking, left unset when neither is given.
+void add_thinking_flags(CLI::App& cmd, std::optional<bool>& enable_thinking);
 
 // "1,2,3" or "1 2 3"; anything else is a usage error naming `flag`.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& flag);
