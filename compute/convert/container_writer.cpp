@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "compute/convert/atomic_file.h"
 #include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/file_io.h"
@@ -155,12 +156,20 @@ std::optional<Json> read_json_file(const fs::path& path) {
   }
 }
 
+namespace {
+
+// A fresh run's work directory, holding the state a resume compares with.
+Start start_fresh(const fs::path& out, const std::string& work_dir, const Json& state) {
+  fs::create_directories(out / work_dir);
+  write_file_atomically((out / work_dir / "state.json").string(), state.dump(2));
+  return Start::kFresh;
+}
+
+}  // namespace
+
 Start prepare_output(const fs::path& out, const std::string& work_dir, const Json& state,
                      bool force) {
-  if (!fs::exists(out)) {
-    fs::create_directories(out);
-    return Start::kFresh;
-  }
+  if (!fs::exists(out)) return start_fresh(out, work_dir, state);
   if (!fs::is_directory(out)) fail("{}: exists and is not a directory", out.string());
   const fs::path manifest_path = out / "manifest.json";
   const fs::path state_path = out / work_dir / "state.json";
@@ -180,13 +189,13 @@ Start prepare_output(const fs::path& out, const std::string& work_dir, const Jso
     if (previous && *previous == state && !force) return Start::kResume;
     problem = "holds an unfinished run of a different source or with different parameters";
   } else if (fs::is_empty(out)) {
-    return Start::kFresh;
+    return start_fresh(out, work_dir, state);
   } else {
     problem = "is not empty and holds no conversion state";
   }
   if (!force && !problem.empty()) fail("{}: {}; use --force to start over", out.string(), problem);
   wipe(out, work_dir);
-  return Start::kFresh;
+  return start_fresh(out, work_dir, state);
 }
 
 void check_size(const fs::path& path, uint64_t expected) {

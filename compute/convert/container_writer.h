@@ -30,7 +30,8 @@ std::optional<nlohmann::ordered_json> read_json_file(const std::filesystem::path
 // "kmeans" are what a finished manifest is compared with; the whole of it is
 // compared with `work_dir`/state.json). A finished container of the same
 // state is kComplete (the work directory is removed); an unfinished run of
-// the same state is kResume; an empty or new directory is kFresh. Anything
+// the same state is kResume; an empty or new directory is kFresh, with the
+// work directory made and its state.json written. Anything
 // else is refused naming `out`, unless `force`, which wipes what a producer
 // writes (manifest first) and starts fresh.
 Start prepare_output(const std::filesystem::path& out, const std::string& work_dir,

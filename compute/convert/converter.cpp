@@ -122,10 +122,6 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     summary["container_bytes"] = directory_bytes(out);
     return summary;
   }
-  if (start == Start::kFresh) {
-    fs::create_directories(work);
-    write_file_atomically((work / "state.json").string(), state.dump(2));
-  }
 
   uint64_t trunk_bytes = 0;
   const std::vector<TrunkEntry> trunk = layout_trunk(plan, trunk_bytes);
