@@ -17,12 +17,14 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_reference_agreement import TOLERANCE, compare_logits  # noqa: E402
+
 ROOT = os.environ["SLUICE_SOURCE_ROOT"]
 SLUICE = os.environ["SLUICE_BIN"]
 PY = "/usr/bin/python3"
 PROMPT = [5, 17, 200, 3, 88, 41, 9, 300, 12, 77, 150, 6, 250, 33, 101, 64]
 STEPS = 8
-TOLERANCE = 1e-4
 WEIGHT_TOLERANCE = 1e-5
 VOCAB = 512
 IDS = ",".join(map(str, PROMPT))
@@ -94,13 +96,7 @@ def check(work, name, failures, *variant, routing=False, final_mixture=False):
     ref_trace = os.path.join(work, name + ".ref.trace")
     theirs = reference(container, os.path.join(work, name + ".ref"), *as_engine,
                        *(["--trace-out", ref_trace] if routing else []))
-    diff = float(np.max(np.abs(ours - theirs)))
-    same = bool(np.array_equal(np.argmax(ours[:-1], axis=1), np.argmax(theirs[:-1], axis=1)))
-    print(f"{name}: engine vs reference: max |diff| {diff:.3g}, greedy tokens identical: {same}")
-    if not diff <= TOLERANCE:
-        failures.append(f"{name}: max abs logit difference {diff:.3g} > {TOLERANCE}")
-    if not same:
-        failures.append(f"{name}: greedy tokens differ")
+    compare_logits(name, ours, theirs, failures)
     if routing:
         compare_routing(name, read_trace(trace), read_trace(ref_trace), failures)
     if final_mixture:

@@ -50,6 +50,18 @@ def load(path, vocab):
     return rows.reshape(STEPS + 1, vocab)
 
 
+def compare_logits(name, ours, theirs, failures):
+    """The engine's logit rows against the reference's: within TOLERANCE, and the
+    same greedy token at every row but the last (no token follows it)."""
+    diff = float(np.max(np.abs(ours - theirs)))
+    same_tokens = bool(np.array_equal(np.argmax(ours[:-1], axis=1), np.argmax(theirs[:-1], axis=1)))
+    print(f"{name}: engine vs reference on the container: max |diff| {diff:.3g}, greedy tokens identical: {same_tokens}")
+    if not diff <= TOLERANCE:
+        failures.append(f"{name}: max abs logit difference {diff:.3g} > {TOLERANCE}")
+    if not same_tokens:
+        failures.append(f"{name}: greedy tokens differ")
+
+
 def check_family(name, family, work, failures, *variant):
     """`name` labels the run; `variant` is passed to make_tiny_checkpoint.py."""
     checkpoint = os.path.join(work, name)
@@ -63,13 +75,7 @@ def check_family(name, family, work, failures, *variant):
     ours = load(os.path.join(work, name + ".engine"), vocab)
     crossover = summary["kernels"]["rvq_decode_crossover"]
     theirs = load(reference_logits(container, os.path.join(work, name + ".ref"), crossover), vocab)
-    diff = float(np.max(np.abs(ours - theirs)))
-    same_tokens = bool(np.array_equal(np.argmax(ours[:-1], axis=1), np.argmax(theirs[:-1], axis=1)))
-    print(f"{name}: engine vs reference on the container: max |diff| {diff:.3g}, greedy tokens identical: {same_tokens}")
-    if not diff <= TOLERANCE:
-        failures.append(f"{name}: max abs logit difference {diff:.3g} > {TOLERANCE}")
-    if not same_tokens:
-        failures.append(f"{name}: greedy tokens differ")
+    compare_logits(name, ours, theirs, failures)
 
     # Chunked prefill (chunk 3) and token-by-token (chunk 1) agree with the default.
     for chunk in ("3", "1"):
