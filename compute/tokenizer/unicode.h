@@ -8,9 +8,11 @@
 #include <string>
 #include <string_view>
 
+#include "proto/utf8.h"
+
 namespace sluice::tokenizer {
 
-inline constexpr char32_t kReplacementChar = 0xFFFD;
+using sluice::kReplacementChar;
 
 // Returns `bytes` with every maximal invalid subpart replaced by U+FFFD, the
 // same substitution WHATWG's TextDecoder and Node's Buffer.toString make, so
