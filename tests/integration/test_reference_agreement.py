@@ -37,10 +37,13 @@ def engine_logits(model, out, *extra):
                           "--temp", "0", "--dump-logits", out, "--json", *extra))
 
 
-def reference_logits(model, out, decode_crossover):
-    """The reference models the engine's choice between table and decode-once experts."""
+def reference_logits(model, out, kernels):
+    """The reference models the engine's choice between table and decode-once
+    experts, and its trunk activations (int8 unless the run reports f32)."""
+    extra = ["--f32-activations"] if kernels["trunk_activations"] == "f32" else []
     run(PY, os.path.join(ROOT, "scripts/reference.py"), model, "--prompt-ids", ",".join(map(str, PROMPT)),
-        "-n", str(STEPS), "--temp", "0", "--dump-logits", out, "--decode-crossover", str(decode_crossover))
+        "-n", str(STEPS), "--temp", "0", "--dump-logits", out, "--decode-crossover",
+        str(kernels["rvq_decode_crossover"]), *extra)
     return out
 
 
@@ -73,8 +76,7 @@ def check_family(name, family, work, failures, *variant):
 
     summary = engine_logits(container, os.path.join(work, name + ".engine"))
     ours = load(os.path.join(work, name + ".engine"), vocab)
-    crossover = summary["kernels"]["rvq_decode_crossover"]
-    theirs = load(reference_logits(container, os.path.join(work, name + ".ref"), crossover), vocab)
+    theirs = load(reference_logits(container, os.path.join(work, name + ".ref"), summary["kernels"]), vocab)
     compare_logits(name, ours, theirs, failures)
 
     # Chunked prefill (chunk 3) and token-by-token (chunk 1) agree with the default.
