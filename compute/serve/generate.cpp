@@ -122,32 +122,29 @@ ApiError engine_error(const std::string& message) {
 }  // namespace
 
 std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
-  if (!template_) {
+  if (!chat_format_) {
     throw ApiError(400, "invalid_request_error",
                    "the model has no chat template (tokenizer.chat_template is null in its "
                    "manifest); use /v1/completions",
                    "messages");
   }
   chat::ChatInput input;
-  try {
-    input.messages = chat::normalize_messages(request.messages, normalize_);
-  } catch (const Error& e) {
-    throw ApiError(400, "invalid_request_error", e.what(), param_of(e.what()));
-  }
-  // "none": the model is not told about the tools. "required" and a named
-  // function reach the model only through the tools it is shown.
-  input.tools = request.tool_choice == "none" ? json(nullptr) : request.tools;
+  input.messages = request.messages;
+  input.tools = request.tools;
+  input.tool_choice = request.tool_choice;
+  input.response_format = request.response_format;
   input.add_generation_prompt = true;
-  input.special_tokens = special_tokens_;
   input.extra = request.template_kwargs;
   try {
-    return chat::tokenize(tokenizer_, template_->render(input));
+    return chat_format_->tokenize(chat_format_->render(input));
   } catch (const chat::ChatTemplateError& e) {
     // A template that raises says why in its own words (a role it does not
     // know, turns out of order): the client's request is at fault.
     throw ApiError(400, "invalid_request_error",
                    e.raised ? "the chat template refused the messages: " + e.reason : e.what(),
                    "messages");
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_request_error", e.what(), param_of(e.what()));
   }
 }
 
@@ -157,17 +154,8 @@ void Server::chat_completions(const httplib::Request& req, httplib::Response& re
   spec.prompt = render_chat(request);
   spec.settings = request.settings;
   spec.stop_ids = chat_stop_ids_;
-  spec.reply_format = reply_format_;
-  // The template opened reasoning when its last marker is <think>.
-  if (reply_format_.thinks()) {
-    for (auto it = spec.prompt.rbegin(); it != spec.prompt.rend(); ++it) {
-      if (*it == *reply_format_.think_close) break;
-      if (*it == *reply_format_.think_open) {
-        spec.in_reasoning = true;
-        break;
-      }
-    }
-  }
+  spec.reply_format = chat_format_->reply_format();
+  spec.in_reasoning = chat_format_->opens_reasoning(spec.prompt);
   if (!request.response_format.is_null()) {
     try {
       spec.grammar = chat::JsonGrammar::from_response_format(request.response_format);
