@@ -14,6 +14,7 @@
 #include "ioworker/eviction_score.h"
 #include "ioworker/hit_density.h"
 #include "proto/error.h"
+#include "router/queue_policies.h"
 
 namespace sluice::router {
 namespace {
@@ -59,7 +60,10 @@ class SlotCache {
         guess_rng_(~seed),
         density_(layers),
         visits_(layers, 0),
-        by_frequency_(ioworker::weigh_frequency(slots, uint64_t{layers} * top_k)) {}
+        by_frequency_(ioworker::weigh_frequency(slots, uint64_t{layers} * top_k)) {
+    if (policy == SimPolicy::kS3Fifo) queue_ = make_s3_fifo(slots);
+    if (policy == SimPolicy::kTinyLfu) queue_ = make_tiny_lfu(slots);
+  }
 
   PolicyResult serve(const std::vector<ReplayRequest>& requests) {
     PolicyResult result;
@@ -86,6 +90,7 @@ class SlotCache {
         ++result.hits;
         pin(it->second);
         pinned.push_back(it->second);
+        if (queue_) queue_->hit(it->second);
         if (policy_ == SimPolicy::kSlru) promote(it->second);
       }
       for (uint32_t e : misses) {
@@ -106,6 +111,7 @@ class SlotCache {
         slot.last_visit = seen->second.last_visit;
         slot.first_seen = seen->second.first_seen;
         where_[*slot.key] = s;
+        if (queue_) queue_->filled(s, *slot.key);
         pin(s);
         pinned.push_back(s);
       }
@@ -134,7 +140,7 @@ class SlotCache {
 
   // The density model from the uses so far and every key still waiting.
   void refresh() {
-    if (policy_ != SimPolicy::kDensity && policy_ != SimPolicy::kLookahead) return;
+    if (!learns()) return;
     density_.clear_waiting();
     for (const auto& [key, h] : history_) {
       if (where_.count(key) || h.last_visit == 0) continue;
@@ -155,7 +161,7 @@ class SlotCache {
   // probability kGuessPrecision, another expert of the layer otherwise.
   void guess(const std::vector<ReplayRequest>& requests, size_t i) {
     guessed_.clear();
-    if (policy_ != SimPolicy::kLookahead || i + 1 >= requests.size()) return;
+    if ((policy_ != SimPolicy::kLookahead && policy_ != SimPolicy::kCycle) || i + 1 >= requests.size()) return;
     const ReplayRequest& next = requests[i + 1];
     guessed_layer_ = next.layer;
     std::vector<uint32_t> real = next.experts;
@@ -193,6 +199,11 @@ class SlotCache {
       ++next_empty_;
     }
     std::optional<uint32_t> best;
+    if (queue_) {
+      best = queue_->victim([&](uint32_t s) { return slots_[s].pinned; });
+      if (!best) fail("replay: every slot is pinned");
+      return *best;
+    }
     if (policy_ == SimPolicy::kLfru) {
       std::uniform_int_distribution<uint32_t> pick(0, static_cast<uint32_t>(slots_.size() - 1));
       for (int i = 0; i < kLfruSamples; ++i) {
@@ -230,6 +241,10 @@ class SlotCache {
         case SimPolicy::kSlru:
           better = c.protected_segment != b.protected_segment ? !c.protected_segment : c.last_access < b.last_access;
           break;
+        case SimPolicy::kS3Fifo:
+        case SimPolicy::kTinyLfu:
+          break;
+        case SimPolicy::kCycle:
         case SimPolicy::kNextUse: {
           const double sc = score(c, tpt);
           better = sc > best_score || (sc == best_score && c.last_access < b.last_access);
@@ -243,8 +258,12 @@ class SlotCache {
     return *best;
   }
 
+  bool learns() const {
+    return policy_ == SimPolicy::kDensity || policy_ == SimPolicy::kLookahead || policy_ == SimPolicy::kCycle;
+  }
+
   double score(const SimSlot& c, double tpt) const {
-    if (policy_ == SimPolicy::kDensity || policy_ == SimPolicy::kLookahead) {
+    if (learns()) {
       const uint32_t layers = density_.layers();
       const uint32_t ahead = (c.layer + layers - current_) % layers;
       using Guess = ioworker::HitDensity::Guess;
@@ -253,8 +272,10 @@ class SlotCache {
         guessed = std::find(guessed_.begin(), guessed_.end(), *c.key) != guessed_.end() ? Guess::kNamed
                                                                                          : Guess::kPassedOver;
       }
-      return density_.density(use_class(c),
-                              visits_[c.layer] - c.last_visit, ahead == 0 ? layers : ahead, guessed);
+      const uint64_t age = visits_[c.layer] - c.last_visit;
+      const uint32_t distance = ahead == 0 ? layers : ahead;
+      if (policy_ == SimPolicy::kCycle) return density_.steps_to_use(use_class(c), age, distance, guessed);
+      return density_.density(use_class(c), age, distance, guessed);
     }
     if (policy_ != SimPolicy::kNextUse) return 0;
     return ioworker::next_use_estimate({c.layer, c.hits, c.last_access, c.past_uses, c.first_seen}, cycle_, clock_, tpt,
@@ -278,6 +299,7 @@ class SlotCache {
   uint32_t next_empty_ = 0;
   uint32_t protected_count_ = 0;
   bool by_frequency_;
+  std::unique_ptr<QueuePolicy> queue_;  // S3-FIFO and W-TinyLFU keep their own order
 };
 
 }  // namespace
@@ -296,16 +318,21 @@ const char* policy_name(SimPolicy policy) {
       return "density";
     case SimPolicy::kLookahead:
       return "lookahead";
+    case SimPolicy::kS3Fifo:
+      return "s3-fifo";
+    case SimPolicy::kTinyLfu:
+      return "w-tinylfu";
+    case SimPolicy::kCycle:
+      return "cycle";
   }
   return "?";
 }
 
 SimPolicy parse_policy(const std::string& name, const std::string& flag) {
-  for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kLfru, SimPolicy::kSlru, SimPolicy::kNextUse, SimPolicy::kDensity,
-                      SimPolicy::kLookahead}) {
+  for (SimPolicy p : kAllPolicies) {
     if (name == policy_name(p)) return p;
   }
-  fail("{}: '{}' is not lru, lfru, slru, next-use, density or lookahead", flag, name);
+  fail("{}: '{}' is not lru, lfru, slru, s3-fifo, w-tinylfu, next-use, density, lookahead or cycle", flag, name);
 }
 
 std::vector<ReplayRequest> replay_requests(const std::vector<TraceToken>& trace) {

@@ -26,10 +26,6 @@
 namespace sluice::cli {
 namespace {
 
-constexpr router::SimPolicy kSimulated[] = {router::SimPolicy::kLru,     router::SimPolicy::kLfru,
-                                            router::SimPolicy::kSlru,    router::SimPolicy::kNextUse,
-                                            router::SimPolicy::kDensity, router::SimPolicy::kLookahead};
-
 struct ReplayFlags {
   std::string trace;    // positional: a recorded trace
   std::string routing;  // "synthetic[:SEED]" or a trace path
@@ -117,9 +113,12 @@ ioworker::EvictionPolicy cache_policy(const std::string& name) {
       return ioworker::EvictionPolicy::kDensity;
     case router::SimPolicy::kSlru:
     case router::SimPolicy::kLookahead:
+    case router::SimPolicy::kS3Fifo:
+    case router::SimPolicy::kTinyLfu:
+    case router::SimPolicy::kCycle:
       break;
   }
-  fail("--policy: '{}' is simulated only; the cache runs density, next-use, lfru or lru", name);
+  fail("--policy: '{}' is simulated only; the cache runs cycle, density, next-use, lfru or lru", name);
 }
 
 struct CacheRun {
@@ -173,7 +172,7 @@ nlohmann::json simulate_all(const std::vector<router::ReplayRequest>& requests, 
   nlohmann::json out = {
       {"slots", slots}, {"belady", result_json(belady, belady)}, {"policies", nlohmann::json::object()}};
   line = fmt::format("Belady {:.1f}%", 100 * belady.hit_rate());
-  for (router::SimPolicy p : kSimulated) {
+  for (router::SimPolicy p : router::kAllPolicies) {
     const router::PolicyResult r = router::simulate(requests, slots, layers, p);
     out["policies"][router::policy_name(p)] = result_json(r, belady);
     line += fmt::format(", {} {:.1f}% ({:.2f})", router::policy_name(p), 100 * r.hit_rate(),
@@ -265,7 +264,7 @@ void add_bench_replay(CLI::App& bench) {
   cmd->add_option("--tokens", flags->tokens, "tokens of synthetic routing")->capture_default_str();
   cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run` (default: the plan's)")
       ->check(memory_size());
-  cmd->add_option("--policy", flags->policy, "the real cache's eviction policy: density, next-use, lfru or lru")
+  cmd->add_option("--policy", flags->policy, "the real cache's eviction policy: cycle, density, next-use, lfru or lru")
       ->capture_default_str();
   cmd->add_option("--readers", flags->readers, "reader threads")
       ->capture_default_str()
