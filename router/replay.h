@@ -55,9 +55,11 @@ const char* policy_name(SimPolicy policy);
 SimPolicy parse_policy(const std::string& name, const std::string& flag);
 
 // A cache of `slots` slots (at least the widest request; Error otherwise),
-// for a model of `layers` MoE layers (the next-use policy's cycle).
+// for a model of `layers` MoE layers (the next-use policy's cycle). The
+// lookahead and cycle policies are told guesses for the next `guess_layers`
+// requests (sluice-router guesses one: the next layer's).
 PolicyResult simulate(const std::vector<ReplayRequest>& requests, uint32_t slots, uint32_t layers, SimPolicy policy,
-                      uint64_t seed = 0x5eed);
+                      uint64_t seed = 0x5eed, uint32_t guess_layers = 1);
 PolicyResult simulate_lru(const std::vector<ReplayRequest>& requests, uint32_t slots);
 // Belady evicts the unpinned key used farthest in the future (never again
 // first, the higher key on ties).
