@@ -66,7 +66,7 @@ class HitDensity {
   double density(uint32_t cls, uint64_t age, uint32_t distance,
                  Guess guess = Guess::kUnknown) const;
   // Expected layer steps until the key's next use (higher: evict first), as
-  // Belady ranks keys: the `distance` steps to its layer's next visit, plus a
+  // Belady ranks keys (the replay's cycle policy; it lost to density there): the `distance` steps to its layer's next visit, plus a
   // whole token for every visit the hazards expect it to miss. A guess
   // updates the first visit's chance as in density().
   double steps_to_use(uint32_t cls, uint64_t age, uint32_t distance, Guess guess = Guess::kUnknown) const;

@@ -119,7 +119,7 @@ ioworker::EvictionPolicy cache_policy(const std::string& name) {
     case router::SimPolicy::kCycle:
       break;
   }
-  fail("--policy: '{}' is simulated only; the cache runs cycle, density, next-use, lfru or lru", name);
+  fail("--policy: '{}' is simulated only; the cache runs density, next-use, lfru or lru", name);
 }
 
 struct CacheRun {
@@ -270,7 +270,7 @@ void add_bench_replay(CLI::App& bench) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run` (default: the plan's)")
       ->check(memory_size());
-  cmd->add_option("--policy", flags->policy, "the real cache's eviction policy: cycle, density, next-use, lfru or lru")
+  cmd->add_option("--policy", flags->policy, "the real cache's eviction policy: density, next-use, lfru or lru")
       ->capture_default_str();
   cmd->add_option("--readers", flags->readers, "reader threads")
       ->capture_default_str()
