@@ -355,21 +355,25 @@ class Bench {
     constexpr uint32_t kPrefillTokens = 16;
     const std::vector<float> x = random_floats(size_t{t.cols} * kPrefillTokens, 71);
     std::vector<float> y(size_t{t.rows} * kPrefillTokens);
-    // "engine" is what the engine runs (int8 activations); "f32 activations" the
-    // other mode, whose AVX-512 path is the AVX2 one, so it is timed once.
+    // "engine" is what the engine runs by default, f32 activations (whose AVX-512
+    // path is the AVX2 one: timed once), "int8 activations" the other mode.
+    std::vector<std::pair<Isa, TrunkActivations>> runs;
     for (Isa isa : isas()) {
-      for (TrunkActivations activations : {TrunkActivations::kInt8, TrunkActivations::kF32}) {
-        if (activations == TrunkActivations::kF32 && isa == Isa::kAvx512) continue;
-        const Exec exec{isa, &pool_, activations};
-        const char* variant = activations == TrunkActivations::kInt8 ? "engine" : "f32 activations";
-        time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols), variant,
-                  isa, weights, bytes, [&] { quant_matvec(view, x.data(), y.data(), exec); });
-        if (t.rows <= 8192)
-          time_case(m, fmt::format("{} {}", fmt_name, t.name),
-                    fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), variant, isa,
-                    weights * kPrefillTokens, bytes,
-                    [&] { quant_matmul(view, x.data(), kPrefillTokens, y.data(), exec); });
-      }
+      const Isa f32_isa = isa == Isa::kAvx512 ? Isa::kAvx2 : isa;
+      if (std::find(runs.begin(), runs.end(), std::pair{f32_isa, TrunkActivations::kF32}) == runs.end())
+        runs.emplace_back(f32_isa, TrunkActivations::kF32);
+      runs.emplace_back(isa, TrunkActivations::kInt8);
+    }
+    for (const auto& [isa, activations] : runs) {
+      const Exec exec{isa, &pool_, activations};
+      const char* variant = activations == TrunkActivations::kF32 ? "engine" : "int8 activations";
+      time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols), variant,
+                isa, weights, bytes, [&] { quant_matvec(view, x.data(), y.data(), exec); });
+      if (t.rows <= 8192)
+        time_case(m, fmt::format("{} {}", fmt_name, t.name),
+                  fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), variant, isa,
+                  weights * kPrefillTokens, bytes,
+                  [&] { quant_matmul(view, x.data(), kPrefillTokens, y.data(), exec); });
     }
   }
 

@@ -144,8 +144,11 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
   check(m);
   if (tokens == 0) return;
   if (exec.trunk == TrunkActivations::kInt8) {
-    // Quantized once on the calling thread; the workers only read it.
-    thread_local detail::Int8Activations activations;
+    // Quantized once on the calling thread; the workers read this thread's
+    // buffer through the reference (naming a thread_local in the lambda would
+    // give each worker its own, empty one).
+    thread_local detail::Int8Activations buffer;
+    detail::Int8Activations& activations = buffer;
     activations.prepare(m.format, tokens, m.cols);
     if (exec.isa == Isa::kScalar)
       detail::quantize_activations_scalar(x, activations);

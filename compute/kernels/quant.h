@@ -1,8 +1,8 @@
 // compute/kernels/quant.h: matvec and prefill matmul over the resident trunk
 // formats q8g128 and q4g128 (FORMAT.md, "Trunk tensor formats"), and a plain f32
-// matvec (routers). Weights stay quantized; activations are quantized to int8
-// (Exec::trunk, the default) or stay f32. Never reads x past `cols` nor weights
-// past the stored padded row.
+// matvec (routers). Weights stay quantized; activations stay f32 or are
+// quantized to int8 (Exec::trunk). Never reads x past `cols` nor weights past
+// the stored padded row.
 #pragma once
 
 #include <cstdint>

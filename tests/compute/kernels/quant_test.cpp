@@ -217,11 +217,12 @@ TEST_CASE("int8 activations round half to even, and an all-zero block has scale 
   }
 }
 
-TEST_CASE("int8 matmul: each token quantized on its own, any tile and thread count") {
+TEST_CASE("int8 matmul: each token quantized on its own, any tile, rows split over the pool") {
   for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
-    for (uint32_t tokens : {2, 3, 4, 7, 9}) {
-      // Tokens of very different magnitudes: a scale shared across tokens would show.
-      Fixture f(fmt, 11, 200, tokens, 900 + tokens);
+    for (uint32_t tokens : {1, 2, 3, 4, 7, 9}) {
+      // Tokens of very different magnitudes: a scale shared across tokens would
+      // show. 300 rows: the pool's workers take rows too (64 per grain).
+      Fixture f(fmt, 300, 200, tokens, 900 + tokens);
       for (uint32_t t = 0; t < tokens; ++t)
         for (uint32_t k = 0; k < f.cols; ++k) f.x[size_t{t} * f.cols + k] *= std::ldexp(1.0f, 3 * int(t) - 6);
       for (Isa isa : isas()) {
@@ -241,7 +242,7 @@ TEST_CASE("quant matmul equals one matvec per token bit for bit, for any thread 
   for (TrunkActivations activations : {TrunkActivations::kInt8, TrunkActivations::kF32})
     for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
       for (uint32_t tokens : {1, 2, 4, 5, 9}) {
-        const Fixture f(fmt, 37, 300, tokens, 40 + tokens);
+        const Fixture f(fmt, 150, 300, tokens, 40 + tokens);  // 150 rows: every worker of 3 gets some
         for (Isa isa : isas()) {
           CAPTURE(isa_name(isa));
           CAPTURE(activations == TrunkActivations::kInt8);
