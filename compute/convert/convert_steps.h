@@ -38,7 +38,20 @@ Source open_source(FileSystem& fs, const std::string& dir);
 
 // Reads a tensor as f32, refusing NaN or infinite values by tensor name. An
 // fp8 tensor is multiplied by its 128×128 block scales (`…_scale_inv`).
-std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor);
+// With `crc`, continues that crc32 over the stored bytes read, in the order
+// source_crc32 (converter.cpp) sums them.
+std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor, uint32_t* crc = nullptr);
+
+// A weight's stored bytes (each stored part: MXFP4's packed and scales, or an
+// fp8 weight and its block scales), read once so that a layer is sampled and
+// encoded from memory rather than read twice.
+struct WeightBytes {
+  std::vector<std::vector<uint8_t>> parts;
+};
+WeightBytes read_weight_bytes(const Checkpoint& checkpoint, const std::string& tensor);
+uint32_t crc32_of(const WeightBytes& bytes, uint32_t running);
+// What read_weights would return, from bytes read_weight_bytes gave.
+std::vector<float> decode_weights(const Checkpoint& checkpoint, const std::string& tensor, const WeightBytes& bytes);
 // The stored tensors a weight is read from: itself, or an MXFP4 weight's packed and scale tensors.
 std::vector<std::string> source_parts(const Checkpoint& checkpoint, const std::string& tensor);
 
@@ -66,10 +79,13 @@ class CheckpointTrunkValues final : public TrunkValues {
   explicit CheckpointTrunkValues(const Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
   void begin(const TrunkTensorPlan& tensor) override;
   void rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last, float* out) override;
+  // crc32 of the stored bytes of every tensor begun so far, in order.
+  uint32_t source_crc32() const { return crc_; }
 
  private:
   const Checkpoint& checkpoint_;
   std::vector<float> current_;
+  uint32_t crc_ = 0;
 };
 
 // Writes trunk.bin, quantizing chunk by chunk (the bytes are the same for
@@ -78,11 +94,15 @@ class CheckpointTrunkValues final : public TrunkValues {
 std::array<ErrorSums, 2> write_trunk(TrunkValues& values, const std::vector<TrunkEntry>& entries, uint64_t total,
                                      const std::string& path, int threads, ConvertProgress& progress);
 
-// Samples, trains the layer's 9 codebooks, writes them to `codebook_path`,
-// then encodes every expert into `bank_path`. Returns per-kind error sums.
+// Reads the layer's source bytes once (holding them until each expert is
+// encoded), samples, trains the layer's 9 codebooks, writes them to
+// `codebook_path`, then encodes every expert into `bank_path`. Returns
+// per-kind error sums; `source_crc32` gets the crc32 of the bytes read, in
+// expert and matrix order.
 std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const ModelConfig& config, const MoeLayerPlan& layer,
                                        const ConvertOptions& options, const std::string& codebook_path,
-                                       const std::string& bank_path, ConvertProgress& progress);
+                                       const std::string& bank_path, ConvertProgress& progress,
+                                       uint32_t& source_crc32);
 
 // The sample of one layer's vector positions for one matrix kind: sorted,
 // distinct indices into [0, total), all of them when total <= wanted.

@@ -49,9 +49,10 @@ uint32_t source_crc32(const Checkpoint& checkpoint, const std::vector<std::strin
   return running;
 }
 
-std::vector<std::string> trunk_source_names(const ModelPlan& plan) {
+// In trunk.bin's order, the order write_trunk reads them in.
+std::vector<std::string> trunk_source_names(const std::vector<TrunkEntry>& trunk) {
   std::vector<std::string> names;
-  for (const auto& t : plan.trunk) names.push_back(t.name);
+  for (const auto& t : trunk) names.push_back(t.plan.name);
   return names;
 }
 
@@ -125,17 +126,21 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 
   uint64_t trunk_bytes = 0;
   const std::vector<TrunkEntry> trunk = layout_trunk(plan, trunk_bytes);
-  const uint32_t trunk_source = source_crc32(source.checkpoint, trunk_source_names(plan));
-  std::vector<uint32_t> layer_sources;
-  for (const auto& layer : plan.moe_layers) layer_sources.push_back(source_crc32(source.checkpoint, layer_source_names(plan.config, layer)));
+  // Only a piece finished by an earlier run has its source summed up front
+  // (to tell whether it changed); the rest are summed as they are converted,
+  // so each source byte is read once.
   Json restarted = Json::array();
-  const bool trunk_done = still_current(work / "trunk.json", trunk_source, "the trunk");
+  const fs::path trunk_stats_path = work / "trunk.json";
+  const bool trunk_done =
+      fs::exists(trunk_stats_path) &&
+      still_current(trunk_stats_path, source_crc32(source.checkpoint, trunk_source_names(trunk)), "the trunk");
   if (start == Start::kResume && !trunk_done && fs::exists(out / "trunk.bin")) restarted.push_back("trunk");
-  for (size_t i = 0; i < plan.moe_layers.size(); ++i) {
-    const uint32_t layer = plan.moe_layers[i].layer;
-    const fs::path stats_path = work / fmt::format("layer-{}.json", layer_tag(layer));
-    if (fs::exists(stats_path) && !still_current(stats_path, layer_sources[i], fmt::format("layer {}", layer))) {
-      restarted.push_back(layer);
+  for (const auto& layer : plan.moe_layers) {
+    const fs::path stats_path = work / fmt::format("layer-{}.json", layer_tag(layer.layer));
+    if (fs::exists(stats_path) &&
+        !still_current(stats_path, source_crc32(source.checkpoint, layer_source_names(plan.config, layer)),
+                       fmt::format("layer {}", layer.layer))) {
+      restarted.push_back(layer.layer);
     }
   }
   uint64_t remaining = 0;
@@ -159,7 +164,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     const auto errors = write_trunk(values, trunk, trunk_bytes, (out / "trunk.bin").string(), options.threads, progress);
     write_file_atomically((work / "trunk.json").string(),
                           Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])},
-                               {"source_crc32", trunk_source}}
+                               {"source_crc32", values.source_crc32()}}
                               .dump());
   }
   const auto trunk_stats = read_json_file(work / "trunk.json");
@@ -174,11 +179,12 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     bool resumed = true;
     if (!fs::exists(stats_path)) {
       resumed = false;
+      uint32_t layer_source = 0;
       const auto errors = convert_layer(source.checkpoint, plan.config, layer, options, (work / fmt::format("codebooks-{}.bin", tag)).string(),
-                                        (out / bank_file_name(layer.layer)).string(), progress);
+                                        (out / bank_file_name(layer.layer)).string(), progress, layer_source);
       Json stats;
       for (int k = 0; k < 3; ++k) stats[kKindNames[k]] = sums_json(errors[k]);
-      stats["source_crc32"] = layer_sources[index];
+      stats["source_crc32"] = layer_source;
       write_file_atomically(stats_path.string(), stats.dump());
       if (options.test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
     }
@@ -216,6 +222,10 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   summary["seconds"] = seconds;
   summary["weights_per_second"] = seconds > 0 ? static_cast<double>(remaining) / seconds : 0.0;
   summary["container_bytes"] = directory_bytes(out);
+  // Every byte read from the safetensors files (headers included) against
+  // their size: 1.0 plus the headers and the tensors a model does not run.
+  summary["source_bytes"] = source.checkpoint.bytes();
+  summary["source_bytes_read"] = source.checkpoint.bytes_read();
   summary["resumed_layers"] = resumed_layers;
   summary["restarted"] = restarted;  // pieces redone because their source changed
   ErrorSums all;

@@ -1,5 +1,6 @@
-// compute/convert/layer_converter.cpp: one MoE layer: sample its normalised
-// vectors, train its 9 codebooks, encode every expert into its bank file.
+// compute/convert/layer_converter.cpp: one MoE layer: read its source bytes
+// once, sample its normalised vectors, train its 9 codebooks, encode every
+// expert into its bank file. It never reads a source byte twice.
 // Each expert is one task writing its own record at e × stride, and the
 // error sums are reduced in expert order: the bank is the same bytes for
 // any thread count.
@@ -49,7 +50,19 @@ std::vector<uint64_t> sample_positions(uint64_t total, uint64_t wanted, uint64_t
 
 std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const ModelConfig& config, const MoeLayerPlan& layer,
                                        const ConvertOptions& options, const std::string& codebook_path,
-                                       const std::string& bank_path, ConvertProgress& progress) {
+                                       const std::string& bank_path, ConvertProgress& progress,
+                                       uint32_t& source_crc32) {
+  progress.phase(fmt::format("layer {}: reading", layer.layer));
+  std::vector<std::array<WeightBytes, 3>> held(layer.experts);
+  parallel_for(layer.experts, options.threads, [&](size_t e) {
+    const auto names = expert_names(config, layer.layer, static_cast<uint32_t>(e));
+    for (int k = 0; k < 3; ++k) held[e][k] = read_weight_bytes(checkpoint, names[k]);
+  });
+  source_crc32 = 0;
+  for (const auto& expert : held) {
+    for (const WeightBytes& matrix : expert) source_crc32 = crc32_of(matrix, source_crc32);
+  }
+
   const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
   std::array<std::vector<uint64_t>, 3> positions;
   std::array<std::vector<float>, 3> samples;
@@ -72,7 +85,7 @@ std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const Model
       const auto last = std::lower_bound(first, positions[k].end(), (e + 1) * per_expert[k]);
       if (first == last) continue;
       const RvqMatrixShape& m = layout.matrices[k];
-      const std::vector<float> w = read_weights(checkpoint, names[k]);
+      const std::vector<float> w = decode_weights(checkpoint, names[k], held[e][k]);
       u.resize(w.size());
       scales.resize(m.rows);
       normalise_rows(w.data(), m.rows, m.cols, u.data(), scales.data(), names[k]);
@@ -104,7 +117,8 @@ std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const Model
   parallel_for(layer.experts, options.threads, [&](size_t e) {
     const auto names = expert_names(config, layer.layer, static_cast<uint32_t>(e));
     std::array<std::vector<float>, 3> w;
-    for (int k = 0; k < 3; ++k) w[k] = read_weights(checkpoint, names[k]);
+    for (int k = 0; k < 3; ++k) w[k] = decode_weights(checkpoint, names[k], held[e][k]);
+    held[e] = {};  // encoded from here on: the layer's held bytes shrink as it goes
     std::vector<uint8_t> record(layout.stride);
     expert_errors[e] = encode_expert_record({w[0].data(), w[1].data(), w[2].data()}, names, layout, codebooks,
                                             layer.layer, static_cast<uint32_t>(e), layer.codebook_base, record.data());

@@ -100,7 +100,7 @@ SafetensorsFile::SafetensorsFile(std::unique_ptr<RandomAccessFile> file, std::st
   const uint64_t size = file_->size();
   if (size < 8) fail("{}: file is {} bytes, too short for a safetensors header", name_, size);
   uint8_t length_bytes[8];
-  read_exact(*file_, 0, length_bytes, 8);
+  read_counted(0, length_bytes, 8);
   uint64_t header_bytes = 0;
   for (int i = 0; i < 8; ++i) header_bytes |= uint64_t{length_bytes[i]} << (8 * i);
   if (header_bytes > size - 8) {
@@ -108,7 +108,7 @@ SafetensorsFile::SafetensorsFile(std::unique_ptr<RandomAccessFile> file, std::st
   }
   if (header_bytes > kMaxHeaderBytes) fail("{}: header length {} exceeds {} bytes", name_, header_bytes, kMaxHeaderBytes);
   std::string header(header_bytes, '\0');
-  read_exact(*file_, 8, header.data(), header.size());
+  read_counted(8, header.data(), header.size());
   header_crc32_ = crc32_bytes(header.data(), header.size(), crc32_bytes(length_bytes, 8));
   nlohmann::json json;
   try {
@@ -148,18 +148,36 @@ float e4m3_to_f32(uint8_t byte) {
   return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
 
+void SafetensorsFile::read_counted(uint64_t offset, void* out, uint64_t bytes) const {
+  read_exact(*file_, offset, out, bytes);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 uint32_t SafetensorsFile::bytes_crc32(const TensorInfo& info, uint32_t running) const {
   constexpr uint64_t kSlice = uint64_t{4} << 20;
   std::vector<uint8_t> raw(std::min(info.bytes, kSlice));
   for (uint64_t done = 0; done < info.bytes; done += kSlice) {
     const uint64_t count = std::min(kSlice, info.bytes - done);
-    read_exact(*file_, info.offset + done, raw.data(), count);
+    read_counted(info.offset + done, raw.data(), count);
     running = crc32_bytes(raw.data(), count, running);
   }
   return running;
 }
 
-void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
+void stored_to_f32(const TensorInfo& info, const uint8_t* raw, uint64_t count, float* out) {
+  if (info.dtype == DType::kF32) {
+    std::memcpy(out, raw, count * 4);
+  } else if (info.dtype == DType::kF8E4M3) {
+    for (uint64_t i = 0; i < count; ++i) out[i] = e4m3_to_f32(raw[i]);
+  } else {
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint16_t bits = static_cast<uint16_t>(raw[2 * i] | raw[2 * i + 1] << 8);
+      out[i] = info.dtype == DType::kBF16 ? std::bit_cast<float>(uint32_t{bits} << 16) : f16_to_f32(bits);
+    }
+  }
+}
+
+void SafetensorsFile::read_f32(const TensorInfo& info, float* out, uint32_t* crc) const {
   if (!info.convertible()) fail("{}: tensor {}: unsupported dtype {}", name_, info.name, info.dtype_name);
   const uint32_t size = dtype_size(info.dtype);
   // Read in slices so a large tensor never needs a second full-size buffer.
@@ -167,23 +185,14 @@ void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
   std::vector<uint8_t> raw(std::min(info.elements, kSliceElements) * size);
   for (uint64_t first = 0; first < info.elements; first += kSliceElements) {
     const uint64_t count = std::min(kSliceElements, info.elements - first);
-    read_exact(*file_, info.offset + first * size, raw.data(), count * size);
-    float* dst = out + first;
-    if (info.dtype == DType::kF32) {
-      std::memcpy(dst, raw.data(), count * 4);
-    } else if (info.dtype == DType::kF8E4M3) {
-      for (uint64_t i = 0; i < count; ++i) dst[i] = e4m3_to_f32(raw[i]);
-    } else {
-      for (uint64_t i = 0; i < count; ++i) {
-        const uint16_t bits = static_cast<uint16_t>(raw[2 * i] | raw[2 * i + 1] << 8);
-        dst[i] = info.dtype == DType::kBF16 ? std::bit_cast<float>(uint32_t{bits} << 16) : f16_to_f32(bits);
-      }
-    }
+    read_counted(info.offset + first * size, raw.data(), count * size);
+    if (crc) *crc = crc32_bytes(raw.data(), count * size, *crc);
+    stored_to_f32(info, raw.data(), count, out + first);
   }
 }
 
 void SafetensorsFile::read_bytes(const TensorInfo& info, uint8_t* out) const {
-  read_exact(*file_, info.offset, out, info.bytes);
+  read_counted(info.offset, out, info.bytes);
 }
 
 std::string read_small_file(FileSystem& fs, const std::string& path, uint64_t cap) {
@@ -252,6 +261,18 @@ std::optional<Checkpoint::Located> Checkpoint::find(std::string_view tensor) con
                              [](const auto& entry, std::string_view key) { return entry.first < key; });
   if (it == index_.end() || it->first != tensor) return std::nullopt;
   return it->second;
+}
+
+uint64_t Checkpoint::bytes() const {
+  uint64_t total = 0;
+  for (const auto& file : files_) total += file->bytes();
+  return total;
+}
+
+uint64_t Checkpoint::bytes_read() const {
+  uint64_t total = 0;
+  for (const auto& file : files_) total += file->bytes_read();
+  return total;
 }
 
 std::vector<float> Checkpoint::read_f32(std::string_view tensor) const {

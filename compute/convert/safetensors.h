@@ -4,6 +4,7 @@
 // never hands out bytes outside the tensor's own span.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -38,6 +39,9 @@ std::string shape_string(const std::vector<uint64_t>& shape);  // "[64, 128]"
 // An fp8 e4m3fn byte as f32 (no infinities; 0x7f and 0xff are NaN).
 float e4m3_to_f32(uint8_t byte);
 
+// `count` elements of a convertible tensor's stored bytes `raw` as f32.
+void stored_to_f32(const TensorInfo& info, const uint8_t* raw, uint64_t count, float* out);
+
 inline constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 class SafetensorsFile {
@@ -56,15 +60,22 @@ class SafetensorsFile {
 
   // Converts the tensor to f32 into `out` (info.elements floats). Refuses
   // dtypes other than BF16, F16, F32, F8_E4M3 naming file, tensor and dtype.
-  void read_f32(const TensorInfo& info, float* out) const;
+  // With `crc`, continues that crc32 over the stored bytes as they are read.
+  void read_f32(const TensorInfo& info, float* out, uint32_t* crc = nullptr) const;
   // The tensor's stored bytes (info.bytes) into `out` (MXFP4's U8 tensors).
   void read_bytes(const TensorInfo& info, uint8_t* out) const;
   // crc32 of the tensor's stored bytes, continuing `running`: what a resumed
   // conversion compares to tell a changed source from the one it started on.
   uint32_t bytes_crc32(const TensorInfo& info, uint32_t running) const;
+  // Every byte read from the file so far, header included (thread-safe):
+  // what shows a conversion reads each source byte once.
+  uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
 
  private:
+  void read_counted(uint64_t offset, void* out, uint64_t bytes) const;
+
   std::unique_ptr<RandomAccessFile> file_;
+  mutable std::atomic<uint64_t> bytes_read_{0};
   std::string name_;
   uint32_t header_crc32_ = 0;
   std::vector<TensorInfo> tensors_;
@@ -90,6 +101,9 @@ class Checkpoint {
   std::vector<float> read_f32(std::string_view tensor) const;
   // The file that lists the tensors: model.safetensors or the index.
   const std::string& listing() const { return listing_; }
+  // The shards' sizes, and what has been read from them so far.
+  uint64_t bytes() const;
+  uint64_t bytes_read() const;
 
  private:
   std::string listing_;

@@ -153,38 +153,103 @@ std::vector<std::string> source_parts(const Checkpoint& checkpoint, const std::s
   return {tensor};
 }
 
-std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor) {
+namespace {
+
+Checkpoint::Located located_or_fail(const Checkpoint& checkpoint, const std::string& name) {
+  const auto located = checkpoint.find(name);
+  if (!located) fail("{}: tensor {} missing", checkpoint.listing(), name);
+  return *located;
+}
+
+// The stored tensors behind a weight, in the order they are read and summed:
+// packed then scales (MXFP4), the weight then its block scales (fp8), or the weight.
+std::vector<Checkpoint::Located> stored_parts(const Checkpoint& checkpoint, const std::string& tensor) {
   if (is_mxfp4(checkpoint, tensor)) {
-    const auto packed = checkpoint.find(mxfp4_packed_name(tensor));
-    const auto scales = checkpoint.find(mxfp4_scale_name(tensor));
-    if (!scales) fail("{}: MXFP4 tensor {} missing", checkpoint.listing(), mxfp4_scale_name(tensor));
-    const uint64_t rows = packed->info->shape.at(0), cols = packed->info->shape.at(1) * 2;
-    if (packed->info->dtype != DType::kU8 || scales->info->dtype != DType::kU8 ||
-        scales->info->shape != std::vector<uint64_t>{rows, cols / kMxfp4Group}) {
-      fail("{}: MXFP4 tensor {}: packed and scale tensors do not match", packed->file->name(), tensor);
+    const auto packed = located_or_fail(checkpoint, mxfp4_packed_name(tensor));
+    const auto scales = located_or_fail(checkpoint, mxfp4_scale_name(tensor));
+    const uint64_t rows = packed.info->shape.at(0), cols = packed.info->shape.at(1) * 2;
+    if (packed.info->dtype != DType::kU8 || scales.info->dtype != DType::kU8 ||
+        scales.info->shape != std::vector<uint64_t>{rows, cols / kMxfp4Group}) {
+      fail("{}: MXFP4 tensor {}: packed and scale tensors do not match", packed.file->name(), tensor);
     }
-    std::vector<uint8_t> nibbles(packed->info->bytes), exponents(scales->info->bytes);
-    packed->file->read_bytes(*packed->info, nibbles.data());
-    scales->file->read_bytes(*scales->info, exponents.data());
-    std::vector<float> w(rows * cols);
-    decode_mxfp4(nibbles.data(), exponents.data(), rows, cols, tensor, w.data());
-    return w;
+    return {packed, scales};
   }
-  const auto located = checkpoint.find(tensor);
-  if (!located) fail("{}: tensor {} missing", checkpoint.listing(), tensor);
-  std::vector<float> w(located->info->elements);
-  located->file->read_f32(*located->info, w.data());
-  if (located->info->dtype == DType::kF8E4M3) {
-    const auto& shape = located->info->shape;
-    const std::vector<float> scales = checkpoint.read_f32(scale_name(tensor));
+  const auto located = located_or_fail(checkpoint, tensor);
+  if (located.info->dtype == DType::kF8E4M3) return {located, located_or_fail(checkpoint, scale_name(tensor))};
+  return {located};
+}
+
+// An fp8 weight times its 128×128 block scales; then every value checked finite.
+void finish_weights(const Checkpoint::Located& weight, const std::vector<float>& block_scales, const std::string& tensor,
+                    std::vector<float>& w) {
+  if (weight.info->dtype == DType::kF8E4M3) {
+    const auto& shape = weight.info->shape;
     const uint64_t rows = shape[0], cols = shape[1], block_cols = scale_shape(shape)[1];
     for (uint64_t r = 0; r < rows; ++r) {
-      for (uint64_t c = 0; c < cols; ++c) w[r * cols + c] *= scales[(r / kFp8Block) * block_cols + c / kFp8Block];
+      for (uint64_t c = 0; c < cols; ++c) w[r * cols + c] *= block_scales[(r / kFp8Block) * block_cols + c / kFp8Block];
     }
   }
   for (size_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(w[i])) fail("{}: tensor {}: non-finite value at element {}", located->file->name(), tensor, i);
+    if (!std::isfinite(w[i])) fail("{}: tensor {}: non-finite value at element {}", weight.file->name(), tensor, i);
   }
+}
+
+std::vector<float> mxfp4_weights(const std::vector<Checkpoint::Located>& parts, const uint8_t* nibbles,
+                                 const uint8_t* exponents, const std::string& tensor) {
+  const uint64_t rows = parts[0].info->shape.at(0), cols = parts[0].info->shape.at(1) * 2;
+  std::vector<float> w(rows * cols);
+  decode_mxfp4(nibbles, exponents, rows, cols, tensor, w.data());
+  return w;
+}
+
+}  // namespace
+
+std::vector<float> read_weights(const Checkpoint& checkpoint, const std::string& tensor, uint32_t* crc) {
+  const auto parts = stored_parts(checkpoint, tensor);
+  if (is_mxfp4(checkpoint, tensor)) {
+    std::vector<uint8_t> nibbles(parts[0].info->bytes), exponents(parts[1].info->bytes);
+    parts[0].file->read_bytes(*parts[0].info, nibbles.data());
+    parts[1].file->read_bytes(*parts[1].info, exponents.data());
+    if (crc) *crc = crc32_bytes(exponents.data(), exponents.size(), crc32_bytes(nibbles.data(), nibbles.size(), *crc));
+    return mxfp4_weights(parts, nibbles.data(), exponents.data(), tensor);
+  }
+  std::vector<float> w(parts[0].info->elements), block_scales;
+  parts[0].file->read_f32(*parts[0].info, w.data(), crc);
+  if (parts.size() > 1) {
+    block_scales.resize(parts[1].info->elements);
+    parts[1].file->read_f32(*parts[1].info, block_scales.data(), crc);
+  }
+  finish_weights(parts[0], block_scales, tensor, w);
+  return w;
+}
+
+WeightBytes read_weight_bytes(const Checkpoint& checkpoint, const std::string& tensor) {
+  WeightBytes bytes;
+  for (const auto& part : stored_parts(checkpoint, tensor)) {
+    if (part.info->dtype != DType::kU8 && !part.info->convertible())
+      fail("{}: tensor {}: unsupported dtype {}", part.file->name(), part.info->name, part.info->dtype_name);
+    bytes.parts.emplace_back(part.info->bytes);
+    part.file->read_bytes(*part.info, bytes.parts.back().data());
+  }
+  return bytes;
+}
+
+uint32_t crc32_of(const WeightBytes& bytes, uint32_t running) {
+  for (const auto& part : bytes.parts) running = crc32_bytes(part.data(), part.size(), running);
+  return running;
+}
+
+std::vector<float> decode_weights(const Checkpoint& checkpoint, const std::string& tensor, const WeightBytes& bytes) {
+  const auto parts = stored_parts(checkpoint, tensor);
+  if (bytes.parts.size() != parts.size()) fail("{}: tensor {}: held bytes do not match its parts", checkpoint.listing(), tensor);
+  if (is_mxfp4(checkpoint, tensor)) return mxfp4_weights(parts, bytes.parts[0].data(), bytes.parts[1].data(), tensor);
+  std::vector<float> w(parts[0].info->elements), block_scales;
+  stored_to_f32(*parts[0].info, bytes.parts[0].data(), w.size(), w.data());
+  if (parts.size() > 1) {
+    block_scales.resize(parts[1].info->elements);
+    stored_to_f32(*parts[1].info, bytes.parts[1].data(), block_scales.size(), block_scales.data());
+  }
+  finish_weights(parts[0], block_scales, tensor, w);
   return w;
 }
 

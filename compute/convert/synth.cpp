@@ -89,19 +89,23 @@ void cut_experts(Json& config, const Json& shape, uint32_t experts, const std::s
   if (config_count(config, top_k_key, name) > experts) config[top_k_key] = experts;
 }
 
-void cut_vocab(Json& config, uint32_t vocab, const std::string& name) {
-  const uint32_t total = config_count(config, "vocab_size", name);
+// Token ids past the cut vocabulary move to its last id, in the LM's config
+// and (Kimi K3's media placeholder) the outer one.
+void cut_vocab(Json& config, Json& lm, uint32_t vocab, const std::string& name) {
+  const uint32_t total = config_count(lm, "vocab_size", name);
   if (vocab > total) fail("--vocab {} is more than the vocabulary of {} ({})", vocab, name, total);
-  config["vocab_size"] = vocab;
+  lm["vocab_size"] = vocab;
   const auto clamp = [&](Json& id) {
     if (id.is_number_unsigned() && id.get<uint64_t>() >= vocab) id = vocab - 1;
   };
-  for (auto& [key, value] : config.items()) {
-    if (!key.ends_with("_token_id")) continue;
-    if (value.is_array()) {
-      for (auto& id : value) clamp(id);
-    } else {
-      clamp(value);
+  for (Json* level : {&config, &lm}) {
+    for (auto& [key, value] : level->items()) {
+      if (!key.ends_with("_token_id")) continue;
+      if (value.is_array()) {
+        for (auto& id : value) clamp(id);
+      } else {
+        clamp(value);
+      }
     }
   }
 }
@@ -149,9 +153,14 @@ std::vector<std::string> synth_shape_names() {
 Json synth_config(const SynthOptions& options) {
   const Json shape = shape_json(options.shape);
   Json config = shape["config"];
-  if (options.layers > 0) cut_layers(config, shape, options.layers, options.shape);
-  if (options.experts > 0) cut_experts(config, shape, options.experts, options.shape);
-  if (options.vocab > 0) cut_vocab(config, options.vocab, options.shape);
+  // The LM's keys, nested for models with a vision tower (Kimi K3's text_config).
+  const std::string text_key = shape.value("text_config_key", "");
+  if (!text_key.empty() && !(config.contains(text_key) && config[text_key].is_object()))
+    fail("shape {}: config has no object {}", options.shape, text_key);
+  Json& lm = text_key.empty() ? config : config[text_key];
+  if (options.layers > 0) cut_layers(lm, shape, options.layers, options.shape);
+  if (options.experts > 0) cut_experts(lm, shape, options.experts, options.shape);
+  if (options.vocab > 0) cut_vocab(config, lm, options.vocab, options.shape);
   plan_of(options, config);  // the family's refusals, named, before anything is written
   return config;
 }

@@ -39,7 +39,16 @@ Draw draw_for(const TrunkTensorPlan& tensor) {
     case TensorRole::kKVANorm:
     case TensorRole::kOutputNorm:
     case TensorRole::kFinalNorm:
+    case TensorRole::kLatentNorm:
+    case TensorRole::kAttnResNorm:
+    case TensorRole::kMlpResNorm:
+    case TensorRole::kFinalResNorm:
       return {.center = 1.0f, .half_width = 0.1f};
+    // Kimi K3's depth-mixture queries, as K3-tiny draws them (k3.md §6):
+    // a softmax over depth that is neither flat nor one-hot.
+    case TensorRole::kAttnResProj:
+    case TensorRole::kMlpResProj:
+    case TensorRole::kFinalResProj:
     case TensorRole::kRouterBias:
       return {.half_width = 0.05f};
     case TensorRole::kDecayBias:

@@ -26,7 +26,7 @@ std::vector<TrunkEntry> layout_trunk(const ModelPlan& plan, uint64_t& total) {
   return entries;
 }
 
-void CheckpointTrunkValues::begin(const TrunkTensorPlan& tensor) { current_ = read_weights(checkpoint_, tensor.name); }
+void CheckpointTrunkValues::begin(const TrunkTensorPlan& tensor) { current_ = read_weights(checkpoint_, tensor.name, &crc_); }
 
 void CheckpointTrunkValues::rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last, float* out) {
   const uint64_t cols = tensor.shape.back();

@@ -140,6 +140,29 @@ class ConvertTest(unittest.TestCase):
         names = [t["name"] for t in manifest["trunk"]["tensors"]]
         self.assertIn("model.layers.1.mlp.down_proj.weight", names)  # qwen's dense layer
 
+    def test_each_source_byte_is_read_once(self):
+        # The converter counts what it reads from the shards; expected here from their headers: every
+        # header once and every tensor the model runs once (K3's vision tower is skipped, not read).
+        k3 = make_checkpoint("kimi_k3", os.path.join(self.tmp, "k3-mxfp4"), "--mxfp4", "--shards", "2")
+        for src, name in ((self.qwen, "qwen"), (k3, "k3")):
+            shards = sorted(n for n in os.listdir(src) if n.endswith(".safetensors"))
+            self.assertEqual(len(shards), 2)
+            expected, size = 0, 0
+            for shard in shards:
+                path = os.path.join(src, shard)
+                header, _ = read_header(path)
+                with open(path, "rb") as f:
+                    expected += 8 + struct.unpack("<Q", f.read(8))[0]
+                expected += sum(t["data_offsets"][1] - t["data_offsets"][0] for n, t in header.items()
+                                if n != "__metadata__" and not n.startswith(("vision_tower.", "mm_projector.")))
+                size += os.path.getsize(path)
+            out = self.out(name + "-once.sluice")
+            run = convert(src, out, "--json", "--threads", "2")
+            self.assertEqual(run.returncode, 0, run.stderr)
+            summary = json.loads(run.stdout)
+            self.assertEqual(summary["source_bytes"], size, name)
+            self.assertEqual(summary["source_bytes_read"], expected, name)
+
     def test_byte_identical_across_runs_and_threads(self):
         a, b, c = self.out("det-a"), self.out("det-b"), self.out("det-c")
         self.assertEqual(convert(self.qwen, a, "--threads", "2").returncode, 0)
@@ -174,7 +197,10 @@ class ConvertTest(unittest.TestCase):
             self.kill_when(out, lambda: ready(out))
             run = convert(self.slow, out, "--json")
             self.assertEqual(run.returncode, 0, run.stderr)
-            self.assertGreaterEqual(json.loads(run.stdout)["resumed_layers"], finished, label)
+            summary = json.loads(run.stdout)
+            self.assertGreaterEqual(summary["resumed_layers"], finished, label)
+            # A finished piece is read once to check it, the rest once to convert: never twice.
+            self.assertLessEqual(summary["source_bytes_read"], summary["source_bytes"], label)
             self.assertEqual(tree(out), tree(reference), label)
 
     def test_resume_over_changed_source_values_redoes_that_layer(self):

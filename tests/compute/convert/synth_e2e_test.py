@@ -5,7 +5,8 @@
 # `sluice verify`, its record headers say what FORMAT.md computes, `info
 # --json` shows the dimensions of architectures.md, `run -n 2` gives finite
 # logits; the same seed gives the same bytes; bad requests fail naming the
-# flag and leave nothing that looks complete. Expected numbers are written
+# flag and leave nothing that looks complete. Kimi K3's shape (nested
+# text_config) with records at its latent width. Expected numbers are written
 # here from architectures.md and FORMAT.md, never read from the program.
 import json
 import math
@@ -198,6 +199,48 @@ class SynthTest(unittest.TestCase):
                 self.assertEqual(config["vocab_size"], want["vocab"])
                 plan = sluice("plan", "--config", path, "--json")
                 self.assertEqual(plan.returncode, 0, plan.stderr)
+
+    def test_k3_cut_runs_and_verifies_with_latent_records(self):
+        # k3.md §1.2, §7.1: hidden 7168, 896 experts of width 3072 in a 3584-wide latent, whose
+        # record is 48 B of header, 12,386,304 B of indices, 19,456 B of scales: 3,029 pages.
+        out = os.path.join(self.tmp, "k3.sluice")
+        self.synth("k3", out, "--layers", "2", "--experts", "8", "--vocab", "4096", "--threads", "2")
+        verify = sluice("verify", out)
+        self.assertEqual(verify.returncode, 0, verify.stdout + verify.stderr)
+        d = json.loads(sluice("info", out, "--json").stdout)
+        self.assertEqual((d["arch"], d["layers"], d["hidden"], d["experts"], d["top_k"], d["expert_width"],
+                          d["vocab_size"]), ("kimi_k3", 2, 7168, 8, 8, 3072, 4096))
+        self.assertEqual(3 * 3072 * (3584 // 8) * 3, 12386304)
+        self.assertEqual(d["record_bytes"], record_geometry(3584, 3072)[3])
+        self.assertEqual(d["record_bytes"], 3029 * 4096)
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual([(m["layer"], m["hidden"]) for m in manifest["moe_layers"]], [(1, 3584)])
+        check_headers(self, out, manifest)
+        run = sluice("run", out, "The river", "-n", "1", "--temp", "0")
+        self.assertEqual(run.returncode, 0, run.stderr)
+
+    def test_k3_full_config_and_layer_cut(self):
+        run = sluice("synth", "k3", "--print-config")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        config = json.loads(run.stdout)
+        self.assertEqual(config["architectures"], ["KimiK3ForConditionalGeneration"])
+        text = config["text_config"]
+        self.assertEqual((text["hidden_size"], text["num_hidden_layers"], text["num_experts"],
+                          text["routed_expert_hidden_size"], text["vocab_size"]), (7168, 93, 896, 3584, 163840))
+        self.assertEqual(len(text["linear_attn_config"]["kda_layers"]), 69)
+        self.assertEqual(len(text["linear_attn_config"]["full_attn_layers"]), 24)
+        path = os.path.join(self.tmp, "k3.json")
+        with open(path, "w") as f:
+            f.write(run.stdout)
+        plan = sluice("plan", "--config", path, "--json")
+        self.assertEqual(plan.returncode, 0, plan.stderr)
+        cut = json.loads(sluice("synth", "k3", "--print-config", "--layers", "13", "--vocab", "1000").stdout)
+        self.assertEqual(cut["text_config"]["num_hidden_layers"], 13)
+        self.assertEqual(cut["text_config"]["linear_attn_config"]["full_attn_layers"], [4, 8, 12])
+        self.assertEqual(cut["text_config"]["linear_attn_config"]["kda_layers"], [1, 2, 3, 5, 6, 7, 9, 10, 11, 13])
+        self.assertEqual(cut["media_placeholder_token_id"], 999)  # ids past the cut move to its last id
+        self.assertEqual(cut["text_config"]["eos_token_id"], 999)
 
     def test_layer_cut_keeps_kimi_pattern_consistent(self):
         run = sluice("synth", "kimi-linear-48b", "--print-config", "--layers", "9")
