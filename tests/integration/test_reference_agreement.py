@@ -100,8 +100,8 @@ def check_family(name, family, work, failures, *variant):
 
     # What int8 trunk activations cost against f32 on the same engine (reported,
     # not bounded: a flipped rounding step puts it far above the 1e-4 bar).
-    int8 = engine_logits(container, os.path.join(work, name + ".int8"),
-                         env=dict(os.environ, SLUICE_TRUNK_ACTIVATIONS="int8"))
+    int8_env = dict(os.environ, SLUICE_TRUNK_ACTIVATIONS="int8")
+    int8 = engine_logits(container, os.path.join(work, name + ".int8"), env=int8_env)
     if int8["kernels"]["trunk_activations"] != "int8":
         failures.append(f"{name}: SLUICE_TRUNK_ACTIVATIONS=int8 ran {int8['kernels']['trunk_activations']}")
     int8_logits = load(os.path.join(work, name + ".int8"), vocab)
@@ -110,6 +110,11 @@ def check_family(name, family, work, failures, *variant):
     if name == "olmoe":  # the reference's model of int8 activations, on a prompt where no rounding step flips
         modelled = load(reference_logits(container, os.path.join(work, name + ".ref-int8"), int8["kernels"]), vocab)
         print(f"{name}: int8 engine vs int8 reference: max |diff| {float(np.max(np.abs(int8_logits - modelled))):.3g}")
+    if name in ("olmoe", "deepseek_v3"):  # int8 activations are bit-identical for any thread count too
+        engine_logits(container, os.path.join(work, name + ".int8.threads3"), "--threads", "3", env=int8_env)
+        if open(os.path.join(work, name + ".int8.threads3"), "rb").read() != \
+                open(os.path.join(work, name + ".int8"), "rb").read():
+            failures.append(f"{name}: int8 trunk activations: logits with --threads 3 differ from the default")
 
     # The plan from the config alone equals the plan of the converted container.
     for ctx in ("64", "256"):
