@@ -6,8 +6,8 @@
 
 #include <ctime>
 
-#include "compute/chat/json_constraint.h"
 #include "compute/chat/reply_parser.h"
+#include "compute/chat/token_grammar.h"
 #include "compute/serve/api_error.h"
 #include "compute/serve/connection.h"
 #include "compute/serve/server.h"
@@ -135,7 +135,7 @@ std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
     throw ApiError(400, "invalid_request_error", e.what(), param_of(e.what()));
   }
   // "none": the model is not told about the tools. "required" and a named
-  // function reach the model only through the tools it is shown.
+  // function see them all; the constraint (tool_call_grammar) picks.
   input.tools = request.tool_choice == "none" ? json(nullptr) : request.tools;
   input.add_generation_prompt = true;
   input.special_tokens = special_tokens_;
@@ -149,6 +149,32 @@ std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
                    e.raised ? "the chat template refused the messages: " + e.reason : e.what(),
                    "messages");
   }
+}
+
+std::shared_ptr<const chat::TokenGrammar> Server::tool_call_grammar(
+    const ChatRequest& request, const chat::ConstraintOptions& frame) const {
+  const json& choice = request.tool_choice;
+  if (request.tools.is_null())
+    bad_param("tool_choice", "a tool call is required but the request has no tools");
+  if (reply_format_.tools == chat::ToolSyntax::kNone)
+    bad_param("tool_choice",
+              "this model's tokenizer has no tool-call markers, so a tool call cannot be enforced");
+  if (!request.response_format.is_null() && request.response_format.value("type", "") != "text")
+    bad_param("response_format", "a required tool call (tool_choice) leaves no content to format");
+  std::vector<chat::ToolSpec> tools;
+  try {
+    tools = chat::tool_specs(request.tools);
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    throw ApiError(400, "invalid_request_error", message, message.substr(0, message.find(": ")));
+  }
+  if (choice.is_object()) {
+    const std::string name = choice["function"]["name"].get<std::string>();
+    std::erase_if(tools, [&](const chat::ToolSpec& tool) { return tool.name != name; });
+    if (tools.empty())
+      bad_param("tool_choice.function.name", "no tool named '{}' among the request's tools", name);
+  }
+  return chat::tool_call_grammar(reply_format_, tools, request.parallel_tool_calls, frame);
 }
 
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
@@ -168,9 +194,22 @@ void Server::chat_completions(const httplib::Request& req, httplib::Response& re
       }
     }
   }
-  if (!request.response_format.is_null()) {
+  chat::ConstraintOptions frame;  // what surrounds a constrained reply
+  frame.end_ids = engine_.config().eos_ids;
+  frame.end_ids.insert(frame.end_ids.end(), chat_stop_ids_.begin(), chat_stop_ids_.end());
+  if (reply_format_.thinks()) {
+    frame.start_after = reply_format_.think_close;
+    frame.reasoning_open = reply_format_.think_open;
+    frame.starts_free = spec.in_reasoning;
+  }
+  const json& choice = request.tool_choice;
+  if (choice == "none") spec.reply_format->tools = chat::ToolSyntax::kNone;  // nothing is a call
+  if (choice == "required" || choice.is_object()) {
+    spec.grammar = tool_call_grammar(request, frame);
+  } else if (!request.response_format.is_null()) {
     try {
-      spec.grammar = chat::JsonGrammar::from_response_format(request.response_format);
+      if (auto value = chat::JsonGrammar::from_response_format(request.response_format))
+        spec.grammar = chat::json_reply_grammar(std::move(value), frame);
     } catch (const Error& e) {
       throw ApiError(400, "invalid_request_error", e.what(), "response_format");
     }
