@@ -13,7 +13,6 @@
 #include <string_view>
 #include <vector>
 
-#include "compute/model/sampler.h"
 #include "compute/tokenizer/tokenizer.h"
 
 namespace sluice::chat {

@@ -15,6 +15,7 @@
 
 #include "compute/chat/json_constraint.h"
 #include "compute/chat/reply_parser.h"
+#include "compute/model/sampler.h"
 
 namespace sluice::chat {
 
