@@ -12,6 +12,7 @@ namespace {
 // Before any use is seen: a prior that falls with age, worth a few uses, so
 // the first token is ranked by distance and recency rather than by noise.
 constexpr double kPriorWeight = 4.0;
+constexpr double kMinHazard = 1e-3;  // a key never seen back still might be
 double prior_hazard(uint64_t age) {
   return 0.4 / double(std::max<uint64_t>(age, 1));
 }
@@ -81,6 +82,12 @@ void HitDensity::refresh() {
       reached += a == kAges ? uses + waiting_[c][a - 1] : uses;
     }
     hazard_[c][0] = hazard_[c][1];
+    // Past the last bucket the hazard stays put: a geometric wait. Younger
+    // ages try the next visit, and on a miss wait as a key one visit older.
+    visits_to_use_[c][kAges] = 1.0 / std::max(hazard_[c][kAges], kMinHazard);
+    for (uint32_t a = kAges; a-- > 0;) {
+      visits_to_use_[c][a] = 1.0 + (1.0 - hazard_[c][a + 1]) * visits_to_use_[c][a + 1];
+    }
   }
   for (uint32_t c = 0; c < kClasses; ++c) {
     for (uint32_t a = 0; a <= kAges; ++a) {
@@ -121,6 +128,17 @@ size_t HitDensity::at(uint32_t cls, uint64_t age, uint32_t distance) const {
 double HitDensity::density(uint32_t cls, uint64_t age, uint32_t distance, Guess guess) const {
   if (guess == Guess::kUnknown) return density_[at(cls, age, distance)];
   return best_density(cls, age, std::clamp<uint32_t>(distance, 1, layers_), guess);
+}
+
+double HitDensity::steps_to_use(uint32_t cls, uint64_t age, uint32_t distance, Guess guess) const {
+  const uint32_t c = std::min(cls, kClasses - 1);
+  const uint64_t a = std::min<uint64_t>(age, kAges);
+  const double d = std::clamp<uint32_t>(distance, 1, layers_);
+  if (guess == Guess::kUnknown) return d + layers_ * (visits_to_use_[c][a] - 1.0);
+  double h = hazard(c, a + 1);
+  h = guess == Guess::kNamed ? h * kGuessRecall / (h * kGuessRecall + (1 - h) * kGuessFalse)
+                             : h * (1 - kGuessRecall) / (h * (1 - kGuessRecall) + (1 - h) * (1 - kGuessFalse));
+  return d + layers_ * (1.0 - h) * visits_to_use_[c][std::min<uint64_t>(a + 1, kAges)];
 }
 
 }  // namespace sluice::ioworker

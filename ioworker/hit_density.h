@@ -65,6 +65,11 @@ class HitDensity {
   // lookahead has guessed that visit, and whether it named the key.
   double density(uint32_t cls, uint64_t age, uint32_t distance,
                  Guess guess = Guess::kUnknown) const;
+  // Expected layer steps until the key's next use (higher: evict first), as
+  // Belady ranks keys (the replay's cycle policy; it lost to density there): the `distance` steps to its layer's next visit, plus a
+  // whole token for every visit the hazards expect it to miss. A guess
+  // updates the first visit's chance as in density().
+  double steps_to_use(uint32_t cls, uint64_t age, uint32_t distance, Guess guess = Guess::kUnknown) const;
   // The chance of a use at the next visit (for tests and reports).
   double hazard(uint32_t cls, uint64_t age) const;
 
@@ -76,6 +81,9 @@ class HitDensity {
   std::array<uint64_t, kClasses> waiting_tail_visits_{};
   std::array<std::array<double, kAges + 1>, kClasses>
       hazard_{};  // by age of the next visit, 1..kAges
+  // visits_to_use_[c][a]: expected visits, the next one included, until a
+  // key of class c and age a is used (the tail bucket's hazard beyond kAges).
+  std::array<std::array<double, kAges + 1>, kClasses> visits_to_use_{};
   // density_[c][a][d]: rank of a key of class c, age a, next visit d steps away.
   std::vector<double> density_;
   size_t at(uint32_t cls, uint64_t age, uint32_t distance) const;

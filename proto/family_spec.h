@@ -22,6 +22,10 @@ struct TensorNaming {
   std::array<std::string_view, 3> expert_matrix = {"gate_proj", "up_proj", "down_proj"};
 };
 
+// How a family writes chat prompts: the checkpoint's Jinja chat template
+// (from tokenizer_config.json), or code of its own (Kimi K3's XTML, k3.md §5).
+enum class ChatFormatKind { kJinjaTemplate, kXtml };
+
 struct FamilySpec {
   std::string_view model_type;
   // Fills every field of `config` but arch from config.json.
@@ -30,6 +34,7 @@ struct FamilySpec {
   // Source tensors of parts sluice does not run yet (K3's vision tower):
   // the converter skips them and says so.
   std::array<std::string_view, 2> skipped_prefixes{};
+  ChatFormatKind chat_format = ChatFormatKind::kJinjaTemplate;
 };
 
 // The spec registered for `model_type`, or nullptr.

@@ -8,12 +8,15 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ioworker/eviction_score.h"
 #include "ioworker/hit_density.h"
 #include "proto/error.h"
+#include "router/queue_policies.h"
 
 namespace sluice::router {
 namespace {
@@ -51,7 +54,7 @@ struct History {
 
 class SlotCache {
  public:
-  SlotCache(uint32_t slots, uint32_t layers, uint32_t top_k, SimPolicy policy, uint64_t seed)
+  SlotCache(uint32_t slots, uint32_t layers, uint32_t top_k, SimPolicy policy, uint64_t seed, uint32_t guess_layers)
       : slots_(slots),
         policy_(policy),
         cycle_(layers, top_k),
@@ -59,7 +62,12 @@ class SlotCache {
         guess_rng_(~seed),
         density_(layers),
         visits_(layers, 0),
-        by_frequency_(ioworker::weigh_frequency(slots, uint64_t{layers} * top_k)) {}
+        guess_layers_(guess_layers),
+        guessed_layers_(layers, 0),
+        by_frequency_(ioworker::weigh_frequency(slots, uint64_t{layers} * top_k)) {
+    if (policy == SimPolicy::kS3Fifo) queue_ = make_s3_fifo(slots);
+    if (policy == SimPolicy::kTinyLfu) queue_ = make_tiny_lfu(slots);
+  }
 
   PolicyResult serve(const std::vector<ReplayRequest>& requests) {
     PolicyResult result;
@@ -86,6 +94,7 @@ class SlotCache {
         ++result.hits;
         pin(it->second);
         pinned.push_back(it->second);
+        if (queue_) queue_->hit(it->second);
         if (policy_ == SimPolicy::kSlru) promote(it->second);
       }
       for (uint32_t e : misses) {
@@ -106,6 +115,7 @@ class SlotCache {
         slot.last_visit = seen->second.last_visit;
         slot.first_seen = seen->second.first_seen;
         where_[*slot.key] = s;
+        if (queue_) queue_->filled(s, *slot.key);
         pin(s);
         pinned.push_back(s);
       }
@@ -134,7 +144,7 @@ class SlotCache {
 
   // The density model from the uses so far and every key still waiting.
   void refresh() {
-    if (policy_ != SimPolicy::kDensity && policy_ != SimPolicy::kLookahead) return;
+    if (!learns()) return;
     density_.clear_waiting();
     for (const auto& [key, h] : history_) {
       if (where_.count(key) || h.last_visit == 0) continue;
@@ -150,20 +160,30 @@ class SlotCache {
     density_.refresh();
   }
 
-  // What the lookahead would name for the next request while request `i` is
-  // served: kGuesses experts of the next layer, each one it uses with
-  // probability kGuessPrecision, another expert of the layer otherwise.
+  // What the lookahead would name for the next `guess_layers_` requests
+  // while request `i` is served: kGuesses experts of each, each one it uses
+  // with probability kGuessPrecision, another expert of the layer otherwise.
+  // A request's guesses are drawn once, the first time they are needed.
   void guess(const std::vector<ReplayRequest>& requests, size_t i) {
+    if (policy_ != SimPolicy::kLookahead && policy_ != SimPolicy::kCycle) return;
     guessed_.clear();
-    if (policy_ != SimPolicy::kLookahead || i + 1 >= requests.size()) return;
-    const ReplayRequest& next = requests[i + 1];
-    guessed_layer_ = next.layer;
-    std::vector<uint32_t> real = next.experts;
-    std::shuffle(real.begin(), real.end(), guess_rng_);
-    std::uniform_real_distribution<double> coin(0, 1);
-    std::uniform_int_distribution<uint32_t> any(0, experts_seen_ > 0 ? experts_seen_ - 1 : 0);
-    for (uint32_t g = 0; g < kGuesses && g < real.size(); ++g) {
-      guessed_.push_back(key_of(next.layer, coin(guess_rng_) < kGuessPrecision ? real[g] : any(guess_rng_)));
+    std::fill(guessed_layers_.begin(), guessed_layers_.end(), 0);
+    drawn_.erase(drawn_.begin(), drawn_.lower_bound(i + 1));
+    for (size_t j = i + 1; j < requests.size() && j <= i + guess_layers_; ++j) {
+      const ReplayRequest& next = requests[j];
+      if (guessed_layers_[next.layer]) break;  // a layer's next visit only
+      guessed_layers_[next.layer] = 1;
+      auto [at, fresh] = drawn_.try_emplace(j);
+      if (fresh) {
+        std::vector<uint32_t> real = next.experts;
+        std::shuffle(real.begin(), real.end(), guess_rng_);
+        std::uniform_real_distribution<double> coin(0, 1);
+        std::uniform_int_distribution<uint32_t> any(0, experts_seen_ > 0 ? experts_seen_ - 1 : 0);
+        for (uint32_t g = 0; g < kGuesses && g < real.size(); ++g) {
+          at->second.push_back(key_of(next.layer, coin(guess_rng_) < kGuessPrecision ? real[g] : any(guess_rng_)));
+        }
+      }
+      guessed_.insert(at->second.begin(), at->second.end());
     }
   }
 
@@ -193,6 +213,11 @@ class SlotCache {
       ++next_empty_;
     }
     std::optional<uint32_t> best;
+    if (queue_) {
+      best = queue_->victim([&](uint32_t s) { return slots_[s].pinned; });
+      if (!best) fail("replay: every slot is pinned");
+      return *best;
+    }
     if (policy_ == SimPolicy::kLfru) {
       std::uniform_int_distribution<uint32_t> pick(0, static_cast<uint32_t>(slots_.size() - 1));
       for (int i = 0; i < kLfruSamples; ++i) {
@@ -230,6 +255,10 @@ class SlotCache {
         case SimPolicy::kSlru:
           better = c.protected_segment != b.protected_segment ? !c.protected_segment : c.last_access < b.last_access;
           break;
+        case SimPolicy::kS3Fifo:
+        case SimPolicy::kTinyLfu:
+          break;
+        case SimPolicy::kCycle:
         case SimPolicy::kNextUse: {
           const double sc = score(c, tpt);
           better = sc > best_score || (sc == best_score && c.last_access < b.last_access);
@@ -243,18 +272,23 @@ class SlotCache {
     return *best;
   }
 
+  bool learns() const {
+    return policy_ == SimPolicy::kDensity || policy_ == SimPolicy::kLookahead || policy_ == SimPolicy::kCycle;
+  }
+
   double score(const SimSlot& c, double tpt) const {
-    if (policy_ == SimPolicy::kDensity || policy_ == SimPolicy::kLookahead) {
+    if (learns()) {
       const uint32_t layers = density_.layers();
       const uint32_t ahead = (c.layer + layers - current_) % layers;
       using Guess = ioworker::HitDensity::Guess;
       Guess guessed = Guess::kUnknown;
-      if (!guessed_.empty() && c.layer == guessed_layer_) {
-        guessed = std::find(guessed_.begin(), guessed_.end(), *c.key) != guessed_.end() ? Guess::kNamed
-                                                                                         : Guess::kPassedOver;
+      if (c.layer < guessed_layers_.size() && guessed_layers_[c.layer]) {
+        guessed = guessed_.count(*c.key) ? Guess::kNamed : Guess::kPassedOver;
       }
-      return density_.density(use_class(c),
-                              visits_[c.layer] - c.last_visit, ahead == 0 ? layers : ahead, guessed);
+      const uint64_t age = visits_[c.layer] - c.last_visit;
+      const uint32_t distance = ahead == 0 ? layers : ahead;
+      if (policy_ == SimPolicy::kCycle) return density_.steps_to_use(use_class(c), age, distance, guessed);
+      return density_.density(use_class(c), age, distance, guessed);
     }
     if (policy_ != SimPolicy::kNextUse) return 0;
     return ioworker::next_use_estimate({c.layer, c.hits, c.last_access, c.past_uses, c.first_seen}, cycle_, clock_, tpt,
@@ -269,8 +303,10 @@ class SlotCache {
   ioworker::HitDensity density_;
   std::vector<uint64_t> visits_;  // per MoE layer: requests served
   uint32_t current_ = 0;          // the layer being served
-  std::vector<uint64_t> guessed_;  // keys the simulated lookahead names for the next request
-  uint32_t guessed_layer_ = 0;     // its layer
+  uint32_t guess_layers_;                    // requests ahead the simulated lookahead guesses
+  std::unordered_set<uint64_t> guessed_;     // keys it names for them now
+  std::vector<uint8_t> guessed_layers_;      // per MoE layer: its next visit is guessed
+  std::map<size_t, std::vector<uint64_t>> drawn_;  // request → its guesses, once drawn
   uint32_t experts_seen_ = 0;      // the widest expert id + 1 in the trace
   std::unordered_map<uint64_t, uint32_t> where_;
   std::unordered_map<uint64_t, History> history_;  // every key ever filled
@@ -278,6 +314,7 @@ class SlotCache {
   uint32_t next_empty_ = 0;
   uint32_t protected_count_ = 0;
   bool by_frequency_;
+  std::unique_ptr<QueuePolicy> queue_;  // S3-FIFO and W-TinyLFU keep their own order
 };
 
 }  // namespace
@@ -296,16 +333,21 @@ const char* policy_name(SimPolicy policy) {
       return "density";
     case SimPolicy::kLookahead:
       return "lookahead";
+    case SimPolicy::kS3Fifo:
+      return "s3-fifo";
+    case SimPolicy::kTinyLfu:
+      return "w-tinylfu";
+    case SimPolicy::kCycle:
+      return "cycle";
   }
   return "?";
 }
 
 SimPolicy parse_policy(const std::string& name, const std::string& flag) {
-  for (SimPolicy p : {SimPolicy::kLru, SimPolicy::kLfru, SimPolicy::kSlru, SimPolicy::kNextUse, SimPolicy::kDensity,
-                      SimPolicy::kLookahead}) {
+  for (SimPolicy p : kAllPolicies) {
     if (name == policy_name(p)) return p;
   }
-  fail("{}: '{}' is not lru, lfru, slru, next-use, density or lookahead", flag, name);
+  fail("{}: '{}' is not lru, lfru, slru, s3-fifo, w-tinylfu, next-use, density, lookahead or cycle", flag, name);
 }
 
 std::vector<ReplayRequest> replay_requests(const std::vector<TraceToken>& trace) {
@@ -323,11 +365,11 @@ std::vector<ReplayRequest> replay_requests(const std::vector<TraceToken>& trace)
 }
 
 PolicyResult simulate(const std::vector<ReplayRequest>& requests, uint32_t slots, uint32_t layers, SimPolicy policy,
-                      uint64_t seed) {
+                      uint64_t seed, uint32_t guess_layers) {
   check_slots(requests, slots);
   uint32_t top_k = 1;
   for (const ReplayRequest& r : requests) top_k = std::max<uint32_t>(top_k, static_cast<uint32_t>(r.experts.size()));
-  SlotCache cache(slots, layers, top_k, policy, seed);
+  SlotCache cache(slots, layers, top_k, policy, seed, guess_layers);
   return cache.serve(requests);
 }
 

@@ -43,15 +43,23 @@ enum class SimPolicy {
              // layer cycle
   kDensity,  // sluice-io's default (hit_density.h): lowest learned hit density per slot and step
   kLookahead,  // density, with the keys a simulated lookahead names for the next layer protected
+  kS3Fifo,     // S3-FIFO (router/queue_policies.h)
+  kTinyLfu,    // W-TinyLFU (router/queue_policies.h)
+  kCycle,      // the farthest expected next use (hit_density.h steps_to_use), lookahead guesses weighed
 };
+inline constexpr SimPolicy kAllPolicies[] = {SimPolicy::kLru,     SimPolicy::kLfru,      SimPolicy::kSlru,
+                                             SimPolicy::kS3Fifo,  SimPolicy::kTinyLfu,   SimPolicy::kNextUse,
+                                             SimPolicy::kDensity, SimPolicy::kLookahead, SimPolicy::kCycle};
 const char* policy_name(SimPolicy policy);
-// Parses "lru", "lfru", "slru", "next-use", "density" or "lookahead"; throws Error naming `flag`.
+// Parses a policy_name; throws Error naming `flag`.
 SimPolicy parse_policy(const std::string& name, const std::string& flag);
 
 // A cache of `slots` slots (at least the widest request; Error otherwise),
-// for a model of `layers` MoE layers (the next-use policy's cycle).
+// for a model of `layers` MoE layers (the next-use policy's cycle). The
+// lookahead and cycle policies are told guesses for the next `guess_layers`
+// requests (sluice-router guesses one: the next layer's).
 PolicyResult simulate(const std::vector<ReplayRequest>& requests, uint32_t slots, uint32_t layers, SimPolicy policy,
-                      uint64_t seed = 0x5eed);
+                      uint64_t seed = 0x5eed, uint32_t guess_layers = 1);
 PolicyResult simulate_lru(const std::vector<ReplayRequest>& requests, uint32_t slots);
 // Belady evicts the unpinned key used farthest in the future (never again
 // first, the higher key on ties).

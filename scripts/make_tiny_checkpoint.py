@@ -135,8 +135,8 @@ def make_k3_checkpoint(out_dir, seed, dtype, shards, overrides, use_mxfp4=False)
     safetensors.save_checkpoint(out_dir, tensors, dtypes, shards)
     write_json(os.path.join(out_dir, "config.json"), config)
     text = config["text_config"]
-    write_json(os.path.join(out_dir, "tokenizer.json"), bpe.build_tokenizer_json("kimi_linear", text["vocab_size"]))
-    tokenizer_config = bpe.build_tokenizer_config("kimi_linear", text)
+    write_json(os.path.join(out_dir, "tokenizer.json"), bpe.build_tokenizer_json("kimi_k3", text["vocab_size"]))
+    tokenizer_config = bpe.build_tokenizer_config("kimi_k3", text)
     tokenizer_config.pop("chat_template", None)  # K3's prompts are code (XTML), not a template
     write_json(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config)
     return config

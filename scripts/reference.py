@@ -12,6 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicepy import SluiceError, container, families, k3, mla, mxfp4, routing, safetensors  # noqa: E402
+from sluicepy.int8_activations import with_int8_activations  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
 
@@ -22,7 +23,9 @@ published equations and dump logits. A checkpoint's fp8 weights are dequantized
 by their block scales; a container's weights are the engine's quantized ones.
 Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
 A container's experts run the engine's integer table arithmetic
-(sluicepy/rvq_int16.py) unless --f32-experts.
+(sluicepy/rvq_int16.py) unless --f32-experts; its q8/q4 trunk matrices take
+f32 inputs, or with --int8-activations the engine's int8 activations
+(SLUICE_TRUNK_ACTIVATIONS=int8, sluicepy/int8_activations.py).
 
 Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
   row 0      logits at the prompt's last position;
@@ -68,14 +71,19 @@ def build_model(config, weights, mla_form=mla.EXPANDED, exclusion=routing.EXCLUD
     return MoeModel(config, weights, mla_form, exclusion, kda_chunk=kda_chunk, moe_weights=moe_weights)
 
 
-def with_engine_experts(model, path, f32_experts=False, decode_crossover=None):
+def with_engine_experts(model, path, f32_experts=False, decode_crossover=None, int8_activations=False):
     """A container's experts run the engine's integer table arithmetic (rvq.h)
     unless f32_experts asks for f32 matmuls on the decoded weights; an expert
     that decode_crossover or more tokens of one call chose runs the engine's
-    decode-once arithmetic (rvq_decoded.h) instead."""
-    if is_container(path) and not f32_experts:
-        model.expert_apply = ContainerExperts(container.Container(path), decode_crossover,
-                                              activation=getattr(model, "expert_activation", None))
+    decode-once arithmetic (rvq_decoded.h) instead. Its quantized trunk
+    matrices take int8 activations (quant.h) when int8_activations."""
+    if not is_container(path):
+        return model
+    c = container.Container(path)
+    if not f32_experts:
+        model.expert_apply = ContainerExperts(c, decode_crossover, activation=getattr(model, "expert_activation", None))
+    if int8_activations:
+        with_int8_activations(model, {name: t["format"] for name, t in c.trunk.items()})
     return model
 
 
@@ -191,6 +199,9 @@ def main(argv=None):
     parser.add_argument("--f32-experts", action="store_true",
                         help="a container's experts as f32 matmuls on the decoded weights "
                              "instead of the engine's integer table kernels (int16 table codes)")
+    parser.add_argument("--int8-activations", action="store_true",
+                        help="a container's q8/q4 trunk matrices take the engine's int8 activations instead of f32 "
+                             "inputs (when `sluice run --json` reports kernels.trunk_activations int8)")
     parser.add_argument("--decode-crossover", type=int, metavar="N",
                         help="a container's expert chosen by N or more tokens of a prefill chunk runs the "
                              "decode-once arithmetic, as the engine does from its rvq_decode_crossover "
@@ -220,7 +231,7 @@ def main(argv=None):
         config, weights = load_weights(args.model)
         routes = [] if args.trace_out else None
         model = with_engine_experts(build_model(config, weights, **options), args.model, args.f32_experts,
-                                    args.decode_crossover)
+                                    args.decode_crossover, args.int8_activations)
         logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache, routes)
         if args.trace_out:
             with open(args.trace_out, "w") as f:

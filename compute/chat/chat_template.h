@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,6 +30,18 @@ class ChatTemplateError : public Error {
   std::string reason;
 };
 
+// An image part of a message as the vision side measured it: the original
+// file's size (the media block names it) and how many prompt positions its
+// single pad token expands to.
+struct ImagePlacement {
+  uint32_t width = 0, height = 0;
+  uint32_t positions = 0;
+};
+// Measures image part `part`, the prompt's `index`-th image (from 0); `where`
+// names the part in errors ("messages[1].content[2]").
+using ImageResolver = std::function<ImagePlacement(const nlohmann::ordered_json& part, size_t index,
+                                                   const std::string& where)>;
+
 // What apply_chat_template passes to the template.
 struct ChatInput {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -38,6 +51,15 @@ struct ChatInput {
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
   // Extra keyword arguments (enable_thinking, ...): content, like messages.
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  // The request's tool_choice and response_format (null when absent), for
+  // formats that write them into the prompt (XTML); a Jinja template never
+  // sees them.
+  nlohmann::ordered_json tool_choice = nullptr;
+  nlohmann::ordered_json response_format = nullptr;
+  // Pass the messages as given, without normalize.h (`sluice template --raw`).
+  bool raw_messages = false;
+  // Null: image parts are refused, naming the part.
+  ImageResolver images;
 };
 
 struct RenderLimits {
@@ -54,6 +76,8 @@ struct Segment {
 
 struct Rendered {
   std::vector<Segment> segments;
+  // One per image pad token, in prompt order (formats with media blocks).
+  std::vector<ImagePlacement> images;
   std::string text() const;
 };
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -89,6 +90,9 @@ struct ReplyParser::State {
   State(const tokenizer::Tokenizer& t, ReplyFormat f, const ReplyOptions& o)
       : tok(t), format(std::move(f)), ids(o.id_seed ? o.id_seed : std::random_device{}()) {
     mode = o.in_reasoning ? Mode::kReasoning : Mode::kContent;
+    // XTML's generation prompt opened the message and its think (or response).
+    if (format.tools == ToolSyntax::kXtml)
+      elements = {"message", o.in_reasoning ? "think" : "response"};
   }
 
   std::string make_id() {
@@ -286,6 +290,7 @@ struct ReplyParser::State {
   }
 
   void push(TokenId id, std::vector<ReplyEvent>& out) {
+    if (format.tools == ToolSyntax::kXtml) return xtml_push(id, out);
     const bool texting = mode == Mode::kContent || mode == Mode::kReasoning;
     if (format.thinks() && texting) {
       if (id == *format.think_open || id == *format.think_close) {
@@ -344,7 +349,138 @@ struct ReplyParser::State {
     return false;
   }
 
+  // Kimi K3: the element stack, driven by <|open|>, <|close|> and <|sep|>
+  // ids only; the bytes between an opener (closer) and <|sep|> are its tag.
+  enum class XtmlTag { kNone, kOpening, kClosing } xtml_tag = XtmlTag::kNone;
+  std::vector<std::string> elements;
+  std::string value;  // the open argument's (or raw json's) bytes
+  std::string argument_key, argument_type;
+  bool arguments_begun = false, raw_arguments = false;
+
+  void xtml_push(TokenId id, std::vector<ReplyEvent>& out) {
+    if (id == *format.section_open || id == *format.section_close) {
+      flush_text(out);
+      xtml_tag = id == *format.section_open ? XtmlTag::kOpening : XtmlTag::kClosing;
+      header.clear();
+      return;
+    }
+    if (id == *format.separator) {
+      if (xtml_tag == XtmlTag::kOpening) xtml_opened(out);
+      if (xtml_tag == XtmlTag::kClosing) xtml_closed(out);
+      xtml_tag = XtmlTag::kNone;
+      return;
+    }
+    if (tok.is_special(id)) return;
+    std::string piece;
+    try {
+      piece = tok.token_bytes(id);
+    } catch (const Error&) {
+      return;
+    }
+    if (xtml_tag != XtmlTag::kNone) {
+      header += piece;
+    } else if (mode == Mode::kArguments) {
+      value += piece;
+    } else {
+      bytes(piece, out);
+    }
+  }
+
+  // key="value" pairs of an opening tag, &quot; and &amp; undone.
+  static std::string attribute(std::string_view tag, std::string_view key) {
+    const std::string needle = fmt::format(" {}=\"", key);
+    const size_t at = tag.find(needle);
+    if (at == std::string_view::npos) return "";
+    const size_t begin = at + needle.size();
+    const size_t end = tag.find('"', begin);
+    std::string raw(tag.substr(begin, end == std::string_view::npos ? end : end - begin));
+    std::string out;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw.compare(i, 6, "&quot;") == 0) {
+        out += '"';
+        i += 5;
+      } else if (raw.compare(i, 5, "&amp;") == 0) {
+        out += '&';
+        i += 4;
+      } else {
+        out += raw[i];
+      }
+    }
+    return out;
+  }
+
+  void xtml_mode() {
+    const std::string inner = elements.empty() ? "" : elements.back();
+    if (inner == "think")
+      mode = Mode::kReasoning;
+    else if (inner == "argument" || inner == "json")
+      mode = in_call ? Mode::kArguments : Mode::kSection;
+    else if (inner == "tools" || inner == "call")
+      mode = Mode::kSection;
+    else
+      mode = Mode::kContent;
+  }
+
+  void xtml_opened(std::vector<ReplyEvent>& out) {
+    const std::string_view tag = trim(header);
+    const std::string name(tag.substr(0, tag.find(' ')));
+    if (name == "call") {
+      announce(make_id(), attribute(tag, "tool"), out);
+      arguments_begun = raw_arguments = false;
+    } else if (name == "argument" || name == "json") {
+      argument_key = attribute(tag, "key");
+      argument_type = attribute(tag, "type");
+      raw_arguments = name == "json";
+      value.clear();
+    }
+    elements.push_back(name);
+    xtml_mode();
+    header.clear();
+  }
+
+  void xtml_closed(std::vector<ReplyEvent>& out) {
+    const std::string name(trim(header));
+    header.clear();
+    const auto it = std::find(elements.rbegin(), elements.rend(), name);
+    if (it == elements.rend()) return;  // closes nothing that is open
+    elements.erase(std::prev(it.base()), elements.end());
+    if (in_call && (name == "argument" || name == "json")) end_argument(out);
+    if (in_call && name == "call") end_call(out);
+    xtml_mode();
+  }
+
+  void end_argument(std::vector<ReplyEvent>& out) {
+    const std::string text = tokenizer::repair_utf8(value);
+    value.clear();
+    if (raw_arguments) {
+      args = text;
+    } else {
+      const std::string_view typed = trim(text);
+      const bool literal =
+          argument_type != "string" && !nlohmann::json::parse(typed, nullptr, false).is_discarded();
+      args =
+          fmt::format("{}{}:{}", arguments_begun ? "," : "{", nlohmann::json(argument_key).dump(),
+                      literal ? std::string(typed) : nlohmann::json(text).dump());
+    }
+    arguments_begun = true;
+    args_sent = 0;
+    send_arguments(args.size(), out);
+  }
+
+  void end_call(std::vector<ReplyEvent>& out) {
+    if (mode == Mode::kArguments) end_argument(out);
+    args = raw_arguments ? "" : arguments_begun ? "}" : "{}";
+    args_sent = 0;
+    send_arguments(args.size(), out);
+    in_call = false;
+  }
+
   void finish(std::vector<ReplyEvent>& out) {
+    if (format.tools == ToolSyntax::kXtml) {
+      flush_text(out);
+      if (in_call) end_call(out);
+      return;
+    }
     flush_text(out);
     if (mode != Mode::kContent && mode != Mode::kReasoning && mode != Mode::kSection)
       close_call(out);

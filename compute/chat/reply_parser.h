@@ -28,6 +28,10 @@ enum class ToolSyntax {
   // Kimi K2 / Kimi-Linear: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX
   // <|tool_call_argument_begin|>{json}<|tool_call_end|>...<|tool_calls_section_end|>.
   kKimi,
+  // Kimi K3 (XTML, k3.md §5): elements <|open|>TAG ATTRS<|sep|>BODY<|close|>TAG<|sep|>;
+  // think (reasoning), response (content), tools > call tool="NAME" > argument
+  // key="K" type="T" (or json type="object" holding the raw arguments).
+  kXtml,
 };
 
 // The marker ids of one tokenizer, looked up once by their text among its
@@ -37,6 +41,8 @@ struct ReplyFormat {
   std::optional<TokenId> think_open, think_close;  // <think>, </think>
   // kQwen3: <tool_call>, </tool_call>. kDeepSeekV3: calls begin/end, call
   // begin/end, sep. kKimi: section begin/end, call begin/end, argument begin.
+  // kXtml: <|open|> and <|close|> as section_open and section_close, <|sep|>
+  // as separator.
   std::optional<TokenId> section_open, section_close, call_open, call_close, separator;
   bool thinks() const { return think_open && think_close; }
 };

@@ -325,6 +325,8 @@ std::shared_ptr<const TokenGrammar> tool_call_grammar(const ReplyFormat& format,
   switch (format.tools) {
     case ToolSyntax::kNone:
       fail("tool call grammar: the tokenizer has no tool-call markers");
+    case ToolSyntax::kXtml:
+      fail("tool call grammar: XTML (Kimi K3) calls are not constrained yet");
     case ToolSyntax::kQwen3: {
       // <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, as the template writes it.
       const auto opened = g->add_node(), closing = g->add_node();

@@ -26,10 +26,6 @@
 namespace sluice::cli {
 namespace {
 
-constexpr router::SimPolicy kSimulated[] = {router::SimPolicy::kLru,     router::SimPolicy::kLfru,
-                                            router::SimPolicy::kSlru,    router::SimPolicy::kNextUse,
-                                            router::SimPolicy::kDensity, router::SimPolicy::kLookahead};
-
 struct ReplayFlags {
   std::string trace;    // positional: a recorded trace
   std::string routing;  // "synthetic[:SEED]" or a trace path
@@ -39,6 +35,7 @@ struct ReplayFlags {
   std::string policy = "density";
   std::vector<double> working_sets = {1, 2, 4};
   uint32_t tokens = 300;
+  uint32_t guess_layers = 1;
   uint32_t readers = 4;
   bool json = false;
 };
@@ -117,6 +114,9 @@ ioworker::EvictionPolicy cache_policy(const std::string& name) {
       return ioworker::EvictionPolicy::kDensity;
     case router::SimPolicy::kSlru:
     case router::SimPolicy::kLookahead:
+    case router::SimPolicy::kS3Fifo:
+    case router::SimPolicy::kTinyLfu:
+    case router::SimPolicy::kCycle:
       break;
   }
   fail("--policy: '{}' is simulated only; the cache runs density, next-use, lfru or lru", name);
@@ -168,13 +168,13 @@ nlohmann::json result_json(const router::PolicyResult& r, const router::PolicyRe
 
 // Every simulated policy and Belady at `slots`, as JSON and as a text line.
 nlohmann::json simulate_all(const std::vector<router::ReplayRequest>& requests, uint32_t slots, uint32_t layers,
-                            std::string& line) {
+                            uint32_t guess_layers, std::string& line) {
   const router::PolicyResult belady = router::simulate_belady(requests, slots);
   nlohmann::json out = {
       {"slots", slots}, {"belady", result_json(belady, belady)}, {"policies", nlohmann::json::object()}};
   line = fmt::format("Belady {:.1f}%", 100 * belady.hit_rate());
-  for (router::SimPolicy p : kSimulated) {
-    const router::PolicyResult r = router::simulate(requests, slots, layers, p);
+  for (router::SimPolicy p : router::kAllPolicies) {
+    const router::PolicyResult r = router::simulate(requests, slots, layers, p, 0x5eed, guess_layers);
     out["policies"][router::policy_name(p)] = result_json(r, belady);
     line += fmt::format(", {} {:.1f}% ({:.2f})", router::policy_name(p), 100 * r.hit_rate(),
                         belady.hit_rate() > 0 ? r.hit_rate() / belady.hit_rate() : 0.0);
@@ -199,6 +199,7 @@ void run_replay(const ReplayFlags& flags) {
       {"routing", label},
       {"geometry", {{"moe_layers", layers}, {"experts", geometry.experts}, {"top_k", geometry.top_k}}},
       {"tokens", trace.size()},
+      {"guess_layers", flags.guess_layers},
       {"accesses", accesses},
       {"working_set_slots", working_set},
       {"sizes", nlohmann::json::array()}};
@@ -207,7 +208,7 @@ void run_replay(const ReplayFlags& flags) {
     const std::vector<uint32_t> model_layers = check_against_model(requests, *container, label);
     const CacheRun run = run_cache(flags, *container, requests, model_layers);
     std::string line;
-    nlohmann::json size = simulate_all(requests, run.slots, layers, line);
+    nlohmann::json size = simulate_all(requests, run.slots, layers, flags.guess_layers, line);
     const double belady = size["belady"]["hit_rate"];
     const double hit_rate = accesses ? double(run.hits) / double(accesses) : 0.0;
     size["working_sets"] = double(run.slots) / double(working_set);
@@ -230,7 +231,7 @@ void run_replay(const ReplayFlags& flags) {
       if (!(multiple > 0)) fail("--working-sets: {} is not a positive multiple", multiple);
       const auto slots = static_cast<uint32_t>(std::max<double>(geometry.top_k, multiple * double(working_set)));
       std::string line;
-      nlohmann::json size = simulate_all(requests, slots, layers, line);
+      nlohmann::json size = simulate_all(requests, slots, layers, flags.guess_layers, line);
       size["working_sets"] = multiple;
       out["sizes"].push_back(size);
       lines.push_back(fmt::format("{}x working set ({} slots): {}", multiple, slots, line));
@@ -263,6 +264,10 @@ void add_bench_replay(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--tokens", flags->tokens, "tokens of synthetic routing")->capture_default_str();
+  cmd->add_option("--guess-layers", flags->guess_layers,
+                  "MoE layers ahead the simulated lookahead guesses (sluice-router: 1), a what-if")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--budget", flags->budget, "memory budget as for `sluice run` (default: the plan's)")
       ->check(memory_size());
   cmd->add_option("--policy", flags->policy, "the real cache's eviction policy: density, next-use, lfru or lru")

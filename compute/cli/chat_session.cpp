@@ -44,14 +44,12 @@ void check_messages(const json& messages) {
 }  // namespace
 
 ChatSession::ChatSession(Engine& engine, const tokenizer::Tokenizer& tokenizer,
-                         const chat::ChatTemplate& chat_template, json special_tokens, json extra)
+                         const chat::ChatFormat& format, json extra)
     : engine_(engine),
       tokenizer_(tokenizer),
-      template_(chat_template),
-      special_tokens_(std::move(special_tokens)),
+      chat_format_(format),
       extra_(std::move(extra)),
-      normalize_(chat::normalize_options_for(chat_template)),
-      format_(chat::reply_format_for(tokenizer)) {
+      format_(format.reply_format()) {
   auto add_stop = [&](std::optional<int32_t> id) {
     if (id && std::find(stop_ids_.begin(), stop_ids_.end(), *id) == stop_ids_.end())
       stop_ids_.push_back(*id);
@@ -143,31 +141,25 @@ bool ChatSession::load(const std::string& path) {
 
 chat::Rendered ChatSession::render(const json& messages) const {
   chat::ChatInput input;
-  input.messages = chat::normalize_messages(messages, normalize_);
+  input.messages = messages;
   input.add_generation_prompt = true;
-  input.special_tokens = special_tokens_;
   input.extra = extra_;
-  return template_.render(input);
+  return chat_format_.render(input);
 }
 
 std::vector<int32_t> ChatSession::prompt_ids(const chat::Rendered& rendered) const {
   const std::string text = rendered.text();
   if (!seen_text_.empty() && text.size() > seen_text_.size() && text.starts_with(seen_text_)) {
     std::vector<int32_t> ids = seen_ids_;
-    const auto rest = chat::tokenize(tokenizer_, tail_of(rendered, seen_text_.size()));
+    const auto rest = chat_format_.tokenize(tail_of(rendered, seen_text_.size()));
     ids.insert(ids.end(), rest.begin(), rest.end());
     return ids;
   }
-  return chat::tokenize(tokenizer_, rendered);
+  return chat_format_.tokenize(rendered);
 }
 
 bool ChatSession::prompt_opens_reasoning(const std::vector<int32_t>& ids) const {
-  if (!format_.thinks()) return false;
-  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-    if (*it == *format_.think_close) return false;
-    if (*it == *format_.think_open) return true;
-  }
-  return false;
+  return chat_format_.opens_reasoning(ids);
 }
 
 json ChatSession::assistant_message(const chat::Reply& reply) const {

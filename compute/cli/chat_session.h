@@ -10,8 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "compute/chat/chat_template.h"
-#include "compute/chat/normalize.h"
+#include "compute/chat/chat_format.h"
 #include "compute/chat/reply_parser.h"
 #include "compute/chat/token_grammar.h"
 #include "compute/model/engine.h"
@@ -36,9 +35,9 @@ struct TurnResult {
 
 class ChatSession {
  public:
-  // `extra` goes to the template as keyword arguments (enable_thinking).
-  ChatSession(Engine& engine, const tokenizer::Tokenizer& tokenizer,
-              const chat::ChatTemplate& chat_template, nlohmann::ordered_json special_tokens,
+  // `extra` goes to the chat format as keyword arguments (enable_thinking).
+  // `format` and `tokenizer` must outlive the session.
+  ChatSession(Engine& engine, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& format,
               nlohmann::ordered_json extra);
 
   // Adds the user's message, renders, prefills what the state lacks and
@@ -80,9 +79,8 @@ class ChatSession {
 
   Engine& engine_;
   const tokenizer::Tokenizer& tokenizer_;
-  const chat::ChatTemplate& template_;
-  nlohmann::ordered_json special_tokens_, extra_;
-  chat::NormalizeOptions normalize_;
+  const chat::ChatFormat& chat_format_;
+  nlohmann::ordered_json extra_;
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
   chat::ReplyFormat format_;
   std::vector<int32_t> stop_ids_;

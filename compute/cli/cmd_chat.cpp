@@ -107,7 +107,9 @@ void run(const ChatArgs& args) {
   EngineOptions options = args.engine.options();
   options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };
   Engine engine(args.model, options);
-  if (!engine.container().chat_template()) {
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  const auto format = chat::chat_format_for(engine.container(), tok);
+  if (!format) {
     fail(
         "{}: the container has no chat template (tokenizer.chat_template is null in manifest.json)",
         args.model);
@@ -115,17 +117,9 @@ void run(const ChatArgs& args) {
   RoutingOptions routing_options;
   routing_options.lookahead = router::lookahead_from_environment();
   RoutingSession routing(engine, routing_options);
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
-  const chat::ChatTemplate tmpl =
-      chat::ChatTemplate::parse(*engine.container().chat_template(), args.model + " chat_template");
-  json specials = json::object();
-  const std::string config_path = engine.container().dir() + "/tokenizer_config.json";
-  if (posix_file_system().exists(config_path)) {
-    specials = chat::special_tokens_from_config(read_json(config_path, "tokenizer config"));
-  }
   json extra = json::object();
   if (args.enable_thinking) extra["enable_thinking"] = *args.enable_thinking;
-  ChatSession session(engine, tok, tmpl, specials, extra);
+  ChatSession session(engine, tok, *format, extra);
   if (!args.system.empty()) session.set_system(args.system);
 
   TurnOptions turn_options;

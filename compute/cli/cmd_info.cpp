@@ -13,10 +13,19 @@
 #include "compute/cli/commands.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
+#include "proto/family_spec.h"
 #include "proto/model_config.h"
 
 namespace sluice::cli {
 namespace {
+
+// "xtml" when the family writes its prompts in code, "template" for a Jinja
+// chat template, else null.
+nlohmann::json chat_format_name(const Container& c) {
+  const FamilySpec* family = find_family(c.arch());
+  if (family && family->chat_format == ChatFormatKind::kXtml) return "xtml";
+  return c.chat_template() ? nlohmann::json("template") : nlohmann::json(nullptr);
+}
 
 // format_bytes, with the exact count beside anything of a KiB or more.
 std::string human_bytes(uint64_t bytes) {
@@ -144,6 +153,7 @@ nlohmann::json describe(const Container& c) {
       {"bits_per_weight", static_cast<double>(c.expert_bytes()) * 8 / static_cast<double>(weights)},
       {"tokenizer_files", files},
       {"chat_template", c.chat_template().has_value()},
+      {"chat_format", chat_format_name(c)},
       {"o_direct", direct_banks == static_cast<int>(layers.size())},
       {"o_direct_banks", direct_banks},
       {"moe_layer_table", table},
@@ -192,6 +202,12 @@ void print_text(const Container& c, const nlohmann::json& d) {
              d["index_bits_per_weight"].get<double>(), d["bits_per_weight"].get<double>());
   fmt::print("tokenizer      {}\n", fmt::join(c.manifest().tokenizer_files, ", "));
   fmt::print("chat template  {}\n", c.chat_template() ? "present" : "none");
+  if (d["chat_format"] == "xtml") {
+    // encoding_k3.py was not available: its fixed texts are written to k3.md §5's description.
+    fmt::print(
+        "chat format    XTML, written as code (k3.md §5); its tool, effort, tool-choice and format "
+        "notes are not confirmed byte-exact against encoding_k3.py\n");
+  }
   fmt::print("O_DIRECT       {}\n", direct == static_cast<int>(layers.size()) ? "yes"
                                     : direct == 0
                                         ? "no (the filesystem refused it; reads use the page cache)"

@@ -190,10 +190,11 @@ void run(const RunArgs& args) {
                           {"context_full", stats.context_full},
                           {"seed", sampling.seed},
                           {"experts", experts_json(stats.experts)}};
-    // What scripts/reference.py --decode-crossover needs to model this run.
-    const kernels::Exec exec{kernels::isa_from_environment(), nullptr};
+    // What scripts/reference.py --decode-crossover and --f32-activations need to model this run.
+    const kernels::Exec exec{kernels::isa_from_environment(), nullptr, kernels::trunk_activations_from_environment()};
     out["kernels"] = {{"isa", kernels::isa_name(exec.isa)},
-                      {"rvq_decode_crossover", kernels::rvq_decode_crossover(exec)}};
+                      {"rvq_decode_crossover", kernels::rvq_decode_crossover(exec)},
+                      {"trunk_activations", kernels::trunk_activations_name(exec.trunk)}};
     if (!args.session.empty()) {
       out["session"] = {{"path", args.session},
                         {"reused_tokens", reused},

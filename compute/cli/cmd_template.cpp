@@ -1,7 +1,7 @@
-// compute/cli/cmd_template.cpp: `sluice template`, a container's chat template
-// rendered on messages from a file, as text, token ids or JSON with the
-// content/markup segments. Loads the manifest and tokenizer only, never the
-// trunk or an expert.
+// compute/cli/cmd_template.cpp: `sluice template`, a container's chat format
+// (its Jinja template, or Kimi K3's XTML) rendered on messages from a file, as
+// text, token ids or JSON with the content/markup segments. Loads the
+// manifest and tokenizer only, never the trunk or an expert.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -14,8 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "compute/chat/chat_template.h"
-#include "compute/chat/normalize.h"
+#include "compute/chat/chat_format.h"
 #include "compute/cli/commands.h"
 #include "compute/cli/run_options.h"
 #include "compute/tokenizer/tokenizer.h"
@@ -60,13 +59,13 @@ struct TemplateOptions {
 
 void run(const TemplateOptions& o) {
   const Container container = Container::open(o.model, posix_file_system(), OpenMode::kBuffered);
-  if (!container.chat_template()) {
+  const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::load_from_container(container.dir());
+  const auto format = chat::chat_format_for(container, tokenizer);
+  if (!format) {
     fail(
         "{}: the container has no chat template (tokenizer.chat_template is null in manifest.json)",
         o.model);
   }
-  const chat::ChatTemplate tmpl =
-      chat::ChatTemplate::parse(*container.chat_template(), o.model + " chat_template");
 
   chat::ChatInput input;
   json request = read_json_file(o.messages_file, "--messages");
@@ -74,6 +73,10 @@ void run(const TemplateOptions& o) {
     if (!request.contains("messages"))
       fail("--messages {}: the object has no \"messages\"", o.messages_file);
     if (request.contains("tools")) input.tools = request["tools"];
+    if (request.contains("tool_choice")) input.tool_choice = request["tool_choice"];
+    if (request.contains("response_format")) input.response_format = request["response_format"];
+    if (request.contains("reasoning_effort"))
+      input.extra["reasoning_effort"] = request["reasoning_effort"];
     request = json(request["messages"]);
   }
   if (!request.is_array())
@@ -82,20 +85,14 @@ void run(const TemplateOptions& o) {
     input.tools = read_json_file(o.tools_file, "--tools");
     if (!input.tools.is_array()) fail("--tools {}: expected an array of tools", o.tools_file);
   }
-  input.messages =
-      o.raw ? request : chat::normalize_messages(request, chat::normalize_options_for(tmpl));
+  input.messages = request;
+  input.raw_messages = o.raw;
   input.add_generation_prompt = o.add_generation_prompt;
   if (o.enable_thinking) input.extra["enable_thinking"] = *o.enable_thinking;
-  const std::string config_path = container.dir() + "/tokenizer_config.json";
-  if (posix_file_system().exists(config_path)) {
-    input.special_tokens =
-        chat::special_tokens_from_config(read_json_file(config_path, "tokenizer config"));
-  }
 
-  const chat::Rendered rendered = tmpl.render(input);
+  const chat::Rendered rendered = format->render(input);
   std::vector<tokenizer::TokenId> ids;
-  if (o.ids)
-    ids = chat::tokenize(tokenizer::Tokenizer::load_from_container(container.dir()), rendered);
+  if (o.ids) ids = format->tokenize(rendered);
   if (o.json_output) {
     json segments = json::array();
     for (const auto& s : rendered.segments)
@@ -116,13 +113,14 @@ void run(const TemplateOptions& o) {
 void add_template_command(CLI::App& app) {
   auto o = std::make_shared<TemplateOptions>();
   auto* cmd = app.add_subcommand("template",
-                                 "Render the container's chat template on messages, exactly as the "
-                                 "prompt the model would see");
+                                 "Render the container's chat template (or Kimi K3's XTML) on "
+                                 "messages, exactly as the prompt the model would see");
   cmd->add_option("model", o->model, "a .sluice container directory")->required();
   cmd->add_option(
          "--messages", o->messages_file,
          "JSON file ('-' for stdin): an array of OpenAI chat messages, or a request object with "
-         "\"messages\" (and \"tools\")")
+         "\"messages\" (and \"tools\", \"tool_choice\", \"response_format\", "
+         "\"reasoning_effort\")")
       ->required();
   cmd->add_option("--tools", o->tools_file, "JSON file with an array of OpenAI tool definitions");
   cmd->add_flag("--add-generation-prompt", o->add_generation_prompt,

@@ -1,5 +1,6 @@
 // compute/kernels/dispatch.cpp: CPUID/XGETBV probing and the SLUICE_KERNELS
-// override. Reads the environment only when asked; holds no global state.
+// override. Reads the environment only when asked; the one thing it keeps is
+// whether this CPU has VNNI, which cannot change while the process runs.
 #include "compute/kernels/dispatch.h"
 
 #include <cpuid.h>
@@ -31,6 +32,7 @@ CpuFeatures detect_cpu_features() {
   features.avx512bw = (ebx & bit_AVX512BW) != 0;
   features.avx512vl = (ebx & bit_AVX512VL) != 0;
   features.avx512vbmi = (ecx & bit_AVX512VBMI) != 0;
+  features.avx512vnni = (ecx & bit_AVX512VNNI) != 0;
   return features;
 }
 
@@ -71,6 +73,11 @@ Isa best_isa() {
   return supported_isas().back();
 }
 
+bool avx512_has_vnni() {
+  static const bool vnni = isa_supported(Isa::kAvx512) && detect_cpu_features().avx512vnni;
+  return vnni;
+}
+
 Isa parse_isa(std::string_view name, std::string_view what) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (name != isa_name(isa)) continue;
@@ -86,6 +93,18 @@ Isa isa_from_environment() {
   const char* value = std::getenv("SLUICE_KERNELS");
   if (value == nullptr || *value == '\0') return best_isa();
   return parse_isa(value, "SLUICE_KERNELS");
+}
+
+const char* trunk_activations_name(TrunkActivations activations) {
+  return activations == TrunkActivations::kF32 ? "f32" : "int8";
+}
+
+TrunkActivations trunk_activations_from_environment() {
+  const char* value = std::getenv("SLUICE_TRUNK_ACTIVATIONS");
+  if (value == nullptr || *value == '\0') return TrunkActivations::kF32;
+  for (TrunkActivations a : {TrunkActivations::kF32, TrunkActivations::kInt8})
+    if (std::string_view(value) == trunk_activations_name(a)) return a;
+  fail("SLUICE_TRUNK_ACTIVATIONS={}: unknown trunk activations (expected int8 or f32)", value);
 }
 
 }  // namespace sluice::kernels

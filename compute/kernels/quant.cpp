@@ -1,11 +1,14 @@
 // compute/kernels/quant.cpp: trunk matvec/matmul entry points, their argument
-// checks, the scalar bodies, and the split of rows over the pool. Rows are the
-// unit of work, so an output never depends on the thread count.
+// checks, the scalar bodies, the activations' quantization, and the split of
+// rows over the pool. Rows are the unit of work, so an output never depends on
+// the thread count.
 #include "compute/kernels/quant.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "compute/kernels/quant_kernels.h"
+#include "compute/kernels/rounding.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 #include "proto/f16.h"
@@ -62,6 +65,64 @@ void quant_rows_scalar(const QuantMatrixView& m, const float* x, uint32_t tokens
   }
 }
 
+void Int8Activations::prepare(QuantFormat format, uint32_t tokens_, uint32_t cols_) {
+  order = format;
+  tokens = tokens_;
+  cols = cols_;
+  stride = (cols_ + kQuantGroup - 1) / kQuantGroup * kQuantGroup;
+  const size_t values_needed = size_t{tokens} * stride, scales_needed = size_t{tokens} * blocks();
+  if (values.size() < values_needed) values.resize(values_needed);
+  if (scales.size() < scales_needed) scales.resize(scales_needed);
+}
+
+void quantize_activations_scalar(const float* x, Int8Activations& out) {
+  const uint32_t blocks = out.blocks();
+  for (uint32_t t = 0; t < out.tokens; ++t) {
+    const float* row = x + size_t{t} * out.cols;
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const uint32_t begin = b * kInt8Block;
+      const uint32_t n = begin < out.cols ? std::min(kInt8Block, out.cols - begin) : 0;
+      float amax = 0.0f;
+      for (uint32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(row[begin + i]));
+      out.scales[size_t{t} * blocks + b] = amax / 127.0f;
+      const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int8_t* q = out.values.data() + size_t{t} * out.stride + begin;
+      for (uint32_t p = 0; p < kInt8Block; ++p) {
+        const uint32_t column = int8_column_at(out.order, p);
+        q[p] = column < n ? static_cast<int8_t>(round_clamped(row[begin + column] * inverse, 127)) : 0;
+      }
+    }
+  }
+}
+
+void int8_rows_scalar(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
+                      float* y) {
+  const uint32_t groups = m.groups(), blocks = x.blocks(), used = x.used_blocks();
+  for (uint32_t t = 0; t < x.tokens; ++t) {
+    for (uint32_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = m.data + size_t{r} * m.row_bytes();
+      float acc[8] = {};
+      for (uint32_t g = 0; g < groups; ++g) {
+        float part[8] = {};
+        const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
+        for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
+          int32_t lanes[8] = {};
+          const int8_t* xb = x.block_values(t, b);
+          for (uint32_t p = 0; p < kInt8Block; ++p) {
+            const uint32_t column = b * kInt8Block + int8_column_at(x.order, p);
+            lanes[p / 4] += static_cast<int32_t>(weight(m, row, column)) * xb[p];
+          }
+          const float scale = x.scales[size_t{t} * blocks + b];
+          for (int l = 0; l < 8; ++l) part[l] = std::fma(scale, static_cast<float>(lanes[l]), part[l]);
+        }
+        const float scale = f16_to_f32(m.scales[size_t{r} * groups + g]);
+        for (int l = 0; l < 8; ++l) acc[l] = std::fma(scale, part[l], acc[l]);
+      }
+      y[size_t{t} * m.rows + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    }
+  }
+}
+
 void f32_rows_scalar(const float* w, uint32_t cols, const float* x, uint32_t row_begin, uint32_t row_end,
                      float* y) {
   for (uint32_t r = row_begin; r < row_end; ++r) {
@@ -82,8 +143,30 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
                   const Exec& exec) {
   check(m);
   if (tokens == 0) return;
+  if (exec.trunk == TrunkActivations::kInt8) {
+    // Quantized once on the calling thread; the workers read this thread's
+    // buffer through the reference (naming a thread_local in the lambda would
+    // give each worker its own, empty one).
+    thread_local detail::Int8Activations buffer;
+    detail::Int8Activations& activations = buffer;
+    activations.prepare(m.format, tokens, m.cols);
+    if (exec.isa == Isa::kScalar)
+      detail::quantize_activations_scalar(x, activations);
+    else
+      detail::quantize_activations_avx2(x, activations);
+    const bool vnni = exec.isa == Isa::kAvx512 && avx512_has_vnni();
+    split_rows(exec, m.rows, [&](uint32_t r0, uint32_t r1) {
+      if (vnni)
+        detail::int8_rows_avx512_vnni(m, activations, r0, r1, y);
+      else if (exec.isa != Isa::kScalar)
+        detail::int8_rows_avx2(m, activations, r0, r1, y);
+      else
+        detail::int8_rows_scalar(m, activations, r0, r1, y);
+    });
+    return;
+  }
   split_rows(exec, m.rows, [&](uint32_t r0, uint32_t r1) {
-    if (exec.isa != Isa::kScalar)  // AVX-512 machines run the AVX2 trunk path
+    if (exec.isa != Isa::kScalar)  // f32 activations: AVX-512 machines run the AVX2 path
       detail::quant_rows_avx2(m, x, tokens, r0, r1, y);
     else
       detail::quant_rows_scalar(m, x, tokens, r0, r1, y);

@@ -1,7 +1,8 @@
 // compute/kernels/quant.h: matvec and prefill matmul over the resident trunk
 // formats q8g128 and q4g128 (FORMAT.md, "Trunk tensor formats"), and a plain f32
-// matvec (routers). Weights stay quantized; activations and sums are f32.
-// Never reads x past `cols` nor weights past the stored padded row.
+// matvec (routers). Weights stay quantized; activations stay f32 or are
+// quantized to int8 (Exec::trunk). Never reads x past `cols` nor weights past
+// the stored padded row.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,21 @@ struct QuantMatrixView {
   size_t row_bytes() const { return format == QuantFormat::kQ8G128 ? padded_cols() : padded_cols() / 2; }
 };
 
-// Summation order. w = the stored integer q converted to f32 (exact); group g
-// covers columns [128g, 128g + 128) ∩ [0, cols).
+// Int8 activations (TrunkActivations::kInt8), the same on every instruction
+// set, so the result is bit-identical across scalar, AVX2 and AVX-512. Each
+// token's x is cut into blocks of 32 columns, b covering [32b, 32b + 32) ∩
+// [0, cols) (blocks wholly beyond cols are skipped); in f32:
+//   amax_b = max |x|, d_b = amax_b / 127, xq = round_half_even(x · (127 / amax_b))
+//   (xq = 0 when amax_b = 0). The block's 32 positions p hold column 32b + p
+//   (q8g128), or for q4g128 column 32b + (p < 16 ? 2p : 2(p − 16) + 1). Lane l
+//   in 0..7 takes the positions 4l..4l + 3: P_b[l] = Σ q·xq there, in int32 (exact).
+//   For each group g: part[l] = 0; for its blocks b ascending:
+//   part[l] = fma(d_b, float(P_b[l]), part[l]); then acc[l] = fma(f16_to_f32(scale_g),
+//   part[l], acc[l]), acc from 0, groups ascending; y = the reduction below.
+//
+// F32 activations (TrunkActivations::kF32), summation order per instruction
+// set. w = the stored integer q converted to f32 (exact); group g covers
+// columns [128g, 128g + 128) ∩ [0, cols).
 //
 //   scalar  for g: s_g = 0; for k in group g ascending: s_g += w[k] * x[k]  (mul then add)
 //                  y += f16_to_f32(scale_g) * s_g  (mul then add), y starting at 0.

@@ -1,11 +1,13 @@
 // compute/kernels/quant_avx2.cpp: AVX2+FMA bodies for q8g128, q4g128 and f32
-// matvec/matmul. Each output is summed in the order quant.h documents whatever
-// the tile shape, so tiles only change speed. Called only after dispatch.
+// matvec/matmul, with f32 or int8 activations, and the AVX2 activation
+// quantizer. Each output is summed in the order quant.h documents whatever the
+// tile shape, so tiles only change speed. Called only after dispatch.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "compute/kernels/quant_int8_tile.h"
 #include "compute/kernels/quant_kernels.h"
 #include "proto/f16.h"
 
@@ -133,6 +135,74 @@ void f32_rows_avx2(const float* w, uint32_t cols, const float* x, uint32_t row_b
   uint32_t r = row_begin;
   for (; r + 4 <= row_end; r += 4) f32_tile<4>(w, cols, x, r, y);
   for (; r < row_end; ++r) f32_tile<1>(w, cols, x, r, y);
+}
+
+namespace {
+
+// pmaddubsw pairs, then pmaddwd pairs of those: four products per int32 lane.
+struct MaddubsDot {
+  static constexpr bool kPairRows = false;
+  static __m256i lanes(__m256i magnitude, __m256i signed_x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), _mm256_set1_epi16(1));
+  }
+};
+
+// Eight floats of x from column k of a block holding n < 32 real columns.
+__m256 load_partial(const float* x, uint32_t k, uint32_t n) {
+  if (k + 8 <= n) return _mm256_loadu_ps(x + k);
+  if (k >= n) return _mm256_setzero_ps();
+  return _mm256_maskload_ps(x + k, lane_mask(n - k));
+}
+
+// The block's 32 values as int8 in column order: round(x·id) half to even.
+__m256i quantize_block(const float* x, uint32_t n, float& scale) {
+  __m256 v[4];
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = load_partial(x, 8 * i, n);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[i]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  const float block_max = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+  scale = block_max / 127.0f;
+  const __m256 inverse = _mm256_set1_ps(block_max > 0.0f ? 127.0f / block_max : 0.0f);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inverse));
+  // packs work within 128-bit halves; the dword permute puts columns back in order.
+  const __m256i words = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return _mm256_max_epi8(ordered, _mm256_set1_epi8(-127));  // as round_clamped: never −128
+}
+
+// Column order to q4 order: each half's even bytes then odd bytes, then the
+// four 64-bit quarters as (evens 0-15, evens 16-31, odds 0-15, odds 16-31).
+__m256i to_q4_order(__m256i v) {
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, split), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+}  // namespace
+
+void quantize_activations_avx2(const float* x, Int8Activations& out) {
+  const uint32_t blocks = out.blocks();
+  for (uint32_t t = 0; t < out.tokens; ++t) {
+    const float* row = x + size_t{t} * out.cols;
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const uint32_t begin = b * kInt8Block;
+      const uint32_t n = begin < out.cols ? std::min(kInt8Block, out.cols - begin) : 0;
+      __m256i q = quantize_block(row + begin, n, out.scales[size_t{t} * blocks + b]);
+      if (out.order == QuantFormat::kQ4G128) q = to_q4_order(q);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.values.data() + size_t{t} * out.stride + begin), q);
+    }
+  }
+}
+
+void int8_rows_avx2(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
+                    float* y) {
+  int8_rows_dispatch<MaddubsDot>(m, x, row_begin, row_end, y);
 }
 
 }  // namespace sluice::kernels::detail

@@ -1,13 +1,52 @@
-// compute/kernels/quant_kernels.h: internal to compute/kernels: the scalar and
-// AVX2 bodies behind quant.h, over a range of output rows. No argument checks
-// here; quant.cpp checks before calling.
+// compute/kernels/quant_kernels.h: internal to compute/kernels: the scalar,
+// AVX2 and AVX-512 bodies behind quant.h, over a range of output rows, and the
+// int8 activations they share. No argument checks here; quant.cpp checks first.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "compute/kernels/quant.h"
 
 namespace sluice::kernels::detail {
+
+inline constexpr uint32_t kInt8Block = 32;
+
+// Block b of token t holds positions p = 0..31 of columns [32b, 32b + 32):
+// column 32b + p for q8g128, and for q4g128 the block's even columns first,
+// column 32b + (p < 16 ? 2p : 2(p − 16) + 1), the order its nibbles unpack in.
+// Columns at or beyond cols hold 0. scales[t][b] = amax/127 of the block.
+struct Int8Activations {
+  QuantFormat order = QuantFormat::kQ8G128;
+  uint32_t tokens = 0, cols = 0, stride = 0;  // stride: cols rounded up to 128
+  std::vector<int8_t> values;                 // tokens × stride
+  std::vector<float> scales;                  // tokens × stride/32
+
+  uint32_t blocks() const { return stride / kInt8Block; }
+  uint32_t used_blocks() const { return (cols + kInt8Block - 1) / kInt8Block; }
+  const int8_t* block_values(size_t token, uint32_t block) const {
+    return values.data() + token * stride + size_t{block} * kInt8Block;
+  }
+  // Sized for `tokens` × `cols`; grows only, so the hot path stops allocating.
+  void prepare(QuantFormat format, uint32_t tokens_, uint32_t cols_);
+};
+
+inline uint32_t int8_column_at(QuantFormat order, uint32_t position) {
+  if (order == QuantFormat::kQ8G128) return position;
+  return position < 16 ? 2 * position : 2 * (position - 16) + 1;
+}
+
+// x: tokens × cols, row stride cols.
+void quantize_activations_scalar(const float* x, Int8Activations& out);
+void quantize_activations_avx2(const float* x, Int8Activations& out);
+
+// Rows [row_begin, row_end) for every token of x, quantized for m's format.
+void int8_rows_scalar(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
+                      float* y);
+void int8_rows_avx2(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
+                    float* y);
+void int8_rows_avx512_vnni(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin,
+                           uint32_t row_end, float* y);
 
 // Rows [row_begin, row_end) for `tokens` inputs (x stride cols, y stride rows).
 void quant_rows_scalar(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,

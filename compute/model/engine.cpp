@@ -44,7 +44,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
       source_(make_source(container_, options)),
       transformer_(std::make_unique<Transformer>(
           config_, weights_, *source_, config_.context_or_default(options.context),
-          kernels::Exec{kernels::isa_from_environment(), &pool_})),
+          kernels::Exec{kernels::isa_from_environment(), &pool_, kernels::trunk_activations_from_environment()})),
       sequence_(transformer_->new_sequence()),
       prefill_chunk_(options.prefill_chunk),
       prefill_progress_(options.prefill_progress) {

@@ -122,32 +122,29 @@ ApiError engine_error(const std::string& message) {
 }  // namespace
 
 std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
-  if (!template_) {
+  if (!chat_format_) {
     throw ApiError(400, "invalid_request_error",
                    "the model has no chat template (tokenizer.chat_template is null in its "
                    "manifest); use /v1/completions",
                    "messages");
   }
   chat::ChatInput input;
-  try {
-    input.messages = chat::normalize_messages(request.messages, normalize_);
-  } catch (const Error& e) {
-    throw ApiError(400, "invalid_request_error", e.what(), param_of(e.what()));
-  }
-  // "none": the model is not told about the tools. "required" and a named
-  // function see them all; the constraint (tool_call_grammar) picks.
-  input.tools = request.tool_choice == "none" ? json(nullptr) : request.tools;
+  input.messages = request.messages;
+  input.tools = request.tools;
+  input.tool_choice = request.tool_choice;
+  input.response_format = request.response_format;
   input.add_generation_prompt = true;
-  input.special_tokens = special_tokens_;
   input.extra = request.template_kwargs;
   try {
-    return chat::tokenize(tokenizer_, template_->render(input));
+    return chat_format_->tokenize(chat_format_->render(input));
   } catch (const chat::ChatTemplateError& e) {
     // A template that raises says why in its own words (a role it does not
     // know, turns out of order): the client's request is at fault.
     throw ApiError(400, "invalid_request_error",
                    e.raised ? "the chat template refused the messages: " + e.reason : e.what(),
                    "messages");
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_request_error", e.what(), param_of(e.what()));
   }
 }
 
@@ -156,9 +153,12 @@ std::shared_ptr<const chat::TokenGrammar> Server::tool_call_grammar(
   const json& choice = request.tool_choice;
   if (request.tools.is_null())
     bad_param("tool_choice", "a tool call is required but the request has no tools");
-  if (reply_format_.tools == chat::ToolSyntax::kNone)
+  const chat::ReplyFormat& format = chat_format_->reply_format();
+  if (format.tools == chat::ToolSyntax::kNone)
     bad_param("tool_choice",
               "this model's tokenizer has no tool-call markers, so a tool call cannot be enforced");
+  if (format.tools == chat::ToolSyntax::kXtml)
+    bad_param("tool_choice", "a required tool call is not enforced for XTML (Kimi K3) yet");
   if (!request.response_format.is_null() && request.response_format.value("type", "") != "text")
     bad_param("response_format", "a required tool call (tool_choice) leaves no content to format");
   std::vector<chat::ToolSpec> tools;
@@ -174,7 +174,7 @@ std::shared_ptr<const chat::TokenGrammar> Server::tool_call_grammar(
     if (tools.empty())
       bad_param("tool_choice.function.name", "no tool named '{}' among the request's tools", name);
   }
-  return chat::tool_call_grammar(reply_format_, tools, request.parallel_tool_calls, frame);
+  return chat::tool_call_grammar(format, tools, request.parallel_tool_calls, frame);
 }
 
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
@@ -183,23 +183,15 @@ void Server::chat_completions(const httplib::Request& req, httplib::Response& re
   spec.prompt = render_chat(request);
   spec.settings = request.settings;
   spec.stop_ids = chat_stop_ids_;
-  spec.reply_format = reply_format_;
-  // The template opened reasoning when its last marker is <think>.
-  if (reply_format_.thinks()) {
-    for (auto it = spec.prompt.rbegin(); it != spec.prompt.rend(); ++it) {
-      if (*it == *reply_format_.think_close) break;
-      if (*it == *reply_format_.think_open) {
-        spec.in_reasoning = true;
-        break;
-      }
-    }
-  }
+  spec.reply_format = chat_format_->reply_format();
+  spec.in_reasoning = chat_format_->opens_reasoning(spec.prompt);
+  const chat::ReplyFormat& format = *spec.reply_format;
   chat::ConstraintOptions frame;  // what surrounds a constrained reply
   frame.end_ids = engine_.config().eos_ids;
   frame.end_ids.insert(frame.end_ids.end(), chat_stop_ids_.begin(), chat_stop_ids_.end());
-  if (reply_format_.thinks()) {
-    frame.start_after = reply_format_.think_close;
-    frame.reasoning_open = reply_format_.think_open;
+  if (format.thinks()) {
+    frame.start_after = format.think_close;
+    frame.reasoning_open = format.think_open;
     frame.starts_free = spec.in_reasoning;
   }
   const json& choice = request.tool_choice;

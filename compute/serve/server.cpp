@@ -7,7 +7,6 @@
 #include <httplib.h>
 
 #include <ctime>
-#include <fstream>
 
 #include "compute/serve/api_error.h"
 #include "compute/serve/connection.h"
@@ -70,20 +69,8 @@ Server::Server(Engine& engine, const tokenizer::Tokenizer& tokenizer, const Serv
       created_(static_cast<int64_t>(std::time(nullptr))),
       random_(std::random_device{}()) {
   const Container& container = engine.container();
-  if (container.chat_template()) {
-    template_.emplace(
-        chat::ChatTemplate::parse(*container.chat_template(), container.dir() + " chat_template"));
-    normalize_ = chat::normalize_options_for(*template_);
-    const std::string config_path = container.dir() + "/tokenizer_config.json";
-    std::ifstream config(config_path, std::ios::binary);
-    if (config) {
-      const auto parsed = nlohmann::ordered_json::parse(config, nullptr, false);
-      if (parsed.is_discarded()) fail("{}: not valid JSON", config_path);
-      special_tokens_ = chat::special_tokens_from_config(parsed);
-    }
-    chat_stop_ids_ = end_of_turn_ids(tokenizer);
-    reply_format_ = chat::reply_format_for(tokenizer);
-  }
+  chat_format_ = chat::chat_format_for(container, tokenizer);
+  if (chat_format_) chat_stop_ids_ = end_of_turn_ids(tokenizer);
   metrics_ = std::make_unique<Metrics>(engine.config().moe_layers(), engine.config().experts);
   scheduler_ = std::make_unique<Scheduler>(engine, tokenizer, *metrics_, options.scheduler);
   http_ = std::make_unique<httplib::Server>();
@@ -205,7 +192,7 @@ void Server::routes() {
                   {"layers", engine_.config().layers},
                   {"experts", engine_.config().experts},
                   {"top_k", engine_.config().top_k},
-                  {"chat_template", template_.has_value()}}}};
+                  {"chat_template", chat_format_ != nullptr}}}};
   };
   http.Get("/v1/models", [model_object](const httplib::Request&, httplib::Response& res) {
     res.set_content(json{{"object", "list"}, {"data", json::array({model_object()})}}.dump(),

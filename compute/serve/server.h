@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "compute/chat/chat_template.h"
-#include "compute/chat/normalize.h"
+#include "compute/chat/chat_format.h"
 #include "compute/chat/token_grammar.h"
 #include "compute/model/engine.h"
 #include "compute/serve/metrics.h"
@@ -40,9 +39,9 @@ struct ServerOptions {
 
 class Server {
  public:
-  // `engine` and `tokenizer` must outlive the server. The chat template is
-  // read from the engine's container; without one, only /v1/completions
-  // generates.
+  // `engine` and `tokenizer` must outlive the server. The chat format is the
+  // one the container's family names (chat_format.h); without one (no chat
+  // template), only /v1/completions generates.
   Server(Engine& engine, const tokenizer::Tokenizer& tokenizer, const ServerOptions& options);
   ~Server();
   Server(const Server&) = delete;
@@ -77,11 +76,8 @@ class Server {
   Engine& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   ServerOptions options_;
-  std::optional<chat::ChatTemplate> template_;
-  chat::NormalizeOptions normalize_;
-  nlohmann::ordered_json special_tokens_;
-  std::vector<int32_t> chat_stop_ids_;  // end-of-turn tokens of the chat template
-  chat::ReplyFormat reply_format_;      // the family's reasoning and tool-call markers
+  std::unique_ptr<chat::ChatFormat> chat_format_;  // null: no chat template
+  std::vector<int32_t> chat_stop_ids_;             // end-of-turn tokens of the chat template
   int64_t created_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -28,6 +28,7 @@ const FamilySpec kKimiK3Family{.model_type = kKimiK3Type,
                                .naming = {.prefix = "language_model.",
                                           .moe_block = "block_sparse_moe",
                                           .expert_matrix = {"w1", "w3", "w2"}},
-                               .skipped_prefixes = {"vision_tower.", "mm_projector."}};
+                               .skipped_prefixes = {"vision_tower.", "mm_projector."},
+                               .chat_format = ChatFormatKind::kXtml};
 
 }  // namespace sluice

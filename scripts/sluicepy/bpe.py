@@ -44,7 +44,13 @@ _SPECIALS = {
     # chat template's role and separator tokens.
     "kimi_linear": ["[PAD]", "[BOS]", "<|im_end|>", "<|im_system|>", "<|im_user|>", "<|im_assistant|>",
                     "<|im_middle|>"],
+    # Kimi K3-tiny (k3.md §5, §6): bos 1, eos 2 = <|end_of_msg|>, then XTML's markup tokens.
+    "kimi_k3": ["[PAD]", "[BOS]", "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"],
 }
+# Specials at the top of the vocabulary, after the merges: K3-tiny's media tokens end at
+# 509 = its media_placeholder_token_id (with vocab_size 512), as K3's end at 163605 (k3.md §4.3).
+_TAIL_SPECIALS = {"kimi_k3": ["<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>",
+                              "<|reserved_token_510|>", "<|reserved_token_511|>"]}
 _BYTE_LEVEL_OLMOE = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                      "use_regex": True}
 _BYTE_LEVEL_QWEN = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
@@ -53,7 +59,8 @@ _SPLIT_THEN_BYTES = {"type": "Sequence", "pretokenizers": [
     {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
     _BYTE_LEVEL_QWEN]}
 _PRE_TOKENIZER = {"olmoe": _BYTE_LEVEL_OLMOE, "qwen3_moe": _SPLIT_THEN_BYTES, "deepseek_v3": _SPLIT_THEN_BYTES,
-                  "kimi_k2": _SPLIT_THEN_BYTES, "mixtral": _SPLIT_THEN_BYTES, "kimi_linear": _SPLIT_THEN_BYTES}
+                  "kimi_k2": _SPLIT_THEN_BYTES, "mixtral": _SPLIT_THEN_BYTES, "kimi_linear": _SPLIT_THEN_BYTES,
+                  "kimi_k3": _SPLIT_THEN_BYTES}
 _TULU_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}"
@@ -145,23 +152,25 @@ def build_tokenizer_json(family, vocab_size, text=None):
     """tokenizer.json for `family` with at most `vocab_size` ids (exactly, when
     the corpus has enough repeated pairs), merges learnt from `text` (default:
     the embedded corpus)."""
-    specials = _SPECIALS[family]
+    specials, tail = _SPECIALS[family], _TAIL_SPECIALS.get(family, [])
     alphabet = byte_alphabet()
-    if vocab_size < len(specials) + 256:
+    if vocab_size < len(specials) + len(tail) + 256:
         raise SluiceError(f"vocab_size {vocab_size} cannot hold {len(specials)} specials + 256 bytes")
     pre = _PRE_TOKENIZER[family]
     if text is None:
         with open(CORPUS, encoding="utf-8") as f:
             text = f.read()
     text = unicodedata.normalize("NFC", text)
-    merges = train(text, pre_tokenizer_regex(pre), vocab_size - len(specials) - 256)
+    merges = train(text, pre_tokenizer_regex(pre), vocab_size - len(specials) - len(tail) - 256)
     vocab = {s: i for i, s in enumerate(specials)}
     for ch in alphabet:
         vocab[ch] = len(vocab)
     for a, b in merges:
         vocab[a + b] = len(vocab)
-    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, s in enumerate(specials)]
+    for token in tail:
+        vocab[token] = len(vocab)
+    added = [{"id": vocab[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for s in specials + tail]
     byte_level = _BYTE_LEVEL_OLMOE if family == "olmoe" else _BYTE_LEVEL_QWEN
     empty_affix = None if family == "olmoe" else ""
     return {
@@ -176,9 +185,10 @@ def build_tokenizer_json(family, vocab_size, text=None):
 
 
 def build_tokenizer_config(family, config):
-    specials = _SPECIALS[family]
+    specials, tail = _SPECIALS[family], _TAIL_SPECIALS.get(family, [])
+    ids = list(range(len(specials))) + [config["vocab_size"] - len(tail) + i for i in range(len(tail))]
     decoder = {str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
-                        "single_word": False, "special": True} for i, s in enumerate(specials)}
+                        "single_word": False, "special": True} for i, s in zip(ids, specials + tail)}
     common = {"add_bos_token": False, "add_eos_token": False, "added_tokens_decoder": decoder,
               "unk_token": None,
               "model_max_length": config.get("max_position_embeddings", config.get("model_max_length"))}
@@ -191,6 +201,7 @@ def build_tokenizer_config(family, config):
     return {**common, "add_prefix_space": False, "bos_token": None if bos is None else specials[bos],
             "eos_token": specials[eos], "pad_token": specials[0],
             "chat_template": _KIMI_TEMPLATE if family == "kimi_linear" else _CHATML_TEMPLATE,
+            **({"chat_template": None} if family == "kimi_k3" else {}),  # K3's prompts are code (XTML)
             "clean_up_tokenization_spaces": False, "errors": "replace", "split_special_tokens": False,
             "tokenizer_class": "Qwen2Tokenizer" if qwen else "PreTrainedTokenizerFast"}
 

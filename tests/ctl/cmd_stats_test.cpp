@@ -3,6 +3,7 @@
 // not a terminal, and a clear error when nothing answers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <sstream>
@@ -43,7 +44,15 @@ TEST_CASE("sluice stats reports a daemon's figures") {
 
   const std::string watch_log = scratch_dir() + "/watch.log";
   const pid_t watcher = spawn({sluice_bin(), "stats", "--attach", daemon.socket(), "--watch", "0.2"}, watch_log);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Three complete lines, however long the watcher took to start.
+  const auto lines_written = [&] {
+    const std::string text = read_text(watch_log);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (lines_written() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   ::kill(watcher, SIGINT);
   CHECK(wait_exit(watcher, 10) >= 0);
   std::istringstream lines(read_text(watch_log));

@@ -24,23 +24,26 @@ STEPS = 8
 TOLERANCE = 1e-4
 
 
-def run(*args):
-    result = subprocess.run(args, capture_output=True, text=True)
+def run(*args, env=None):
+    result = subprocess.run(args, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         sys.exit(f"FAILED: {' '.join(args)}\n{result.stdout}\n{result.stderr}")
     return result.stdout
 
 
-def engine_logits(model, out, *extra):
+def engine_logits(model, out, *extra, env=None):
     """Writes the engine's logits to `out`; returns the run's JSON summary."""
     return json.loads(run(SLUICE, "run", model, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", str(STEPS),
-                          "--temp", "0", "--dump-logits", out, "--json", *extra))
+                          "--temp", "0", "--dump-logits", out, "--json", *extra, env=env))
 
 
-def reference_logits(model, out, decode_crossover):
-    """The reference models the engine's choice between table and decode-once experts."""
+def reference_logits(model, out, kernels):
+    """The reference models the engine's choice between table and decode-once
+    experts, and its trunk activations (f32 unless the run reports int8)."""
+    extra = ["--int8-activations"] if kernels["trunk_activations"] == "int8" else []
     run(PY, os.path.join(ROOT, "scripts/reference.py"), model, "--prompt-ids", ",".join(map(str, PROMPT)),
-        "-n", str(STEPS), "--temp", "0", "--dump-logits", out, "--decode-crossover", str(decode_crossover))
+        "-n", str(STEPS), "--temp", "0", "--dump-logits", out, "--decode-crossover",
+        str(kernels["rvq_decode_crossover"]), *extra)
     return out
 
 
@@ -73,8 +76,7 @@ def check_family(name, family, work, failures, *variant):
 
     summary = engine_logits(container, os.path.join(work, name + ".engine"))
     ours = load(os.path.join(work, name + ".engine"), vocab)
-    crossover = summary["kernels"]["rvq_decode_crossover"]
-    theirs = load(reference_logits(container, os.path.join(work, name + ".ref"), crossover), vocab)
+    theirs = load(reference_logits(container, os.path.join(work, name + ".ref"), summary["kernels"]), vocab)
     compare_logits(name, ours, theirs, failures)
 
     # Chunked prefill (chunk 3) and token-by-token (chunk 1) agree with the default.
@@ -95,6 +97,19 @@ def check_family(name, family, work, failures, *variant):
             print(f"{name}: --threads {threads} bit-identical to the default: {same}")
             if not same:
                 failures.append(f"{name}: logits with --threads {threads} differ from the default thread count")
+
+    # What int8 trunk activations cost against f32 on the same engine (reported,
+    # not bounded: a flipped rounding step puts it far above the 1e-4 bar).
+    int8 = engine_logits(container, os.path.join(work, name + ".int8"),
+                         env=dict(os.environ, SLUICE_TRUNK_ACTIVATIONS="int8"))
+    if int8["kernels"]["trunk_activations"] != "int8":
+        failures.append(f"{name}: SLUICE_TRUNK_ACTIVATIONS=int8 ran {int8['kernels']['trunk_activations']}")
+    int8_logits = load(os.path.join(work, name + ".int8"), vocab)
+    print(f"{name}: int8 vs f32 trunk activations: max |diff| {float(np.max(np.abs(int8_logits - ours))):.3g}, "
+          f"top-1 agreement {float(np.mean(np.argmax(int8_logits, 1) == np.argmax(ours, 1))):.3g}")
+    if name == "olmoe":  # the reference's model of int8 activations, on a prompt where no rounding step flips
+        modelled = load(reference_logits(container, os.path.join(work, name + ".ref-int8"), int8["kernels"]), vocab)
+        print(f"{name}: int8 engine vs int8 reference: max |diff| {float(np.max(np.abs(int8_logits - modelled))):.3g}")
 
     # The plan from the config alone equals the plan of the converted container.
     for ctx in ("64", "256"):

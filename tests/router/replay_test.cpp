@@ -7,6 +7,7 @@
 #include "proto/error.h"
 
 using sluice::router::parse_policy;
+using sluice::router::policy_name;
 using sluice::router::ReplayRequest;
 using sluice::router::SimPolicy;
 using sluice::router::simulate;
@@ -132,7 +133,8 @@ TEST_CASE("density, like next-use, evicts the key whose layer comes round last")
   // The trace of the next-use case: at layer 2, c (layer 2) is a whole token
   // from its next chance, a and d one layer away; density evicts c, a hits.
   const std::vector<ReplayRequest> trace = {{0, {1}}, {1, {2}}, {2, {3}}, {0, {4}}, {1, {2}}, {2, {5}}, {0, {1}}};
-  for (SimPolicy p : {SimPolicy::kDensity, SimPolicy::kLookahead}) {
+  for (SimPolicy p : {SimPolicy::kDensity, SimPolicy::kLookahead, SimPolicy::kCycle}) {
+    CAPTURE(policy_name(p));
     const auto r = simulate(trace, 4, 3, p);
     CHECK(r.hits == 2);
     CHECK(r.misses == 5);
@@ -157,5 +159,57 @@ TEST_CASE("density learns to keep the key that keeps coming back, where LRU evic
 TEST_CASE("policy names include density and lookahead") {
   CHECK(parse_policy("density", "--policy") == SimPolicy::kDensity);
   CHECK(parse_policy("lookahead", "--policy") == SimPolicy::kLookahead);
-  CHECK_THROWS_WITH(parse_policy("arc", "--policy"), doctest::Contains("density or lookahead"));
+  CHECK_THROWS_WITH(parse_policy("arc", "--policy"), doctest::Contains("lookahead or cycle"));
+}
+
+TEST_CASE("every policy name parses back to its policy") {
+  for (SimPolicy p : sluice::router::kAllPolicies) CHECK(parse_policy(policy_name(p), "--policy") == p);
+}
+
+TEST_CASE("S3-FIFO moves a key reused in the small queue to main, where LRU lets a scan evict it") {
+  // Three slots (small queue of one), singles 1 1 2 3 4 1. When 4 misses the
+  // small queue holds 1 (reused), 2 and 3: 1 moves to main, 2 goes. So the
+  // last 1 hits: hits are the second 1 and the last. LRU evicts 1 for 4.
+  const auto trace = singles({1, 1, 2, 3, 4, 1});
+  CHECK(simulate(trace, 3, 1, SimPolicy::kS3Fifo).hits == 2);
+  CHECK(simulate_lru(trace, 3).hits == 1);
+}
+
+TEST_CASE("S3-FIFO sends a key back from its ghost queue straight to main") {
+  // Three slots, singles 1 2 3 4 1 5 6 7 1. 4 evicts 1 from the small queue
+  // into the ghost; 1 comes back, evicting 2, and goes to main; 5 6 7 then
+  // evict 3, 4 and 5 from the small queue and the last 1 hits. LRU evicts 1
+  // again for 7 (1 is then the oldest of 1, 5, 6) and never hits.
+  const auto trace = singles({1, 2, 3, 4, 1, 5, 6, 7, 1});
+  const auto s3 = simulate(trace, 3, 1, SimPolicy::kS3Fifo);
+  CHECK(s3.hits == 1);
+  CHECK(s3.misses == 8);
+  CHECK(simulate_lru(trace, 3).hits == 0);
+}
+
+TEST_CASE("W-TinyLFU admits a new key into main only if it was used more often than main's oldest") {
+  // Three slots: a window of one, main of two. Singles 1 1 1 2 3 4 5 1: when
+  // 4 misses, 1 and 2 leave the window for main and 3 (used once) loses to
+  // main's oldest, 1 (used three times): 3 goes. 5 likewise evicts 4, so 1
+  // hits at the end: 3 hits. LRU evicts 1 for 4 and hits only twice.
+  const auto trace = singles({1, 1, 1, 2, 3, 4, 5, 1});
+  const auto tiny = simulate(trace, 3, 1, SimPolicy::kTinyLfu);
+  CHECK(tiny.hits == 3);
+  CHECK(tiny.misses == 5);
+  CHECK(simulate_lru(trace, 3).hits == 2);
+}
+
+TEST_CASE("the new policies never take a pinned slot") {
+  // Two slots: {1, 2}, {3, 4}, {1, 3}, {3, 1}. After {3, 4} the cache holds
+  // exactly 3 and 4; serving {1, 3}, 3 hits and is pinned, so 1 must evict 4
+  // and {3, 1} hits twice: 3 hits whatever the policy. Evicting the pinned 3
+  // would leave 1 and 4, and one hit fewer.
+  const std::vector<ReplayRequest> trace = {{0, {1, 2}}, {0, {3, 4}}, {0, {1, 3}}, {0, {3, 1}}};
+  for (SimPolicy p : {SimPolicy::kS3Fifo, SimPolicy::kTinyLfu, SimPolicy::kCycle}) {
+    CAPTURE(policy_name(p));
+    const auto r = simulate(trace, 2, 1, p);
+    CHECK(r.accesses == 8);
+    CHECK(r.hits == 3);
+  }
+  CHECK(simulate_belady(trace, 2).hits == 3);
 }

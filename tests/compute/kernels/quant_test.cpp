@@ -1,6 +1,7 @@
 // q8g128 / q4g128 / f32 matvec against a dequantizer written here from
-// FORMAT.md, against each path's documented order bit for bit, and across
-// thread counts and batching.
+// FORMAT.md, against each path's documented order bit for bit (int8
+// activations: one order for every instruction set), and across thread counts
+// and batching.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -87,11 +88,9 @@ float documented_avx2(const Fixture& f, const float* x, uint32_t r) {
   return reduce8(acc);
 }
 
-std::vector<Isa> isas() {
-  std::vector<Isa> out{Isa::kScalar};
-  if (best_isa() == Isa::kAvx2) out.push_back(Isa::kAvx2);
-  return out;
-}
+// Every instruction set this machine runs; with f32 activations AVX-512 runs the AVX2 path.
+std::vector<Isa> isas() { return supported_isas(); }
+Exec f32_exec(Isa isa, ThreadPool* pool = nullptr) { return Exec{isa, pool, TrunkActivations::kF32}; }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
@@ -109,7 +108,7 @@ TEST_CASE("q8g128 and q4g128 matvec match dequantize-then-multiply and the docum
           CAPTURE(cols);
           CAPTURE(isa_name(isa));
           std::vector<float> y(rows + 1, -7.0f);
-          quant_matvec(f.view(), f.x.data(), y.data(), Exec{isa, nullptr});
+          quant_matvec(f.view(), f.x.data(), y.data(), f32_exec(isa));
           // At most 128 sequential terms per group, then one term per group:
           // error ≤ (128 + groups + 4)·2^-24·Σ|w·x|.
           const double bound = (128.0 + f.groups + 4.0) * std::ldexp(1.0, -24);
@@ -120,8 +119,8 @@ TEST_CASE("q8g128 and q4g128 matvec match dequantize-then-multiply and the docum
               magnitude += std::fabs(double{f.weight(r, k)} * f.x[k]);
             }
             CHECK(std::fabs(y[r] - ref) <= bound * magnitude + 1e-30);
-            const float documented = isa == Isa::kAvx2 ? documented_avx2(f, f.x.data(), r)
-                                                       : documented_scalar(f, f.x.data(), r);
+            const float documented = isa != Isa::kScalar ? documented_avx2(f, f.x.data(), r)
+                                                         : documented_scalar(f, f.x.data(), r);
             CHECK(same_bits(y[r], documented));
           }
           CHECK(y[rows] == -7.0f);
@@ -129,23 +128,136 @@ TEST_CASE("q8g128 and q4g128 matvec match dequantize-then-multiply and the docum
       }
 }
 
-TEST_CASE("quant matmul equals one matvec per token bit for bit, for any thread count") {
+// quant.h's int8 activations, written from its comment: per block of 32
+// columns, d = amax/127 and xq = round_half_even(x · 127/amax).
+struct DocumentedInt8 {
+  std::vector<int> q;    // per column
+  std::vector<float> d;  // per block
+};
+
+DocumentedInt8 documented_quantize(const float* x, uint32_t cols) {
+  DocumentedInt8 out{std::vector<int>(cols), std::vector<float>((cols + 31) / 32)};
+  for (uint32_t b = 0; b < out.d.size(); ++b) {
+    float amax = 0.0f;
+    for (uint32_t k = 32 * b; k < std::min(cols, 32 * b + 32); ++k) amax = std::max(amax, std::fabs(x[k]));
+    out.d[b] = amax / 127.0f;
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (uint32_t k = 32 * b; k < std::min(cols, 32 * b + 32); ++k)
+      out.q[k] = static_cast<int>(std::nearbyint(x[k] * inverse));
+  }
+  return out;
+}
+
+float documented_int8(const Fixture& f, const DocumentedInt8& xq, uint32_t r) {
+  float acc[8] = {};
+  for (uint32_t g = 0; g < f.groups; ++g) {
+    float part[8] = {};
+    for (uint32_t b = 4 * g; b < 4 * g + 4 && 32 * b < f.cols; ++b) {
+      int lanes[8] = {};
+      for (uint32_t p = 0; p < 32; ++p) {
+        const uint32_t within = f.format == QuantFormat::kQ8G128 ? p : p < 16 ? 2 * p : 2 * (p - 16) + 1;
+        const uint32_t k = 32 * b + within;
+        if (k < f.cols) lanes[p / 4] += f.q[size_t{r} * f.padded + k] * xq.q[k];
+      }
+      for (int l = 0; l < 8; ++l) part[l] = std::fma(xq.d[b], static_cast<float>(lanes[l]), part[l]);
+    }
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(f.scale(r, g), part[l], acc[l]);
+  }
+  return reduce8(acc);
+}
+
+// Every instruction set's int8 path against the documented arithmetic bit for bit,
+// against double on the dequantized activations, and against the f32 x within
+// the quantization's half step per column.
+void check_int8(const Fixture& f, const float* x) {
+  const DocumentedInt8 xq = documented_quantize(x, f.cols);
+  for (Isa isa : isas()) {
+    CAPTURE(isa_name(isa));
+    std::vector<float> y(f.rows + 1, -7.0f);
+    quant_matvec(f.view(), x, y.data(), Exec{isa, nullptr, TrunkActivations::kInt8});
+    for (uint32_t r = 0; r < f.rows; ++r) {
+      CAPTURE(r);
+      CHECK(same_bits(y[r], documented_int8(f, xq, r)));
+      double dequantized = 0.0, magnitude = 0.0, exact = 0.0, half_steps = 0.0;
+      for (uint32_t k = 0; k < f.cols; ++k) {
+        const double term = double{f.weight(r, k)} * xq.q[k] * xq.d[k / 32];
+        dequantized += term;
+        magnitude += std::fabs(term);
+        exact += double{f.weight(r, k)} * x[k];
+        half_steps += std::fabs(double{f.weight(r, k)}) * xq.d[k / 32] * 0.5;
+      }
+      CHECK(std::fabs(y[r] - dequantized) <= (8.0 + f.groups + 4.0) * std::ldexp(1.0, -23) * magnitude + 1e-30);
+      CHECK(std::fabs(y[r] - exact) <= half_steps * (1 + 1e-5) + 1e-6 * magnitude + 1e-30);
+    }
+    CHECK(y[f.rows] == -7.0f);
+  }
+}
+
+TEST_CASE("int8 activations: every instruction set computes the documented arithmetic bit for bit") {
+  uint32_t seed = 500;
   for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
-    for (uint32_t tokens : {1, 2, 4, 5, 9}) {
-      const Fixture f(fmt, 37, 300, tokens, 40 + tokens);
+    for (uint32_t rows : {1, 3, 4, 5, 9, 65})
+      for (uint32_t cols : {8, 24, 31, 33, 100, 128, 136, 200, 300, 1000, 2048}) {
+        CAPTURE(fmt == QuantFormat::kQ8G128 ? "q8" : "q4");
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const Fixture f(fmt, rows, cols, 1, seed++);
+        check_int8(f, f.x.data());
+      }
+}
+
+TEST_CASE("int8 activations round half to even, and an all-zero block has scale 0") {
+  for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128}) {
+    CAPTURE(fmt == QuantFormat::kQ8G128 ? "q8" : "q4");
+    Fixture f(fmt, 9, 160, 1, 77);
+    // amax 127 makes x · 127/amax = x exactly, so every ±k.5 is a tie.
+    for (uint32_t k = 0; k < f.cols; ++k) f.x[k] = k % 32 == 5 ? 127.0f : static_cast<float>(int(k % 9) - 4) + 0.5f;
+    for (uint32_t k = 64; k < 96; ++k) f.x[k] = 0.0f;  // block 2: all zero
+    check_int8(f, f.x.data());
+  }
+}
+
+TEST_CASE("int8 matmul: each token quantized on its own, any tile, rows split over the pool") {
+  for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
+    for (uint32_t tokens : {1, 2, 3, 4, 7, 9}) {
+      // Tokens of very different magnitudes: a scale shared across tokens would
+      // show. 300 rows: the pool's workers take rows too (64 per grain).
+      Fixture f(fmt, 300, 200, tokens, 900 + tokens);
+      for (uint32_t t = 0; t < tokens; ++t)
+        for (uint32_t k = 0; k < f.cols; ++k) f.x[size_t{t} * f.cols + k] *= std::ldexp(1.0f, 3 * int(t) - 6);
       for (Isa isa : isas()) {
-        std::vector<float> single(size_t{tokens} * f.rows);
-        for (uint32_t t = 0; t < tokens; ++t)
-          quant_matvec(f.view(), f.x.data() + size_t{t} * f.cols, single.data() + size_t{t} * f.rows,
-                       Exec{isa, nullptr});
-        for (size_t threads : {1, 2, 3}) {
-          ThreadPool pool(threads);
-          std::vector<float> batched(single.size());
-          quant_matmul(f.view(), f.x.data(), tokens, batched.data(), Exec{isa, &pool});
-          CHECK(std::memcmp(batched.data(), single.data(), single.size() * sizeof(float)) == 0);
+        CAPTURE(isa_name(isa));
+        ThreadPool pool(3);
+        std::vector<float> y(size_t{tokens} * f.rows);
+        quant_matmul(f.view(), f.x.data(), tokens, y.data(), Exec{isa, &pool, TrunkActivations::kInt8});
+        for (uint32_t t = 0; t < tokens; ++t) {
+          const DocumentedInt8 xq = documented_quantize(f.x.data() + size_t{t} * f.cols, f.cols);
+          for (uint32_t r = 0; r < f.rows; ++r) CHECK(same_bits(y[size_t{t} * f.rows + r], documented_int8(f, xq, r)));
         }
       }
     }
+}
+
+TEST_CASE("quant matmul equals one matvec per token bit for bit, for any thread count") {
+  for (TrunkActivations activations : {TrunkActivations::kInt8, TrunkActivations::kF32})
+    for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
+      for (uint32_t tokens : {1, 2, 4, 5, 9}) {
+        const Fixture f(fmt, 150, 300, tokens, 40 + tokens);  // 150 rows: every worker of 3 gets some
+        for (Isa isa : isas()) {
+          CAPTURE(isa_name(isa));
+          CAPTURE(activations == TrunkActivations::kInt8);
+          std::vector<float> single(size_t{tokens} * f.rows);
+          for (uint32_t t = 0; t < tokens; ++t)
+            quant_matvec(f.view(), f.x.data() + size_t{t} * f.cols, single.data() + size_t{t} * f.rows,
+                         Exec{isa, nullptr, activations});
+          for (size_t threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            std::vector<float> batched(single.size());
+            quant_matmul(f.view(), f.x.data(), tokens, batched.data(), Exec{isa, &pool, activations});
+            CHECK(std::memcmp(batched.data(), single.data(), single.size() * sizeof(float)) == 0);
+          }
+        }
+      }
 }
 
 TEST_CASE("f32 matvec matches double and the documented orders, any thread count") {
@@ -161,7 +273,7 @@ TEST_CASE("f32 matvec matches double and the documented orders, any thread count
         CAPTURE(cols);
         CAPTURE(isa_name(isa));
         std::vector<float> y(rows);
-        f32_matvec(w.data(), rows, cols, x.data(), y.data(), Exec{isa, nullptr});
+        f32_matvec(w.data(), rows, cols, x.data(), y.data(), f32_exec(isa));
         for (uint32_t r = 0; r < rows; ++r) {
           double ref = 0.0, magnitude = 0.0;
           float sequential = 0.0f, lanes[8] = {};
@@ -173,24 +285,24 @@ TEST_CASE("f32 matvec matches double and the documented orders, any thread count
             lanes[k % 8] = std::fma(p, x[k], lanes[k % 8]);
           }
           CHECK(std::fabs(y[r] - ref) <= (cols + 2.0) * std::ldexp(1.0, -24) * magnitude + 1e-30);
-          CHECK(same_bits(y[r], isa == Isa::kAvx2 ? reduce8(lanes) : sequential));
+          CHECK(same_bits(y[r], isa != Isa::kScalar ? reduce8(lanes) : sequential));
         }
         for (size_t threads : {2, 3}) {
           ThreadPool pool(threads);
           std::vector<float> yt(rows);
-          f32_matvec(w.data(), rows, cols, x.data(), yt.data(), Exec{isa, &pool});
+          f32_matvec(w.data(), rows, cols, x.data(), yt.data(), f32_exec(isa, &pool));
           CHECK(yt == y);
         }
       }
     }
 }
 
-TEST_CASE("scalar and AVX2 quant paths agree to the summation-order tolerance") {
-  if (best_isa() != Isa::kAvx2) return;
+TEST_CASE("scalar and AVX2 quant paths with f32 activations agree to the summation-order tolerance") {
+  if (!isa_supported(Isa::kAvx2)) return;
   const Fixture f(QuantFormat::kQ4G128, 64, 2048, 1, 3);
   std::vector<float> a(64), b(64);
-  quant_matvec(f.view(), f.x.data(), a.data(), Exec{Isa::kScalar, nullptr});
-  quant_matvec(f.view(), f.x.data(), b.data(), Exec{Isa::kAvx2, nullptr});
+  quant_matvec(f.view(), f.x.data(), a.data(), f32_exec(Isa::kScalar));
+  quant_matvec(f.view(), f.x.data(), b.data(), f32_exec(Isa::kAvx2));
   for (uint32_t r = 0; r < 64; ++r) {
     double magnitude = 0.0;
     for (uint32_t k = 0; k < 2048; ++k) magnitude += std::fabs(double{f.weight(r, k)} * f.x[k]);

@@ -1,0 +1,114 @@
+// compute/kernels/quant_int8_tile.h: internal to quant_avx2.cpp and
+// quant_avx512.cpp: the 256-bit int8-activation trunk tile, generic over the
+// integer dot product. Everything has internal linkage: each including file
+// compiles its own copy with its own instruction set, so the linker can never
+// hand the AVX2 build an AVX-512 body. Include nowhere else.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "compute/kernels/quant_kernels.h"
+#include "proto/f16.h"
+
+namespace sluice::kernels::detail {
+namespace {
+
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
+inline float int8_reduce8(__m256 v) {
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  const __m128 one = _mm_add_ss(two, _mm_shuffle_ps(two, two, 1));
+  return _mm_cvtss_f32(one);
+}
+
+// The 32 stored integers of block `block` of a row, in the activations' order
+// (quant_kernels.h: q4 puts the block's even columns first, as the nibbles lie).
+template <QuantFormat F>
+inline __m256i int8_block_weights(const uint8_t* row, uint32_t block) {
+  if constexpr (F == QuantFormat::kQ8G128) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + size_t{block} * kInt8Block));
+  } else {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + size_t{block} * kInt8Block / 2));
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(bytes), _mm_srli_epi16(bytes, 4), 1);
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+  }
+}
+
+// R rows × T tokens of outputs. Dot::lanes(|w|, x·sign(w)) gives, in int32
+// lane l, the exact Σ w·x over the block's positions 4l..4l+3 (|w| ≤ 127 and
+// |x| ≤ 127, so not even maddubs's int16 pairs saturate).
+template <QuantFormat F, int R, int T, typename Dot>
+void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, uint32_t t0, float* y) {
+  const uint32_t groups = m.groups(), blocks = x.blocks(), used = x.used_blocks();
+  const size_t row_bytes = m.row_bytes();
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (uint32_t g = 0; g < groups; ++g) {
+    __m256 part[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) part[r][t] = _mm256_setzero_ps();
+    const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
+    for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
+      __m256i xs[T];
+      __m256 ds[T];
+      for (int t = 0; t < T; ++t) {
+        const size_t token = t0 + t;
+        xs[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.block_values(token, b)));
+        ds[t] = _mm256_broadcast_ss(&x.scales[token * blocks + b]);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256i w = int8_block_weights<F>(m.data + size_t{r0 + r} * row_bytes, b);
+        const __m256i magnitude = _mm256_abs_epi8(w);
+        for (int t = 0; t < T; ++t) {
+          const __m256i lanes = Dot::lanes(magnitude, _mm256_sign_epi8(xs[t], w));
+          part[r][t] = _mm256_fmadd_ps(ds[t], _mm256_cvtepi32_ps(lanes), part[r][t]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 scale = _mm256_set1_ps(f16_to_f32(m.scales[size_t{r0 + r} * groups + g]));
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(scale, part[r][t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[size_t{t0 + t} * m.rows + r0 + r] = int8_reduce8(acc[r][t]);
+}
+
+template <QuantFormat F, typename Dot>
+void int8_rows_with(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
+                    float* y) {
+  if (x.tokens == 1) {
+    uint32_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) int8_tile<F, 4, 1, Dot>(m, x, r, 0, y);
+    for (; r < row_end; ++r) int8_tile<F, 1, 1, Dot>(m, x, r, 0, y);
+    return;
+  }
+  uint32_t r = row_begin;
+  if constexpr (Dot::kPairRows) {  // two rows per tile fit in 32 vector registers, not in 16
+    for (; r + 2 <= row_end; r += 2) {
+      uint32_t t = 0;
+      for (; t + 4 <= x.tokens; t += 4) int8_tile<F, 2, 4, Dot>(m, x, r, t, y);
+      for (; t < x.tokens; ++t) int8_tile<F, 2, 1, Dot>(m, x, r, t, y);
+    }
+  }
+  for (; r < row_end; ++r) {
+    uint32_t t = 0;
+    for (; t + 4 <= x.tokens; t += 4) int8_tile<F, 1, 4, Dot>(m, x, r, t, y);
+    for (; t < x.tokens; ++t) int8_tile<F, 1, 1, Dot>(m, x, r, t, y);
+  }
+}
+
+template <typename Dot>
+void int8_rows_dispatch(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
+                        float* y) {
+  if (m.format == QuantFormat::kQ8G128)
+    int8_rows_with<QuantFormat::kQ8G128, Dot>(m, x, row_begin, row_end, y);
+  else
+    int8_rows_with<QuantFormat::kQ4G128, Dot>(m, x, row_begin, row_end, y);
+}
+
+}  // namespace
+}  // namespace sluice::kernels::detail
