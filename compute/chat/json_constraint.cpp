@@ -1,7 +1,8 @@
 // compute/chat/json_constraint.cpp: the byte-level pushdown recogniser over
-// grammar nodes (the trie and the sampler hook are in token_mask.cpp). It
-// bounds nesting, numbers and whitespace, so no value can grow without end
-// outside strings and arrays; it never allocates beyond its stack.
+// grammar nodes (the trie is in token_mask.cpp, the sampler hook in
+// token_grammar.cpp). It bounds nesting, numbers and whitespace, so no value
+// can grow without end outside strings and arrays; it never allocates beyond
+// its stack.
 #include "compute/chat/json_constraint.h"
 
 #include <limits>

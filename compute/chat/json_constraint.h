@@ -1,8 +1,8 @@
 // compute/chat/json_constraint.h: structured output by constrained decoding
 // (serving.md 8): a byte-level recogniser of one JSON value of a grammar
-// (any object, or a JSON Schema subset), a trie over the vocabulary's bytes,
-// and the sampler hook that keeps the output a prefix of a valid value.
-// It never accepts an end token before the value is complete.
+// (any object, or a JSON Schema subset) and a trie over the vocabulary's
+// bytes; the sampler hook that drives them is token_grammar.h's. The
+// recogniser never accepts a byte that cannot continue a valid value.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,6 @@
 #include <string_view>
 #include <vector>
 
-#include "compute/model/sampler.h"
 #include "compute/tokenizer/tokenizer.h"
 
 namespace sluice::chat {
@@ -81,7 +80,6 @@ class JsonRecognizer {
  private:
   std::shared_ptr<const JsonGrammar> grammar_;
   std::vector<JsonFrame> stack_;
-  friend class JsonConstraint;
 };
 
 // Whether `text` is exactly one value of the grammar.
@@ -119,6 +117,7 @@ class TokenTrie {
   uint32_t max_depth_ = 0;
 };
 
+// What surrounds the constrained part of a reply (token_grammar.h).
 struct ConstraintOptions {
   // Allowed once the value is complete, and only then (end of turn, end of
   // sequence).
@@ -130,28 +129,6 @@ struct ConstraintOptions {
   // start_after: a thinking model reasons first, unconstrained.
   std::optional<TokenId> reasoning_open;
   bool starts_free = false;  // the prompt already opened reasoning
-};
-
-// The sampler hook (SamplingParams::constraint). One per generation.
-class JsonConstraint final : public TokenConstraint {
- public:
-  JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTrie> trie,
-                 ConstraintOptions options);
-  bool allows(int32_t token) override;
-  void mask(std::span<float> logits) override;
-  void accept(int32_t token) override;
-  // The value is complete (an end token may come).
-  bool complete() const;
-  bool active() const { return active_; }
-
- private:
-  std::shared_ptr<const TokenTrie> trie_;
-  ConstraintOptions options_;
-  JsonRecognizer state_;
-  bool active_;
-  bool first_ = true;
-  std::vector<std::vector<JsonFrame>> scratch_;  // one state per trie depth while masking
-  std::vector<uint8_t> allowed_;
 };
 
 }  // namespace sluice::chat

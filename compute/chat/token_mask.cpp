@@ -1,6 +1,6 @@
-// compute/chat/token_mask.cpp: the vocabulary trie and the JsonConstraint
-// sampler hook. Masking walks the trie in preorder from the current state and
-// skips the whole subtree of a refused byte; it never reads the logits' values.
+// compute/chat/token_mask.cpp: the vocabulary trie that masking walks
+// (token_grammar.cpp): every ordinary token's bytes, in preorder, so a refused
+// byte skips its whole subtree. Added and special tokens never enter it.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -59,91 +59,6 @@ TokenTrie::TokenTrie(const tokenizer::Tokenizer& tok) {
   end_list_.resize(ends.size());
   std::vector<uint32_t> fill(end_begin_.begin(), end_begin_.end() - 1);
   for (const auto& [node, id] : ends) end_list_[fill[node]++] = id;
-}
-
-JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar,
-                               std::shared_ptr<const TokenTrie> trie, ConstraintOptions options)
-    : trie_(std::move(trie)),
-      options_(std::move(options)),
-      state_(std::move(grammar)),
-      active_(!(options_.start_after && options_.starts_free)) {
-  if (!trie_) fail("json constraint: no token trie");
-  scratch_.resize(trie_->max_depth() + 1);
-}
-
-bool JsonConstraint::complete() const {
-  return state_.complete();
-}
-
-bool JsonConstraint::allows(int32_t token) {
-  if (!active_) return true;
-  if (first_ && options_.start_after && options_.reasoning_open &&
-      token == *options_.reasoning_open) {
-    return true;
-  }
-  if (std::find(options_.end_ids.begin(), options_.end_ids.end(), token) !=
-      options_.end_ids.end()) {
-    return complete();
-  }
-  if (token < 0 || static_cast<size_t>(token) >= trie_->vocab_size()) return false;
-  const std::string& bytes = trie_->bytes(token);
-  if (bytes.empty()) return false;
-  JsonRecognizer probe = state_;
-  return probe.feed(bytes);
-}
-
-void JsonConstraint::accept(int32_t token) {
-  const bool first = std::exchange(first_, false);
-  if (!active_) {
-    active_ = options_.start_after && token == *options_.start_after;
-    return;
-  }
-  if (first && options_.start_after && options_.reasoning_open &&
-      token == *options_.reasoning_open) {
-    active_ = false;
-    return;
-  }
-  if (std::find(options_.end_ids.begin(), options_.end_ids.end(), token) != options_.end_ids.end())
-    return;
-  if (token < 0 || static_cast<size_t>(token) >= trie_->vocab_size() ||
-      !state_.feed(trie_->bytes(token))) {
-    fail("json constraint: token {} was chosen but does not continue the value", token);
-  }
-}
-
-void JsonConstraint::mask(std::span<float> logits) {
-  if (!active_) return;
-  allowed_.assign(logits.size(), 0);
-  if (first_ && options_.start_after && options_.reasoning_open &&
-      static_cast<size_t>(*options_.reasoning_open) < allowed_.size()) {
-    allowed_[static_cast<size_t>(*options_.reasoning_open)] = 1;
-  }
-  if (complete()) {
-    for (TokenId id : options_.end_ids) {
-      if (id >= 0 && static_cast<size_t>(id) < allowed_.size())
-        allowed_[static_cast<size_t>(id)] = 1;
-    }
-  }
-  const JsonGrammar& grammar = *state_.grammar_;
-  scratch_[0] = state_.stack_;
-  const size_t nodes = trie_->nodes();
-  for (size_t i = 0; i < nodes;) {
-    const uint32_t d = trie_->depth(i);
-    std::vector<JsonFrame>& here = scratch_[d];
-    here = scratch_[d - 1];
-    if (!feed_byte(grammar, here, trie_->byte(i))) {
-      i = trie_->subtree_end(i);
-      continue;
-    }
-    for (TokenId id : trie_->ends(i)) {
-      if (static_cast<size_t>(id) < allowed_.size()) allowed_[static_cast<size_t>(id)] = 1;
-    }
-    ++i;
-  }
-  const float off = -std::numeric_limits<float>::infinity();
-  for (size_t id = 0; id < logits.size(); ++id) {
-    if (!allowed_[id]) logits[id] = off;
-  }
 }
 
 }  // namespace sluice::chat

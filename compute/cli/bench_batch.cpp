@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,6 +38,7 @@ struct BatchFlags {
 struct ArmRun {
   double seconds = 0;
   ExpertSourceStats experts;  // decode only
+  ForwardTimes times;         // decode only: where the steps' time went
   std::vector<int32_t> first_tokens;
 };
 
@@ -48,6 +50,14 @@ ExpertSourceStats minus(const ExpertSourceStats& b, const ExpertSourceStats& a) 
   d.bytes_read = b.bytes_read - a.bytes_read;
   d.wait_seconds = b.wait_seconds - a.wait_seconds;
   return d;
+}
+
+// The machine's 1-minute load average (0 where /proc says nothing): the
+// figures of a shared machine mean little without it.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double one = 0;
+  return in >> one ? one : 0.0;
 }
 
 ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
@@ -81,6 +91,7 @@ ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
   ArmRun run;
   std::vector<int32_t> tokens(count);
   const ExpertSourceStats before = engine.experts().stats();
+  const ForwardTimes times_before = engine.transformer().times();
   const auto start = std::chrono::steady_clock::now();
   for (uint32_t step = 0; step < flags.tokens; ++step) {
     for (uint32_t i = 0; i < count; ++i) {
@@ -92,6 +103,10 @@ ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.experts = minus(engine.experts().stats(), before);
+  const ForwardTimes& after = engine.transformer().times();
+  run.times = {after.kda - times_before.kda, after.attention - times_before.attention,
+               after.moe - times_before.moe, after.dense - times_before.dense,
+               after.lm_head - times_before.lm_head};
   return run;
 }
 
@@ -106,6 +121,7 @@ void run_batch(const BatchFlags& flags) {
   const Container container = Container::open(flags.model);
   const uint64_t cache_bytes = plan_for(container, flags.budget).cache_bytes;
   std::vector<std::vector<ArmRun>> runs(counts.size());
+  const double load_before = load_average();
   for (uint32_t round = 0; round < flags.repeat; ++round) {
     for (size_t a = 0; a < counts.size(); ++a) {
       runs[a].push_back(run_arm(flags, counts[a], cache_bytes));
@@ -119,6 +135,7 @@ void run_batch(const BatchFlags& flags) {
   nlohmann::json arms = nlohmann::json::array();
   for (size_t a = 0; a < counts.size(); ++a) {
     std::vector<double> aggregate, hit_rate, requests_per_step, bytes_per_step, wait_share;
+    std::vector<double> mixer_ms, moe_ms, dense_ms, lm_head_ms;  // per step
     for (const ArmRun& r : runs[a]) {
       aggregate.push_back(r.seconds > 0 ? double(counts[a]) * flags.tokens / r.seconds : 0.0);
       hit_rate.push_back(r.experts.requests ? double(r.experts.hits) / double(r.experts.requests)
@@ -126,6 +143,10 @@ void run_batch(const BatchFlags& flags) {
       requests_per_step.push_back(double(r.experts.requests) / flags.tokens);
       bytes_per_step.push_back(double(r.experts.bytes_read) / flags.tokens);
       wait_share.push_back(r.seconds > 0 ? r.experts.wait_seconds / r.seconds : 0.0);
+      mixer_ms.push_back(1e3 * (r.times.attention + r.times.kda) / flags.tokens);
+      moe_ms.push_back(1e3 * r.times.moe / flags.tokens);
+      dense_ms.push_back(1e3 * r.times.dense / flags.tokens);
+      lm_head_ms.push_back(1e3 * r.times.lm_head / flags.tokens);
     }
     arms.push_back(
         {{"sequences", counts[a]},
@@ -136,7 +157,12 @@ void run_batch(const BatchFlags& flags) {
          {"expert_requests_per_step", median(requests_per_step)},
          {"bytes_read_per_step", median(bytes_per_step)},
          {"demand_hit_rate", median(hit_rate)},
-         {"wait_share", median(wait_share)}});
+         {"wait_share", median(wait_share)},
+         {"step_ms",
+          {{"mixer", median(mixer_ms)},
+           {"moe", median(moe_ms)},
+           {"dense", median(dense_ms)},
+           {"lm_head", median(lm_head_ms)}}}});
   }
   const double one = arms[0]["aggregate_tok_per_s"].get<double>();
   for (auto& arm : arms)
@@ -148,20 +174,27 @@ void run_batch(const BatchFlags& flags) {
                                       {"tokens", flags.tokens},
                                       {"prompt_tokens", flags.prompt_tokens},
                                       {"repeat", flags.repeat},
+                                      {"load_average_before", load_before},
+                                      {"load_average_after", load_average()},
                                       {"arms", arms}}
                            .dump());
     return;
   }
-  fmt::print("bench batch: {} decode steps, cache {} MiB, medians of {} round(s)\n", flags.tokens,
-             cache_bytes >> 20, flags.repeat);
-  fmt::print("{:>9} {:>12} {:>12} {:>8} {:>14} {:>9} {:>6}\n", "sequences", "tok/s total",
-             "per stream", "speedup", "experts/step", "hit rate", "wait");
+  fmt::print(
+      "bench batch: {} decode steps, cache {} MiB, medians of {} round(s), load {:.1f} -> {:.1f}\n",
+      flags.tokens, cache_bytes >> 20, flags.repeat, load_before, load_average());
+  fmt::print("{:>9} {:>12} {:>12} {:>8} {:>14} {:>9} {:>6} {:>24}\n", "sequences", "tok/s total",
+             "per stream", "speedup", "experts/step", "hit rate", "wait", "ms/step mixer moe head");
   for (const auto& arm : arms) {
-    fmt::print("{:>9} {:>12.2f} {:>12.2f} {:>7.2f}x {:>14.1f} {:>8.1f}% {:>5.0f}%\n",
-               arm["sequences"].get<uint32_t>(), arm["aggregate_tok_per_s"].get<double>(),
-               arm["per_stream_tok_per_s"].get<double>(), arm["speedup_over_first"].get<double>(),
-               arm["expert_requests_per_step"].get<double>(),
-               100 * arm["demand_hit_rate"].get<double>(), 100 * arm["wait_share"].get<double>());
+    const auto& ms = arm["step_ms"];
+    fmt::print(
+        "{:>9} {:>12.2f} {:>12.2f} {:>7.2f}x {:>14.1f} {:>8.1f}% {:>5.0f}% {:>10.1f} {:>6.1f} "
+        "{:>6.1f}\n",
+        arm["sequences"].get<uint32_t>(), arm["aggregate_tok_per_s"].get<double>(),
+        arm["per_stream_tok_per_s"].get<double>(), arm["speedup_over_first"].get<double>(),
+        arm["expert_requests_per_step"].get<double>(), 100 * arm["demand_hit_rate"].get<double>(),
+        100 * arm["wait_share"].get<double>(), ms["mixer"].get<double>(), ms["moe"].get<double>(),
+        ms["lm_head"].get<double>());
   }
 }
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "compute/chat/chat_format.h"
-#include "compute/chat/json_constraint.h"
 #include "compute/chat/reply_parser.h"
+#include "compute/chat/token_grammar.h"
 #include "compute/model/engine.h"
 #include "compute/tokenizer/tokenizer.h"
 

@@ -24,45 +24,38 @@ class GqaMixer final : public Mixer {
 
   void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
                MixerState& state, float* out) override {
-    KvCache cache(state, g_.kv_heads * g_.head_dim);
+    const MixerSegment one{tokens, first_position, &state};
+    forward_segments(layer, normed, std::span(&one, 1), config_.hidden, out);
+  }
+
+  // q, k, v and o project every row of every segment at once (quant_matmul
+  // is row by row, so each row is as it would be alone); norms, RoPE, the
+  // cache and attention go segment by segment.
+  void forward_segments(uint32_t layer, const float* normed, std::span<const MixerSegment> segments,
+                        uint32_t, float* out) override {
     const GqaWeights& w = weights_.layers[layer].gqa;
     const uint32_t head_dim = g_.head_dim;
     const uint32_t q_width = g_.heads * head_dim, kv_width = g_.kv_heads * head_dim;
-    q_.resize(size_t{tokens} * q_width);
-    k_.resize(size_t{tokens} * kv_width);
-    v_.resize(size_t{tokens} * kv_width);
-    w.q.apply(normed, tokens, q_.data(), exec_);
-    w.k.apply(normed, tokens, k_.data(), exec_);
-    w.v.apply(normed, tokens, v_.data(), exec_);
-    for (uint32_t t = 0; t < tokens; ++t) {
-      float* q = &q_[size_t{t} * q_width];
-      float* k = &k_[size_t{t} * kv_width];
-      float* v = &v_[size_t{t} * kv_width];
-      if (g_.qk_norm == QkNorm::kWholeVector) {
-        rms_norm(q, w.q_norm.data(), q_width, config_.rms_eps, q);
-        rms_norm(k, w.k_norm.data(), kv_width, config_.rms_eps, k);
-      } else if (g_.qk_norm == QkNorm::kPerHead) {
-        for (uint32_t h = 0; h < g_.heads; ++h) rms_norm(q + h * head_dim, w.q_norm.data(), head_dim, config_.rms_eps, q + h * head_dim);
-        for (uint32_t h = 0; h < g_.kv_heads; ++h) rms_norm(k + h * head_dim, w.k_norm.data(), head_dim, config_.rms_eps, k + h * head_dim);
+    uint32_t rows = 0;
+    for (const MixerSegment& s : segments) rows += s.tokens;
+    q_.resize(size_t{rows} * q_width);
+    k_.resize(size_t{rows} * kv_width);
+    v_.resize(size_t{rows} * kv_width);
+    w.q.apply(normed, rows, q_.data(), exec_);
+    w.k.apply(normed, rows, k_.data(), exec_);
+    w.v.apply(normed, rows, v_.data(), exec_);
+    attn_.resize(size_t{rows} * q_width);
+    uint32_t row = 0;
+    for (const MixerSegment& s : segments) {
+      KvCache cache(*s.state, kv_width);
+      for (uint32_t t = 0; t < s.tokens; ++t) place(w, cache, layer, row + t, s.first_position + t);
+      for (uint32_t t = 0; t < s.tokens; ++t) {
+        attend(&q_[size_t{row + t} * q_width], cache, layer, s.first_position + t, g_.heads,
+               g_.kv_heads, head_dim, scale_, &attn_[size_t{row + t} * q_width], scores_);
       }
-      if (g_.clip_qkv > 0.0f) {
-        const float c = g_.clip_qkv;
-        for (uint32_t i = 0; i < q_width; ++i) q[i] = std::clamp(q[i], -c, c);
-        for (uint32_t i = 0; i < kv_width; ++i) k[i] = std::clamp(k[i], -c, c);
-        for (uint32_t i = 0; i < kv_width; ++i) v[i] = std::clamp(v[i], -c, c);
-      }
-      const uint32_t position = first_position + t;
-      for (uint32_t h = 0; h < g_.heads; ++h) rope_.rotate(q + h * head_dim, position);
-      for (uint32_t h = 0; h < g_.kv_heads; ++h) rope_.rotate(k + h * head_dim, position);
-      std::copy(k, k + kv_width, cache.key(layer, position));
-      std::copy(v, v + kv_width, cache.value(layer, position));
+      row += s.tokens;
     }
-    attn_.resize(size_t{tokens} * q_width);
-    for (uint32_t t = 0; t < tokens; ++t) {
-      attend(&q_[size_t{t} * q_width], cache, layer, first_position + t, g_.heads, g_.kv_heads,
-             head_dim, scale_, &attn_[size_t{t} * q_width], scores_);
-    }
-    w.o.apply(attn_.data(), tokens, out, exec_);
+    w.o.apply(attn_.data(), rows, out, exec_);
   }
 
   MixerState make_state() const override {
@@ -70,6 +63,35 @@ class GqaMixer final : public Mixer {
   }
 
  private:
+  // Row `row` of q, k, v: normed, clipped and rotated for `position`; its
+  // key and value go into the cache there.
+  void place(const GqaWeights& w, KvCache& cache, uint32_t layer, uint32_t row, uint32_t position) {
+    const uint32_t head_dim = g_.head_dim;
+    const uint32_t q_width = g_.heads * head_dim, kv_width = g_.kv_heads * head_dim;
+    float* q = &q_[size_t{row} * q_width];
+    float* k = &k_[size_t{row} * kv_width];
+    float* v = &v_[size_t{row} * kv_width];
+    if (g_.qk_norm == QkNorm::kWholeVector) {
+      rms_norm(q, w.q_norm.data(), q_width, config_.rms_eps, q);
+      rms_norm(k, w.k_norm.data(), kv_width, config_.rms_eps, k);
+    } else if (g_.qk_norm == QkNorm::kPerHead) {
+      for (uint32_t h = 0; h < g_.heads; ++h)
+        rms_norm(q + h * head_dim, w.q_norm.data(), head_dim, config_.rms_eps, q + h * head_dim);
+      for (uint32_t h = 0; h < g_.kv_heads; ++h)
+        rms_norm(k + h * head_dim, w.k_norm.data(), head_dim, config_.rms_eps, k + h * head_dim);
+    }
+    if (g_.clip_qkv > 0.0f) {
+      const float c = g_.clip_qkv;
+      for (uint32_t i = 0; i < q_width; ++i) q[i] = std::clamp(q[i], -c, c);
+      for (uint32_t i = 0; i < kv_width; ++i) k[i] = std::clamp(k[i], -c, c);
+      for (uint32_t i = 0; i < kv_width; ++i) v[i] = std::clamp(v[i], -c, c);
+    }
+    for (uint32_t h = 0; h < g_.heads; ++h) rope_.rotate(q + h * head_dim, position);
+    for (uint32_t h = 0; h < g_.kv_heads; ++h) rope_.rotate(k + h * head_dim, position);
+    std::copy(k, k + kv_width, cache.key(layer, position));
+    std::copy(v, v + kv_width, cache.value(layer, position));
+  }
+
   const ModelConfig& config_;
   const GqaConfig& g_;
   const ModelWeights& weights_;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "compute/kernels/dispatch.h"
 #include "compute/model/sequence_state.h"
@@ -15,6 +16,13 @@
 #include "proto/model_config.h"
 
 namespace sluice {
+
+// Consecutive rows of a mixer's input that belong to one sequence.
+struct MixerSegment {
+  uint32_t tokens;
+  uint32_t first_position;
+  MixerState* state;
+};
 
 class Mixer {
  public:
@@ -24,6 +32,12 @@ class Mixer {
   // `out` are tokens × hidden.
   virtual void forward(uint32_t layer, const float* normed, uint32_t tokens,
                        uint32_t first_position, MixerState& state, float* out) = 0;
+  // Several sequences' rows at once (a batched decode step), each exactly as
+  // forward() gives it. This runs them one by one; a mixer whose projections
+  // are row by row overrides it to read its weights once for all rows.
+  virtual void forward_segments(uint32_t layer, const float* normed,
+                                std::span<const MixerSegment> segments, uint32_t hidden,
+                                float* out);
   // One sequence's state for this mixer's layers, sized for the context the
   // mixer was made for (fixed, however much of it is used).
   virtual MixerState make_state() const = 0;

@@ -117,17 +117,16 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
       rms_norm(&mixer_in[size_t{t} * hidden], lw.input_norm.data(), hidden, config_.rms_eps,
                &normed_[size_t{t} * hidden]);
     }
-    // The mixers run sequence by sequence, each on its own state.
+    // Each sequence's rows act on its own state.
     const bool kda = config_.is_kda(layer);
     Mixer& mixer = kda ? *kda_ : *attention_;
-    size_t row = 0;
+    mixer_segments_.clear();
     for (const Segment& segment : segments) {
       SequenceState& sequence = *segment.sequence;
-      const auto n = static_cast<uint32_t>(segment.tokens.size());
-      mixer.forward(layer, &normed_[row * hidden], n, sequence.position(),
-                    kda ? sequence.kda() : sequence.attention(), &proj_[row * hidden]);
-      row += n;
+      mixer_segments_.push_back({static_cast<uint32_t>(segment.tokens.size()), sequence.position(),
+                                 kda ? &sequence.kda() : &sequence.attention()});
     }
+    mixer.forward_segments(layer, normed_.data(), mixer_segments_, hidden, proj_.data());
     for (size_t i = 0; i < size_t{count} * hidden; ++i) x_[i] += proj_[i];
     lap(config_.is_kda(layer) ? times_.kda : times_.attention);
     const float* ffn_in = attn_res_ ? attn_res_->before_ffn(layer, x_.data(), count) : x_.data();

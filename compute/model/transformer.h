@@ -96,6 +96,7 @@ class Transformer {
 
   // Scratch for one chunk, rows of width hidden (x, normed, proj) or an FFN's.
   std::vector<float> x_, normed_, proj_;
+  std::vector<MixerSegment> mixer_segments_;  // this forward pass's rows, by sequence
   std::vector<float> router_logits_, expert_out_, gate_, up_, latent_in_, routed_;
   // The routed experts' input rows (expert_hidden() wide): normed_, or K3's latent_in_.
   const float* expert_in_ = nullptr;

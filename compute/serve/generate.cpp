@@ -6,8 +6,8 @@
 
 #include <ctime>
 
-#include "compute/chat/json_constraint.h"
 #include "compute/chat/reply_parser.h"
+#include "compute/chat/token_grammar.h"
 #include "compute/serve/api_error.h"
 #include "compute/serve/connection.h"
 #include "compute/serve/server.h"
@@ -148,6 +148,35 @@ std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
   }
 }
 
+std::shared_ptr<const chat::TokenGrammar> Server::tool_call_grammar(
+    const ChatRequest& request, const chat::ConstraintOptions& frame) const {
+  const json& choice = request.tool_choice;
+  if (request.tools.is_null())
+    bad_param("tool_choice", "a tool call is required but the request has no tools");
+  const chat::ReplyFormat& format = chat_format_->reply_format();
+  if (format.tools == chat::ToolSyntax::kNone)
+    bad_param("tool_choice",
+              "this model's tokenizer has no tool-call markers, so a tool call cannot be enforced");
+  if (format.tools == chat::ToolSyntax::kXtml)
+    bad_param("tool_choice", "a required tool call is not enforced for XTML (Kimi K3) yet");
+  if (!request.response_format.is_null() && request.response_format.value("type", "") != "text")
+    bad_param("response_format", "a required tool call (tool_choice) leaves no content to format");
+  std::vector<chat::ToolSpec> tools;
+  try {
+    tools = chat::tool_specs(request.tools);
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    throw ApiError(400, "invalid_request_error", message, message.substr(0, message.find(": ")));
+  }
+  if (choice.is_object()) {
+    const std::string name = choice["function"]["name"].get<std::string>();
+    std::erase_if(tools, [&](const chat::ToolSpec& tool) { return tool.name != name; });
+    if (tools.empty())
+      bad_param("tool_choice.function.name", "no tool named '{}' among the request's tools", name);
+  }
+  return chat::tool_call_grammar(format, tools, request.parallel_tool_calls, frame);
+}
+
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   const ChatRequest request = parse_chat_request(parse_body(req.body), random_seed());
   JobSpec spec;
@@ -156,9 +185,23 @@ void Server::chat_completions(const httplib::Request& req, httplib::Response& re
   spec.stop_ids = chat_stop_ids_;
   spec.reply_format = chat_format_->reply_format();
   spec.in_reasoning = chat_format_->opens_reasoning(spec.prompt);
-  if (!request.response_format.is_null()) {
+  const chat::ReplyFormat& format = *spec.reply_format;
+  chat::ConstraintOptions frame;  // what surrounds a constrained reply
+  frame.end_ids = engine_.config().eos_ids;
+  frame.end_ids.insert(frame.end_ids.end(), chat_stop_ids_.begin(), chat_stop_ids_.end());
+  if (format.thinks()) {
+    frame.start_after = format.think_close;
+    frame.reasoning_open = format.think_open;
+    frame.starts_free = spec.in_reasoning;
+  }
+  const json& choice = request.tool_choice;
+  if (choice == "none") spec.reply_format->tools = chat::ToolSyntax::kNone;  // nothing is a call
+  if (choice == "required" || choice.is_object()) {
+    spec.grammar = tool_call_grammar(request, frame);
+  } else if (!request.response_format.is_null()) {
     try {
-      spec.grammar = chat::JsonGrammar::from_response_format(request.response_format);
+      if (auto value = chat::JsonGrammar::from_response_format(request.response_format))
+        spec.grammar = chat::json_reply_grammar(std::move(value), frame);
     } catch (const Error& e) {
       throw ApiError(400, "invalid_request_error", e.what(), "response_format");
     }

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "compute/chat/json_constraint.h"
 #include "compute/chat/reply_parser.h"
+#include "compute/chat/token_grammar.h"
 #include "compute/model/expert_source.h"
 #include "compute/serve/request.h"
 #include "compute/serve/stop_filter.h"
@@ -33,8 +33,9 @@ struct JobSpec {
   // calls; without a format the text is all content.
   std::optional<chat::ReplyFormat> reply_format;
   bool in_reasoning = false;  // the prompt opened <think>
-  // response_format: the content is constrained to one value of it.
-  std::shared_ptr<const chat::JsonGrammar> grammar;
+  // The whole reply's constraint (response_format's value, or a required
+  // tool call, with end tokens and free reasoning); null: unconstrained.
+  std::shared_ptr<const chat::TokenGrammar> grammar;
   // True once the client has gone; checked before the job starts and after
   // every token, so a disconnect ends the generation within one token.
   std::function<bool()> client_gone;

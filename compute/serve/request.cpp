@@ -182,6 +182,8 @@ void check_tools(const json& body, ChatRequest& request) {
       bad_param("tool_choice", "names a function but the request has no tools");
     request.tool_choice = choice;
   }
+  if (present(body, "parallel_tool_calls"))
+    request.parallel_tool_calls = boolean(body, "parallel_tool_calls");
   if (present(body, "response_format")) {
     const json& format = body["response_format"];
     const std::string type = format.is_object() ? format.value("type", "") : "";

@@ -33,6 +33,7 @@ struct ChatRequest {
   json messages;         // as sent; normalised when rendered
   json tools = nullptr;  // null when absent (the template sees None)
   json tool_choice = nullptr;
+  bool parallel_tool_calls = true;  // a required call may be followed by more
   json response_format = nullptr;
   json template_kwargs = json::object();  // chat_template_kwargs (enable_thinking, ...)
   GenerationSettings settings;

@@ -45,7 +45,7 @@ struct Scheduler::Generation {
       : job(std::move(job_in)), reply(*job, tokenizer) {}
 
   std::shared_ptr<Job> job;
-  std::optional<chat::JsonConstraint> constraint;
+  std::optional<chat::GrammarConstraint> constraint;
   std::optional<Sampler> sampler;
   std::vector<int32_t> context;                  // prompt and generated tokens, for the sampler
   std::unordered_map<int32_t, uint32_t> counts;  // generated tokens, for the penalties
@@ -271,15 +271,7 @@ void Scheduler::start(Slot& slot, std::shared_ptr<Job> job) {
     SamplingParams sampling = spec.settings.sampling;
     if (spec.grammar) {
       if (!trie_) trie_ = std::make_shared<const chat::TokenTrie>(tokenizer_);
-      chat::ConstraintOptions options;
-      options.end_ids = engine_.config().eos_ids;
-      options.end_ids.insert(options.end_ids.end(), spec.stop_ids.begin(), spec.stop_ids.end());
-      if (spec.reply_format && spec.reply_format->thinks()) {
-        options.start_after = spec.reply_format->think_close;
-        options.reasoning_open = spec.reply_format->think_open;
-        options.starts_free = spec.in_reasoning;
-      }
-      g.constraint.emplace(spec.grammar, trie_, options);
+      g.constraint.emplace(spec.grammar, trie_);
       sampling.constraint = &*g.constraint;
     }
     g.sampler.emplace(sampling);

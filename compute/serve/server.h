@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compute/chat/chat_format.h"
+#include "compute/chat/token_grammar.h"
 #include "compute/model/engine.h"
 #include "compute/serve/metrics.h"
 #include "compute/serve/scheduler.h"
@@ -64,6 +65,11 @@ class Server {
   void generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
                 const std::string& echo);
   std::vector<int32_t> render_chat(const ChatRequest& request) const;
+  // tool_choice "required" or a named function: the reply is a call of an
+  // offered tool (that one) whose arguments validate. ApiError 400 naming
+  // the field when it cannot be enforced.
+  std::shared_ptr<const chat::TokenGrammar> tool_call_grammar(
+      const ChatRequest& request, const chat::ConstraintOptions& frame) const;
   uint64_t random_seed();
   std::string random_id(const char* prefix);
 

@@ -2,14 +2,13 @@
 // hand-written valid and invalid texts and prefixes, the schema subset's
 // refusals, the vocabulary trie, and the sampler hook: over many seeds and
 // temperatures on random logits, every output parses and matches its schema.
-#include "compute/chat/json_constraint.h"
-
 #include <doctest/doctest.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
+#include "compute/chat/token_grammar.h"
 #include "compute/model/sampler.h"
 #include "tests/compute/tokenizer/tiny_tokenizer.h"
 #include "tests/proto/container_fixture.h"

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "compute/chat/json_constraint.h"
+#include "compute/chat/token_grammar.h"
 
 using sluice::chat::JsonConstraint;
 using sluice::chat::JsonGrammar;

