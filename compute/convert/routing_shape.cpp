@@ -102,9 +102,15 @@ void shaped_embedding_row(const RoutingShape& shape, uint32_t token, float* out)
 
 void shaped_lm_head_row(const RoutingShape& shape, uint32_t token, float* out) {
   std::fill(out, out + shape.hidden, 0.0f);
-  float fast[kFastDims];
-  token_latents(shape.seed, token, out + 1, fast);
+  shaped_embedding_row(shape, token, out);
+  out[0] = 0.0f;
   for (uint32_t d = 0; d < kSlowDims; ++d) out[1 + d] *= shape.kappa / kSlowDims;
+  std::fill(out + 1 + kSlowDims, out + kShapedDims, 0.0f);
+  float* filler = out + kShapedDims;
+  double norm = 0;
+  for (uint32_t d = kShapedDims; d < shape.hidden; ++d) norm += double(out[d]) * out[d];
+  const float to_self = static_cast<float>(-kSelfPenalty / std::max(norm, 1e-12));
+  for (uint32_t d = 0; d < shape.hidden - kShapedDims; ++d) filler[d] *= to_self;
 }
 
 void shaped_router_row(const RoutingShape& shape, uint32_t moe, uint32_t expert, float* out) {
@@ -157,10 +163,12 @@ std::vector<std::vector<std::vector<uint32_t>>> RoutingSimulator::decode(const R
     }
     // The next token, sampled at kShapedTemperature from the LM head's logits.
     double sum = 0;
+    // The filler's terms between two tokens are left out: about ±4/√hidden.
     const float scale = shape.kappa / kSlowDims / kShapedTemperature;
     float top = -INFINITY;
     for (uint32_t j = 0; j < vocab; ++j) {
-      const float logit = scale * dot(&slow_[size_t{j} * kSlowDims], slow, kSlowDims);
+      const float logit = scale * dot(&slow_[size_t{j} * kSlowDims], slow, kSlowDims) -
+                          (j == token ? kSelfPenalty / kShapedTemperature : 0.0f);
       cumulative[j] = logit;
       top = std::max(top, logit);
     }

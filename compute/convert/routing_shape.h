@@ -11,9 +11,12 @@
 // bias + slow_weight · (a · slow) + fast_weight · (c · fast) with fixed
 // random a, c per expert: the bias sets the popularity curve, the weights
 // how much the routing follows each latent. The LM head scores token j
-// after token i as kappa · slow_j · slow_i / 8, so decode sampled at
-// temperature 1 drifts through the slow latent (next-token repeat and reuse
-// within a few tokens) while the fast latent changes at every token.
+// after token i as kappa · slow_j · slow_i / 8, less kSelfPenalty when j is
+// i (through the filler, which is nearly orthogonal between tokens), so
+// decode sampled at temperature 1 drifts through the slow latent
+// (next-token repeat and reuse within a few tokens) while the fast latent
+// changes at every token, and a token seldom follows itself (which would
+// repeat all its experts).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,7 @@ inline constexpr uint32_t kShapedDims = 1 + kSlowDims + kFastDims;
 // What attention, shared and dense FFNs and routed experts add to the
 // residual, as a factor on their output projections.
 inline constexpr float kResidualScale = 1e-3f;
+inline constexpr float kSelfPenalty = 4.0f;
 // Decode must sample this way for the fitted statistics to hold.
 inline constexpr float kShapedTemperature = 1.0f;
 
