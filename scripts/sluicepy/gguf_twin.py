@@ -102,7 +102,9 @@ def write_gguf(llama_src, container_path, path):
         w.add_tokenizer_pre("default")
         w.add_token_list(tokens)
         w.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
-        w.add_token_merges([])
+        # llama.cpp refuses a gpt2 vocabulary without merges (and gguf-py
+        # drops an empty list): one merge of two NUL bytes, which text never holds.
+        w.add_token_merges([f"{tokens[0]} {tokens[0]}"])
         w.add_add_bos_token(False)
         w.add_add_eos_token(False)
         w.add_eos_token_id(config.get("eos_token_id") or vocab - 1)
