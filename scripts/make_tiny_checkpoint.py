@@ -3,7 +3,8 @@
 # Hugging Face layout (config, safetensors, tokenizer) for tests and benchmarks,
 # optionally fp8 with block scales and DeepSeek's MTP layer; Kimi-Linear (§7.5)
 # with its f32 A_log/dt_bias; Kimi K3-tiny (k3.md §6, vision tower included) with
-# its padded A_log. Weights are a pure
+# its padded A_log; with --routing realistic, weights whose own routing has
+# real routing's statistics (sluicepy/routing_shape.py). Weights are a pure
 # function of (config, seed); nothing here reads a real model.
 import argparse
 import json
@@ -13,7 +14,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, bpe, families, fp8, k3, mxfp4, safetensors  # noqa: E402
+from sluicepy import SluiceError, bpe, families, fp8, k3, mxfp4, routing_shape, safetensors  # noqa: E402
 
 _DTYPES = {"bf16": ("BF16", "bfloat16"), "f16": ("F16", "float16"), "f32": ("F32", "float32")}
 
@@ -142,12 +143,44 @@ def make_k3_checkpoint(out_dir, seed, dtype, shards, overrides, use_mxfp4=False)
     return config
 
 
+_ROUTERS = ("mlp.gate.weight", "block_sparse_moe.gate.weight")
+_RESIDUAL_WRITERS = ("o_proj.weight", "down_proj.weight", ".w2.weight")
+
+
+def shaped_weights(config, shapes, seed):
+    """{name: array or scale} for --routing realistic: the embedding, LM head
+    and routers of a fitted routing shape, norms 1, selection biases 0, and
+    the factor on every projection that writes the residual stream."""
+    resolved = families.resolve(config)
+    if resolved.get("tie_word_embeddings"):
+        raise SluiceError("--routing realistic: tie_word_embeddings is true, and the LM head must differ")
+    routers = sorted((n for n in shapes if n.endswith(_ROUTERS)), key=lambda n: int(n.split(".")[2]))
+    if not routers:
+        raise SluiceError("--routing realistic: the model has no routed experts")
+    experts, hidden = shapes[routers[0]]
+    top_k = resolved.get("num_experts_per_tok") or resolved.get("num_experts_per_token")
+    shape = routing_shape.Shape(hidden, config["vocab_size"], len(routers), experts, seed)
+    routing_shape.fit(shape, len(routers), experts, top_k, routing_shape.select_for(resolved))
+    out = {"model.embed_tokens.weight": shape.embedding(), "lm_head.weight": shape.lm_head()}
+    out.update({name: shape.router(m) for m, name in enumerate(routers)})
+    for name, dims in shapes.items():
+        if name.endswith("norm.weight"):
+            out[name] = np.ones(dims, dtype=np.float32)
+        elif name.endswith("e_score_correction_bias"):
+            out[name] = np.zeros(dims, dtype=np.float32)
+        elif name.endswith(_RESIDUAL_WRITERS):
+            out[name] = routing_shape.RESIDUAL_SCALE
+    return out
+
+
 def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=None, use_fp8=False,
-                    use_mxfp4=False):
+                    use_mxfp4=False, routing="random"):
     """Writes the checkpoint and returns its config. `use_fp8` stores the §0.9
     tensors as F8_E4M3 with F32 `_scale_inv` block scales (DeepSeek/K2 only);
     `use_mxfp4` K3's routed experts as MXFP4."""
     if family == k3.ARCH:
+        if routing != "random":
+            raise SluiceError("--routing realistic: not for kimi_k3 (its attention residuals read every block)")
         if use_fp8:
             raise SluiceError("--fp8: Kimi K3 ships bf16 and MXFP4, not fp8")
         return make_k3_checkpoint(out_dir, seed, dtype, shards, overrides, use_mxfp4)
@@ -166,9 +199,12 @@ def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=N
     tensors, dtypes = {}, {}
     # MTP tensors come last so the main model's weights do not depend on them.
     shapes = {**families.tensor_shapes(config), **families.mtp_tensor_shapes(config)}
+    shaped = shaped_weights(config, shapes, seed) if routing == "realistic" else {}
     for index, (name, shape) in enumerate(shapes.items()):
         mean, std = families.init_std_and_mean(config, name)
-        weight = RandomTensor(shape, mean, std, seed, index, families.init_log_uniform(name))
+        weight = RandomTensor(shape, mean, std * shaped.get(name, 1.0), seed, index, families.init_log_uniform(name))
+        if isinstance(shaped.get(name), np.ndarray):
+            weight = shaped[name]
         if use_fp8 and families.is_fp8_tensor(name):
             tensors[name], dtypes[name] = Fp8Values(weight), "F8_E4M3"
             scale = name + safetensors.SCALE_SUFFIX
@@ -205,10 +241,13 @@ def main(argv=None):
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key with a JSON value (repeatable), e.g. --set num_experts=64; "
                              "a dotted key sets a nested one (kimi_k3: --set text_config.activation_situ_beta=1)")
+    parser.add_argument("--routing", choices=("random", "realistic"), default="random",
+                        help="realistic: embedding, LM head and routers shaped so that decode sampled at "
+                             "temperature 1 routes with real routing's statistics (sluicepy/routing_shape.py)")
     args = parser.parse_args(argv)
     try:
         make_checkpoint(args.family, args.out_dir, args.seed, args.dtype, args.shards, parse_sets(args.set), args.fp8,
-                        args.mxfp4)
+                        args.mxfp4, args.routing)
     except SluiceError as e:
         print(f"make_tiny_checkpoint: error: {e}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "compute/cli/commands.h"
+#include "compute/cli/routing_fit.h"
 #include "compute/convert/synth.h"
 #include "compute/kernels/thread_pool.h"
 
@@ -19,6 +20,7 @@ void add_synth_command(CLI::App& app) {
     bool json = false;
     bool quiet = false;
     bool print_config = false;
+    std::string routing = "random";
   };
   auto flags = std::make_shared<Flags>();
   flags->options.threads = static_cast<int>(kernels::available_cores());
@@ -49,6 +51,12 @@ void add_synth_command(CLI::App& app) {
                   "worker threads (output is identical for any count)")
       ->default_val(flags->options.threads)
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--routing", flags->routing,
+                  "random: plain random weights; realistic: embedding, LM head and routers shaped "
+                  "so that decode sampled at temperature 1 routes with the statistics of real "
+                  "routing (router/routing_profile.h)")
+      ->check(CLI::IsMember({"random", "realistic"}))
+      ->capture_default_str();
   cmd->add_flag("--force", flags->options.force,
                 "start over when OUT holds another container or another run");
   cmd->add_flag("--json", flags->json,
@@ -66,6 +74,11 @@ void add_synth_command(CLI::App& app) {
       usage_error("synth: OUT is required (or --print-config)");
     if (const char* delay = std::getenv("SLUICE_SYNTH_TEST_DELAY_MS"))
       flags->options.test_delay_ms = std::atoi(delay);
+    if (flags->routing == "realistic") {
+      flags->options.fit_routing = [flags](const ModelConfig& config) {
+        return fit_routing_shape(config, flags->options.seed, flags->options.threads);
+      };
+    }
     auto progress = convert::make_stderr_progress(flags->quiet, "synth");
     const auto summary = convert::synth_container(flags->options, *progress);
     if (flags->json) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "compute/convert/container_writer.h"
@@ -135,7 +136,8 @@ void write_bank(const MoeLayerPlan& layer, const SynthOptions& options, const fs
   parallel_for(layer.experts, options.threads, [&](size_t e) {
     std::vector<uint8_t> record(layout.stride);
     synth_expert_record(layout, options.seed, layer.layer, static_cast<uint32_t>(e),
-                        layer.codebook_base, record.data());
+                        layer.codebook_base, record.data(),
+                        options.fit_routing ? kResidualScale : 1.0f);
     bank.write_at(uint64_t{e} * layout.stride, record.data(), record.size());
     progress.advance(uint64_t{3} * layer.hidden * layer.expert_width);
   });
@@ -171,13 +173,14 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
   const Json config = synth_config(options);
   const ModelPlan plan = plan_of(options, config);
   const fs::path out(options.output_dir), work = out / kWorkDir;
-  const Json source{{"synthetic",
-                     {{"shape", options.shape},
-                      {"seed", options.seed},
-                      {"generator", kGeneratorVersion},
-                      {"layers", options.layers},
-                      {"experts", options.experts},
-                      {"vocab", options.vocab}}}};
+  Json source{{"synthetic",
+               {{"shape", options.shape},
+                {"seed", options.seed},
+                {"generator", kGeneratorVersion},
+                {"layers", options.layers},
+                {"experts", options.experts},
+                {"vocab", options.vocab}}}};
+  if (options.fit_routing) source["synthetic"]["routing"] = "realistic";
   const Json state{{"format", "sluice-synth-state"}, {"source", source}, {"kmeans", nullptr}};
   Json summary{{"shape", options.shape},
                {"output", options.output_dir},
@@ -208,7 +211,9 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
   progress.start(remaining);
   if (!trunk_done) {
     progress.phase("trunk");
-    SynthTrunkValues values(options.seed);
+    const std::optional<RoutingShape> routing =
+        options.fit_routing ? std::optional(options.fit_routing(plan.config)) : std::nullopt;
+    SynthTrunkValues values(options.seed, routing ? &*routing : nullptr);
     write_trunk(values, trunk, trunk_bytes, (out / kTrunkFile).string(), options.threads, progress);
   } else {
     ++kept_files;

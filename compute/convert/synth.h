@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "compute/convert/convert.h"
+#include "compute/convert/routing_shape.h"
 
 namespace sluice::convert {
 
@@ -26,6 +28,9 @@ struct SynthOptions {
   uint64_t seed = 1;
   int threads = 1;  // results never depend on it
   bool force = false;
+  // --routing realistic: the routing shape fitted for the config (called
+  // only when trunk.bin is still to be written); empty: plain random weights.
+  std::function<RoutingShape(const ModelConfig&)> fit_routing;
   // Test hook: pause this long after each finished bank, so a test can kill
   // the run between banks (SLUICE_SYNTH_TEST_DELAY_MS).
   int test_delay_ms = 0;

@@ -104,11 +104,50 @@ std::string byte_char(uint8_t byte) {
   return s;
 }
 
+bool writes_residual(TensorRole role) {
+  return role == TensorRole::kO || role == TensorRole::kSharedDown ||
+         role == TensorRole::kDenseDown || role == TensorRole::kLatentUp;
+}
+
+bool is_norm(TensorRole role) {
+  return draw_for(TrunkTensorPlan{.role = role, .shape = {1}}).center == 1.0f;
+}
+
 }  // namespace
+
+// Rows a routing shape draws itself; false for every other tensor.
+bool SynthTrunkValues::shaped_rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last,
+                                   float* out) const {
+  const uint64_t cols = tensor.shape.back();
+  for (uint64_t row = first; row < last; ++row) {
+    float* values = out + (row - first) * cols;
+    const uint32_t r = static_cast<uint32_t>(row);
+    switch (tensor.role) {
+      case TensorRole::kEmbed:
+        shaped_embedding_row(*routing_, r, values);
+        break;
+      case TensorRole::kLmHead:
+        shaped_lm_head_row(*routing_, r, values);
+        break;
+      case TensorRole::kRouter:
+        shaped_router_row(*routing_, routing_->moe_ordinal.at(tensor.layer), r, values);
+        break;
+      case TensorRole::kRouterBias:
+        std::fill(values, values + cols, 0.0f);
+        break;
+      default:
+        if (!is_norm(tensor.role)) return false;
+        std::fill(values, values + cols, 1.0f);
+    }
+  }
+  return true;
+}
 
 void SynthTrunkValues::rows(const TrunkTensorPlan& tensor, uint64_t first, uint64_t last,
                             float* out) {
-  const Draw draw = draw_for(tensor);
+  if (routing_ != nullptr && shaped_rows(tensor, first, last, out)) return;
+  Draw draw = draw_for(tensor);
+  if (routing_ != nullptr && writes_residual(tensor.role)) draw.half_width *= kResidualScale;
   const uint64_t cols = tensor.shape.back(), name_hash = fnv1a64(tensor.name);
   for (uint64_t row = first; row < last; ++row) {
     SplitMix64 rng(derive_seed(seed_, name_hash, row));
@@ -141,7 +180,7 @@ std::string synth_layer_codebooks(uint64_t seed, uint32_t layer) {
 }
 
 void synth_expert_record(const RecordLayout& layout, uint64_t seed, uint32_t layer, uint32_t expert,
-                         uint32_t codebook_base, uint8_t* record) {
+                         uint32_t codebook_base, uint8_t* record, float down_scale) {
   std::memset(record, 0, layout.stride);
   SplitMix64 rng(derive_seed(seed, layer, expert, kRecordSalt));
   // The three stages' entries sum to a standard deviation of about 0.6
@@ -157,9 +196,10 @@ void synth_expert_record(const RecordLayout& layout, uint64_t seed, uint32_t lay
       }
     }
     uint8_t* scales = record + layout.scales_offset(kind);
+    const float kind_scale = kind == MatrixKind::kDown ? base_scale * down_scale : base_scale;
     for (uint32_t r = 0; r < m.rows; ++r) {
       const float jitter = 1.0f + 0.2f * signed_unit(static_cast<uint32_t>(rng.next()));
-      const uint16_t h = f32_to_f16(base_scale * jitter);
+      const uint16_t h = f32_to_f16(kind_scale * jitter);
       scales[2 * r] = static_cast<uint8_t>(h);
       scales[2 * r + 1] = static_cast<uint8_t>(h >> 8);
     }
