@@ -48,7 +48,9 @@ ImagePrompt place_images(Engine& engine, const tokenizer::Tokenizer& tok,
       const auto end = tok.encode_with_specials("<|media_end|>");
       blocks.insert(blocks.end(), end.begin(), end.end());
     }
-    prompt.insert(prompt.begin(), blocks.begin(), blocks.end());
+    // After a BOS the tokenizer put first: the images open the text, not the sequence.
+    const bool bos = !prompt.empty() && tok.bos_id() && prompt.front() == *tok.bos_id();
+    prompt.insert(prompt.begin() + (bos ? 1 : 0), blocks.begin(), blocks.end());
   } else if (pads != images.size()) {
     fail("the prompt has {} media pad tokens (id {}) for {} --image files: one each", pads, pad,
          images.size());
