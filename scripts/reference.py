@@ -156,6 +156,10 @@ def relative_errors(quantized, original):
         w = original.get(name)
         if w is None:
             raise SluiceError(f"--compare: the checkpoint lacks tensor {name} that the container holds")
+        # The container may store a tensor in another shape of the same values (K3's patch kernel as rows).
+        q, w = np.asarray(q).reshape(-1), np.asarray(w).reshape(-1)
+        if q.size != w.size:
+            raise SluiceError(f"--compare: tensor {name} has {q.size} values in the container, {w.size} in the checkpoint")
         err = float(np.linalg.norm(q - w) / max(np.linalg.norm(w), 1e-30))
         kind = name.rsplit(".", 2)[-2] if ".experts." in name else "trunk:" + name.split(".")[-2]
         groups.setdefault(kind, []).append(err)
