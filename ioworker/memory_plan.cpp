@@ -223,12 +223,30 @@ void add_cache_limits(PlanInputs& inputs, const ioworker::CacheShape& shape, uin
   };
 }
 
+// trunk.bin up to K3's vision tower, which the converter puts last: the
+// tower is resident only for prompts with images.
+uint64_t text_trunk_bytes(const Container& container) {
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  uint64_t end = container.trunk_bytes();
+  for (const TrunkTensorInfo& tensor : container.trunk_tensors()) {
+    if (is_vision_tensor(config, tensor.name)) end = std::min(end, tensor.offset);
+  }
+  return end;
+}
+
 }  // namespace
+
+uint64_t plan_vision_bytes(const ModelConfig& config) {
+  if (!config.vision) return 0;
+  uint64_t weights = 0;
+  for (const TensorSpec& tensor : vision_inventory(config)) weights += trunk_tensor_bytes(tensor);
+  return weights + config.vision->activation_floats(kMaxImagePatches, config.hidden) * sizeof(float);
+}
 
 PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_t mailbox_rows) {
   PlanInputs inputs;
   inputs.model = container.dir();
-  inputs.resident_bytes = container.trunk_bytes() + container.codebooks_bytes();
+  inputs.resident_bytes = text_trunk_bytes(container) + container.codebooks_bytes();
   inputs.top_k = container.top_k();
   inputs.moe_layers = container.moe_layers().size();
   inputs.record_stride = container.largest_record_stride();
@@ -313,7 +331,13 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   const uint64_t top_k = inputs.top_k;
   plan.cache_tables_bytes = inputs.cache_tables_bytes;
   plan.min_cache_bytes = 2 * top_k * plan.record_stride + plan.cache_tables_bytes;
-  plan.floor_bytes = plan.trunk_bytes + plan.kv_bytes + plan.scratch_bytes + plan.process_bytes + plan.min_cache_bytes;
+  plan.vision_bytes = plan_vision_bytes(config);
+  plan.images = request.images;
+  if (request.images && plan.vision_bytes == 0) {
+    fail("{}: the model has no vision tower (its config has no vision_config), so it cannot take images", inputs.model);
+  }
+  plan.floor_bytes = plan.trunk_bytes + plan.kv_bytes + plan.scratch_bytes + plan.process_bytes + plan.min_cache_bytes +
+                     (request.images ? plan.vision_bytes : 0);
   plan.working_set_bytes = top_k * inputs.moe_layers * plan.record_stride;
   plan.physical_bytes = ram.physical_bytes;
   plan.usable_bytes = ram.usable_bytes;
@@ -418,6 +442,11 @@ std::string describe_plan(const MemoryPlan& plan) {
   line("minimum cache", plan.min_cache_bytes,
        fmt::format("(2 x top-k slots of {}, and {} of cache tables)", format_bytes(plan.record_stride),
                    format_bytes(plan.cache_tables_bytes)));
+  if (plan.vision_bytes > 0) {
+    line("vision tower", plan.vision_bytes,
+         plan.images ? "(weights and one image's activations: prompts with images)"
+                     : "(not in the floor: only prompts with images load it; plan --images counts it)");
+  }
   line("floor", plan.floor_bytes);
   line("working set", plan.working_set_bytes, "(one token's experts: top-k x MoE layers x record)");
   line("physical memory", plan.physical_bytes);
@@ -455,6 +484,8 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
           {"record_stride", plan.record_stride},
           {"min_cache_bytes", plan.min_cache_bytes},
           {"cache_tables_bytes", plan.cache_tables_bytes},
+          {"vision_bytes", plan.vision_bytes},
+          {"images", plan.images},
           {"floor_bytes", plan.floor_bytes},
           {"working_set_bytes", plan.working_set_bytes},
           {"physical_bytes", plan.physical_bytes},

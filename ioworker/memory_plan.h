@@ -40,7 +40,11 @@ struct MemoryPlan {
   uint64_t record_stride = 0;    // largest record stride of any MoE layer
   uint64_t cache_tables_bytes = 0;  // the segment's own tables (header, stats, clients, index, rings, mailbox)
   uint64_t min_cache_bytes = 0;  // 2 × top-k slots of record_stride, plus the tables
-  uint64_t floor_bytes = 0;      // trunk + kv + scratch + process + min cache
+  // K3's vision tower: its weights and its activations for one image of
+  // kMaxImagePatches; in the floor only when the plan is for images (0 without a tower).
+  uint64_t vision_bytes = 0;
+  bool images = false;           // PlanRequest::images
+  uint64_t floor_bytes = 0;      // trunk + kv + scratch + process + min cache (+ vision with images)
   uint64_t working_set_bytes = 0;  // top-k × MoE layers × record_stride
   // What the budget was chosen against.
   uint64_t physical_bytes = 0;
@@ -80,6 +84,9 @@ UsableRam read_usable_ram(const std::string& root = "");
 // (2·hidden + width) × 96 (3 stages × 256 entries per 8 columns); attention
 // scores heads × context; logits vocab.
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk);
+// K3's vision tower as the converter stores it plus its activations at
+// kMaxImagePatches (VisionConfig::activation_floats); 0 without a tower.
+uint64_t plan_vision_bytes(const ModelConfig& config);
 
 // What the plan needs from a container's manifest.
 struct PlanInputs {
@@ -113,6 +120,7 @@ struct PlanRequest {
   uint32_t context = 4096;
   std::optional<uint64_t> budget_bytes;  // as given by --budget
   bool force = false;                    // --force: take a given budget above the usable memory
+  bool images = false;                   // prompts with images: the vision tower is resident too
   // The segment the cache lives in (read by the Container overload only).
   uint32_t max_clients = ioworker::WorkerOptions{}.max_clients;
   uint32_t mailbox_rows = ioworker::WorkerOptions{}.mailbox_rows;

@@ -31,9 +31,9 @@ struct FamilySpec {
   // Fills every field of `config` but arch from config.json.
   void (*read)(const ConfigReader& reader, ModelConfig& config);
   TensorNaming naming;
-  // Source tensors of parts sluice does not run yet (K3's vision tower):
-  // the converter skips them and says so.
-  std::array<std::string_view, 2> skipped_prefixes{};
+  // Where the tensors of K3's vision tower and projector start: stored when
+  // the config has a vision_config, else skipped by the converter, which says so.
+  std::array<std::string_view, 2> vision_prefixes{};
   ChatFormatKind chat_format = ChatFormatKind::kJinjaTemplate;
 };
 

@@ -132,6 +132,36 @@ struct ActivationConfig {
   float linear_beta = 0.0f;  // 0: the up half is used unchanged
 };
 
+// The most patches one image gets (WASTE's max_patches, k3.md §4.4; the
+// release allows 65536): the preprocessing's cap and what the plan sizes
+// the vision tower's activations for.
+inline constexpr uint32_t kMaxImagePatches = 1024;
+
+// Kimi K3's vision tower and projector (k3.md §4.1, vision_config): a ViT over
+// 14×14 patches whose 2×2-merged output the projector maps to text_hidden.
+struct VisionConfig {
+  uint32_t patch = 14;
+  uint32_t hidden = 0;        // vt_hidden_size
+  uint32_t heads = 0;         // vt_num_attention_heads
+  uint32_t qkv_width = 0;     // qkv_hidden_size: heads × head_dim, may exceed hidden
+  uint32_t intermediate = 0;  // vt_intermediate_size
+  uint32_t blocks = 0;        // vt_num_hidden_layers
+  uint32_t pos_height = 0, pos_width = 0;  // init_pos_emb_height/width: the learned grid
+  uint32_t media_pad_id = 0;  // media_placeholder_token_id: the pad one image's rows replace
+  uint32_t head_dim() const { return qkv_width / heads; }
+  uint32_t patch_values() const { return 3 * patch * patch; }  // one patch, [channel][row][col]
+  uint32_t merged() const { return 4 * hidden; }                // one 2×2 merge of patches
+  // f32 values the tower holds at once for one image of `patches` patches
+  // (compute/vision/vision_tower.cpp: pixels, patch rows, x, its norm and
+  // projection, q/k/v, heads' output and the MLP's inner rows in a block,
+  // then the merge, the projector's inner rows and its output).
+  uint64_t activation_floats(uint64_t patches, uint32_t text_hidden) const {
+    const uint64_t pixels = patches * patch_values(), block = patches * (3ull * hidden + 4ull * qkv_width + intermediate);
+    const uint64_t projector = patches / 4 * (2ull * merged() + text_hidden);
+    return 2 * pixels + block + projector;
+  }
+};
+
 struct ModelConfig {
   std::string arch;  // model_type, as the family spec registers it
   uint32_t vocab = 0;
@@ -166,6 +196,7 @@ struct ModelConfig {
   RouterConfig router;
   std::vector<bool> layer_is_moe;
   std::vector<bool> layer_is_kda;  // else the layer's mixer is `mixer`
+  std::optional<VisionConfig> vision;  // Kimi K3 with a vision_config
 
   // Reads config.json with the family spec registered for `arch`. Throws
   // Error naming the key when a value is missing, of the wrong type, out of

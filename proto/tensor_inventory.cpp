@@ -65,8 +65,31 @@ std::string_view role_suffix(TensorRole role) {
     case TensorRole::kFinalResNorm:
     case TensorRole::kFinalResProj:
     case TensorRole::kLmHead: break;
+    default: break;  // the vision tower's, named by vision_name
   }
   return "";
+}
+
+// K3's vision tower and projector: unprefixed HF names (k3.md §4.1).
+std::string vision_name(TensorRole role, uint32_t block) {
+  const auto in_block = [block](std::string_view name) {
+    return fmt::format("vision_tower.encoder.blocks.{}.{}", block, name);
+  };
+  switch (role) {
+    case TensorRole::kVisionPatchEmbed: return "vision_tower.patch_embed.proj.weight";
+    case TensorRole::kVisionPosEmb: return "vision_tower.patch_embed.pos_emb.weight";
+    case TensorRole::kVisionNorm0: return in_block("norm0.weight");
+    case TensorRole::kVisionQkv: return in_block("wqkv.weight");
+    case TensorRole::kVisionO: return in_block("wo.weight");
+    case TensorRole::kVisionNorm1: return in_block("norm1.weight");
+    case TensorRole::kVisionFc0: return in_block("mlp.fc0.weight");
+    case TensorRole::kVisionFc1: return in_block("mlp.fc1.weight");
+    case TensorRole::kVisionFinalNorm: return "vision_tower.encoder.final_layernorm.weight";
+    case TensorRole::kProjectorIn: return "mm_projector.proj.0.weight";
+    case TensorRole::kProjectorOut: return "mm_projector.proj.2.weight";
+    case TensorRole::kProjectorNorm: return "mm_projector.post_norm.weight";
+    default: return "";
+  }
 }
 
 bool in_moe_block(TensorRole role) {
@@ -90,7 +113,7 @@ class InventoryBuilder {
  public:
   explicit InventoryBuilder(const ModelConfig& config) : config_(config) {}
   void add(TensorRole role, uint32_t layer, std::vector<uint64_t> shape) {
-    TensorSpec spec{tensor_name(config_, role, layer), role, layer, std::move(shape), TrunkFormat::kF32};
+    TensorSpec spec{tensor_name(config_, role, layer), role, layer, std::move(shape), TrunkFormat::kF32, {}};
     spec.format = format_of(role, spec.shape.size());
     tensors_.push_back(std::move(spec));
   }
@@ -171,6 +194,7 @@ uint64_t TensorSpec::elements() const {
 
 std::string tensor_name(const ModelConfig& config, TensorRole role, uint32_t layer) {
   const TensorNaming& naming = family_of(config).naming;
+  if (role >= TensorRole::kVisionPatchEmbed) return vision_name(role, layer);
   const auto global = [&](std::string_view name) { return fmt::format("{}{}", naming.prefix, name); };
   switch (role) {
     case TensorRole::kEmbed: return global("model.embed_tokens.weight");
@@ -193,11 +217,15 @@ std::string expert_tensor_name(const ModelConfig& config, uint32_t layer, uint32
                      naming.expert_matrix[static_cast<int>(kind)]);
 }
 
-bool is_unrun_part_tensor(const ModelConfig& config, std::string_view name) {
-  for (std::string_view prefix : family_of(config).skipped_prefixes) {
+bool is_vision_tensor(const ModelConfig& config, std::string_view name) {
+  for (std::string_view prefix : family_of(config).vision_prefixes) {
     if (!prefix.empty() && name.starts_with(prefix)) return true;
   }
   return false;
+}
+
+bool is_unrun_part_tensor(const ModelConfig& config, std::string_view name) {
+  return !config.vision && is_vision_tensor(config, name);
 }
 
 bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name) {
@@ -255,6 +283,36 @@ std::vector<TensorSpec> trunk_inventory(const ModelConfig& c) {
   b.add(TensorRole::kFinalNorm, kNoLayer, {c.hidden});
   if (!c.tie_embeddings) b.add(TensorRole::kLmHead, kNoLayer, {c.vocab, c.hidden});
   return b.take();
+}
+
+std::vector<TensorSpec> vision_inventory(const ModelConfig& c) {
+  std::vector<TensorSpec> tensors;
+  if (!c.vision) return tensors;
+  const VisionConfig& v = *c.vision;
+  // int8 for every matrix: 4 bits failed on this tower (k3.md §4.5).
+  const auto add = [&](TensorRole role, uint32_t block, std::vector<uint64_t> shape,
+                       std::vector<uint64_t> source_shape = {}) {
+    const TrunkFormat format = shape.size() == 2 ? TrunkFormat::kQ8G128 : TrunkFormat::kF32;
+    tensors.push_back({vision_name(role, block), role, block, std::move(shape), format, std::move(source_shape)});
+  };
+  const uint64_t width = v.hidden, patch = v.patch;
+  // Groups run along a patch's 3p² values and along a grid cell's width.
+  add(TensorRole::kVisionPatchEmbed, kNoLayer, {width, v.patch_values()}, {width, 3, patch, patch});
+  add(TensorRole::kVisionPosEmb, kNoLayer, {uint64_t{v.pos_height} * v.pos_width, width},
+      {v.pos_height, v.pos_width, width});
+  for (uint32_t b = 0; b < v.blocks; ++b) {
+    add(TensorRole::kVisionNorm0, b, {width});
+    add(TensorRole::kVisionQkv, b, {3ull * v.qkv_width, width});
+    add(TensorRole::kVisionO, b, {width, v.qkv_width});
+    add(TensorRole::kVisionNorm1, b, {width});
+    add(TensorRole::kVisionFc0, b, {v.intermediate, width});
+    add(TensorRole::kVisionFc1, b, {width, v.intermediate});
+  }
+  add(TensorRole::kVisionFinalNorm, kNoLayer, {width});
+  add(TensorRole::kProjectorIn, kNoLayer, {v.merged(), v.merged()});
+  add(TensorRole::kProjectorOut, kNoLayer, {c.hidden, v.merged()});
+  add(TensorRole::kProjectorNorm, kNoLayer, {c.hidden});
+  return tensors;
 }
 
 std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& c) {

@@ -35,6 +35,9 @@ enum class TensorRole {
   kRouter, kRouterBias, kSharedGate, kSharedUp, kSharedDown,
   // Kimi K3's latent MoE: routed experts live in a narrower space (k3.md §2.4)
   kLatentDown, kLatentNorm, kLatentUp,
+  // Kimi K3's vision tower (layer = block) and projector (k3.md §4.1)
+  kVisionPatchEmbed, kVisionPosEmb, kVisionNorm0, kVisionQkv, kVisionO, kVisionNorm1, kVisionFc0, kVisionFc1,
+  kVisionFinalNorm, kProjectorIn, kProjectorOut, kProjectorNorm,
 };
 
 inline constexpr uint32_t kNoLayer = UINT32_MAX;
@@ -43,8 +46,13 @@ struct TensorSpec {
   std::string name;   // the Hugging Face name, kept in the container
   TensorRole role;
   uint32_t layer = kNoLayer;
-  std::vector<uint64_t> shape;  // the source's: [n], [rows, cols], or more (f32 only)
+  std::vector<uint64_t> shape;  // as stored: [n], [rows, cols], or more (f32 only)
   TrunkFormat format = TrunkFormat::kF32;
+  // The checkpoint's shape when it differs from `shape`, the same values in
+  // the same order (the vision patch kernel [out, 3, p, p] stored as [out,
+  // 3p²], the position grid [h, w, width] as [h·w, width]); empty: `shape`.
+  std::vector<uint64_t> source_shape;
+  const std::vector<uint64_t>& checkpoint_shape() const { return source_shape.empty() ? shape : source_shape; }
   uint64_t elements() const;
 };
 
@@ -59,6 +67,11 @@ struct MoeLayerSpec {
 // The trunk in container order (lm_head absent when embeddings are tied).
 std::vector<TensorSpec> trunk_inventory(const ModelConfig& config);
 std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& config);
+// K3's vision tower and projector, stored after the trunk in trunk.bin
+// (empty without a vision_config). Not resident unless a prompt has images,
+// so trunk_inventory leaves them out.
+std::vector<TensorSpec> vision_inventory(const ModelConfig& config);
+bool is_vision_tensor(const ModelConfig& config, std::string_view name);
 
 // The name of the tensor with `role` in `layer` (kNoLayer for global ones).
 std::string tensor_name(const ModelConfig& config, TensorRole role, uint32_t layer = kNoLayer);
@@ -66,7 +79,7 @@ std::string tensor_name(const ModelConfig& config, TensorRole role, uint32_t lay
 std::string expert_tensor_name(const ModelConfig& config, uint32_t layer, uint32_t expert, MatrixKind kind);
 // Layers of the source the model does not run (multi-token prediction).
 bool is_skipped_source_tensor(const ModelConfig& config, std::string_view name);
-// Tensors of parts of the checkpoint sluice does not run yet (K3's vision tower).
+// Vision tensors of a checkpoint whose config has no vision_config: not stored.
 bool is_unrun_part_tensor(const ModelConfig& config, std::string_view name);
 
 // How trunk.bin stores a tensor: rows of its last dimension.

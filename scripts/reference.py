@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # scripts/reference.py: the PyTorch f32 reference run of a Hugging Face
 # checkpoint or a sluice container (decoded by sluicepy.container, so it uses the
-# engine's quantized weights). Prints and dumps; never asserts anything itself.
+# engine's quantized weights), Kimi K3 with images. Prints and dumps; never asserts anything itself.
 import argparse
 import json
 import os
@@ -11,14 +11,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, container, families, k3, mla, mxfp4, routing, safetensors  # noqa: E402
+from sluicepy import SluiceError, container, families, k3, mla, mxfp4, routing, safetensors, vision  # noqa: E402
 from sluicepy.int8_activations import with_int8_activations  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
 from sluicepy.rvq_int16 import ContainerExperts  # noqa: E402
 
 _DESCRIPTION = """\
-Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 (Kimi K3's
-text model in f64, sluicepy/k3.py; its vision tower is not run) from the
+Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 (Kimi K3 in
+f64, sluicepy/k3.py, its vision tower sluicepy/vision.py with --image-rgb) from the
 published equations and dump logits. A checkpoint's fp8 weights are dequantized
 by their block scales; a container's weights are the engine's quantized ones.
 Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
@@ -99,18 +99,41 @@ def logit_cost(logits, ref):
             "max_abs_logit_error": float(diff.max()), "mean_abs_logit_error": float(diff.mean())}
 
 
-def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None):
+def with_images(config, weights, prompt, images):
+    """Kimi K3: each media pad of `prompt` (one per image, in order) expanded to its
+    image's positions, and the projector rows that are their input embeddings."""
+    pad = config.get("media_placeholder_token_id")
+    if not k3.is_k3(config) or "vision_config" not in config:
+        raise SluiceError("--image-rgb: the model has no vision tower")
+    if prompt.count(pad) != len(images):
+        raise SluiceError(f"--image-rgb: the prompt has {prompt.count(pad)} media pads (id {pad}) "
+                          f"for {len(images)} images")
+    v, expanded, rows = config["vision_config"], [], []
+    for token in prompt:
+        if token != pad:
+            expanded.append(token)
+            continue
+        pixels, _ = vision.preprocess(images[len(rows)], patch=v["patch_size"])
+        rows.append(vision.tower(weights, v, pixels))
+        expanded += [pad] * rows[-1].shape[0]
+    return expanded, torch.cat(rows)
+
+
+def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None, media_rows=None):
     """Returns (logits [1 + steps, vocab], generated token ids). `routes`, when a
     list, receives one {"tok": position, "layers": [[expert ids], ...]} per token fed
-    (the layout of `sluice run --trace-out`; needs the cache)."""
+    (the layout of `sluice run --trace-out`; needs the cache). `media_rows`: the
+    prompt's image rows (K3)."""
     if routes is not None and not use_cache:
         raise SluiceError("--trace-out needs the KV cache (drop --no-kv-cache)")
+    if media_rows is not None and not use_cache:
+        raise SluiceError("--image-rgb needs the KV cache (drop --no-kv-cache)")
     generator = torch.Generator().manual_seed(seed)
     cache = model.new_cache()
 
-    def feed(ids):
+    def feed(ids, media=None):
         start, trace = cache.length, None if routes is None else []
-        logits = model.forward(ids, cache, trace)
+        logits = model.forward(ids, cache, trace) if media is None else model.forward(ids, cache, trace, media)
         if trace is not None:
             routes.extend({"tok": start + t, "layers": [chosen[t].tolist() for _, chosen, _ in trace],
                            "weights": [weights[t].tolist() for _, _, weights in trace]}
@@ -118,7 +141,7 @@ def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None
         return logits
 
     with torch.no_grad():
-        rows = [feed(prompt)[-1]]
+        rows = [feed(prompt, media_rows)[-1]]
         tokens = []
         for _ in range(steps):
             last = rows[-1]
@@ -141,6 +164,10 @@ def relative_errors(quantized, original):
         w = original.get(name)
         if w is None:
             raise SluiceError(f"--compare: the checkpoint lacks tensor {name} that the container holds")
+        # The container may store a tensor in another shape of the same values (K3's patch kernel as rows).
+        q, w = np.asarray(q).reshape(-1), np.asarray(w).reshape(-1)
+        if q.size != w.size:
+            raise SluiceError(f"--compare: tensor {name} has {q.size} values in the container, {w.size} in the checkpoint")
         err = float(np.linalg.norm(q - w) / max(np.linalg.norm(w), 1e-30))
         kind = name.rsplit(".", 2)[-2] if ".experts." in name else "trunk:" + name.split(".")[-2]
         groups.setdefault(kind, []).append(err)
@@ -206,6 +233,10 @@ def main(argv=None):
                         help="a container's expert chosen by N or more tokens of a prefill chunk runs the "
                              "decode-once arithmetic, as the engine does from its rvq_decode_crossover "
                              "(`sluice run --json` reports it); default: tables only")
+    parser.add_argument("--image-rgb", metavar="FILE.npy", action="append", default=[],
+                        help="Kimi K3: an image as a uint8 [H, W, 3] numpy array, preprocessed and encoded by "
+                             "the oracle's tower; each media pad id of the prompt (one per image, in order) "
+                             "expands to its positions (repeatable)")
     parser.add_argument("--compare", metavar="HF_DIR",
                         help="MODEL is a container: run it greedily, run HF_DIR teacher-forced on the same "
                              "tokens, print JSON with top-1 agreement, max/mean abs logit error and "
@@ -232,7 +263,11 @@ def main(argv=None):
         routes = [] if args.trace_out else None
         model = with_engine_experts(build_model(config, weights, **options), args.model, args.f32_experts,
                                     args.decode_crossover, args.int8_activations)
-        logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache, routes)
+        media_rows = None
+        if args.image_rgb:
+            prompt, media_rows = with_images(config, weights, prompt, [np.load(f) for f in args.image_rgb])
+        logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache, routes,
+                                  media_rows)
         if args.trace_out:
             with open(args.trace_out, "w") as f:
                 f.writelines(json.dumps(row) + "\n" for row in routes)

@@ -15,6 +15,7 @@
 #include "proto/container.h"
 #include "proto/family_spec.h"
 #include "proto/model_config.h"
+#include "proto/tensor_inventory.h"
 
 namespace sluice::cli {
 namespace {
@@ -73,7 +74,13 @@ nlohmann::json describe_model(const ModelConfig& m) {
     if (!m.layer_is_moe[i]) dense.push_back(i);
     if (m.is_kda(i)) kda.push_back(i);
   }
-  return {{"mixer", mixer}, {"router", router}, {"dense_layers", dense}, {"kda_layers", kda},
+  nlohmann::json vision;  // null: text only
+  if (m.vision) {
+    const VisionConfig& v = *m.vision;
+    vision = {{"blocks", v.blocks}, {"hidden", v.hidden}, {"heads", v.heads}, {"head_dim", v.head_dim()},
+              {"patch", v.patch}, {"media_pad_id", v.media_pad_id}};
+  }
+  return {{"mixer", mixer}, {"router", router}, {"dense_layers", dense}, {"kda_layers", kda}, {"vision", vision},
           {"shared_expert_width", m.shared_width},
           {"state_bytes_per_token", m.state_floats_per_token() * sizeof(float)},
           {"state_bytes_fixed", m.state_floats_fixed() * sizeof(float)}};
@@ -125,6 +132,11 @@ nlohmann::json describe(const Container& c) {
                      {"codebook_base", layer.codebook_base},
                      {"o_direct", direct}});
   }
+  const ModelConfig config = ModelConfig::from_json(c.arch(), c.config());
+  uint64_t vision_bytes = 0;
+  for (const TrunkTensorInfo& t : c.trunk_tensors()) {
+    if (is_vision_tensor(config, t.name)) vision_bytes += t.bytes + t.scale_bytes;
+  }
   nlohmann::json files = nlohmann::json::array();
   for (const std::string& name : c.manifest().tokenizer_files) files.push_back(name);
   const MoeLayerInfo& first = layers.front();
@@ -157,7 +169,8 @@ nlohmann::json describe(const Container& c) {
       {"o_direct", direct_banks == static_cast<int>(layers.size())},
       {"o_direct_banks", direct_banks},
       {"moe_layer_table", table},
-      {"model", describe_model(ModelConfig::from_json(c.arch(), c.config()))},
+      {"model", describe_model(config)},
+      {"vision_bytes", vision_bytes},
   };
 }
 
@@ -200,6 +213,13 @@ void print_text(const Container& c, const nlohmann::json& d) {
              c.manifest().codebook_count, c.manifest().codebook_sharing);
   fmt::print("bits/weight    {:.2f} index, {:.3f} with scales and padding\n",
              d["index_bits_per_weight"].get<double>(), d["bits_per_weight"].get<double>());
+  if (const nlohmann::json& v = model["vision"]; !v.is_null()) {
+    fmt::print("vision         present: {} blocks of width {}, {} heads of {}; {} in trunk.bin, loaded only for images\n",
+               v["blocks"].get<uint32_t>(), v["hidden"].get<uint32_t>(), v["heads"].get<uint32_t>(),
+               v["head_dim"].get<uint32_t>(), human_bytes(d["vision_bytes"].get<uint64_t>()));
+  } else {
+    fmt::print("vision         none\n");
+  }
   fmt::print("tokenizer      {}\n", fmt::join(c.manifest().tokenizer_files, ", "));
   fmt::print("chat template  {}\n", c.chat_template() ? "present" : "none");
   if (d["chat_format"] == "xtml") {

@@ -39,6 +39,7 @@ void add_plan_command(CLI::App& app) {
     std::string budget;
     std::string ram;
     bool force = false;
+    bool images = false;
     bool json = false;
   };
   auto options = std::make_shared<Options>();
@@ -58,6 +59,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--ram", options->ram,
                   "Choose the budget for a machine with this much RAM (default: this one)")
       ->check(memory_size());
+  cmd->add_flag("--images", options->images,
+                "Plan for prompts with images: the vision tower (Kimi K3) is resident and in the floor");
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
     if (options->model.empty() && options->config.empty())
@@ -83,6 +86,7 @@ void add_plan_command(CLI::App& app) {
     }
     PlanRequest shape;
     shape.force = options->force;
+    shape.images = options->images;
     const MemoryPlan plan = plan_for(container ? &*container : nullptr, config, name,
                                      options->budget, options->context, ram, shape);
     const nlohmann::json breakdown = model_breakdown(config);

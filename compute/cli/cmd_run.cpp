@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "compute/cli/commands.h"
+#include "compute/cli/image_prompt.h"
 #include "compute/cli/interrupt.h"
 #include "compute/cli/run_options.h"
 #include "compute/kernels/dispatch.h"
@@ -46,6 +47,7 @@ struct RunArgs {
   std::string trace_out;
   std::optional<uint32_t> lookahead;
   std::string session;
+  std::vector<std::string> images;
 };
 
 void write_row(std::ofstream& out, std::span<const float> row, const std::string& path) {
@@ -75,7 +77,9 @@ std::function<bool(size_t, size_t)> prefill_feedback(uint32_t chunk) {
 }
 
 void run(const RunArgs& args) {
-  EngineOptions options = args.engine.options();
+  EngineFlags flags = args.engine;
+  flags.images = !args.images.empty();
+  EngineOptions options = flags.options();
   options.prefill_progress = prefill_feedback(args.engine.chunk);
   Engine engine(args.model, options);
   RoutingOptions routing_options;
@@ -98,6 +102,8 @@ void run(const RunArgs& args) {
     // A resumed session continues a sequence that already began.
     if (reused == 0 && tok.add_bos() && tok.bos_id()) prompt.insert(prompt.begin(), *tok.bos_id());
   }
+  const ImagePrompt placed = place_images(engine, tok, std::move(prompt), args.images);
+  prompt = placed.tokens;
   const uint32_t context = engine.transformer().context();
   if (prompt.size() > context - reused) {
     if (reused > 0) {
@@ -135,7 +141,8 @@ void run(const RunArgs& args) {
                           std::fflush(stdout);
                         }
                         return !InterruptScope::requested();
-                      });
+                      },
+                      placed.rows);
   const std::string tail = decoder.finish();
   text += tail;
   // The reference's last row is the logits after the last generated token,
@@ -253,6 +260,7 @@ void add_run_command(CLI::App& app) {
       "--session", args->session,
       "resume the sequence saved in FILE (if it exists; it must come from this container), prefill "
       "only PROMPT's tokens after it, and save the sequence back to FILE after generating");
+  add_image_flag(*cmd, args->images);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", args->json, "print one JSON object (text, token ids, statistics) instead of streaming");
   cmd->callback([args] { run(*args); });

@@ -222,6 +222,7 @@ EngineOptions EngineFlags::options() const {
     ioworker::WorkerOptions worker;
     PlanRequest shape;
     shape.force = flags.force;
+    shape.images = flags.images;
     worker.cache_bytes = plan_for(container, flags.budget, flags.context, shape).cache_bytes;
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;

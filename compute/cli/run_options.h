@@ -28,6 +28,7 @@ struct EngineFlags {
   uint32_t readers = 4;
   bool no_cache = false;
   double read_timeout = 60;  // seconds: shm::Client::kDefaultReadTimeout
+  bool images = false;       // the prompt has images: the plan counts the vision tower (not a flag)
   // The options for these flags. An attached session lives as long as the
   // returned options (it detaches when they are destroyed).
   EngineOptions options() const;

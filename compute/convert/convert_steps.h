@@ -32,7 +32,7 @@ struct Source {
   nlohmann::ordered_json chat_template;                               // string or null
   // Source tensors the model does not run (multi-token prediction layers).
   uint64_t skipped_tensors = 0;
-  uint64_t unrun_tensors = 0;  // of parts sluice does not run yet (K3's vision tower)
+  uint64_t unrun_tensors = 0;  // K3's vision tower when the config has no vision_config
 };
 Source open_source(FileSystem& fs, const std::string& dir);
 

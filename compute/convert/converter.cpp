@@ -114,7 +114,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   }
   if (source.unrun_tensors > 0) {
     summary["skipped_vision_tensors"] = source.unrun_tensors;
-    progress.note(fmt::format("skipping {} tensors of the vision tower and projector (not run by sluice yet)",
+    progress.note(fmt::format("skipping {} tensors of the vision tower and projector (the config has no vision_config)",
                               source.unrun_tensors));
   }
   const Start start = prepare_output(out, kWorkDir, state, options.force);

@@ -90,7 +90,7 @@ Source open_source(FileSystem& fs, const std::string& dir) {
   }
   source.plan = plan_model(source.config, config_path);
   source.checkpoint = Checkpoint::open(fs, dir);
-  for (const auto& tensor : source.plan.trunk) check_tensor(source.checkpoint, tensor.name, tensor.shape);
+  for (const auto& tensor : source.plan.trunk) check_tensor(source.checkpoint, tensor.name, tensor.checkpoint_shape());
   for (const auto& layer : source.plan.moe_layers) {
     const RecordLayout layout = RecordLayout::compute(layer.hidden, layer.expert_width);
     for (uint32_t e = 0; e < layer.experts; ++e) {

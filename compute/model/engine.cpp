@@ -64,10 +64,27 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 bool Engine::prefill(SequenceState& sequence, std::span<const int32_t> tokens,
-                     std::span<float> logits) {
+                     std::span<float> logits, std::span<const float> media_rows) {
+  if (!media_rows.empty() && !config_.vision) fail("the model has no vision tower: it cannot take images");
+  const int32_t pad = config_.vision ? static_cast<int32_t>(config_.vision->media_pad_id) : -1;
+  if (!media_rows.empty()) {
+    const auto pads = static_cast<size_t>(std::count(tokens.begin(), tokens.end(), pad));
+    if (pads * config_.hidden != media_rows.size()) {
+      fail("the prompt has {} media pad tokens but its images have {} rows", pads, media_rows.size() / config_.hidden);
+    }
+  }
+  size_t media_used = 0;
   for (size_t start = 0; start < tokens.size(); start += prefill_chunk_) {
     const size_t count = std::min<size_t>(prefill_chunk_, tokens.size() - start);
-    transformer_->forward(sequence, tokens.subspan(start, count), logits, false);
+    const std::span<const int32_t> chunk = tokens.subspan(start, count);
+    // Each chunk takes the rows of its own pads (a one-token last chunk too).
+    std::span<const float> chunk_rows;
+    if (!media_rows.empty()) {
+      const size_t values = static_cast<size_t>(std::count(chunk.begin(), chunk.end(), pad)) * config_.hidden;
+      chunk_rows = media_rows.subspan(media_used, values);
+      media_used += values;
+    }
+    transformer_->forward(sequence, chunk, logits, false, chunk_rows);
     check_logits_finite(logits, fmt::format("prefill of prompt tokens {}..{}", start, start + count - 1));
     if (prefill_progress_ && !prefill_progress_(start + count, tokens.size())) return false;
   }
@@ -84,7 +101,7 @@ void Engine::step(std::span<SequenceState* const> sequences, std::span<const int
 GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_t> prompt,
                                  uint32_t max_tokens, const SamplingParams& sampling,
                                  std::span<const int32_t> stop_ids, bool ignore_eos,
-                                 const TokenCallback& on_token) {
+                                 const TokenCallback& on_token, std::span<const float> media_rows) {
   if (prompt.empty()) fail("the prompt is empty: nothing to continue");
   const uint32_t room = transformer_->context() - sequence.position();
   if (prompt.size() > room) {
@@ -101,7 +118,7 @@ GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_
   context.insert(context.end(), prompt.begin(), prompt.end());
 
   auto start = std::chrono::steady_clock::now();
-  const bool prefilled = prefill(sequence, prompt, logits);
+  const bool prefilled = prefill(sequence, prompt, logits, media_rows);
   stats.prompt_tokens = static_cast<uint32_t>(prompt.size());
   stats.prefill_seconds = seconds_since(start);
   if (!prefilled) {

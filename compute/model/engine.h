@@ -78,6 +78,8 @@ class Engine {
   const ExpertSource& experts() const { return *source_; }
   ExpertSource& experts() { return *source_; }
   size_t threads() const { return pool_.size(); }
+  // The kernels and thread pool the model runs on (for the vision tower).
+  kernels::Exec exec() { return {kernels::isa_from_environment(), &pool_}; }
 
   // The default sequence.
   SequenceState& sequence() { return sequence_; }
@@ -86,11 +88,13 @@ class Engine {
 
   // Runs `tokens` through the model in chunks of at most prefill_chunk and
   // leaves the last token's logits in `logits`. False when prefill_progress
-  // abandoned it (the tokens run so far stay in the sequence).
+  // abandoned it (the tokens run so far stay in the sequence). `media_rows`:
+  // the input embeddings of the media pad tokens, in order (Transformer::forward).
   bool prefill(std::span<const int32_t> tokens, std::span<float> logits) {
     return prefill(sequence_, tokens, logits);
   }
-  bool prefill(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits);
+  bool prefill(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
+               std::span<const float> media_rows = {});
 
   // One decode step of distinct sequences together: tokens[i] runs on
   // sequences[i]; logits holds sequences.size() vocabulary-sized rows. The
@@ -107,16 +111,18 @@ class Engine {
   // sampled from. The last token is not run through the model. A prompt
   // longer than the context left is refused before any prefill; generation
   // that fills the context ends with FinishReason::kLength.
+  // `media_rows` are the prompt's image rows, as prefill takes them.
   GenerationStats generate(std::span<const int32_t> prompt, uint32_t max_tokens,
                            const SamplingParams& sampling, std::span<const int32_t> stop_ids,
-                           bool ignore_eos, const TokenCallback& on_token) {
-    return generate(sequence_, prompt, max_tokens, sampling, stop_ids, ignore_eos, on_token);
+                           bool ignore_eos, const TokenCallback& on_token,
+                           std::span<const float> media_rows = {}) {
+    return generate(sequence_, prompt, max_tokens, sampling, stop_ids, ignore_eos, on_token, media_rows);
   }
   // The same on `sequence`, continuing from its position.
   GenerationStats generate(SequenceState& sequence, std::span<const int32_t> prompt,
                            uint32_t max_tokens, const SamplingParams& sampling,
                            std::span<const int32_t> stop_ids, bool ignore_eos,
-                           const TokenCallback& on_token);
+                           const TokenCallback& on_token, std::span<const float> media_rows = {});
 
  private:
   Container container_;

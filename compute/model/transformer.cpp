@@ -46,10 +46,10 @@ SequenceState Transformer::new_sequence() const {
 }
 
 void Transformer::forward(SequenceState& sequence, std::span<const int32_t> tokens,
-                          std::span<float> logits, bool all_positions) {
+                          std::span<float> logits, bool all_positions, std::span<const float> media_rows) {
   if (tokens.empty()) fail("forward: no tokens");
   const Segment segment{&sequence, tokens};
-  run(std::span<const Segment>(&segment, 1), logits, all_positions);
+  run(std::span<const Segment>(&segment, 1), logits, all_positions, media_rows);
 }
 
 void Transformer::forward_batch(std::span<SequenceState* const> sequences,
@@ -70,7 +70,7 @@ void Transformer::forward_batch(std::span<SequenceState* const> sequences,
 }
 
 void Transformer::run(std::span<const Segment> segments, std::span<float> logits,
-                      bool all_positions) {
+                      bool all_positions, std::span<const float> media_rows) {
   positions_.clear();
   for (const Segment& segment : segments) {
     const uint32_t position = segment.sequence->position();
@@ -99,6 +99,7 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
     }
     weights_.embed.row(static_cast<uint32_t>(ids[t]), &x_[size_t{t} * hidden]);
   }
+  if (!media_rows.empty()) splice_media(ids, media_rows);
 
   routing_.assign(count, {});
   size_t moe_index = 0;
@@ -160,6 +161,22 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
   weights_.lm_head.apply(normed_.data(), static_cast<uint32_t>(rows_out), logits.data(), exec_);
   lap(times_.lm_head);
   for (const Segment& segment : segments) segment.sequence->advance(segment.tokens);
+}
+
+void Transformer::splice_media(std::span<const int32_t> ids, std::span<const float> rows) {
+  if (!config_.vision) fail("forward: image rows given to a model without a vision tower");
+  const uint32_t hidden = config_.hidden;
+  const auto pad = static_cast<int32_t>(config_.vision->media_pad_id);
+  const auto pads = static_cast<size_t>(std::count(ids.begin(), ids.end(), pad));
+  if (rows.size() != pads * hidden) {
+    fail("forward: {} values of image rows for {} media pad tokens of width {}", rows.size(), pads, hidden);
+  }
+  const float* next = rows.data();
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (ids[t] != pad) continue;
+    std::copy_n(next, hidden, &x_[t * hidden]);
+    next += hidden;
+  }
 }
 
 void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {

@@ -47,9 +47,11 @@ class Transformer {
   // Runs `tokens` of `sequence` at positions [position, position +
   // tokens.size()) and advances it. Writes vocabulary-sized logits for the
   // last token to `logits`, or for every token (tokens.size() rows) when
-  // `all_positions`.
+  // `all_positions`. `media_rows` (hidden wide), when given, are the input
+  // embeddings of the call's media pad tokens in order (K3's image
+  // positions, k3.md §4.3): exactly one row per pad.
   void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
-               bool all_positions);
+               bool all_positions, std::span<const float> media_rows = {});
   // One decode step of several distinct sequences at once: tokens[i] runs
   // at sequences[i]'s position, and logits row i (vocabulary-sized) is its.
   // Each row is bit-identical to sequences[i] stepped alone by forward().
@@ -80,7 +82,10 @@ class Transformer {
   };
   // Runs the segments' tokens as one chunk: logits for every token when
   // `all_positions`, else for each segment's last.
-  void run(std::span<const Segment> segments, std::span<float> logits, bool all_positions);
+  void run(std::span<const Segment> segments, std::span<float> logits, bool all_positions,
+           std::span<const float> media_rows = {});
+  // Overwrites the embeddings of the media pad tokens among `ids` with `rows`, in order.
+  void splice_media(std::span<const int32_t> ids, std::span<const float> rows);
   void moe(uint32_t layer, uint32_t tokens, size_t moe_index);
   // x += down(silu(gate(normed)) ⊙ up(normed)) for the chunk.
   void swiglu(const Linear& gate, const Linear& up, const Linear& down, uint32_t tokens);

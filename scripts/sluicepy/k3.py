@@ -293,6 +293,7 @@ class K3Model:
         if c["tie_word_embeddings"]:
             self.w[PREFIX + "lm_head.weight"] = self.w[PREFIX + "model.embed_tokens.weight"]
         self.layers, self.eps, self.vocab = c["num_hidden_layers"], c["rms_norm_eps"], c["vocab_size"]
+        self.media_pad = config.get("media_placeholder_token_id")
         self.block = c["attn_res_block_size"]
         situ_on = c["hidden_act"] == "situ"
         self.beta, self.linear_beta = c["activation_situ_beta"], c["activation_situ_linear_beta"]
@@ -419,13 +420,21 @@ class K3Model:
             return live
         return attn_res(blocks + [live], self.w[site + "_norm.weight"], self.w[site + "_proj.weight"], self.eps)
 
-    def forward(self, token_ids, cache, trace=None):
+    def forward(self, token_ids, cache, trace=None, media_rows=None):
         """Feeds `token_ids` after what `cache` holds; returns logits [T, vocab] (f64).
-        `trace`, when a list, receives (layer, expert ids, weights) per MoE layer."""
+        `trace`, when a list, receives (layer, expert ids, weights) per MoE layer.
+        `media_rows` [pads, hidden]: the input embeddings of the media pad tokens in
+        order (§4.3: the embedding table is not used for them)."""
         ids = torch.as_tensor(token_ids, dtype=torch.int64)
         if ids.numel() == 0 or ids.min() < 0 or ids.max() >= self.vocab:
             raise SluiceError(f"token ids must be non-empty and in [0, {self.vocab})")
         partial = self.w[PREFIX + "model.embed_tokens.weight"][ids]
+        if media_rows is not None:
+            pads = ids == self.media_pad
+            if int(pads.sum()) != media_rows.shape[0]:
+                raise SluiceError(f"{int(pads.sum())} media pad tokens for {media_rows.shape[0]} image rows")
+            partial = partial.clone()
+            partial[pads] = torch.as_tensor(media_rows).to(DTYPE)
         blocks = []
         for i in range(self.layers):
             p = f"{PREFIX}model.layers.{i}."

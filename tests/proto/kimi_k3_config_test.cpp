@@ -36,7 +36,9 @@ json k3_tiny() {
   "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "rope_scaling": null,
   "tie_word_embeddings": false, "num_nextn_predict_layers": 0, "model_max_length": 4096,
   "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"},
- "vision_config": {"patch_size": 14, "vt_hidden_size": 64}})");
+ "vision_config": {"patch_size": 14, "vt_hidden_size": 64, "vt_num_attention_heads": 2,
+  "qkv_hidden_size": 96, "vt_intermediate_size": 128, "vt_num_hidden_layers": 2,
+  "init_pos_emb_height": 8, "init_pos_emb_width": 8, "text_hidden_size": 128}})");
 }
 
 std::string error_of(const json& config) {
@@ -136,9 +138,62 @@ TEST_CASE("K3-tiny's inventory: 100 LM tensors under language_model., experts in
   REQUIRE(moe.size() == 3);
   CHECK(moe[0].hidden == 64);
   CHECK(moe[0].expert_width == 96);
-  CHECK(is_unrun_part_tensor(c, "vision_tower.patch_embed.proj.weight"));
-  CHECK(is_unrun_part_tensor(c, "mm_projector.proj.0.weight"));
-  CHECK_FALSE(is_unrun_part_tensor(c, "language_model.lm_head.weight"));
+  CHECK_FALSE(is_unrun_part_tensor(c, "vision_tower.patch_embed.proj.weight"));  // it has a vision_config
+  json text_only = k3_tiny();
+  text_only.erase("vision_config");
+  const ModelConfig t = ModelConfig::from_json(text_only);
+  CHECK_FALSE(t.vision);
+  CHECK(vision_inventory(t).empty());
+  CHECK(is_unrun_part_tensor(t, "vision_tower.patch_embed.proj.weight"));
+  CHECK(is_unrun_part_tensor(t, "mm_projector.proj.0.weight"));
+  CHECK_FALSE(is_unrun_part_tensor(t, "language_model.lm_head.weight"));
+}
+
+TEST_CASE("K3-tiny's vision tower: 18 tensors, int8 matrices, the kernel and the grid stored as rows") {
+  const ModelConfig c = ModelConfig::from_json(k3_tiny());
+  REQUIRE(c.vision);
+  CHECK(c.vision->head_dim() == 48);
+  CHECK(c.vision->media_pad_id == 509);
+  CHECK(c.vision->patch_values() == 588);
+  const std::vector<TensorSpec> vision = vision_inventory(c);
+  CHECK(vision.size() == 18);  // k3.md §6
+  for (const TensorSpec& t : vision) {
+    CAPTURE(t.name);
+    CHECK(is_vision_tensor(c, t.name));
+    CHECK(t.format == (t.shape.size() == 2 ? TrunkFormat::kQ8G128 : TrunkFormat::kF32));
+  }
+  const TensorSpec* kernel = find(vision, "vision_tower.patch_embed.proj.weight");
+  REQUIRE(kernel != nullptr);
+  CHECK(kernel->shape == std::vector<uint64_t>{64, 588});
+  CHECK(kernel->checkpoint_shape() == std::vector<uint64_t>{64, 3, 14, 14});
+  const TensorSpec* grid = find(vision, "vision_tower.patch_embed.pos_emb.weight");
+  REQUIRE(grid != nullptr);
+  CHECK(grid->shape == std::vector<uint64_t>{64, 64});
+  CHECK(grid->checkpoint_shape() == std::vector<uint64_t>{8, 8, 64});
+  const TensorSpec* qkv = find(vision, "vision_tower.encoder.blocks.1.wqkv.weight");
+  REQUIRE(qkv != nullptr);
+  CHECK(qkv->shape == std::vector<uint64_t>{288, 64});
+  const TensorSpec* projector = find(vision, "mm_projector.proj.2.weight");
+  REQUIRE(projector != nullptr);
+  CHECK(projector->shape == std::vector<uint64_t>{128, 256});
+  CHECK(find(vision, "mm_projector.post_norm.weight")->format == TrunkFormat::kF32);
+  // The text model's inventory leaves the tower out: it is resident only for images.
+  for (const TensorSpec& t : trunk_inventory(c)) CHECK_FALSE(is_vision_tensor(c, t.name));
+}
+
+TEST_CASE("vision_config values the tower cannot run are refused naming the key") {
+  json odd = k3_tiny();
+  odd["vision_config"]["qkv_hidden_size"] = 90;  // 2 heads of 45: not quarters
+  CHECK(doctest::String(error_of(odd).c_str()) == doctest::Contains("qkv_hidden_size"));
+  json wide = k3_tiny();
+  wide["vision_config"]["text_hidden_size"] = 256;
+  CHECK(doctest::String(error_of(wide).c_str()) == doctest::Contains("text_hidden_size"));
+  json missing = k3_tiny();
+  missing["vision_config"].erase("vt_num_hidden_layers");
+  CHECK(doctest::String(error_of(missing).c_str()) == doctest::Contains("vt_num_hidden_layers"));
+  json pad = k3_tiny();
+  pad["media_placeholder_token_id"] = 512;
+  CHECK(doctest::String(error_of(pad).c_str()) == doctest::Contains("media_placeholder_token_id"));
 }
 
 TEST_CASE("K3 configs the engine cannot run are refused naming the key") {
@@ -189,6 +244,12 @@ TEST_CASE("the real K3 (k3.md §1.2): experts of 3584 x 3072 in records of 12,40
                 {"model_max_length", 1048576}});
   t["linear_attn_config"].update(
       json{{"kda_layers", kda}, {"full_attn_layers", mla}, {"num_heads", 96}, {"head_dim", 128}});
+  config["media_placeholder_token_id"] = 163605;
+  config["vision_config"] = json{{"patch_size", 14},           {"vt_hidden_size", 1024},
+                                 {"vt_num_attention_heads", 12}, {"qkv_hidden_size", 1536},
+                                 {"vt_intermediate_size", 4096}, {"vt_num_hidden_layers", 27},
+                                 {"init_pos_emb_height", 64},   {"init_pos_emb_width", 64},
+                                 {"text_hidden_size", 7168}};
   const ModelConfig c = ModelConfig::from_json(config);
   CHECK(c.kda_layers() == 69);
   CHECK(c.moe_layers() == 92);
@@ -203,4 +264,10 @@ TEST_CASE("the real K3 (k3.md §1.2): experts of 3584 x 3072 in records of 12,40
   // The state: KDA 69 × 96 × 128² + conv 69 × 3 × 3 × 12288 fixed; MLA 24 × 576 per token (§7.3).
   CHECK(c.state_floats_fixed() == 69ull * (96 * 128 * 128 + 9 * 12288));
   CHECK(c.state_floats_per_token() == 24 * 576);
+  // The tower's and the projector's parameters (k3.md §4.1).
+  uint64_t tower = 0, projector = 0;
+  for (const TensorSpec& v : vision_inventory(c)) (v.name.rfind("mm_projector.", 0) == 0 ? projector : tower) += v.elements();
+  CHECK(tower == 401214464);
+  CHECK(projector == 46144512);
+  CHECK(c.vision->head_dim() == 128);
 }
