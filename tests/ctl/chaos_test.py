@@ -35,6 +35,16 @@ def process_state(pid):
         return None
 
 
+def start_time(pid):
+    """When pid started (clock ticks since boot): with the pid it names one
+    process, where a busy machine may have given a dead member's pid away."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return int(f.read().rsplit(')', 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ChaosTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -54,7 +64,7 @@ class ChaosTest(unittest.TestCase):
         if up.returncode != 0:
             raise AssertionError('sluice-up failed: ' + up.stderr)
         cls.prompt = ','.join(str(cls.rng.randrange(1, 200)) for _ in range(6))
-        cls.seen_pids = set()
+        cls.seen = set()  # (pid, start time) of every process of the group seen alive
         cls.reference = cls.generate('reference')
         if cls.reference[0].returncode != 0:
             raise AssertionError('the undisturbed run failed: ' + cls.reference[0].stderr)
@@ -68,7 +78,8 @@ class ChaosTest(unittest.TestCase):
         report = json.loads(subprocess.run([PYTHON, SLUICE_UP, 'status', '--json', '--instance', self.instance],
                                            env=self.env, capture_output=True, text=True).stdout)
         for member in report.get('members', []):
-            self.seen_pids.add(member['pid'])
+            if member['alive']:
+                self.seen.add((member['pid'], start_time(member['pid'])))
         return report
 
     def member(self, name):
@@ -169,9 +180,9 @@ class ChaosTest(unittest.TestCase):
         down = subprocess.run([PYTHON, SLUICE_UP, 'down', '--instance', self.instance], env=self.env,
                               capture_output=True, text=True)
         self.assertEqual(down.returncode, 0, down.stderr)
-        self.seen_pids.add(status['supervisor_pid'])
-        for pid in self.seen_pids:
-            self.assertFalse(alive(pid), 'pid %d is still alive' % pid)
+        self.seen.add((status['supervisor_pid'], start_time(status['supervisor_pid'])))
+        for pid, started in self.seen:
+            self.assertFalse(alive(pid) and start_time(pid) == started, 'pid %d is still alive' % pid)
         self.assertFalse(os.path.exists(sock))
         self.assertFalse(os.path.exists(segment))
         for entry in os.listdir('/proc'):

@@ -4,10 +4,12 @@
 // any finding (an exception other than a clean refusal). A crash or a
 // sanitizer report ends the process on its own.
 //   fuzz_loop TARGET [--cases N] [--seed S] [--write-seeds DIR]
+//   fuzz_loop --canary address|undefined   (a deliberate fault, see below)
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -98,12 +100,35 @@ void mutate(std::string& s, Rng& rng, bool json) {
   }
 }
 
+// One fault of the kind a sanitizer exists to catch, so a test can show that
+// in this build a report ends the run with a failure instead of a warning.
+int canary(const std::string& kind) {
+  if (kind == "address") {
+    std::vector<uint8_t> bytes(8);
+    const volatile uint8_t* start = bytes.data();
+    return start[bytes.size()];
+  }
+  if (kind == "undefined") {
+    volatile int largest = std::numeric_limits<int>::max();
+    return largest + 1;
+  }
+  std::fprintf(stderr, "fuzz_loop: --canary takes address or undefined, not %s\n", kind.c_str());
+  std::exit(2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: fuzz_loop TARGET [--cases N] [--seed S] [--write-seeds DIR]\n");
     return 2;
+  }
+  if (std::string(argv[1]) == "--canary" && argc == 3) {
+    // The value is printed so that no optimizer may drop the faulty access.
+    const int value = canary(argv[2]);
+    std::fprintf(stderr, "fuzz_loop: the %s canary ran without a sanitizer report (%d)\n", argv[2],
+                 value);
+    return 0;
   }
   const sluice::fuzz::Target* target = sluice::fuzz::find_target(argv[1]);
   if (target == nullptr) {

@@ -6,7 +6,8 @@
 # tokenizer damaged or gone) and converted. Each case must end in a one-line
 # refusal naming the file, key or tensor, with no manifest written, or in a
 # container that `sluice verify` calls sound and `sluice run` can use: never
-# a crash, never an unusable container. SLUICE_PROBE_SEED repeats a run.
+# a crash, never an unusable container. SLUICE_PROBE_SEED repeats a run;
+# SLUICE_PROBE_CASES runs more cases (the first 12 of a seed are the default run).
 import json
 import os
 import random
@@ -20,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from convert_e2e_test import SLUICE, convert, make_checkpoint, read_header  # noqa: E402
 
 SEED = int(os.environ.get("SLUICE_PROBE_SEED", random.SystemRandom().randrange(1 << 30)))
-CASES = 12
+CASES = int(os.environ.get("SLUICE_PROBE_CASES", 12))
 ODD_VALUES = [-1, 0, -1e-6, 1e30, "2", None, [], {}, True, 0.5, 2 ** 40]
 
 
