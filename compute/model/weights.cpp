@@ -12,57 +12,7 @@
 namespace sluice {
 namespace {
 
-class TrunkLoader {
- public:
-  TrunkLoader(const Container& container, const ModelConfig& config) : container_(container) {
-    for (TensorSpec& spec : trunk_inventory(config)) {
-      const auto key = std::make_pair(spec.layer, spec.role);
-      specs_.emplace(key, std::move(spec));
-    }
-  }
-  bool has(TensorRole role, uint32_t layer = kNoLayer) const { return specs_.count({layer, role}) != 0; }
-
-  std::vector<float> vector(TensorRole role, uint32_t layer = kNoLayer) {
-    const TensorSpec& spec = find(role, layer);
-    const TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
-    if (tensor.rows() * tensor.cols() != spec.elements()) {
-      fail("{}: tensor {} has {} values, the config implies {}", container_.dir(), spec.name,
-           tensor.rows() * tensor.cols(), spec.elements());
-    }
-    bytes_ += tensor.info().bytes;
-    return dequantize(tensor);
-  }
-  std::vector<float> vector_if(TensorRole role, uint32_t layer) {
-    return has(role, layer) ? vector(role, layer) : std::vector<float>{};
-  }
-
-  Linear linear(TensorRole role, uint32_t layer = kNoLayer) { return linear_named(find(role, layer)); }
-  Linear linear_if(TensorRole role, uint32_t layer) { return has(role, layer) ? linear(role, layer) : Linear(); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  const TensorSpec& find(TensorRole role, uint32_t layer) const {
-    const auto it = specs_.find({layer, role});
-    if (it == specs_.end()) fail("{}: the model has no tensor of role {} in layer {}", container_.dir(), int(role), layer);
-    return it->second;
-  }
-  Linear linear_named(const TensorSpec& spec) {
-    TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
-    if (tensor.info().shape.size() != 2 || tensor.rows() != spec.shape[0] || tensor.cols() != spec.shape[1]) {
-      fail("{}: tensor {} has shape [{}, {}], the config implies [{}, {}]", container_.dir(), spec.name, tensor.rows(),
-           tensor.cols(), spec.shape[0], spec.shape[1]);
-    }
-    Linear linear(std::move(tensor));
-    bytes_ += linear.bytes();
-    return linear;
-  }
-
-  const Container& container_;
-  std::map<std::pair<uint32_t, TensorRole>, TensorSpec> specs_;
-  size_t bytes_ = 0;
-};
-
-void load_moe(TrunkLoader& t, const Container& container, const Codebooks& codebooks, const ModelConfig& config,
+void load_moe(TensorLoader& t, const Container& container, const Codebooks& codebooks, const ModelConfig& config,
               uint32_t i, LayerWeights& layer) {
   MoeWeights& moe = layer.moe.emplace();
   moe.bank = container.find_moe_layer(i);
@@ -146,9 +96,53 @@ size_t Linear::bytes() const {
   return tensor_ ? tensor_->info().bytes + tensor_->info().scale_bytes : 0;
 }
 
+TensorLoader::TensorLoader(const Container& container, std::vector<TensorSpec> inventory) : container_(container) {
+  for (TensorSpec& spec : inventory) {
+    const auto key = std::make_pair(spec.layer, spec.role);
+    specs_.emplace(key, std::move(spec));
+  }
+}
+
+std::vector<float> TensorLoader::vector(TensorRole role, uint32_t layer) {
+  const TensorSpec& spec = find(role, layer);
+  const TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
+  if (tensor.rows() * tensor.cols() != spec.elements()) {
+    fail("{}: tensor {} has {} values, the config implies {}", container_.dir(), spec.name,
+         tensor.rows() * tensor.cols(), spec.elements());
+  }
+  bytes_ += tensor.info().bytes;
+  return dequantize(tensor);
+}
+
+std::vector<float> TensorLoader::vector_if(TensorRole role, uint32_t layer) {
+  return has(role, layer) ? vector(role, layer) : std::vector<float>{};
+}
+
+Linear TensorLoader::linear(TensorRole role, uint32_t layer) {
+  const TensorSpec& spec = find(role, layer);
+  TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
+  if (tensor.info().shape.size() != 2 || tensor.rows() != spec.shape[0] || tensor.cols() != spec.shape[1]) {
+    fail("{}: tensor {} has shape [{}, {}], the config implies [{}, {}]", container_.dir(), spec.name, tensor.rows(),
+         tensor.cols(), spec.shape[0], spec.shape[1]);
+  }
+  Linear linear(std::move(tensor));
+  bytes_ += linear.bytes();
+  return linear;
+}
+
+Linear TensorLoader::linear_if(TensorRole role, uint32_t layer) {
+  return has(role, layer) ? linear(role, layer) : Linear();
+}
+
+const TensorSpec& TensorLoader::find(TensorRole role, uint32_t layer) const {
+  const auto it = specs_.find({layer, role});
+  if (it == specs_.end()) fail("{}: the model has no tensor of role {} in layer {}", container_.dir(), int(role), layer);
+  return it->second;
+}
+
 ModelWeights ModelWeights::load(const Container& container, const ModelConfig& config) {
   ModelWeights w;
-  TrunkLoader t(container, config);
+  TensorLoader t(container, trunk_inventory(config));
   w.embed = t.linear(TensorRole::kEmbed);
   w.final_norm = t.vector(TensorRole::kFinalNorm);
   w.final_res_norm = t.vector_if(TensorRole::kFinalResNorm, kNoLayer);

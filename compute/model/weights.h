@@ -4,6 +4,7 @@
 // and is applied by the kernels. Routed experts are not here.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "compute/kernels/rvq.h"
 #include "proto/container.h"
 #include "proto/model_config.h"
+#include "proto/tensor_inventory.h"
 
 namespace sluice {
 
@@ -35,6 +37,27 @@ class Linear {
   std::optional<TrunkTensor> tensor_;
   kernels::QuantMatrixView view_;
   uint32_t rows_ = 0, cols_ = 0;
+};
+
+// Loads the tensors of an inventory (the trunk's, the vision tower's) from
+// trunk.bin by role and layer, refusing any whose stored shape is not the one
+// the config implies, and counts the bytes it made resident.
+class TensorLoader {
+ public:
+  TensorLoader(const Container& container, std::vector<TensorSpec> inventory);
+  bool has(TensorRole role, uint32_t layer = kNoLayer) const { return specs_.count({layer, role}) != 0; }
+  std::vector<float> vector(TensorRole role, uint32_t layer = kNoLayer);
+  std::vector<float> vector_if(TensorRole role, uint32_t layer);
+  Linear linear(TensorRole role, uint32_t layer = kNoLayer);
+  Linear linear_if(TensorRole role, uint32_t layer);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const TensorSpec& find(TensorRole role, uint32_t layer) const;
+
+  const Container& container_;
+  std::map<std::pair<uint32_t, TensorRole>, TensorSpec> specs_;
+  size_t bytes_ = 0;
 };
 
 struct GqaWeights {

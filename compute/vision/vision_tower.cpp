@@ -3,8 +3,6 @@
 // Shapes come from the tensor inventory; nothing here spells a tensor name.
 #include "compute/vision/vision_tower.h"
 
-#include <fmt/ranges.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -32,54 +30,12 @@ float gelu_erf(float v) {
   return 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f));
 }
 
-class VisionLoader {
- public:
-  VisionLoader(const Container& container, const ModelConfig& config) : container_(container) {
-    for (TensorSpec& spec : vision_inventory(config)) specs_.push_back(std::move(spec));
-  }
-  Linear linear(TensorRole role, uint32_t block = kNoLayer) {
-    const TensorSpec& spec = find(role, block);
-    TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
-    if (tensor.info().shape.size() != 2 || tensor.rows() != spec.shape[0] ||
-        tensor.cols() != spec.shape[1]) {
-      fail("{}: tensor {} has shape [{}], the config implies [{}, {}]", container_.dir(), spec.name,
-           fmt::join(tensor.info().shape, ", "), spec.shape[0], spec.shape[1]);
-    }
-    Linear linear(std::move(tensor));
-    bytes_ += linear.bytes();
-    return linear;
-  }
-  std::vector<float> vector(TensorRole role, uint32_t block = kNoLayer) {
-    const TensorSpec& spec = find(role, block);
-    const TrunkTensor tensor = container_.load_trunk_tensor(spec.name);
-    if (tensor.rows() * tensor.cols() != spec.elements()) {
-      fail("{}: tensor {} has {} values, the config implies {}", container_.dir(), spec.name,
-           tensor.rows() * tensor.cols(), spec.elements());
-    }
-    bytes_ += tensor.info().bytes;
-    return dequantize(tensor);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  const TensorSpec& find(TensorRole role, uint32_t block) const {
-    for (const TensorSpec& spec : specs_) {
-      if (spec.role == role && spec.layer == block) return spec;
-    }
-    fail("{}: the model has no vision tensor of role {} in block {}", container_.dir(), int(role),
-         block);
-  }
-  const Container& container_;
-  std::vector<TensorSpec> specs_;
-  size_t bytes_ = 0;
-};
-
 }  // namespace
 
 VisionWeights VisionWeights::load(const Container& container, const ModelConfig& config) {
   if (!config.vision)
     fail("{}: the model has no vision tower (its config has no vision_config)", container.dir());
-  VisionLoader t(container, config);
+  TensorLoader t(container, vision_inventory(config));
   VisionWeights w;
   w.patch_embed = t.linear(TensorRole::kVisionPatchEmbed);
   w.pos_emb = t.linear(TensorRole::kVisionPosEmb);
