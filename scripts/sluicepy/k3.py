@@ -4,11 +4,12 @@
 # full-rank output gate and the bounded decay, MLA with the factorised query and the
 # output gate, the latent MoE and SiTU. The KDA recurrence is kda.py's. Never fast-pathed.
 import copy
+import math
 
 import numpy as np
 import torch
 
-from . import SluiceError, kda, mxfp4
+from . import SluiceError, families, kda, mxfp4
 
 ARCH = "kimi_k3"
 PREFIX = "language_model."
@@ -210,21 +211,14 @@ def _vision_shapes(v):
 
 
 def init_std_and_mean(config, name):
-    """(mean, std) of K3-tiny's random `name` (k3.md §6 on top of architectures §7)."""
-    hidden = config["text_config"]["hidden_size"]
+    """(mean, std) of K3-tiny's random `name` (k3.md §6): its own tensors here, the
+    rest by the shared rules of architectures §7 (families.init_std_and_mean)."""
+    text = config["text_config"]
     if name.endswith("_res_proj.weight"):
-        return 0.0, 2.0 / hidden ** 0.5
-    if name.endswith("norm.weight") or name.endswith(("norm0.weight", "norm1.weight")):
+        return 0.0, 2.0 / math.sqrt(text["hidden_size"])
+    if name.endswith(("norm0.weight", "norm1.weight")):  # the vision tower's norms
         return 1.0, 0.1
-    if name.endswith("gate.e_score_correction_bias"):
-        return 0.0, 0.05
-    if name.endswith(".dt_bias"):
-        return 0.0, 1.0
-    if name.endswith("_conv1d.weight"):
-        return 0.0, 0.3
-    if name.endswith("block_sparse_moe.gate.weight"):
-        return 0.0, 2.0 / hidden ** 0.5
-    return 0.0, 0.02
+    return families.init_std_and_mean(text, name)
 
 
 def a_log_values(config, name, rng):
