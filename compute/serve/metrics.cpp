@@ -55,6 +55,12 @@ std::string Metrics::prometheus() const {
   auto metric = [&out](const char* name, const char* type, const char* help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
+  // A metric without labels: its header and its one sample line.
+  auto single = [&](const char* name, const char* type, const char* help,
+                    const std::string& value) {
+    metric(name, type, help);
+    out += fmt::format("{} {}\n", name, value);
+  };
   metric("sluice_requests_total", "counter", "HTTP requests answered, by endpoint and status");
   for (const auto& [key, count] : requests_)
     out += fmt::format("sluice_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
@@ -62,41 +68,40 @@ std::string Metrics::prometheus() const {
   metric("sluice_generations_total", "counter", "generations run by the engine, by finish reason");
   for (const auto& [finish, count] : generations_)
     out += fmt::format("sluice_generations_total{{finish_reason=\"{}\"}} {}\n", finish, count);
-  metric("sluice_prompt_tokens_total", "counter", "prompt tokens of finished generations");
-  out += fmt::format("sluice_prompt_tokens_total {}\n", prompt_tokens_);
-  metric("sluice_prompt_cached_tokens_total", "counter",
-         "prompt tokens reused from the previous request's state (not prefilled)");
-  out += fmt::format("sluice_prompt_cached_tokens_total {}\n", cached_tokens_);
-  metric("sluice_generated_tokens_total", "counter", "tokens generated");
-  out += fmt::format("sluice_generated_tokens_total {}\n", completion_tokens_);
-  metric("sluice_prefill_seconds_total", "counter", "time spent prefilling prompts");
-  out += fmt::format("sluice_prefill_seconds_total {:.6f}\n", prefill_seconds_);
-  metric("sluice_decode_seconds_total", "counter", "time spent generating tokens");
-  out += fmt::format("sluice_decode_seconds_total {:.6f}\n", decode_seconds_);
-  metric("sluice_decode_tokens_per_second", "gauge",
-         "decode rate of the running or last generation");
-  out += fmt::format("sluice_decode_tokens_per_second {:.3f}\n", decode_rate_);
-  metric("sluice_queue_depth", "gauge", "requests waiting for the engine");
-  out += fmt::format("sluice_queue_depth {}\n", queued_);
-  metric("sluice_requests_processing", "gauge", "requests the engine is generating for");
-  out += fmt::format("sluice_requests_processing {}\n", running_);
-  metric("sluice_expert_requests_total", "counter", "routed experts the model asked for");
-  out += fmt::format("sluice_expert_requests_total {}\n", experts_.requests);
-  metric("sluice_expert_hits_total", "counter", "routed experts served without reading the disk");
-  out += fmt::format("sluice_expert_hits_total {}\n", experts_.hits);
-  metric("sluice_expert_hit_rate", "gauge", "expert hits over expert requests since start");
-  out += fmt::format("sluice_expert_hit_rate {:.6f}\n",
-                     experts_.requests ? double(experts_.hits) / double(experts_.requests) : 0.0);
-  metric("sluice_expert_reads_total", "counter", "expert records read from disk");
-  out += fmt::format("sluice_expert_reads_total {}\n", experts_.reads);
-  metric("sluice_expert_bytes_read_total", "counter", "bytes of expert records read from disk");
-  out += fmt::format("sluice_expert_bytes_read_total {}\n", experts_.bytes_read);
+  single("sluice_prompt_tokens_total", "counter", "prompt tokens of finished generations",
+         fmt::format("{}", prompt_tokens_));
+  single("sluice_prompt_cached_tokens_total", "counter",
+         "prompt tokens reused from the previous request's state (not prefilled)",
+         fmt::format("{}", cached_tokens_));
+  single("sluice_generated_tokens_total", "counter", "tokens generated",
+         fmt::format("{}", completion_tokens_));
+  single("sluice_prefill_seconds_total", "counter", "time spent prefilling prompts",
+         fmt::format("{:.6f}", prefill_seconds_));
+  single("sluice_decode_seconds_total", "counter", "time spent generating tokens",
+         fmt::format("{:.6f}", decode_seconds_));
+  single("sluice_decode_tokens_per_second", "gauge",
+         "decode rate of the running or last generation", fmt::format("{:.3f}", decode_rate_));
+  single("sluice_queue_depth", "gauge", "requests waiting for the engine",
+         fmt::format("{}", queued_));
+  single("sluice_requests_processing", "gauge", "requests the engine is generating for",
+         fmt::format("{}", running_));
+  single("sluice_expert_requests_total", "counter", "routed experts the model asked for",
+         fmt::format("{}", experts_.requests));
+  single("sluice_expert_hits_total", "counter", "routed experts served without reading the disk",
+         fmt::format("{}", experts_.hits));
+  single("sluice_expert_hit_rate", "gauge", "expert hits over expert requests since start",
+         fmt::format("{:.6f}",
+                     experts_.requests ? double(experts_.hits) / double(experts_.requests) : 0.0));
+  single("sluice_expert_reads_total", "counter", "expert records read from disk",
+         fmt::format("{}", experts_.reads));
+  single("sluice_expert_bytes_read_total", "counter", "bytes of expert records read from disk",
+         fmt::format("{}", experts_.bytes_read));
   if (guesses_) {
-    metric("sluice_lookahead_precision_at_1", "gauge",
-           "share of the router's first guesses that were a real expert");
-    out += fmt::format("sluice_lookahead_precision_at_1 {:.6f}\n", guesses_->precision_at_1());
-    metric("sluice_lookahead_recall", "gauge", "share of the real experts the router guessed");
-    out += fmt::format("sluice_lookahead_recall {:.6f}\n", guesses_->recall());
+    single("sluice_lookahead_precision_at_1", "gauge",
+           "share of the router's first guesses that were a real expert",
+           fmt::format("{:.6f}", guesses_->precision_at_1()));
+    single("sluice_lookahead_recall", "gauge", "share of the real experts the router guessed",
+           fmt::format("{:.6f}", guesses_->recall()));
   }
   return out;
 }
