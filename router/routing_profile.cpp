@@ -154,14 +154,18 @@ RoutingStats profile_for(const RoutingGeometry& geometry) {
       stretched.push_back(std::min(double(source.tokens), total * (hi - lo)));
     }
   }
+  // Reuse within one token is the mean next-token repeat (routing-stats.json),
+  // so the reuse curve must follow the repeats kept: the layers a cut selects
+  // (or K3's measured repeat) have another mean than the source's. Misses at
+  // every window shrink or grow alike.
+  const double kept_mean = out.next_token_repeat_mean();
+  const double target_mean = geometry == kK3 ? kK3NextTokenRepeat : kept_mean;
+  if (kept_mean > 0)
+    for (double& r : out.next_token_repeat) r *= target_mean / kept_mean;
+  const double source_mean = source.next_token_repeat_mean();
   out.reuse_within = source.reuse_within;
-  if (geometry == kK3) {
-    // Rescale the repeat to K3's, and the reuse curve so its misses shrink alike.
-    const double from_mean = source.next_token_repeat_mean();
-    for (double& r : out.next_token_repeat) r *= kK3NextTokenRepeat / from_mean;
-    for (auto& [w, share] : out.reuse_within)
-      share = 1.0 - (1.0 - share) * (1.0 - kK3NextTokenRepeat) / (1.0 - from_mean);
-  }
+  for (auto& [w, share] : out.reuse_within)
+    share = 1.0 - (1.0 - share) * (1.0 - target_mean) / (1.0 - source_mean);
   return out;
 }
 

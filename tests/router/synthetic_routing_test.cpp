@@ -117,6 +117,24 @@ TEST_CASE("generated Kimi-Linear-48B routing has the recorded statistics") {
   check_against_recording("Kimi-Linear-48B-A3B-Instruct");
 }
 
+TEST_CASE("a profile cut to fewer layers reuses within one token as its kept layers repeat") {
+  // OLMoE's 16 recorded layers cut to 4 (`--layers 4`): layers 0, 4, 8, 12 are
+  // kept, and their mean repeat is not the 16 layers' mean.
+  const RoutingGeometry cut{4, 64, 8};
+  const RoutingStats target = profile_for(cut);
+  REQUIRE(target.reuse_within.front().first == 1);
+  CHECK(target.reuse_within.front().second == doctest::Approx(target.next_token_repeat_mean()));
+  for (size_t w = 1; w < target.reuse_within.size(); ++w) {
+    CHECK(target.reuse_within[w].second >= target.reuse_within[w - 1].second);
+    CHECK(target.reuse_within[w].second <= 1.0);
+  }
+  const RoutingStats s = measure_routing(synthetic_trace(cut, target.tokens, 3), cut);
+  for (size_t w = 0; w < s.reuse_within.size(); ++w) {
+    CAPTURE(s.reuse_within[w].first);
+    CHECK(std::abs(s.reuse_within[w].second - target.reuse_within[w].second) <= 0.03);
+  }
+}
+
 TEST_CASE("generated K3 routing (92 x 896, top-16) repeats as the reference measured") {
   const RoutingGeometry k3{92, 896, 16};
   const RoutingStats target = profile_for(k3);
