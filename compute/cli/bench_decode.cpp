@@ -16,6 +16,7 @@
 #include <string>
 
 #include "compute/cli/bench_disk.h"
+#include "compute/cli/bench_routing.h"
 #include "compute/cli/commands.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
@@ -25,7 +26,6 @@
 #include "proto/container.h"
 #include "proto/error.h"
 #include "router/lookahead.h"
-#include "router/synthetic_routing.h"
 #include "router/trace.h"
 
 namespace sluice::cli {
@@ -85,22 +85,11 @@ class ReroutedSource final : public ExpertSource {
   bool started_ = false;
 };
 
-// The routing `flag` names for this container, checked against its banks.
+// The routing `flag` names, checked against the container's banks.
 std::vector<router::TraceToken> load_routing(const std::string& flag, const Container& container, uint32_t tokens) {
   const auto& layers = container.moe_layers();
-  router::RoutingGeometry g{static_cast<uint32_t>(layers.size()), layers.front().experts, container.top_k()};
-  for (const MoeLayerInfo& info : layers) g.experts = std::min(g.experts, info.experts);
-  std::vector<router::TraceToken> trace;
-  if (flag == "synthetic" || flag.rfind("synthetic:", 0) == 0) {
-    const std::string digits = flag.size() > 10 ? flag.substr(10) : "1";
-    if (digits.empty() || digits.size() > 19 || digits.find_first_not_of("0123456789") != std::string::npos) {
-      fail("--routing: '{}' is not synthetic, synthetic:SEED or a trace file", flag);
-    }
-    trace = router::synthetic_trace(g, std::max<uint32_t>(tokens, 1) + 1, std::stoull(digits));
-  } else {
-    trace = router::read_trace(flag);
-  }
-  if (trace.empty()) fail("{}: the routing holds no tokens", flag);
+  std::vector<router::TraceToken> trace =
+      load_bench_routing(flag, moe_geometry(container), std::max<uint32_t>(tokens, 1) + 1).trace;
   for (const router::TraceToken& token : trace) {
     if (token.layers.size() != layers.size()) {
       fail("{}: {} MoE layers per token, {} has {}", flag, token.layers.size(), container.dir(), layers.size());

@@ -13,13 +13,13 @@
 #include <optional>
 #include <string>
 
+#include "compute/cli/bench_routing.h"
 #include "compute/cli/commands.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
 #include "proto/error.h"
 #include "router/replay.h"
-#include "router/synthetic_routing.h"
 #include "shm/client.h"
 #include "shm/stats.h"
 
@@ -52,37 +52,6 @@ router::RoutingGeometry parse_geometry(const std::string& text) {
     fail("--geometry: '{}' is not olmoe, kimi-linear, k3 or LAYERS,EXPERTS,TOP_K", text);
   }
   return g;
-}
-
-router::RoutingGeometry model_geometry(const Container& container) {
-  const auto& layers = container.moe_layers();
-  if (layers.empty()) fail("{}: the container has no expert layers", container.dir());
-  uint32_t experts = layers.front().experts;
-  for (const MoeLayerInfo& info : layers) experts = std::min(experts, info.experts);
-  return {static_cast<uint32_t>(layers.size()), experts, container.top_k()};
-}
-
-// The routing to replay: synthetic (seeded) for `geometry`, or a trace file.
-std::vector<router::TraceToken> load_routing(const ReplayFlags& flags, const router::RoutingGeometry& geometry,
-                                             std::string& label) {
-  const std::string source = flags.routing.empty() ? flags.trace : flags.routing;
-  if (source.empty()) fail("bench replay: give a TRACE or --routing synthetic[:SEED]");
-  if (source == "synthetic" || source.rfind("synthetic:", 0) == 0) {
-    uint64_t seed = 1;
-    if (source.size() > 10) {
-      const std::string digits = source.substr(10);
-      if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 19) {
-        fail("--routing: '{}' is not synthetic or synthetic:SEED", source);
-      }
-      seed = std::stoull(digits);
-    }
-    label = fmt::format("synthetic:{} ({})", seed, router::profile_for(geometry).name);
-    return router::synthetic_trace(geometry, flags.tokens, seed);
-  }
-  label = source;
-  std::vector<router::TraceToken> trace = router::read_trace(source);
-  if (trace.empty()) fail("{}: the trace holds no tokens", source);
-  return trace;
 }
 
 // Trace MoE ordinals → model layers, every expert id checked against its bank.
@@ -186,9 +155,10 @@ void run_replay(const ReplayFlags& flags) {
   if (flags.model.empty() == flags.geometry.empty()) fail("bench replay: give exactly one of --model and --geometry");
   std::optional<Container> container;
   if (!flags.model.empty()) container.emplace(Container::open(flags.model));
-  const router::RoutingGeometry geometry = container ? model_geometry(*container) : parse_geometry(flags.geometry);
-  std::string label;
-  const std::vector<router::TraceToken> trace = load_routing(flags, geometry, label);
+  const router::RoutingGeometry geometry = container ? moe_geometry(*container) : parse_geometry(flags.geometry);
+  const std::string source = flags.routing.empty() ? flags.trace : flags.routing;
+  if (source.empty()) fail("bench replay: give a TRACE or --routing synthetic[:SEED]");
+  const auto [trace, label] = load_bench_routing(source, geometry, flags.tokens);
   const std::vector<router::ReplayRequest> requests = router::replay_requests(trace);
   uint64_t accesses = 0;
   for (const router::ReplayRequest& r : requests) accesses += r.experts.size();

@@ -141,4 +141,14 @@ TEST_CASE(
             {testing::sluice_bin(), "bench", "decode", model, "--budget", "4G", "--routing", trace, "--lookahead", "0"},
             &output) != 0);
   CHECK(output.find("MoE layers per token") != std::string::npos);
+  // One reading of --routing serves decode and replay: a seed that is not
+  // digits, or a colon with no seed, is an argument error in both.
+  CHECK(testing::run_command({testing::sluice_bin(), "bench", "decode", model, "--budget", "4G", "--routing",
+                              "synthetic:x1", "--lookahead", "0"},
+                             &output) == 2);
+  CHECK(output.find("'synthetic:x1' is not synthetic, synthetic:SEED or a trace file") != std::string::npos);
+  CHECK(testing::run_command(
+            {testing::sluice_bin(), "bench", "replay", "--geometry", "2,8,2", "--routing", "synthetic:"}, &output) ==
+        2);
+  CHECK(output.find("'synthetic:' is not synthetic, synthetic:SEED or a trace file") != std::string::npos);
 }
