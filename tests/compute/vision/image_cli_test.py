@@ -8,7 +8,8 @@
 # size and pixels, computed here; later turns reuse the state and the tower
 # encodes each image once (/stats), also after /load in a new process; the
 # saved conversation holds the image as a data: URL of the file's bytes.
-# Refusals name the file or the model. Eval: every token of the text after
+# Refusals name the file or the model. `run --session` records the image's
+# place after the resumed tokens. Eval: every token of the text after
 # the images' blocks is scored, and the last row equals `sluice run`'s on the
 # same ids.
 import base64
@@ -176,6 +177,19 @@ class ImageCli(unittest.TestCase):
         self.assertEqual(len(message.splitlines()), 1, message)
         self.assertIn(olmoe, message)
         self.assertIn('no vision tower', message)
+
+    def test_run_session_records_where_its_images_sit(self):
+        session = self.path('run.session')
+        pad = self.special['<|media_pad|>']
+        for ids in ('5,7', f'5,{pad},6'):  # the image comes in the second, resumed run
+            subprocess.run([SLUICE, 'run', self.model, '--prompt-ids', ids, '-n', '1', '--temp', '0', '--session',
+                            session, '--threads', '1'] + (['--image', self.image_a] if str(pad) in ids else []),
+                           capture_output=True, text=True, check=True)
+        tokens, media = session_file(session)
+        digest = hashlib.sha256(struct.pack('<II', 90, 60) + self.rgb_a.tobytes()).digest()
+        # 2 prompt tokens and 1 generated in the first run, then 5 and the pad's positions.
+        self.assertEqual(media, [(4, 6, digest)])
+        self.assertEqual(tokens[4:10], [pad] * 6)
 
     def test_eval_scores_the_text_after_the_images(self):
         text_file = self.path('text.txt')
