@@ -247,10 +247,10 @@ class XtmlWriter {
     }
   }
 
-  void declare_tools(const json& tools) {
-    if (!tools.is_array()) fail("tools must be an array of tool definitions");
+  void declare_tools(const json& tools, std::string_view preamble, const std::string& where) {
+    if (!tools.is_array()) fail("{} must be an array of tool definitions", where);
     open("message", {{"role", "system", false}, {"type", "tool-declare", false}});
-    markup(kXtmlToolDeclarePreamble);
+    markup(preamble);
     markup("```json\n");
     text(compact_sorted_json(tools));
     markup("\n```");
@@ -302,19 +302,34 @@ Rendered render_xtml(const ChatInput& input) {
   Rendered out;
   XtmlWriter w(input, out);
   const bool thinking = thinking_on(input);
-  if (input.tools.is_array() && !input.tools.empty()) w.declare_tools(input.tools);
+  if (input.tools.is_array() && !input.tools.empty())
+    w.declare_tools(input.tools, kXtmlToolDeclarePreamble, "tools");
   const std::string effort = thinking ? thinking_effort(input) : "";
   if (!effort.empty())
     w.system_note("thinking-effort", fmt::format(fmt::runtime(kXtmlThinkingEffortNote), effort),
                   "");
 
   const json* last_calls = nullptr;
+  bool conversation_started = false;  // a message other than a system one was written
   for (size_t i = 0; i < messages.size();) {
     const json& m = messages[i];
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object()) fail("{} must be an object, found {}", where, m.type_name());
     if (!m.contains("role") || !m["role"].is_string()) fail("{}.role must be a string", where);
     const std::string role = m["role"].get<std::string>();
+    const bool system = role == "system" || role == "developer";
+    if (system && m.contains("tools") && !m["tools"].is_null()) {
+      w.declare_tools(
+          m["tools"],
+          conversation_started ? kXtmlToolDeclareLaterPreamble : kXtmlToolDeclarePreamble,
+          where + ".tools");
+      const json& content = m.contains("content") ? m["content"] : json(nullptr);
+      if (content.is_null() || (content.is_string() && content.get<std::string>().empty())) {
+        ++i;
+        continue;
+      }
+    }
+    conversation_started = conversation_started || !system;
     if (role == "tool") {
       size_t end = i;
       while (end < messages.size() && messages[end].is_object() &&

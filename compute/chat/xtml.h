@@ -20,6 +20,10 @@ namespace sluice::chat {
 // from the released encoder's in these texts (and only there).
 inline constexpr std::string_view kXtmlToolDeclarePreamble =
     "# Tools\n\nYou have access to the tools declared below in JSON; call them when they help.\n\n";
+// Tools introduced mid-conversation (encoding_k3.py's lazily loaded tools).
+inline constexpr std::string_view kXtmlToolDeclareLaterPreamble =
+    "# Tools\n\nFrom here on you also have access to the tools declared below in JSON; call them "
+    "when they help.\n\n";
 inline constexpr std::string_view kXtmlThinkingEffortNote =
     "Thinking effort: {}. (Effort is one of low, medium, high or max.)";
 inline constexpr std::string_view kXtmlToolChoiceRequiredNote =
@@ -37,7 +41,10 @@ inline constexpr std::string_view kXtmlEfforts[] = {"low", "high", "max"};
 // system, developer, user, assistant with reasoning_content and tool_calls,
 // tool), `input.tools`, `input.tool_choice`, `input.response_format`,
 // `input.extra["enable_thinking"]` (default true) and
-// `input.extra["thinking_effort"]` (or "reasoning_effort"). Image parts
+// `input.extra["thinking_effort"]` (or "reasoning_effort"). A system or
+// developer message may carry "tools": they are declared where it stands,
+// with the mid-conversation preamble once any other message came before it,
+// and its content, if any, follows as a system message. Image parts
 // become media blocks through `input.images`. Throws Error naming the
 // message and field that cannot be written.
 Rendered render_xtml(const ChatInput& input);

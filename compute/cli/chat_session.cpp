@@ -31,6 +31,22 @@ chat::Rendered tail_of(const chat::Rendered& rendered, size_t offset) {
   return out;
 }
 
+// `tokens` with each image's run of positions back to its one media pad.
+std::vector<int32_t> one_pad_per_image(std::span<const int32_t> tokens,
+                                       std::span<const MediaRun> media) {
+  std::vector<int32_t> out;
+  size_t next = 0;
+  for (size_t at = 0; at < tokens.size(); ++at) {
+    if (next < media.size() && at == media[next].first) {
+      out.push_back(tokens[at]);
+      at += media[next++].length - 1;
+      continue;
+    }
+    out.push_back(tokens[at]);
+  }
+  return out;
+}
+
 void check_messages(const json& messages) {
   if (!messages.is_array()) fail("the conversation must be a JSON array of messages");
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -60,6 +76,25 @@ ChatSession::ChatSession(Engine& engine, const tokenizer::Tokenizer& tokenizer,
     const auto id = tokenizer.token_to_id(end_of_turn);
     if (id && tokenizer.is_added(*id)) add_stop(id);
   }
+  if (engine.config().vision)
+    encoder_ = std::make_unique<ImageEncoder>(engine.container(), engine.config(), engine.exec());
+}
+
+void ChatSession::attach_image(const std::string& path) {
+  if (!encoder_) {
+    fail(
+        "{}: the model has no vision tower (its config has no vision_config), so it cannot take "
+        "the image {}",
+        engine_.container().dir(), path);
+  }
+  attached_.push_back(image_file_part(path));
+}
+
+const std::vector<float>& ChatSession::image_rows(const PromptImage& image) {
+  auto found = encoded_.find(image.digest);
+  if (found == encoded_.end())
+    found = encoded_.emplace(image.digest, encoder_->encode(image)).first;
+  return found->second;
 }
 
 void ChatSession::set_system(const std::string& text) {
@@ -70,6 +105,7 @@ void ChatSession::set_system(const std::string& text) {
     messages_.insert(messages_.begin(), system);
   }
   seen_ids_.clear();
+  seen_positions_.clear();
   seen_text_.clear();
 }
 
@@ -77,7 +113,9 @@ void ChatSession::reset() {
   json kept = json::array();
   if (!messages_.empty() && messages_[0]["role"] == "system") kept.push_back(messages_[0]);
   messages_ = std::move(kept);
+  attached_.clear();
   seen_ids_.clear();
+  seen_positions_.clear();
   seen_text_.clear();
 }
 
@@ -86,11 +124,11 @@ void ChatSession::save(const std::string& path) {
   // it, so the saved state holds what the next prompt begins with.
   SequenceState& sequence = engine_.sequence();
   const auto held = sequence.tokens();
-  if (seen_ids_.size() == held.size() + 1 &&
-      std::equal(held.begin(), held.end(), seen_ids_.begin()) &&
+  if (seen_positions_.size() == held.size() + 1 &&
+      std::equal(held.begin(), held.end(), seen_positions_.begin()) &&
       sequence.position() < sequence.context()) {
     std::vector<float> logits(engine_.config().vocab);
-    engine_.prefill(sequence, std::span<const int32_t>(&seen_ids_.back(), 1), logits);
+    engine_.prefill(sequence, std::span<const int32_t>(&seen_positions_.back(), 1), logits);
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << messages_.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
@@ -120,30 +158,37 @@ bool ChatSession::load(const std::string& path) {
     }
   }
   messages_ = messages;
+  attached_.clear();
   seen_ids_.clear();
+  seen_positions_.clear();
   seen_text_.clear();
   // A restored state is the last prompt and the reply's own tokens: when
-  // they spell the conversation as rendered, the next prompt extends them.
+  // they spell the conversation as rendered (each image's positions as its
+  // one pad), the next prompt extends them.
   if (restore && messages_.size() >= 2 && messages_.back()["role"] == "assistant" &&
       messages_.back()["content"].is_string() && !messages_.back().contains("tool_calls")) {
     json before = messages_;
     before.erase(before.size() - 1);
-    const std::string text = render(before).text() + messages_.back()["content"].get<std::string>();
+    PromptImageSet images(engine_.config().vision.value_or(VisionConfig{}));
+    const std::string text =
+        render(before, images).text() + messages_.back()["content"].get<std::string>();
     const auto held = engine_.sequence().tokens();
-    const std::vector<int32_t> ids(held.begin(), held.end());
+    const std::vector<int32_t> ids = one_pad_per_image(held, engine_.sequence().media());
     if (tokenizer_.decode(ids) == text) {
       seen_ids_ = ids;
+      seen_positions_.assign(held.begin(), held.end());
       seen_text_ = text;
     }
   }
   return restore;
 }
 
-chat::Rendered ChatSession::render(const json& messages) const {
+chat::Rendered ChatSession::render(const json& messages, PromptImageSet& images) const {
   chat::ChatInput input;
   input.messages = messages;
   input.add_generation_prompt = true;
   input.extra = extra_;
+  if (encoder_) input.images = images.resolver();
   return chat_format_.render(input);
 }
 
@@ -182,26 +227,40 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
                              const std::function<void(const chat::ReplyEvent&)>& on_event,
                              const std::function<bool()>& keep_going) {
   json conversation = messages_;
-  conversation.push_back({{"role", "user"}, {"content", user_text}});
-  const chat::Rendered rendered = render(conversation);
+  json content = user_text;
+  if (!attached_.empty()) {
+    content = json::array();
+    for (const json& part : attached_) content.push_back(part);
+    content.push_back({{"type", "text"}, {"text", user_text}});
+  }
+  conversation.push_back({{"role", "user"}, {"content", content}});
+  PromptImageSet images(engine_.config().vision.value_or(VisionConfig{}));
+  const chat::Rendered rendered = render(conversation, images);
   const std::vector<int32_t> ids = prompt_ids(rendered);
+  // Each image's one pad becomes its positions, as the engine runs them.
+  ExpandedPrompt prompt{ids, {}};
+  if (encoder_) {
+    prompt = expand_media(ids, static_cast<int32_t>(engine_.config().vision->media_pad_id),
+                          images.images());
+  }
 
   SequenceState& sequence = engine_.sequence();
   const uint32_t context = sequence.context();
-  if (ids.size() >= context) {
+  if (prompt.tokens.size() >= context) {
     fail(
         "the conversation is {} tokens, which leaves no room in the context of {} (/reset, or "
         "--ctx)",
-        ids.size(), context);
+        prompt.tokens.size(), context);
   }
   TurnResult result;
-  result.prompt_tokens = static_cast<uint32_t>(ids.size());
-  const auto held = sequence.tokens();
-  const bool extends =
-      held.size() < ids.size() && std::equal(held.begin(), held.end(), ids.begin());
-  if (!extends) sequence.reset();
+  result.prompt_tokens = static_cast<uint32_t>(prompt.tokens.size());
+  if (!sequence.is_prefix_of(prompt.tokens, prompt.media)) sequence.reset();
   result.reused = sequence.position();
   result.prefilled = result.prompt_tokens - result.reused;
+  const std::vector<float> media_rows = media_rows_from(
+      prompt, result.reused, engine_.config().hidden,
+      [&](size_t i) -> const std::vector<float>& { return image_rows(images.images()[i]); });
+  sequence.note_media(media_from(prompt.media, result.reused));
 
   const bool in_reasoning = prompt_opens_reasoning(ids);
   chat::ReplyParser parser(tokenizer_, format_, {in_reasoning, 0});
@@ -226,14 +285,17 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
     for (const auto& e : events) on_event(e);
     events.clear();
   };
-  const std::span<const int32_t> delta(ids.data() + result.reused, ids.size() - result.reused);
-  result.stats = engine_.generate(sequence, delta, options.max_tokens, sampling, stop_ids_, false,
-                                  [&](int32_t token, std::span<const float>) {
-                                    generated.push_back(token);
-                                    parser.push(token, events);
-                                    deliver();
-                                    return keep_going();
-                                  });
+  const std::span<const int32_t> delta(prompt.tokens.data() + result.reused,
+                                       prompt.tokens.size() - result.reused);
+  result.stats = engine_.generate(
+      sequence, delta, options.max_tokens, sampling, stop_ids_, false,
+      [&](int32_t token, std::span<const float>) {
+        generated.push_back(token);
+        parser.push(token, events);
+        deliver();
+        return keep_going();
+      },
+      media_rows);
   parser.finish(events);
   deliver();
   result.reply = parser.reply();
@@ -246,6 +308,7 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   }
   messages_ = std::move(conversation);
   messages_.push_back(assistant_message(result.reply));
+  attached_.clear();
   // The next render writes the reply as its content (made valid UTF-8) and
   // then the template's own end of turn. When the reply is plain text, that
   // content is the generated tokens less the stop token: keep those ids.
@@ -258,6 +321,8 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   });
   seen_ids_ = ids;
   seen_ids_.insert(seen_ids_.end(), reply_ids.begin(), reply_ids.end());
+  seen_positions_ = prompt.tokens;
+  seen_positions_.insert(seen_positions_.end(), reply_ids.begin(), reply_ids.end());
   seen_text_ = plain ? rendered.text() + tokenizer_.decode(reply_ids) : "";
   return result;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +16,7 @@
 #include "compute/chat/token_grammar.h"
 #include "compute/model/engine.h"
 #include "compute/tokenizer/tokenizer.h"
+#include "compute/vision/prompt_images.h"
 
 namespace sluice::cli {
 
@@ -40,7 +42,16 @@ class ChatSession {
   ChatSession(Engine& engine, const tokenizer::Tokenizer& tokenizer, const chat::ChatFormat& format,
               nlohmann::ordered_json extra);
 
-  // Adds the user's message, renders, prefills what the state lacks and
+  // Attaches the image file to the next user message (its content becomes
+  // the images, then the text). Throws Error naming the file when it is not
+  // an image, or the model when it has no vision tower.
+  void attach_image(const std::string& path);
+  size_t attached_images() const { return attached_.size(); }
+  // Images the vision tower has encoded in this conversation: each image
+  // once, however many turns (or resets) later it is prefilled again.
+  uint64_t tower_runs() const { return encoder_ ? encoder_->tower_runs() : 0; }
+
+  // Adds the user's message (with the attached images), renders, prefills what the state lacks and
   // generates the reply, which is added to the conversation. `on_event`
   // sees the reply as it streams; `keep_going` is asked before each prefill
   // chunk and after each token (false stops the reply; what came of it is
@@ -75,7 +86,10 @@ class ChatSession {
   std::vector<int32_t> prompt_ids(const chat::Rendered& rendered) const;
   nlohmann::ordered_json assistant_message(const chat::Reply& reply) const;
   bool prompt_opens_reasoning(const std::vector<int32_t>& ids) const;
-  chat::Rendered render(const nlohmann::ordered_json& messages) const;
+  // Renders `messages`; their image parts are decoded into `images` (not encoded).
+  chat::Rendered render(const nlohmann::ordered_json& messages, PromptImageSet& images) const;
+  // The projector rows of `image`, encoded at its first use only.
+  const std::vector<float>& image_rows(const PromptImage& image);
 
   Engine& engine_;
   const tokenizer::Tokenizer& tokenizer_;
@@ -85,11 +99,17 @@ class ChatSession {
   chat::ReplyFormat format_;
   std::vector<int32_t> stop_ids_;
   std::shared_ptr<const chat::TokenTrie> trie_;  // built on the first constrained turn
+  std::unique_ptr<ImageEncoder> encoder_;        // null: the model has no vision tower
+  std::vector<nlohmann::ordered_json> attached_;  // image parts for the next user message
+  std::map<ImageDigest, std::vector<float>> encoded_;
 
   // What the model saw last turn and wrote: its prompt ids plus the reply's
   // (without the stop token), and the same as text. A next prompt whose text extends it reuses
   // these ids (the reply's own tokens, not a re-tokenization of its text).
+  // One media pad stands for each image; seen_positions_ has them expanded,
+  // as the engine's state holds them.
   std::vector<int32_t> seen_ids_;
+  std::vector<int32_t> seen_positions_;
   std::string seen_text_;
 };
 

@@ -37,6 +37,7 @@ struct ChatArgs {
   std::string json_schema;
   bool json_object = false;
   std::optional<bool> enable_thinking;
+  std::vector<std::string> images;  // for the first user message
 };
 
 // Lines from libedit on a terminal, from stdin otherwise.
@@ -78,6 +79,7 @@ struct Totals {
 void print_help() {
   fmt::print(stderr,
              "/reset        start the conversation again (the system message stays)\n"
+             "/image FILE   attach an image to the next message (a model with a vision tower)\n"
              "/save FILE    write the conversation as a JSON array of messages\n"
              "/load FILE    continue a conversation written by /save\n"
              "/stats        tokens reused, prefilled and generated; speed; expert cache\n"
@@ -104,7 +106,9 @@ void run(const ChatArgs& args) {
     grammar = chat::JsonGrammar::any_object();
   }
 
-  EngineOptions options = args.engine.options();
+  EngineFlags flags = args.engine;
+  flags.images = !args.images.empty();  // the plan counts the tower from the start
+  EngineOptions options = flags.options();
   options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };
   Engine engine(args.model, options);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
@@ -121,6 +125,7 @@ void run(const ChatArgs& args) {
   if (args.enable_thinking) extra["enable_thinking"] = *args.enable_thinking;
   ChatSession session(engine, tok, *format, extra);
   if (!args.system.empty()) session.set_system(args.system);
+  for (const std::string& image : args.images) session.attach_image(image);
 
   TurnOptions turn_options;
   turn_options.max_tokens = args.max_tokens;
@@ -169,14 +174,25 @@ void run(const ChatArgs& args) {
           }
           fmt::print(stderr, "[loaded {} messages from {}{}]\n", session.messages().size(), arg,
                      restored ? fmt::format(", the state from {}.session", arg) : "");
+        } else if (command == "/image" && !arg.empty()) {
+          try {
+            session.attach_image(arg);
+          } catch (const Error& e) {
+            fail("/image: {}", e.what());
+          }
+          fmt::print(stderr, "[image {} attached to the next message ({} waiting)]\n", arg,
+                     session.attached_images());
         } else if (command == "/stats") {
           const double rate =
               totals.decode_seconds > 0 ? totals.generated / totals.decode_seconds : 0;
+          const std::string images =
+              engine.config().vision ? fmt::format("; vision tower runs {}", session.tower_runs())
+                                     : "";
           fmt::print(stderr,
                      "[{} turns; prompt {} tokens: {} reused, {} prefilled; {} generated at {:.2f} "
-                     "tok/s; {}]\n",
+                     "tok/s{}; {}]\n",
                      totals.turns, totals.prompt, totals.reused, totals.prefilled, totals.generated,
-                     rate, experts_summary(totals.experts));
+                     rate, images, experts_summary(totals.experts));
         } else {
           fail("{}: unknown command or missing FILE (/help lists them)", command);
         }
@@ -257,6 +273,10 @@ void add_chat_command(CLI::App& app) {
   cmd->add_flag("--json-object", args->json_object,
                 "every reply is constrained to one JSON object");
   add_thinking_flags(*cmd, args->enable_thinking);
+  cmd->add_option(
+      "--image", args->images,
+      "an image file (JPEG, PNG, BMP, GIF, PSD, TGA) for the first user message of a "
+      "model with a vision tower (Kimi K3); repeatable. /image FILE attaches one later");
   cmd->callback([args] { run(*args); });
 }
 

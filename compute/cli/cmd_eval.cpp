@@ -1,13 +1,17 @@
 // compute/cli/cmd_eval.cpp: `sluice eval`, perplexity of the model over a
-// text, in windows of the context length (each window starts fresh).
+// text, in windows of the context length (each window starts fresh). With
+// --image the images' media blocks open the first window and only the text's
+// own tokens are scored.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "compute/cli/commands.h"
+#include "compute/cli/image_prompt.h"
 #include "compute/cli/run_options.h"
 #include "compute/model/engine.h"
 #include "compute/tokenizer/tokenizer.h"
@@ -22,6 +26,7 @@ struct EvalArgs {
   std::string dump_logits;
   EngineFlags engine;
   bool json = false;
+  std::vector<std::string> images;
 };
 
 // -log softmax(logits)[target], in double.
@@ -35,10 +40,17 @@ double negative_log_likelihood(std::span<const float> logits, int32_t target) {
 
 void eval(const EvalArgs& args) {
   const std::string text = read_file(args.text_file, "--text");
-  Engine engine(args.model, args.engine.options());
+  EngineFlags flags = args.engine;
+  flags.images = !args.images.empty();
+  Engine engine(args.model, flags.options());
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
-  const std::vector<int32_t> ids = tok.encode(text);
-  if (ids.size() < 2) fail("--text {}: needs at least two tokens to score, got {}", args.text_file, ids.size());
+  const std::vector<int32_t> text_ids = tok.encode(text);
+  if (text_ids.size() < 2)
+    fail("--text {}: needs at least two tokens to score, got {}", args.text_file, text_ids.size());
+  const ImagePrompt placed = place_images(engine, tok, text_ids, args.images);
+  const std::vector<int32_t>& ids = placed.tokens;
+  // Targets before this index are the images' blocks, not the text.
+  const size_t text_start = ids.size() - text_ids.size();
 
   PendingOutput dump_file(args.dump_logits);  // named only once every row is written
   std::ofstream dump;
@@ -49,6 +61,13 @@ void eval(const EvalArgs& args) {
   const uint32_t vocab = engine.config().vocab;
   const uint32_t window = engine.transformer().context();
   const uint32_t chunk = args.engine.chunk;
+  if (text_start > window) {
+    fail("the {} images take {} positions, more than the window of {} (--ctx)", args.images.size(),
+         text_start, window);
+  }
+  const int32_t pad =
+      engine.config().vision ? static_cast<int32_t>(engine.config().vision->media_pad_id) : -1;
+  size_t rows_used = 0;
   std::vector<float> logits(size_t{chunk} * vocab);
   double nll = 0.0;
   size_t scored = 0;
@@ -57,14 +76,21 @@ void eval(const EvalArgs& args) {
     const size_t end = std::min(ids.size(), start + window);
     for (size_t at = start; at < end; at += chunk) {
       const size_t count = std::min<size_t>(chunk, end - at);
-      engine.transformer().forward(engine.sequence(),
-                                   std::span<const int32_t>(ids).subspan(at, count), logits, true);
+      const std::span<const int32_t> part = std::span<const int32_t>(ids).subspan(at, count);
+      std::span<const float> part_rows;
+      if (!placed.rows.empty() && at < text_start) {
+        const size_t values =
+            static_cast<size_t>(std::count(part.begin(), part.end(), pad)) * engine.config().hidden;
+        part_rows = std::span<const float>(placed.rows).subspan(rows_used, values);
+        rows_used += values;
+      }
+      engine.transformer().forward(engine.sequence(), part, logits, true, part_rows);
       check_logits_finite(std::span<const float>(logits).first(size_t{count} * vocab),
                           fmt::format("tokens {}..{} of --text", at, at + count - 1));
       for (size_t t = 0; t < count; ++t) {
         const std::span<const float> row(&logits[t * vocab], vocab);
         if (dump.is_open()) dump.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size_bytes()));
-        if (at + t + 1 < end) {
+        if (at + t + 1 < end && at + t + 1 >= text_start) {
           nll += negative_log_likelihood(row, ids[at + t + 1]);
           ++scored;
         }
@@ -102,6 +128,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--dump-logits", args->dump_logits,
                   "write raw little-endian f32 logits, one row of vocabulary size per token of the text");
   add_engine_flags(*cmd, args->engine);
+  cmd->add_option(
+      "--image", args->images,
+      "an image file (JPEG, PNG, BMP, GIF, PSD, TGA) for a model with a vision tower "
+      "(Kimi K3), repeatable: its media block goes before the text, which alone is scored");
   cmd->add_flag("--json", args->json, "print the result as one JSON object");
   cmd->callback([args] { eval(*args); });
 }

@@ -116,6 +116,10 @@ void run(const RunArgs& args) {
         "the prompt is {} tokens, longer than the context of {} (--ctx; the model's maximum is {})",
         prompt.size(), context, engine.config().max_positions);
   }
+  // The state (and a saved session) records where each image sits, after what it resumed.
+  std::vector<MediaRun> media = placed.media;
+  for (MediaRun& run : media) run.first += reused;
+  engine.sequence().note_media(media);
   SamplingParams sampling = args.sampling;
   sampling.seed = resolve_seed(args.seed);
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "compute/vision/image_input.h"
+#include "compute/vision/prompt_images.h"
 #include "proto/error.h"
 
 namespace sluice::cli {
@@ -34,15 +35,16 @@ ImagePrompt place_images(Engine& engine, const tokenizer::Tokenizer& tok,
         "--image",
         engine.container().dir());
   }
-  std::vector<DecodedImage> images;
-  for (const std::string& file : files) images.push_back(load_image_file(file));
+  std::vector<PromptImage> images;
+  for (const std::string& file : files)
+    images.push_back(prepare_image(load_image_file(file), *config.vision));
   const auto pad = static_cast<int32_t>(config.vision->media_pad_id);
   const auto pads = static_cast<size_t>(std::count(prompt.begin(), prompt.end(), pad));
   if (pads == 0) {
     std::vector<int32_t> blocks;
-    for (const DecodedImage& image : images) {
-      const auto begin = tok.encode_with_specials(
-          fmt::format("<|media_begin|>image {}x{}<|media_content|>", image.width, image.height));
+    for (const PromptImage& image : images) {
+      const auto begin = tok.encode_with_specials(fmt::format(
+          "<|media_begin|>image {}x{}<|media_content|>", image.image.width, image.image.height));
       blocks.insert(blocks.end(), begin.begin(), begin.end());
       blocks.push_back(pad);
       const auto end = tok.encode_with_specials("<|media_end|>");
@@ -55,19 +57,17 @@ ImagePrompt place_images(Engine& engine, const tokenizer::Tokenizer& tok,
     fail("the prompt has {} media pad tokens (id {}) for {} --image files: one each", pads, pad,
          images.size());
   }
-  const VisionWeights weights = VisionWeights::load(engine.container(), config);
-  const VisionTower tower(*config.vision, weights, engine.exec());
-  size_t next = 0;
-  for (const int32_t token : prompt) {
-    if (token != pad) {
-      placed.tokens.push_back(token);
-      continue;
-    }
-    const EncodedImage encoded = encode_image(tower, *config.vision, images[next++]);
-    placed.tokens.insert(placed.tokens.end(), encoded.positions(), pad);
-    placed.rows.insert(placed.rows.end(), encoded.rows.begin(), encoded.rows.end());
-    placed.positions += encoded.positions();
-  }
+  ExpandedPrompt expanded = expand_media(prompt, pad, images);
+  ImageEncoder encoder(engine.container(), config, engine.exec());
+  std::vector<float> rows;
+  placed.rows =
+      media_rows_from(expanded, 0, config.hidden, [&](size_t i) -> const std::vector<float>& {
+        rows = encoder.encode(images[i]);
+        return rows;
+      });
+  for (const MediaRun& run : expanded.media) placed.positions += run.length;
+  placed.tokens = std::move(expanded.tokens);
+  placed.media = std::move(expanded.media);
   return placed;
 }
 

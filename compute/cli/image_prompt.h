@@ -1,8 +1,9 @@
-// compute/cli/image_prompt.h: --image for the commands that take a prompt:
-// the vision tower loaded only then, each file encoded once, and the prompt's
-// media pads expanded to the images' positions (k3.md §4.3). Until the XTML
-// encoder lands, a prompt without a media pad gets each image's media block
-// in front, tokenized as markup; the text side owns that block afterwards.
+// compute/cli/image_prompt.h: --image for the commands that take a prompt
+// as ids or text (run, eval): the vision tower loaded only then, each file
+// encoded once, and the prompt's media pads expanded to the images'
+// positions (k3.md §4.3). A prompt without a media pad gets each image's
+// media block in front, tokenized as markup. (chat and serve render images
+// through their chat format: compute/vision/prompt_images.h.)
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -19,6 +20,7 @@ void add_image_flag(CLI::App& cmd, std::vector<std::string>& files);
 struct ImagePrompt {
   std::vector<int32_t> tokens;  // the prompt with every image's pad expanded
   std::vector<float> rows;      // the input embeddings of those pads, in order
+  std::vector<MediaRun> media;  // where each image sits in `tokens`
   uint32_t positions = 0;       // image positions in all
 };
 

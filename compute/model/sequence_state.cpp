@@ -42,9 +42,40 @@ std::span<const float> MixerState::load(uint32_t position, std::span<const float
 SequenceState::SequenceState(MixerState attention, MixerState kda, uint32_t context)
     : attention_(std::move(attention)), kda_(std::move(kda)), context_(context) {}
 
+bool holds_prefix(std::span<const int32_t> held, std::span<const MediaRun> held_media,
+                  std::span<const int32_t> tokens, std::span<const MediaRun> media) {
+  if (held.empty() || held.size() >= tokens.size() ||
+      !std::equal(held.begin(), held.end(), tokens.begin()))
+    return false;
+  auto started = [&](std::span<const MediaRun> runs) {
+    std::vector<MediaRun> out;
+    for (const MediaRun& run : runs)
+      if (run.first < held.size()) out.push_back(run);
+    return out;
+  };
+  return started(held_media) == started(media);
+}
+
+void SequenceState::note_media(std::span<const MediaRun> runs) {
+  std::erase_if(media_, [&](const MediaRun& run) { return run.first >= position(); });
+  for (const MediaRun& run : runs) {
+    const uint32_t after = media_.empty() ? 0 : media_.back().first + media_.back().length;
+    if (run.length == 0 || run.first < after || run.first < position() ||
+        uint64_t{run.first} + run.length > context_) {
+      fail(
+          "an image run at positions {}..+{} does not follow the sequence's images (up to {}) "
+          "and position {} within the context of {}",
+          run.first, run.length, after, position(), context_);
+    }
+    media_.push_back(run);
+  }
+}
+
 SequenceSnapshot SequenceState::snapshot() const {
   SequenceSnapshot out;
   out.tokens = tokens_;
+  for (const MediaRun& run : media_)
+    if (run.first < position()) out.media.push_back(run);
   out.state.reserve(snapshot_floats(position()));
   attention_.save(position(), out.state);
   kda_.save(position(), out.state);
@@ -61,9 +92,19 @@ void SequenceState::restore(const SequenceSnapshot& snapshot) {
     fail("a snapshot at position {} holds {} state values where this model's state has {}",
          position, snapshot.state.size(), snapshot_floats(position));
   }
+  uint32_t after = 0;
+  for (const MediaRun& run : snapshot.media) {
+    if (run.length == 0 || run.first < after || run.first >= position ||
+        uint64_t{run.first} + run.length > context_) {
+      fail("a snapshot at position {} has an image run at {}..+{} out of order or outside it",
+           position, run.first, run.length);
+    }
+    after = run.first + run.length;
+  }
   std::span<const float> rest = attention_.load(position, snapshot.state);
   kda_.load(position, rest);
   tokens_ = snapshot.tokens;
+  media_ = snapshot.media;
 }
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 // nothing: the mixers read and write it, Transformer::forward advances it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -46,12 +47,30 @@ class MixerState {
   std::vector<float> fixed_;
 };
 
+// An image's place in a sequence: `length` media pad positions from
+// `first`, whose input embeddings came from the image whose content hashes to
+// `digest` (SHA-256 of its size and pixels). Two prompts whose ids agree
+// still differ where their images do: a pad run of equal length looks alike.
+struct MediaRun {
+  uint32_t first = 0, length = 0;
+  std::array<uint8_t, 32> digest{};
+  bool operator==(const MediaRun&) const = default;
+};
+
+// Whether a sequence holding `held` (with images `held_media`) can be
+// extended into `tokens` (with images `media`): `held` is a strict, non-empty
+// prefix of `tokens`, and the images that start inside it are the same
+// images at the same places in both.
+bool holds_prefix(std::span<const int32_t> held, std::span<const MediaRun> held_media,
+                  std::span<const int32_t> tokens, std::span<const MediaRun> media);
+
 // A sequence's whole state at its position, as a value: cheap to keep (only
 // the used rows), restorable into any SequenceState of the same model whose
 // context holds it. The position is tokens.size().
 struct SequenceSnapshot {
   std::vector<int32_t> tokens;
-  std::vector<float> state;  // the softmax-attention mixer's part, then KDA's
+  std::vector<float> state;     // the softmax-attention mixer's part, then KDA's
+  std::vector<MediaRun> media;  // the images that start before the position, in order
 };
 
 class SequenceState {
@@ -66,7 +85,21 @@ class SequenceState {
 
   // Back to position 0 (the mixers clear a recurrent state when a sequence
   // starts at 0, so nothing needs zeroing here).
-  void reset() { tokens_.clear(); }
+  void reset() {
+    tokens_.clear();
+    media_.clear();
+  }
+
+  // The images of the positions run so far (and of those about to run).
+  // The caller notes the images of the tokens it is about to run; runs noted
+  // at or past the position before (a prefill that was stopped) are dropped,
+  // so the list never names positions the sequence ran with other inputs.
+  void note_media(std::span<const MediaRun> runs);
+  std::span<const MediaRun> media() const { return media_; }
+  // holds_prefix() of this sequence's tokens and images.
+  bool is_prefix_of(std::span<const int32_t> tokens, std::span<const MediaRun> media) const {
+    return holds_prefix(tokens_, media_, tokens, media);
+  }
 
   // Floats a snapshot at `position` holds.
   size_t snapshot_floats(uint32_t position) const {
@@ -89,6 +122,7 @@ class SequenceState {
   MixerState kda_;        // the KDA layers (empty without any)
   uint32_t context_;
   std::vector<int32_t> tokens_;
+  std::vector<MediaRun> media_;  // ordered by first, not overlapping
 };
 
 }  // namespace sluice

@@ -4,12 +4,14 @@
 // atomically); every size in it is checked before anything is read by it.
 //
 // Layout, little-endian: the 48-byte header
-//   magic "SLUICESQ" | u32 version (1) | u32 header bytes (48) |
-//   u64 container identity | u32 position | u32 reserved (0) |
+//   magic "SLUICESQ" | u32 version (2) | u32 header bytes (48) |
+//   u64 container identity | u32 position | u32 image runs |
 //   u64 state floats | u32 crc32 of everything after the header |
 //   u32 crc32 of the header's first 44 bytes
-// then `position` i32 token ids, then the state's f32 values
-// (SequenceSnapshot::state).
+// then `position` i32 token ids, then the image runs (u32 first, u32
+// length, 32-byte digest each: SequenceSnapshot::media), then the state's
+// f32 values (SequenceSnapshot::state). Version 1 (no images; the runs
+// field was reserved, 0) still loads.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,7 @@
 
 namespace sluice {
 
-inline constexpr uint32_t kSessionFileVersion = 1;
+inline constexpr uint32_t kSessionFileVersion = 2;
 
 void save_session(const std::string& path, uint64_t container_identity,
                   const SequenceState& sequence);

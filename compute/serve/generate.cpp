@@ -121,7 +121,7 @@ ApiError engine_error(const std::string& message) {
 
 }  // namespace
 
-std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
+void Server::render_chat(const ChatRequest& request, JobSpec& spec) const {
   if (!chat_format_) {
     throw ApiError(400, "invalid_request_error",
                    "the model has no chat template (tokenizer.chat_template is null in its "
@@ -135,8 +135,23 @@ std::vector<int32_t> Server::render_chat(const ChatRequest& request) const {
   input.response_format = request.response_format;
   input.add_generation_prompt = true;
   input.extra = request.template_kwargs;
+  // Without a vision tower the resolver stays null and an image part is a
+  // 400 naming it; with one, each part is decoded from its data: URL here,
+  // on the HTTP thread, and encoded later by the engine's worker.
+  const std::optional<VisionConfig>& vision = engine_.config().vision;
+  PromptImageSet images(vision.value_or(VisionConfig{}));
+  if (vision) input.images = images.resolver();
   try {
-    return chat_format_->tokenize(chat_format_->render(input));
+    const std::vector<int32_t> ids = chat_format_->tokenize(chat_format_->render(input));
+    if (!vision) {
+      spec.prompt = ids;
+      return;
+    }
+    ExpandedPrompt expanded =
+        expand_media(ids, static_cast<int32_t>(vision->media_pad_id), images.images());
+    spec.prompt = std::move(expanded.tokens);
+    spec.media = std::move(expanded.media);
+    spec.images = std::move(images.images());
   } catch (const chat::ChatTemplateError& e) {
     // A template that raises says why in its own words (a role it does not
     // know, turns out of order): the client's request is at fault.
@@ -180,7 +195,7 @@ std::shared_ptr<const chat::TokenGrammar> Server::tool_call_grammar(
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   const ChatRequest request = parse_chat_request(parse_body(req.body), random_seed());
   JobSpec spec;
-  spec.prompt = render_chat(request);
+  render_chat(request, spec);
   spec.settings = request.settings;
   spec.stop_ids = chat_stop_ids_;
   spec.reply_format = chat_format_->reply_format();
@@ -222,6 +237,12 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
     if (static_cast<uint32_t>(spec.prompt[i]) >= engine_.config().vocab)
       bad_param(fmt::format("prompt[{}]", i), "token id {} is outside the vocabulary of {}",
                 spec.prompt[i], engine_.config().vocab);
+    if (engine_.config().vision &&
+        static_cast<uint32_t>(spec.prompt[i]) == engine_.config().vision->media_pad_id)
+      bad_param(fmt::format("prompt[{}]", i),
+                "token id {} is the media pad, which only an image part of /v1/chat/completions "
+                "fills",
+                spec.prompt[i]);
   }
   std::string echo;
   if (request.echo)

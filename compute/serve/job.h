@@ -21,11 +21,16 @@
 #include "compute/serve/request.h"
 #include "compute/serve/stop_filter.h"
 #include "compute/tokenizer/tokenizer.h"
+#include "compute/vision/prompt_images.h"
 
 namespace sluice::serve {
 
 struct JobSpec {
-  std::vector<int32_t> prompt;
+  std::vector<int32_t> prompt;  // each image's pad expanded to its positions
+  // The prompt's images (decoded, not encoded) and where they sit; the
+  // worker encodes only those whose positions it has to prefill.
+  std::vector<PromptImage> images;
+  std::vector<MediaRun> media;
   GenerationSettings settings;
   uint32_t max_tokens = 0;        // already capped by the context left
   std::vector<int32_t> stop_ids;  // besides the model's end-of-sequence ids

@@ -32,9 +32,8 @@ ExpertSourceStats difference(const ExpertSourceStats& after, const ExpertSourceS
   return d;
 }
 
-bool extends(std::span<const int32_t> prefix, const std::vector<int32_t>& prompt) {
-  return !prefix.empty() && prefix.size() < prompt.size() &&
-         std::equal(prefix.begin(), prefix.end(), prompt.begin());
+bool extends(const SequenceSnapshot& snapshot, const JobSpec& spec) {
+  return holds_prefix(snapshot.tokens, snapshot.media, spec.prompt, spec.media);
 }
 
 }  // namespace
@@ -159,7 +158,7 @@ void Scheduler::work() {
       metrics_.set_queue(queue_.size(), running_);
     }
     for (auto& job : admitted) {
-      Slot& slot = pick_slot(job->spec().prompt);
+      Slot& slot = pick_slot(job->spec());
       start(slot, std::move(job));
     }
     if (busy_slots() > 0) step();
@@ -173,14 +172,15 @@ void Scheduler::work() {
   }
 }
 
-Scheduler::Slot& Scheduler::pick_slot(const std::vector<int32_t>& prompt) {
+Scheduler::Slot& Scheduler::pick_slot(const JobSpec& spec) {
   Slot* best = nullptr;
   size_t best_reuse = 0;
   for (auto& slot : slots_) {
     if (slot->generation) continue;
     size_t reusable = 0;
-    if (extends(slot->sequence->tokens(), prompt)) reusable = slot->sequence->position();
-    if (slot->prompt_snapshot && extends(slot->prompt_snapshot->tokens, prompt))
+    if (slot->sequence->is_prefix_of(spec.prompt, spec.media))
+      reusable = slot->sequence->position();
+    if (slot->prompt_snapshot && extends(*slot->prompt_snapshot, spec))
       reusable = std::max(reusable, slot->prompt_snapshot->tokens.size());
     if (!best || reusable > best_reuse ||
         (reusable == best_reuse && slot->last_used < best->last_used)) {
@@ -191,14 +191,15 @@ Scheduler::Slot& Scheduler::pick_slot(const std::vector<int32_t>& prompt) {
   return *best;  // work() admits only as many jobs as there are free slots
 }
 
-size_t Scheduler::reuse(Slot& slot, const std::vector<int32_t>& prompt) {
+size_t Scheduler::reuse(Slot& slot, const JobSpec& spec) {
   // Only an exact extension is reusable: a recurrent family's state (KDA)
   // cannot be rewound, so a shorter common prefix needs a snapshot taken
   // there. The last prompt's end is one: the next turn of a conversation
   // extends it even when the reply re-tokenizes differently.
+  // Two prompts whose ids agree still differ where their images do.
   SequenceState& sequence = *slot.sequence;
-  if (extends(sequence.tokens(), prompt)) return sequence.position();
-  if (slot.prompt_snapshot && extends(slot.prompt_snapshot->tokens, prompt)) {
+  if (sequence.is_prefix_of(spec.prompt, spec.media)) return sequence.position();
+  if (slot.prompt_snapshot && extends(*slot.prompt_snapshot, spec)) {
     sequence.restore(*slot.prompt_snapshot);
     return sequence.position();
   }
@@ -219,8 +220,9 @@ void Scheduler::record_routing() {
 }
 
 void Scheduler::forward(SequenceState& sequence, std::span<const int32_t> tokens,
-                        std::span<float> logits, std::string_view step_name) {
-  engine_.transformer().forward(sequence, tokens, logits, false);
+                        std::span<float> logits, std::string_view step_name,
+                        std::span<const float> media_rows) {
+  engine_.transformer().forward(sequence, tokens, logits, false, media_rows);
   check_logits_finite(logits, step_name);
   record_routing();
 }
@@ -241,7 +243,7 @@ void Scheduler::start(Slot& slot, std::shared_ptr<Job> job) {
       return;
     }
     SequenceState& sequence = *slot.sequence;
-    const size_t reused = reuse(slot, spec.prompt);
+    const size_t reused = reuse(slot, spec);
     result.prompt_tokens = static_cast<uint32_t>(spec.prompt.size());
     result.cached_tokens = static_cast<uint32_t>(reused);
     const uint32_t context = engine_.transformer().context();
@@ -250,11 +252,35 @@ void Scheduler::start(Slot& slot, std::shared_ptr<Job> job) {
 
     const std::span<float> logits(logits_.data(), engine_.config().vocab);
     const std::span<const int32_t> rest = std::span(spec.prompt).subspan(reused);
+    // Only the images whose positions are still to run go through the tower.
+    std::vector<std::vector<float>> encoded(spec.images.size());
+    const std::vector<float> media_rows =
+        media_rows_from({spec.prompt, spec.media}, reused, engine_.config().hidden,
+                        [&](size_t i) -> const std::vector<float>& {
+                          if (!images_)
+                            images_ = std::make_unique<ImageEncoder>(
+                                engine_.container(), engine_.config(), engine_.exec());
+                          encoded[i] = images_->encode(spec.images[i]);
+                          return encoded[i];
+                        });
+    sequence.note_media(media_from(spec.media, reused));
+    const int32_t pad =
+        engine_.config().vision ? static_cast<int32_t>(engine_.config().vision->media_pad_id) : -1;
+    size_t rows_used = 0;
     for (size_t first = 0; first < rest.size(); first += prefill_chunk_) {
       const size_t count = std::min<size_t>(prefill_chunk_, rest.size() - first);
-      forward(sequence, rest.subspan(first, count), logits,
+      const std::span<const int32_t> chunk = rest.subspan(first, count);
+      std::span<const float> chunk_rows;
+      if (!media_rows.empty()) {
+        const size_t values = static_cast<size_t>(std::count(chunk.begin(), chunk.end(), pad)) *
+                              engine_.config().hidden;
+        chunk_rows = std::span<const float>(media_rows).subspan(rows_used, values);
+        rows_used += values;
+      }
+      forward(sequence, chunk, logits,
               fmt::format("prefill of prompt tokens {}..{}", reused + first,
-                          reused + first + count - 1));
+                          reused + first + count - 1),
+              chunk_rows);
       if (job->cancelled() || stopping()) {
         result.finish_reason = "cancelled";
         finish(slot);

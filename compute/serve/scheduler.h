@@ -65,14 +65,15 @@ class Scheduler {
   // Ends the slot's generation: its job gets kDone (or kError with
   // `error`), the slot is free again.
   void finish(Slot& slot, const std::string* error = nullptr);
-  // The free slot `prompt` reuses most of (its sequence or its prompt
-  // snapshot), else the free slot used longest ago.
-  Slot& pick_slot(const std::vector<int32_t>& prompt);
-  // Prepares the slot's sequence for `prompt`; returns the tokens reused.
-  size_t reuse(Slot& slot, const std::vector<int32_t>& prompt);
-  // Runs `tokens` on `sequence`; `step_name` names it in errors.
+  // The free slot the job's prompt reuses most of (its sequence or its
+  // prompt snapshot, with the same images), else the free slot used longest ago.
+  Slot& pick_slot(const JobSpec& spec);
+  // Prepares the slot's sequence for the job's prompt; returns the tokens reused.
+  size_t reuse(Slot& slot, const JobSpec& spec);
+  // Runs `tokens` on `sequence`; `media_rows` are the input embeddings of
+  // its media pads; `step_name` names it in errors.
   void forward(SequenceState& sequence, std::span<const int32_t> tokens, std::span<float> logits,
-               std::string_view step_name);
+               std::string_view step_name, std::span<const float> media_rows = {});
   void record_routing();
   void publish_experts();
   bool stopping() const;
@@ -85,6 +86,7 @@ class Scheduler {
   uint32_t prefill_chunk_;
   std::unique_ptr<RoutingSession> routing_;
   std::shared_ptr<const chat::TokenTrie> trie_;  // built at the first constrained request
+  std::unique_ptr<ImageEncoder> images_;         // made at the first image to encode
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<float> logits_;  // one vocabulary row per slot
   uint64_t clock_ = 0;         // counts starts, for "used longest ago"

@@ -64,7 +64,8 @@ class Server {
   // `spec` holds the prompt, the settings and the chat fields.
   void generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
                 const std::string& echo);
-  std::vector<int32_t> render_chat(const ChatRequest& request) const;
+  // The prompt ids, each image's pad expanded, into `spec`.
+  void render_chat(const ChatRequest& request, JobSpec& spec) const;
   // tool_choice "required" or a named function: the reply is a call of an
   // offered tool (that one) whose arguments validate. ApiError 400 naming
   // the field when it cannot be enforced.

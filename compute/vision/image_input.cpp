@@ -17,8 +17,6 @@
 namespace sluice {
 namespace {
 
-// A file this large cannot be an image under the pixel cap worth decoding.
-constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 30;
 constexpr float kMean = 0.5f, kStd = 0.5f;  // media_proc_cfg
 
 }  // namespace

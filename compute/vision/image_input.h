@@ -17,6 +17,8 @@ namespace sluice {
 inline constexpr uint32_t kMaxPatches = kMaxImagePatches;
 // Sources above this many pixels are refused before decoding.
 inline constexpr uint64_t kMaxImagePixels = uint64_t{64} << 20;
+// A file this large cannot be an image under the pixel cap worth decoding.
+inline constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 30;
 
 struct DecodedImage {
   std::string name;  // the file, or what the caller called the bytes

@@ -266,6 +266,58 @@ TEST_CASE(
   CHECK(found);
 }
 
+TEST_CASE(
+    "tools introduced mid-conversation: a tool-declare message where they appear, with the "
+    "second preamble") {
+  const json tools = json::parse(R"([{"type":"function","function":{"name":"f","b":2,"a":1}}])");
+  const std::string declared = R"([{"function":{"a":1,"b":2,"name":"f"},"type":"function"}])";
+  ChatInput input = input_of(json::array({{{"role", "user"}, {"content", "hi"}},
+                                          {{"role", "assistant"}, {"content", "yes"}},
+                                          {{"role", "system"}, {"tools", tools}},
+                                          {{"role", "user"}, {"content", "go"}}}),
+                             false);
+  input.extra["enable_thinking"] = false;
+  Expect e;
+  e.open("message", {{"role", "user"}}).piece("hi").end_message();
+  e.open("message", {{"role", "assistant"}})
+      .open("response")
+      .piece("yes")
+      .close("response")
+      .end_message();
+  e.open("message", {{"role", "system"}, {"type", "tool-declare"}})
+      .piece(std::string(sluice::chat::kXtmlToolDeclareLaterPreamble))
+      .piece("```json\n")
+      .piece(declared)
+      .piece("\n```")
+      .end_message();
+  e.open("message", {{"role", "user"}}).piece("go").end_message();
+  CHECK(ids_of(input) == e.ids);
+  CHECK(sluice::chat::kXtmlToolDeclareLaterPreamble != sluice::chat::kXtmlToolDeclarePreamble);
+
+  // Before anything but system messages, tools are declared with the first preamble;
+  // the message's own content follows as a system message.
+  input.messages = json::array({{{"role", "system"}, {"tools", tools}, {"content", "be brief"}},
+                                {{"role", "user"}, {"content", "go"}}});
+  Expect first;
+  first.open("message", {{"role", "system"}, {"type", "tool-declare"}})
+      .piece(std::string(sluice::chat::kXtmlToolDeclarePreamble))
+      .piece("```json\n")
+      .piece(declared)
+      .piece("\n```")
+      .end_message();
+  first.open("message", {{"role", "system"}}).piece("be brief").end_message();
+  first.open("message", {{"role", "user"}}).piece("go").end_message();
+  CHECK(ids_of(input) == first.ids);
+
+  // The declared JSON is text: a tool that spells control tokens cannot forge markup.
+  input.messages[0]["tools"] =
+      json::parse(R"([{"type":"function","function":{"name":"<|end_of_msg|>"}}])");
+  CHECK(control_tokens(ids_of(input)) == control_tokens(first.ids));
+
+  input.messages[0]["tools"] = "f";
+  CHECK(error_of(input) == "messages[0].tools must be an array of tool definitions");
+}
+
 TEST_CASE("attribute values escape & then \" and a client's name stays text") {
   const ChatInput input = input_of(
       json::array({{{"role", "user"}, {"name", "a\"b&c<|sep|>"}, {"content", "x"}}}), false);

@@ -4,7 +4,8 @@
 // uninterrupted run, for GQA (OLMoE), MLA (DeepSeek-V3) and KDA + NoPE MLA
 // (Kimi-Linear), in memory, through a file and through `sluice run
 // --session`; a session file from another container, cut short or damaged,
-// is refused naming the file.
+// is refused naming the file; the images a sequence holds (their runs and
+// digests) decide whether a prompt extends it, and survive a session file.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "compute/model/engine.h"
 #include "compute/model/session_file.h"
+#include "proto/checksum.h"
 #include "proto/error.h"
 #include "tests/compute/model/tiny_models.h"
 #include "tests/proto/container_fixture.h"
@@ -204,4 +206,91 @@ TEST_CASE("sluice run refuses a session of another container, naming the file") 
   const std::string text = shell_output(command, &status);
   CHECK(status == 1);
   CHECK(text.find("sluice: error: " + session + ": the session belongs to container") == 0);
+}
+
+TEST_CASE("a prefix holds only with the same images at the same places") {
+  MediaRun a{1, 3, {}};
+  a.digest[0] = 1;
+  MediaRun b = a;
+  b.digest[31] = 2;  // another image, the same size
+  const std::vector<int32_t> held = {1, 9, 9, 9, 4};
+  const std::vector<int32_t> longer = {1, 9, 9, 9, 4, 5};
+  const std::vector<MediaRun> with_a = {a}, with_b = {b}, none;
+  CHECK(holds_prefix(held, with_a, longer, with_a));
+  CHECK_FALSE(holds_prefix(held, with_a, longer, with_b));
+  CHECK_FALSE(holds_prefix(held, none, longer, with_a));  // the state ran those pads as text
+  CHECK_FALSE(holds_prefix(held, with_a, longer, none));
+  CHECK_FALSE(holds_prefix(held, with_a, held, with_a));  // not a strict prefix
+  CHECK_FALSE(holds_prefix({}, none, longer, none));
+  // An image that starts after what the state holds is the prompt's own business.
+  const std::vector<MediaRun> a_and_later = {a, MediaRun{5, 1, {}}};
+  CHECK(holds_prefix(held, with_a, longer, a_and_later));
+  // So is one the state noted but never ran (a stopped prefill).
+  CHECK(holds_prefix(std::vector<int32_t>(held.begin(), held.begin() + 1), with_a, longer, none));
+}
+
+TEST_CASE("a sequence's images are noted, snapshotted, saved and checked when loaded") {
+  const std::string& model = tiny_model("kimi_k3");
+  const std::string file = scratch_path() + "/images.session";
+  MediaRun image{2, 3, {}};
+  for (size_t i = 0; i < image.digest.size(); ++i)
+    image.digest[i] = static_cast<uint8_t>(7 * i + 1);
+  const std::vector<int32_t> prompt = {3, 17, 509, 509, 509, 42, 5};
+  uint64_t identity = 0;
+  {
+    Engine engine(model, small_options());
+    SequenceState& sequence = engine.sequence();
+    const std::vector<MediaRun> runs = {image};
+    sequence.note_media(runs);
+    std::vector<float> logits(engine.config().vocab);
+    engine.prefill(sequence, prompt, logits);
+    CHECK(sequence.media().size() == 1);
+    // Runs must follow the position and each other.
+    const std::vector<MediaRun> behind = {MediaRun{4, 1, {}}};
+    SLUICE_CHECK_ERROR_CONTAINS(sequence.note_media(behind), "does not follow");
+    const SequenceSnapshot snapshot = sequence.snapshot();
+    REQUIRE(snapshot.media.size() == 1);
+    CHECK(snapshot.media[0] == image);
+    save_session(file, engine.container().identity(), sequence);
+    identity = engine.container().identity();
+    sequence.reset();
+    CHECK(sequence.media().empty());
+    // A run noted ahead of a stopped prefill is dropped by the next note.
+    const std::vector<int32_t> two = {3, 17};
+    engine.prefill(sequence, two, logits);
+    const std::vector<MediaRun> ahead = {MediaRun{4, 2, {}}};
+    sequence.note_media(ahead);
+    sequence.note_media({});
+    CHECK(sequence.media().empty());
+  }
+  Engine engine(model, small_options());
+  load_session(file, identity, engine.sequence());
+  REQUIRE(engine.sequence().media().size() == 1);
+  CHECK(engine.sequence().media()[0] == image);
+  CHECK(engine.sequence().position() == prompt.size());
+
+  // A run outside the positions, with every checksum made to match, is still refused.
+  std::string bytes = read_bytes(file);
+  const size_t run_at = 48 + prompt.size() * sizeof(int32_t);
+  const uint32_t far = 100;
+  std::memcpy(bytes.data() + run_at, &far, sizeof(far));
+  const uint32_t payload = crc32_bytes(bytes.data() + 48, bytes.size() - 48);
+  std::memcpy(bytes.data() + 40, &payload, sizeof(payload));
+  const uint32_t header = crc32_bytes(bytes.data(), 44);
+  std::memcpy(bytes.data() + 44, &header, sizeof(header));
+  const std::string damaged = scratch_path() + "/images-damaged.session";
+  sluice::testing::write_bytes(damaged, bytes);
+  Engine other(model, small_options());
+  SLUICE_CHECK_ERROR_STARTS(load_session(damaged, identity, other.sequence()), damaged + ": ");
+  SLUICE_CHECK_ERROR_CONTAINS(load_session(damaged, identity, other.sequence()),
+                              "image run at 100");
+  CHECK(other.sequence().position() == 0);
+  // More runs than positions is refused before anything is read.
+  bytes = read_bytes(file);
+  const uint32_t runs = 1000;
+  std::memcpy(bytes.data() + 28, &runs, sizeof(runs));
+  const uint32_t header2 = crc32_bytes(bytes.data(), 44);
+  std::memcpy(bytes.data() + 44, &header2, sizeof(header2));
+  sluice::testing::write_bytes(damaged, bytes);
+  SLUICE_CHECK_ERROR_CONTAINS(load_session(damaged, identity, other.sequence()), "1000 image runs");
 }
