@@ -53,6 +53,18 @@ class JinjaChatFormat final : public ChatFormat {
     return false;
   }
 
+  ConstraintOptions constraint_frame(std::span<const TokenId> prompt,
+                                     std::vector<TokenId> end_ids) const override {
+    ConstraintOptions frame;
+    frame.end_ids = std::move(end_ids);
+    if (reply_.thinks()) {
+      frame.start_after = reply_.think_close;
+      frame.reasoning_open = reply_.think_open;
+      frame.starts_free = opens_reasoning(prompt);
+    }
+    return frame;
+  }
+
  private:
   ChatTemplate template_;
   const tokenizer::Tokenizer& tokenizer_;
@@ -74,6 +86,10 @@ class XtmlChatFormat final : public ChatFormat {
   const ReplyFormat& reply_format() const override { return reply_; }
   bool opens_reasoning(std::span<const TokenId> prompt) const override {
     return xtml_opens_reasoning(tokenizer_, prompt);
+  }
+  ConstraintOptions constraint_frame(std::span<const TokenId> prompt,
+                                     std::vector<TokenId> end_ids) const override {
+    return xtml_constraint_frame(reply_, opens_reasoning(prompt), std::move(end_ids));
   }
 
  private:

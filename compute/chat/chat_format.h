@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compute/chat/chat_template.h"
+#include "compute/chat/json_constraint.h"
 #include "compute/chat/reply_parser.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "proto/container.h"
@@ -31,6 +32,11 @@ class ChatFormat {
   // Whether `prompt` leaves the reply inside reasoning (a pre-opened <think>
   // or XTML think element).
   virtual bool opens_reasoning(std::span<const tokenizer::TokenId> prompt) const = 0;
+  // What surrounds a constrained reply to `prompt` (token_grammar.h): its
+  // reasoning, kept free, and the syntax between it, the constrained part
+  // and one of `end_ids`.
+  virtual ConstraintOptions constraint_frame(std::span<const tokenizer::TokenId> prompt,
+                                             std::vector<tokenizer::TokenId> end_ids) const = 0;
 };
 
 // The format the container's family names, over `tokenizer` (which must

@@ -436,11 +436,18 @@ bool step(Stack& st, uint8_t b) {
 }  // namespace
 
 // The first byte goes to begin_value from the document frame; the rest to step.
-bool feed_byte(const JsonGrammar& grammar, Stack& st, uint8_t b) {
+bool feed_byte(const Node& root, Stack& st, uint8_t b) {
   if (st.size() == 1) {
-    return st[0].phase == kDocBefore && begin_value(st, &grammar.root(), b);
+    return st[0].phase == kDocBefore && begin_value(st, &root, b);
   }
   return step(st, b);
+}
+
+bool string_closable(const Stack& st) {
+  if (st.size() != 2) return false;
+  const JsonFrame& top = st.back();
+  return top.node->kind == Kind::kString && top.phase == kStrBody && top.escape == 0 &&
+         top.utf8_left == 0 && top.count >= top.node->min_length;
 }
 
 bool stack_complete(const Stack& st) {
@@ -464,7 +471,7 @@ bool JsonRecognizer::feed(uint8_t byte) {
 bool JsonRecognizer::feed(std::string_view bytes) {
   Stack next = stack_;
   for (char c : bytes) {
-    if (!feed_byte(*grammar_, next, static_cast<uint8_t>(c))) return false;
+    if (!feed_byte(grammar_->root(), next, static_cast<uint8_t>(c))) return false;
   }
   stack_ = std::move(next);
   return true;

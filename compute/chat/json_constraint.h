@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -117,6 +118,12 @@ class TokenTrie {
   uint32_t max_depth_ = 0;
 };
 
+// A piece of fixed reply syntax: a marker token, or else literal bytes.
+struct SyntaxPiece {
+  std::optional<TokenId> token;
+  std::string bytes;
+};
+
 // What surrounds the constrained part of a reply (token_grammar.h).
 struct ConstraintOptions {
   // Allowed once the value is complete, and only then (end of turn, end of
@@ -129,6 +136,12 @@ struct ConstraintOptions {
   // start_after: a thinking model reasons first, unconstrained.
   std::optional<TokenId> reasoning_open;
   bool starts_free = false;  // the prompt already opened reasoning
+  // Written after start_after, before the constrained part (XTML:
+  // think<|sep|><|open|>response<|sep|>).
+  std::vector<SyntaxPiece> after_reasoning;
+  // Written after a constrained value, before the end token (XTML:
+  // <|close|>response<|sep|><|close|>message<|sep|>).
+  std::vector<SyntaxPiece> before_end;
 };
 
 }  // namespace sluice::chat

@@ -54,9 +54,14 @@ struct JsonGrammar::Node {
   }
 };
 
-// One byte into a recogniser's stack (json_constraint.cpp); false when it is
-// refused, and the stack is then not to be used again.
-bool feed_byte(const JsonGrammar& grammar, std::vector<JsonFrame>& stack, uint8_t byte);
+// One byte into a recogniser's stack (json_constraint.cpp) of one value of
+// `root` (a grammar's root, or one of its nodes); false when it is refused,
+// and the stack is then not to be used again.
+bool feed_byte(const JsonGrammar::Node& root, std::vector<JsonFrame>& stack, uint8_t byte);
 bool stack_complete(const std::vector<JsonFrame>& stack);
+// The stack is inside a top-level string (after its opening quote) that a
+// closing quote would complete now: no escape or character half written,
+// minLength met.
+bool string_closable(const std::vector<JsonFrame>& stack);
 
 }  // namespace sluice::chat

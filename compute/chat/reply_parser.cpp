@@ -79,7 +79,8 @@ struct ReplyParser::State {
   // DeepSeek's type (or V3.1's name), Kimi's id. kName: DeepSeek-V3's name
   // line. kArguments: the arguments, streamed.
   enum class Mode { kContent, kReasoning, kSection, kHeader, kName, kArguments } mode;
-  std::string pending;  // content or reasoning bytes of an unfinished character
+  std::string pending;     // content or reasoning bytes of an unfinished character
+  std::string held_space;  // trailing whitespace of the content so far
   std::string header;
   std::string args;  // the current call's argument text so far
   size_t args_sent = 0;
@@ -110,6 +111,15 @@ struct ReplyParser::State {
     std::string piece = tokenizer::repair_utf8(std::string_view(pending).substr(0, ready));
     pending.erase(0, ready);
     const bool reasoning = mode == Mode::kReasoning;
+    if (!reasoning) {
+      // Trailing whitespace waits for more text: around tool calls (Qwen3's
+      // newline between them) it is no content at all.
+      held_space += piece;
+      const size_t text_end = trim_right(held_space).size();
+      if (text_end == 0) return;
+      piece = held_space.substr(0, text_end);
+      held_space.erase(0, text_end);
+    }
     (reasoning ? reply.reasoning : reply.content) += piece;
     out.push_back({reasoning ? ReplyEvent::Kind::kReasoning : ReplyEvent::Kind::kContent,
                    std::move(piece),
@@ -476,14 +486,18 @@ struct ReplyParser::State {
   }
 
   void finish(std::vector<ReplyEvent>& out) {
-    if (format.tools == ToolSyntax::kXtml) {
-      flush_text(out);
-      if (in_call) end_call(out);
-      return;
-    }
     flush_text(out);
-    if (mode != Mode::kContent && mode != Mode::kReasoning && mode != Mode::kSection)
+    if (format.tools == ToolSyntax::kXtml) {
+      if (in_call) end_call(out);
+    } else if (mode != Mode::kContent && mode != Mode::kReasoning && mode != Mode::kSection) {
       close_call(out);
+    }
+    // Whitespace left at the end is content only in a reply without calls.
+    if (!held_space.empty() && reply.tool_calls.empty()) {
+      reply.content += held_space;
+      out.push_back({ReplyEvent::Kind::kContent, std::move(held_space), 0, {}, {}});
+    }
+    held_space.clear();
   }
 };
 

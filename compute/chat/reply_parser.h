@@ -86,9 +86,11 @@ struct ReplyOptions {
   uint64_t id_seed = 0;
 };
 
-// Not thread-safe; one per reply. Holds back only incomplete UTF-8 and, in a
-// call's arguments, the tail that may be the call's closing syntax (Qwen3's
-// final '}', DeepSeek's closing fence).
+// Not thread-safe; one per reply. Holds back only incomplete UTF-8, the
+// content's trailing whitespace until text follows (at the end it is content
+// only in a reply without calls, as OpenAI sends content null beside calls)
+// and, in a call's arguments, the tail that may be the call's closing syntax
+// (Qwen3's final '}', DeepSeek's closing fence).
 class ReplyParser {
  public:
   ReplyParser(const tokenizer::Tokenizer& tokenizer, ReplyFormat format, ReplyOptions options = {});

@@ -24,6 +24,30 @@ bool contains(const std::vector<TokenId>& ids, int32_t token) {
   return std::find(ids.begin(), ids.end(), token) != ids.end();
 }
 
+bool reads_bytes(Kind kind) {
+  return kind == Kind::kBytes || kind == Kind::kJson || kind == Kind::kText;
+}
+
+// One byte of raw text into a JSON string's stack: as the escape JSON
+// would write it.
+bool feed_raw_byte(const JsonGrammar::Node& root, std::vector<JsonFrame>& stack, uint8_t byte) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char escaped[6] = {static_cast<char>(byte)};
+  size_t length = 1;
+  if (byte == '"' || byte == '\\') {
+    escaped[0] = '\\';
+    escaped[1] = static_cast<char>(byte);
+    length = 2;
+  } else if (byte < 0x20) {
+    const char u[6] = {'\\', 'u', '0', '0', kHex[byte >> 4], kHex[byte & 15]};
+    std::copy(u, u + 6, escaped);
+    length = 6;
+  }
+  for (size_t i = 0; i < length; ++i)
+    if (!feed_byte(root, stack, static_cast<uint8_t>(escaped[i]))) return false;
+  return true;
+}
+
 }  // namespace
 
 TokenGrammar::TokenGrammar() : out_(1) {}
@@ -50,13 +74,23 @@ void TokenGrammar::add_bytes(NodeId from, std::string bytes, NodeId to) {
   add(from, {Kind::kBytes, to, {}, std::move(bytes), nullptr});
 }
 
-void TokenGrammar::add_json(NodeId from, std::shared_ptr<const JsonGrammar> json, NodeId to) {
+void TokenGrammar::add_json(NodeId from, std::shared_ptr<const JsonGrammar> json, NodeId to,
+                            const JsonGrammar::Node* root) {
   if (!json) fail("token grammar: a JSON edge with no grammar");
-  add(from, {Kind::kJson, to, {}, {}, std::move(json)});
+  if (!root) root = &json->root();
+  add(from, {Kind::kJson, to, {}, {}, std::move(json), root});
 }
 
-void TokenGrammar::add_free_until(NodeId from, TokenId until, NodeId to) {
-  add(from, {Kind::kFreeUntil, to, {until}, {}, nullptr});
+void TokenGrammar::add_text(NodeId from, std::shared_ptr<const JsonGrammar> json,
+                            const JsonGrammar::Node* string_node, NodeId to) {
+  if (!json || !string_node || string_node->kind != JsonGrammar::Node::Kind::kString)
+    fail("token grammar: a text edge needs a string node of its grammar");
+  add(from, {Kind::kText, to, {}, {}, std::move(json), string_node});
+}
+
+void TokenGrammar::add_free_until(NodeId from, std::vector<TokenId> stops, NodeId to) {
+  if (stops.empty()) fail("token grammar: a free edge with no token to stop at");
+  add(from, {Kind::kFreeUntil, to, std::move(stops), {}, nullptr});
 }
 
 void TokenGrammar::add_empty(NodeId from, NodeId to) {
@@ -83,8 +117,9 @@ void GrammarConstraint::enter(TokenGrammar::NodeId node, std::vector<Cursor>& ou
       continue;
     }
     // Two paths waiting at the same marker or literal byte are one path.
+    const bool reads_json = edge.kind == Kind::kJson || edge.kind == Kind::kText;
     bool same = false;
-    for (size_t i = 0; i < count && edge.kind != Kind::kJson; ++i)
+    for (size_t i = 0; i < count && !reads_json; ++i)
       same = same || (out[i].edge == e && out[i].offset == 0);
     if (same) continue;
     if (count >= kMaxCursors) fail("token grammar: more than {} open paths", kMaxCursors);
@@ -92,10 +127,16 @@ void GrammarConstraint::enter(TokenGrammar::NodeId node, std::vector<Cursor>& ou
     Cursor& c = out[count++];
     c.edge = e;
     c.offset = 0;
-    if (edge.kind == Kind::kJson) {
+    if (reads_json) {
       c.stack.assign(1, JsonFrame{});
     } else {
       c.stack.clear();
+    }
+    if (edge.kind == Kind::kText) {
+      // The string's opening quote is implied; an empty one may be all of it.
+      if (!feed_byte(*edge.json_root, c.stack, '"'))
+        fail("token grammar: a text edge whose node takes no string");
+      if (string_closable(c.stack)) enter(edge.to, out, count, depth + 1);
     }
   }
 }
@@ -123,10 +164,19 @@ bool GrammarConstraint::step_byte(const std::vector<Cursor>& from, size_t from_c
       n.edge = c.edge;
       n.offset = 0;
       n.stack = c.stack;
-      if (!feed_byte(*edge.json, n.stack, byte)) continue;
+      if (!feed_byte(*edge.json_root, n.stack, byte)) continue;
       ++count;
       // A complete value may still grow (a number's digits): both stay open.
       if (stack_complete(n.stack)) enter(edge.to, out, count, 0);
+    } else if (edge.kind == Kind::kText) {
+      if (out.size() <= count) out.emplace_back();
+      Cursor& n = out[count];
+      n.edge = c.edge;
+      n.offset = 0;
+      n.stack = c.stack;
+      if (!feed_raw_byte(*edge.json_root, n.stack, byte)) continue;
+      ++count;
+      if (string_closable(n.stack)) enter(edge.to, out, count, 0);
     }
   }
   return count > 0;
@@ -146,14 +196,18 @@ bool GrammarConstraint::step_token(int32_t token) {
       marker_taken = true;
       enter(edge.to, next_, next_count_, 0);
     } else if (edge.kind == Kind::kFreeUntil) {
-      if (token == edge.ids[0]) {
-        marker_taken = true;
-        enter(edge.to, next_, next_count_, 0);
+      if (contains(edge.ids, token)) {
+        for (uint32_t e : grammar_->out(edge.to)) {
+          const TokenGrammar::Edge& stop = grammar_->edge(e);
+          if (stop.kind != Kind::kToken || !contains(stop.ids, token)) continue;
+          marker_taken = true;
+          enter(stop.to, next_, next_count_, 0);
+        }
       } else {
         if (next_.size() <= next_count_) next_.emplace_back();
         next_[next_count_++] = c;
       }
-    } else if ((edge.kind == Kind::kBytes || edge.kind == Kind::kJson) && ordinary) {
+    } else if (reads_bytes(edge.kind) && ordinary) {
       bytes_taken = true;
     }
   }
@@ -162,8 +216,7 @@ bool GrammarConstraint::step_token(int32_t token) {
   std::vector<Cursor>& a = scratch_[0];
   size_t a_count = 0;
   for (size_t i = 0; i < count_; ++i) {
-    const Kind kind = grammar_->edge(cursors_[i].edge).kind;
-    if (kind != Kind::kBytes && kind != Kind::kJson) continue;
+    if (!reads_bytes(grammar_->edge(cursors_[i].edge).kind)) continue;
     if (a.size() <= a_count) a.emplace_back();
     a[a_count++] = cursors_[i];
   }
@@ -242,158 +295,6 @@ void GrammarConstraint::mask(std::span<float> logits) {
   for (size_t id = 0; id < logits.size(); ++id) {
     if (!allowed_[id]) logits[id] = off;
   }
-}
-
-namespace {
-
-// Free reasoning first, as `options` says; returns the node where the
-// constrained part of the reply begins.
-TokenGrammar::NodeId after_reasoning(TokenGrammar& g, const ConstraintOptions& options) {
-  if (options.end_ids.empty()) fail("grammar constraint: no end token to finish the reply with");
-  const auto begin = g.add_node();
-  g.add_empty(0, begin);
-  if (options.start_after) {
-    const auto reasoning = g.add_node();
-    g.add_free_until(reasoning, *options.start_after, begin);
-    if (options.starts_free) {
-      g.set_start(reasoning);
-    } else if (options.reasoning_open) {
-      g.add_token(0, {*options.reasoning_open}, reasoning);
-    }
-  }
-  return begin;
-}
-
-bool valid_function_name(const std::string& name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-';
-  });
-}
-
-}  // namespace
-
-std::shared_ptr<const TokenGrammar> json_reply_grammar(std::shared_ptr<const JsonGrammar> json,
-                                                       const ConstraintOptions& options) {
-  auto g = std::make_shared<TokenGrammar>();
-  const auto value = after_reasoning(*g, options);
-  const auto done = g->add_node(), end = g->add_node();
-  g->add_json(value, std::move(json), done);
-  g->add_token(done, options.end_ids, end);
-  return g;
-}
-
-std::vector<ToolSpec> tool_specs(const nlohmann::ordered_json& tools) {
-  std::vector<ToolSpec> specs;
-  if (!tools.is_array()) fail("tools: expected a list of tools");
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const auto& function = tools[i].is_object()
-                               ? tools[i].value("function", nlohmann::ordered_json())
-                               : nlohmann::ordered_json();
-    if (!function.is_object() || !function.contains("name") || !function["name"].is_string())
-      fail("tools[{}].function.name: missing or not a string", i);
-    ToolSpec spec;
-    spec.name = function["name"].get<std::string>();
-    if (!valid_function_name(spec.name))
-      fail("tools[{}].function.name: '{}' is not a function name (1 to 64 of a-z, A-Z, 0-9, _, -)",
-           i, spec.name);
-    // No parameters: the function takes none, so its arguments are {}.
-    const nlohmann::json parameters =
-        function.contains("parameters") && !function["parameters"].is_null()
-            ? nlohmann::json::parse(function["parameters"].dump())
-            : nlohmann::json{{"type", "object"}};
-    try {
-      spec.arguments = JsonGrammar::from_schema(parameters);
-    } catch (const Error& e) {
-      fail("tools[{}].function.parameters: {}", i, e.what());
-    }
-    specs.push_back(std::move(spec));
-  }
-  return specs;
-}
-
-std::shared_ptr<const TokenGrammar> tool_call_grammar(const ReplyFormat& format,
-                                                      const std::vector<ToolSpec>& tools,
-                                                      bool parallel,
-                                                      const ConstraintOptions& options) {
-  if (tools.empty()) fail("tool call grammar: no tools to call");
-  auto g = std::make_shared<TokenGrammar>();
-  const auto begin = after_reasoning(*g, options);
-  const auto end = g->add_node();
-  // From `call` one call of any tool in the family's syntax, to `called`.
-  const auto call = g->add_node(), called = g->add_node();
-  switch (format.tools) {
-    case ToolSyntax::kNone:
-      fail("tool call grammar: the tokenizer has no tool-call markers");
-    case ToolSyntax::kXtml:
-      fail("tool call grammar: XTML (Kimi K3) calls are not constrained yet");
-    case ToolSyntax::kQwen3: {
-      // <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, as the template writes it.
-      const auto opened = g->add_node(), closing = g->add_node();
-      g->add_token(call, {*format.call_open}, opened);
-      for (const ToolSpec& tool : tools) {
-        const auto args = g->add_node(), after = g->add_node();
-        g->add_bytes(
-            opened, "\n{\"name\": " + nlohmann::json(tool.name).dump() + ", \"arguments\": ", args);
-        g->add_json(args, tool.arguments, after);
-        g->add_bytes(after, "}\n", closing);
-      }
-      g->add_token(closing, {*format.call_close}, called);
-      g->add_empty(begin, call);
-      g->add_token(called, options.end_ids, end);
-      if (parallel) {
-        const auto again = g->add_node();
-        g->add_bytes(called, "\n", again);
-        g->add_token(again, {*format.call_open}, opened);
-      }
-      return g;
-    }
-    case ToolSyntax::kDeepSeekV3: {
-      // <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
-      const auto opened = g->add_node(), typed = g->add_node(), closing = g->add_node();
-      g->add_token(call, {*format.call_open}, opened);
-      g->add_bytes(opened, "function", typed);
-      const auto named = g->add_node();
-      g->add_token(typed, {*format.separator}, named);
-      for (const ToolSpec& tool : tools) {
-        const auto args = g->add_node(), after = g->add_node();
-        g->add_bytes(named, tool.name + "\n```json\n", args);
-        g->add_json(args, tool.arguments, after);
-        g->add_bytes(after, "\n```", closing);
-      }
-      g->add_token(closing, {*format.call_close}, called);
-      break;
-    }
-    case ToolSyntax::kKimi: {
-      // <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS<|tool_call_end|>
-      static const auto index = JsonGrammar::from_schema({{"type", "integer"}, {"minimum", 0}});
-      const auto opened = g->add_node(), closing = g->add_node();
-      g->add_token(call, {*format.call_open}, opened);
-      for (const ToolSpec& tool : tools) {
-        const auto numbered = g->add_node(), indexed = g->add_node(), args = g->add_node();
-        g->add_bytes(opened, "functions." + tool.name + ":", numbered);
-        g->add_json(numbered, index, indexed);
-        g->add_token(indexed, {*format.separator}, args);
-        g->add_json(args, tool.arguments, closing);
-      }
-      g->add_token(closing, {*format.call_close}, called);
-      break;
-    }
-  }
-  // DeepSeek-V3 and Kimi: the calls sit in a section.
-  const auto section_end = g->add_node();
-  g->add_token(begin, {*format.section_open}, call);
-  g->add_token(called, {*format.section_close}, section_end);
-  g->add_token(section_end, options.end_ids, end);
-  if (parallel) {
-    g->add_empty(called, call);
-    if (format.tools == ToolSyntax::kDeepSeekV3) {
-      const auto again = g->add_node();
-      g->add_bytes(called, "\n", again);  // the template puts a newline between calls
-      g->add_empty(again, call);
-    }
-  }
-  return g;
 }
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> json,

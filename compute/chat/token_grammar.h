@@ -26,11 +26,15 @@ class TokenGrammar {
  public:
   using NodeId = uint32_t;
   enum class EdgeKind {
-    kToken,      // one of `ids` (markers and end tokens, which the trie leaves out)
-    kBytes,      // `bytes` exactly, written in ordinary tokens
-    kJson,       // one value of `json`, in ordinary tokens
-    kFreeUntil,  // any tokens, until ids[0] (which it consumes)
-    kEmpty,      // nothing
+    kToken,  // one of `ids` (markers and end tokens, which the trie leaves out)
+    kBytes,  // `bytes` exactly, written in ordinary tokens
+    kJson,   // one value of `json` (from json_root), in ordinary tokens
+    // A string of `json` (json_root, a string node) written raw, without
+    // quotes or escapes, as XTML writes a string argument.
+    kText,
+    // Any tokens until one of ids, which the token edges of `to` then read.
+    kFreeUntil,
+    kEmpty,  // nothing
   };
   struct Edge {
     EdgeKind kind;
@@ -38,14 +42,21 @@ class TokenGrammar {
     std::vector<TokenId> ids;
     std::string bytes;
     std::shared_ptr<const JsonGrammar> json;
+    const JsonGrammar::Node* json_root = nullptr;  // a node of `json`
   };
 
   TokenGrammar();
   NodeId add_node();
   void add_token(NodeId from, std::vector<TokenId> ids, NodeId to);
   void add_bytes(NodeId from, std::string bytes, NodeId to);  // throws on empty bytes
-  void add_json(NodeId from, std::shared_ptr<const JsonGrammar> json, NodeId to);
-  void add_free_until(NodeId from, TokenId until, NodeId to);
+  // A value of `root` (a node of `json`; null: its root).
+  void add_json(NodeId from, std::shared_ptr<const JsonGrammar> json, NodeId to,
+                const JsonGrammar::Node* root = nullptr);
+  // Throws unless `string_node` (of `json`) is a string.
+  void add_text(NodeId from, std::shared_ptr<const JsonGrammar> json,
+                const JsonGrammar::Node* string_node, NodeId to);
+  // Any tokens until one of `stops`, which a token edge leaving `to` reads.
+  void add_free_until(NodeId from, std::vector<TokenId> stops, NodeId to);
   void add_empty(NodeId from, NodeId to);
   void set_start(NodeId node) { start_ = node; }
 
@@ -115,18 +126,33 @@ struct ToolSpec {
 };
 
 // The OpenAI `tools` list as ToolSpecs. Throws Error "tools[i].function...:
-// ..." naming the tool whose parameters cannot be enforced.
-std::vector<ToolSpec> tool_specs(const nlohmann::ordered_json& tools);
+// ..." naming the tool whose parameters cannot be enforced, or, with
+// `loose_parameters`, gives that tool arguments of any JSON object.
+std::vector<ToolSpec> tool_specs(const nlohmann::ordered_json& tools,
+                                 bool loose_parameters = false);
 
 // A reply that is one tool call (several when `parallel`) of `tools` in the
 // family's syntax (format.tools, its markers by id), each call's arguments a
 // value of its tool's grammar, then one of options.end_ids; reasoning first
-// stays free as options says. Throws Error when the format has no tool
+// stays free as options says. XTML writes an object's properties as
+// argument elements (in `properties` order, strings raw), any other
+// arguments as one json element. Throws Error when the format has no tool
 // syntax or `tools` is empty.
 std::shared_ptr<const TokenGrammar> tool_call_grammar(const ReplyFormat& format,
                                                       const std::vector<ToolSpec>& tools,
                                                       bool parallel,
                                                       const ConstraintOptions& options);
+
+// tool_choice "auto": the reply is free until the model writes a token the
+// reply parser starts a call at (Qwen3's <tool_call>, DeepSeek-V3's and
+// Kimi's section or call opener, XTML's <|open|> past the think element,
+// which must then open the tools); from there on it is the calls of
+// tool_call_grammar, then an end token. An opener inside reasoning stays
+// reasoning, as the parser reads it.
+std::shared_ptr<const TokenGrammar> lazy_tool_call_grammar(const ReplyFormat& format,
+                                                           const std::vector<ToolSpec>& tools,
+                                                           bool parallel,
+                                                           const ConstraintOptions& options);
 
 // Structured output: json_reply_grammar(json, options) as a constraint.
 class JsonConstraint final : public GrammarConstraint {

@@ -414,4 +414,20 @@ bool xtml_opens_reasoning(const tokenizer::Tokenizer& tok, std::span<const Token
                     prompt.end() - static_cast<ptrdiff_t>(suffix.size()));
 }
 
+ConstraintOptions xtml_constraint_frame(const ReplyFormat& format, bool in_reasoning,
+                                        std::vector<TokenId> end_ids) {
+  const SyntaxPiece open{format.section_open, ""}, close{format.section_close, ""},
+      sep{format.separator, ""};
+  auto tag = [](const char* name) { return SyntaxPiece{std::nullopt, name}; };
+  ConstraintOptions frame;
+  frame.end_ids = std::move(end_ids);
+  if (in_reasoning) {
+    frame.start_after = format.section_close;
+    frame.starts_free = true;
+    frame.after_reasoning = {tag("think"), sep, open, tag("response"), sep};
+  }
+  frame.before_end = {close, tag("response"), sep, close, tag("message"), sep};
+  return frame;
+}
+
 }  // namespace sluice::chat

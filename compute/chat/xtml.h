@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compute/chat/chat_template.h"
+#include "compute/chat/json_constraint.h"
 #include "compute/chat/reply_parser.h"
 #include "compute/tokenizer/tokenizer.h"
 
@@ -64,5 +65,12 @@ ReplyFormat xtml_reply_format(const tokenizer::Tokenizer& tokenizer);
 // with thinking on): the reply then starts as reasoning.
 bool xtml_opens_reasoning(const tokenizer::Tokenizer& tokenizer,
                           std::span<const tokenizer::TokenId> prompt);
+
+// The frame of a constrained XTML reply: with thinking on (`in_reasoning`),
+// the think element is free until <|close|>, then think<|sep|><|open|>
+// response<|sep|> opens the response; a constrained value then closes the
+// response and the message before one of `end_ids`.
+ConstraintOptions xtml_constraint_frame(const ReplyFormat& format, bool in_reasoning,
+                                        std::vector<tokenizer::TokenId> end_ids);
 
 }  // namespace sluice::chat

@@ -1,8 +1,8 @@
-// compute/cli/bench_batch.cpp: `sluice bench batch`, greedy decode of 1, 2,
-// 4 ... sequences stepped together (Engine::step) over the embedded expert
-// cache at a budget, each arm on a fresh cache, rounds interleaved. Measures
-// aggregate and per-stream tok/s, never asserts; the first sequence must
-// produce the same tokens in every arm, which it checks.
+// compute/cli/bench_batch.cpp: `sluice bench batch`, decode (greedy, or
+// sampled at --temp) of 1, 2, 4 ... sequences stepped together (Engine::step)
+// over the embedded expert cache at a budget, each arm on a fresh cache,
+// rounds interleaved. Measures aggregate and per-stream tok/s, never asserts;
+// the first sequence must produce the same tokens in every arm, which it checks.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "compute/cli/run_options.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
+#include "compute/model/sampler.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
 #include "proto/error.h"
@@ -32,6 +33,8 @@ struct BatchFlags {
   uint32_t prompt_tokens = 16;
   uint32_t repeat = 1;
   size_t threads = 0;
+  float temperature = 0.0f;  // 0: greedy
+  uint64_t seed = 1;         // sequence i samples with seed + i
   bool json = false;
 };
 
@@ -90,13 +93,21 @@ ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
   for (SequenceState& s : states) sequences.push_back(&s);
   ArmRun run;
   std::vector<int32_t> tokens(count);
+  // Sequence i's sampler depends only on i, like its prompt.
+  std::vector<Sampler> samplers;
+  for (uint32_t i = 0; i < count; ++i) {
+    SamplingParams params;
+    params.temperature = flags.temperature;
+    params.seed = flags.seed + i;
+    samplers.emplace_back(params);
+  }
   const ExpertSourceStats before = engine.experts().stats();
   const ForwardTimes times_before = engine.transformer().times();
   const auto start = std::chrono::steady_clock::now();
   for (uint32_t step = 0; step < flags.tokens; ++step) {
     for (uint32_t i = 0; i < count; ++i) {
-      const auto row = std::span<const float>(logits).subspan(size_t{i} * vocab, vocab);
-      tokens[i] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      tokens[i] =
+          samplers[i].sample(std::span<const float>(logits).subspan(size_t{i} * vocab, vocab), {});
     }
     run.first_tokens.push_back(tokens[0]);
     engine.step(sequences, tokens, logits);
@@ -173,6 +184,8 @@ void run_batch(const BatchFlags& flags) {
                                       {"cache_bytes", cache_bytes},
                                       {"tokens", flags.tokens},
                                       {"prompt_tokens", flags.prompt_tokens},
+                                      {"temperature", flags.temperature},
+                                      {"seed", flags.seed},
                                       {"repeat", flags.repeat},
                                       {"load_average_before", load_before},
                                       {"load_average_after", load_average()},
@@ -219,6 +232,11 @@ void add_bench_batch(CLI::App& bench) {
   cmd->add_option("--repeat", flags->repeat,
                   "rounds of every arm, interleaved; figures are medians")
       ->capture_default_str();
+  cmd->add_option("--temp", flags->temperature,
+                  "sampling temperature (0: greedy); realistic-routing weights want 1")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--seed", flags->seed, "sequence i samples with seed + i")->capture_default_str();
   cmd->add_option("--threads", flags->threads,
                   "compute threads (default: SLUICE_THREADS or every core)")
       ->check(at_least_one());

@@ -268,14 +268,8 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   SamplingParams sampling = options.sampling;
   if (options.grammar) {
     if (!trie_) trie_ = std::make_shared<const chat::TokenTrie>(tokenizer_);
-    chat::ConstraintOptions c;
-    c.end_ids = stop_ids_;
-    if (format_.thinks()) {
-      c.start_after = format_.think_close;
-      c.reasoning_open = format_.think_open;
-      c.starts_free = in_reasoning;
-    }
-    constraint = std::make_unique<chat::JsonConstraint>(options.grammar, trie_, c);
+    constraint = std::make_unique<chat::JsonConstraint>(
+        options.grammar, trie_, chat_format_.constraint_frame(ids, stop_ids_));
     sampling.constraint = constraint.get();
   }
 

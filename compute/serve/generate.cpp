@@ -172,8 +172,6 @@ std::shared_ptr<const chat::TokenGrammar> Server::tool_call_grammar(
   if (format.tools == chat::ToolSyntax::kNone)
     bad_param("tool_choice",
               "this model's tokenizer has no tool-call markers, so a tool call cannot be enforced");
-  if (format.tools == chat::ToolSyntax::kXtml)
-    bad_param("tool_choice", "a required tool call is not enforced for XTML (Kimi K3) yet");
   if (!request.response_format.is_null() && request.response_format.value("type", "") != "text")
     bad_param("response_format", "a required tool call (tool_choice) leaves no content to format");
   std::vector<chat::ToolSpec> tools;
@@ -192,6 +190,23 @@ std::shared_ptr<const chat::TokenGrammar> Server::tool_call_grammar(
   return chat::tool_call_grammar(format, tools, request.parallel_tool_calls, frame);
 }
 
+std::shared_ptr<const chat::TokenGrammar> Server::lazy_tool_call_grammar(
+    const ChatRequest& request, const chat::ConstraintOptions& frame) const {
+  const chat::ReplyFormat& format = chat_format_->reply_format();
+  if (!request.tools.is_array() || request.tools.empty() || format.tools == chat::ToolSyntax::kNone)
+    return nullptr;
+  std::vector<chat::ToolSpec> tools;
+  try {
+    // The model may never call a tool: one whose parameters are beyond the
+    // schema subset only has its arguments held to a JSON object.
+    tools = chat::tool_specs(request.tools, true);
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    throw ApiError(400, "invalid_request_error", message, message.substr(0, message.find(": ")));
+  }
+  return chat::lazy_tool_call_grammar(format, tools, request.parallel_tool_calls, frame);
+}
+
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   const ChatRequest request = parse_chat_request(parse_body(req.body), random_seed());
   JobSpec spec;
@@ -200,26 +215,25 @@ void Server::chat_completions(const httplib::Request& req, httplib::Response& re
   spec.stop_ids = chat_stop_ids_;
   spec.reply_format = chat_format_->reply_format();
   spec.in_reasoning = chat_format_->opens_reasoning(spec.prompt);
-  const chat::ReplyFormat& format = *spec.reply_format;
-  chat::ConstraintOptions frame;  // what surrounds a constrained reply
-  frame.end_ids = engine_.config().eos_ids;
-  frame.end_ids.insert(frame.end_ids.end(), chat_stop_ids_.begin(), chat_stop_ids_.end());
-  if (format.thinks()) {
-    frame.start_after = format.think_close;
-    frame.reasoning_open = format.think_open;
-    frame.starts_free = spec.in_reasoning;
-  }
+  std::vector<int32_t> end_ids = engine_.config().eos_ids;
+  end_ids.insert(end_ids.end(), chat_stop_ids_.begin(), chat_stop_ids_.end());
+  // What surrounds a constrained reply.
+  const chat::ConstraintOptions frame = chat_format_->constraint_frame(spec.prompt, end_ids);
   const json& choice = request.tool_choice;
   if (choice == "none") spec.reply_format->tools = chat::ToolSyntax::kNone;  // nothing is a call
+  std::shared_ptr<const chat::JsonGrammar> value;  // response_format's, unless "text"
+  try {
+    if (!request.response_format.is_null())
+      value = chat::JsonGrammar::from_response_format(request.response_format);
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_request_error", e.what(), "response_format");
+  }
   if (choice == "required" || choice.is_object()) {
     spec.grammar = tool_call_grammar(request, frame);
-  } else if (!request.response_format.is_null()) {
-    try {
-      if (auto value = chat::JsonGrammar::from_response_format(request.response_format))
-        spec.grammar = chat::json_reply_grammar(std::move(value), frame);
-    } catch (const Error& e) {
-      throw ApiError(400, "invalid_request_error", e.what(), "response_format");
-    }
+  } else if (value) {
+    spec.grammar = chat::json_reply_grammar(std::move(value), frame);
+  } else if (choice != "none") {
+    spec.grammar = lazy_tool_call_grammar(request, frame);
   }
   generate(req, res, std::move(spec), true, "");
 }

@@ -71,6 +71,10 @@ class Server {
   // the field when it cannot be enforced.
   std::shared_ptr<const chat::TokenGrammar> tool_call_grammar(
       const ChatRequest& request, const chat::ConstraintOptions& frame) const;
+  // tool_choice "auto" with tools: a call the model opens is held to the
+  // family's syntax and its tool's schema; null when nothing can be called.
+  std::shared_ptr<const chat::TokenGrammar> lazy_tool_call_grammar(
+      const ChatRequest& request, const chat::ConstraintOptions& frame) const;
   uint64_t random_seed();
   std::string random_id(const char* prefix);
 

@@ -247,7 +247,7 @@ TEST_CASE("sampling under the constraint always gives a matching value or runs o
   int completed = 0;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     for (float temp : {0.0f, 0.7f, 1.5f}) {
-      JsonConstraint constraint(g, trie, {{v.end_id}, std::nullopt, std::nullopt, false});
+      JsonConstraint constraint(g, trie, {{v.end_id}, std::nullopt, std::nullopt, false, {}, {}});
       sluice::SamplingParams params;
       params.temperature = temp;
       params.seed = seed;
@@ -286,13 +286,14 @@ TEST_CASE("reasoning stays free: opened by the prompt, or as the first token") {
   const TinyVocab v;
   auto trie = std::make_shared<const TokenTrie>(v.tok);
   const int32_t open = 271, close = 269;  // <think>, and the last extra token as </think>
-  JsonConstraint direct(JsonGrammar::any_object(), trie, {{v.end_id}, close, open, false});
+  JsonConstraint direct(JsonGrammar::any_object(), trie, {{v.end_id}, close, open, false, {}, {}});
   CHECK(direct.active());
   CHECK(direct.allows(open));
   CHECK_FALSE(direct.allows('x'));
   direct.accept('{');
   CHECK_FALSE(direct.allows(open));  // only as the first token
-  JsonConstraint thinking(JsonGrammar::any_object(), trie, {{v.end_id}, close, open, false});
+  JsonConstraint thinking(JsonGrammar::any_object(), trie,
+                          {{v.end_id}, close, open, false, {}, {}});
   thinking.accept(open);
   CHECK_FALSE(thinking.active());
   CHECK(thinking.allows('x'));
@@ -304,7 +305,7 @@ TEST_CASE("reasoning stays free: opened by the prompt, or as the first token") {
 TEST_CASE("start_after leaves the tokens free until the marker, then constrains") {
   const TinyVocab v;
   auto trie = std::make_shared<const TokenTrie>(v.tok);
-  JsonConstraint c(JsonGrammar::any_object(), trie, {{v.end_id}, 271, std::nullopt, true});
+  JsonConstraint c(JsonGrammar::any_object(), trie, {{v.end_id}, 271, std::nullopt, true, {}, {}});
   CHECK(c.allows('x'));
   c.accept('x');
   CHECK_FALSE(c.active());

@@ -5,7 +5,9 @@
 // even random weights emit a call of an offered tool with valid arguments:
 // blocking and streamed alike it arrives as tool_calls with finish_reason
 // "tool_calls", the result goes back as a tool message and a final answer
-// comes. "none" parses no call out. Exits 77 without the client.
+// comes. Under "auto" a call the model opens (made to by logit_bias) is held
+// to the syntax and the schema; parallel calls come with content null.
+// "none" parses no call out. Exits 77 without the client.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -17,6 +19,7 @@ const CONTEXT = 4096;
 let server = null;
 let client = null;
 let tool_call_id = null;  // the <tool_call> token's id
+let end_ids = [];  // <|im_end|> and <|endoftext|>
 
 // The checkpoint's last two BPE tokens become the added tokens <tool_call>
 // and </tool_call> (their merges go with them), and its template the real
@@ -47,6 +50,7 @@ function add_tool_markers(dir) {
   config.chat_template = qwen3.chat_template;
   fs.writeFileSync(config_path, JSON.stringify(config));
   tool_call_id = tokenizer.added_tokens.at(-2).id;
+  end_ids = tokenizer.added_tokens.filter((t) => ["<|im_end|>", "<|endoftext|>"].includes(t.content)).map((t) => t.id);
 }
 
 const tools = [
@@ -162,6 +166,44 @@ describe("tool calls through sluice serve", () => {
       assert.equal(call.function.name, name);
       check_arguments(name, call.function.arguments);
     }
+  });
+
+  it("holds a call the model opens under tool_choice auto to the syntax and the schema", async () => {
+    // The bias makes even random weights open a call at once; the grammar
+    // must then carry it to a whole call of an offered tool.
+    const opened = { messages: question, tools, parallel_tool_calls: false, temperature: 0, max_tokens: 400,
+                     logit_bias: { [tool_call_id]: 100 } };
+    for (const body of [opened, { ...opened, tool_choice: "auto" }]) {
+      const choice = (await client.chat.completions.create(body)).choices[0];
+      assert.equal(choice.finish_reason, "tool_calls");
+      assert.equal(choice.message.content, null);
+      assert.equal(choice.message.tool_calls.length, 1);
+      check_arguments(choice.message.tool_calls[0].function.name, choice.message.tool_calls[0].function.arguments);
+    }
+    const final = await client.chat.completions.stream({ ...opened, stream: true }).finalChatCompletion();
+    assert.equal(final.choices[0].finish_reason, "tool_calls");
+    const call = final.choices[0].message.tool_calls[0];
+    check_arguments(call.function.name, call.function.arguments);
+    // Without the opener the reply stays free text.
+    const free = (await client.chat.completions.create({ ...opened, logit_bias: { [tool_call_id]: -100 },
+                                                         max_tokens: 8 })).choices[0];
+    assert.equal(free.message.tool_calls, undefined);
+    assert.equal(typeof free.message.content, "string");
+  });
+
+  it("sends content null, not the newline between them, with parallel calls", async () => {
+    // The end tokens banned: the reply chains calls until max_tokens.
+    const ends = Object.fromEntries(end_ids.map((id) => [id, -100]));
+    const body = { messages: question, tools, tool_choice: "required", temperature: 0, max_tokens: 120,
+                   logit_bias: ends };
+    const choice = (await client.chat.completions.create(body)).choices[0];
+    assert.ok(choice.message.tool_calls.length >= 2, JSON.stringify(choice.message));
+    assert.equal(choice.message.content, null);
+    for (const call of choice.message.tool_calls.slice(0, -1)) check_arguments(call.function.name, call.function.arguments);
+    let content = "";
+    for await (const chunk of await client.chat.completions.create({ ...body, stream: true }))
+      content += chunk.choices[0]?.delta?.content || "";
+    assert.equal(content, "");
   });
 
   it("parses no call out with tool_choice none, even when the model writes the markers", async () => {
