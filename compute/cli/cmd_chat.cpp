@@ -104,7 +104,9 @@ void run(const ChatArgs& args) {
     grammar = chat::JsonGrammar::any_object();
   }
 
-  EngineOptions options = args.engine.options();
+  EngineFlags flags = args.engine;
+  flags.saved_states = 1;  // /save and /load hold a copy of the state
+  EngineOptions options = flags.options();
   options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };
   Engine engine(args.model, options);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
