@@ -23,7 +23,10 @@ EXAMPLES = [
     ('sluice convert SRC_DIR OUT.sluice', 'sluice convert {ck} {m} --threads 1 --seed 5 --json -q'),
     ('sluice info OUT.sluice', 'sluice info {m} && sluice info {m} --json'),
     ('sluice synth SHAPE OUT.sluice', 'sluice synth qwen3-30b-a3b {w}/synth.sluice --layers 1 --seed 3 --threads 1 '
-                                      '--experts 8 --vocab 1024 --json -q && sluice verify {w}/synth.sluice'),
+                                      '--experts 8 --vocab 1024 --json -q && sluice verify {w}/synth.sluice && '
+                                      'sluice synth qwen3-30b-a3b {w}/realistic.sluice --layers 1 --seed 3 --threads 1 '
+                                      '--experts 8 --vocab 1024 --routing realistic -q && '
+                                      'sluice run {w}/realistic.sluice --prompt-ids 1,2,3 -n 2'),
     ('sluice synth SHAPE --print-config', 'sluice synth kimi-linear-48b --print-config --layers 4 > {w}/kimi.json && '
                                           'sluice plan --config {w}/kimi.json'),
     ('sluice verify OUT.sluice', 'sluice verify {m} --json'),
