@@ -120,7 +120,8 @@ void run_batch(const BatchFlags& flags) {
   if (counts.empty()) fail("--sequences: no counts");
   const Container container = Container::open(flags.model);
   PlanRequest shape = plan_shape(flags.threads);
-  shape.scratch.sequences = *std::max_element(counts.begin(), counts.end());
+  // The largest batch's sequences, and the engine's own, which a batch leaves unused.
+  shape.scratch.sequences = *std::max_element(counts.begin(), counts.end()) + 1;
   const uint64_t cache_bytes = plan_for(container, flags.budget, 0, shape).cache_bytes;
   std::vector<std::vector<ArmRun>> runs(counts.size());
   const double load_before = load_average();

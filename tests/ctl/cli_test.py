@@ -150,7 +150,13 @@ class CliTest(unittest.TestCase):
                              (['bench', 'decode', m, '--budget', '1G', '--routing'], '--routing'),
                              (['bench', 'replay', '--geometry', 'bogus'], '--geometry'),
                              (['bench', 'batch', m, '--budget', '1G', '--sequences', '0'], '--sequences'),
-                             (['template', m], '--messages')):
+                             (['template', m], '--messages'),
+                             (['run', m, 'hi', '--temp', '-1'], '--temp'),
+                             (['run', m, 'hi', '--temp', 'nan'], '--temp'),
+                             (['run', m, 'hi', '--top-p', '2'], '--top-p'),
+                             (['run', m, 'hi', '--top-k', '-1'], '--top-k'),
+                             (['run', m, 'hi', '--min-p', '1'], '--min-p'),
+                             (['chat', m, '--repeat-penalty', '0'], '--repeat-penalty')):
             with self.subTest(args=args):
                 self.assert_usage_error(sluice(*args), needle)
 

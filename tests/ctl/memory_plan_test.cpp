@@ -9,6 +9,8 @@
 #include <string>
 #include <unistd.h>
 
+#include "compute/kernels/dispatch.h"
+#include "compute/kernels/rvq_decoded.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
@@ -191,6 +193,13 @@ TEST_CASE(
         expected_scratch(256) - gate_up_planes - down_planes);
 }
 
+TEST_CASE("plan: no ISA serves more tokens of an expert through a down table than the plan counts") {
+  for (const kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    CAPTURE(kernels::isa_name(isa));
+    CHECK(kernels::rvq_decode_crossover(kernels::Exec{isa, nullptr}) <= kPlanTableTokensPerExpert);
+  }
+}
+
 TEST_CASE("plan: the floor's minimum cache is a whole segment, so a budget at the floor starts a worker") {
   const Container container = Container::open(testing::tiny_container_or_skip());
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
@@ -349,12 +358,14 @@ TEST_CASE("plan: the cache never outgrows the container, and caches every expert
 TEST_CASE("plan: the slot count is the one the worker makes of the cache") {
   const Container container = Container::open(testing::tiny_container_or_skip());
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-  const MemoryPlan floor_plan = plan_memory(container, config, PlanRequest{256}, ram_of(kMiB));
+  PlanRequest at_256;
+  at_256.context = 256;
+  const MemoryPlan floor_plan = plan_memory(container, config, at_256, ram_of(kMiB));
   // Budgets between the floor and every expert, where the index and rings grow with the slots.
   for (uint64_t extra :
        {uint64_t{0}, floor_plan.record_stride * 5 + 17, floor_plan.record_stride * 9}) {
     CAPTURE(extra);
-    PlanRequest request{256};
+    PlanRequest request = at_256;
     request.budget_bytes = floor_plan.floor_bytes + extra;
     const MemoryPlan plan = plan_memory(container, config, request, ram_of(64 * kGiB));
     ioworker::WorkerOptions options;
