@@ -193,8 +193,10 @@ TEST_CASE(
         expected_scratch(256) - gate_up_planes - down_planes);
 }
 
-TEST_CASE("plan: no ISA serves more tokens of an expert through a down table than the plan counts") {
-  for (const kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+TEST_CASE(
+    "plan: no ISA serves more tokens of an expert through a down table than the plan counts") {
+  for (const kernels::Isa isa :
+       {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
     CAPTURE(kernels::isa_name(isa));
     CHECK(kernels::rvq_decode_crossover(kernels::Exec{isa, nullptr}) <= kPlanTableTokensPerExpert);
   }
