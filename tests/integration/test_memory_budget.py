@@ -181,7 +181,8 @@ def serve_two_requests(group, args):
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
         err = server.stderr.read()
-        if answers != [12, 12]:
+        # Each a completion (a random model may end one early at its end-of-text token).
+        if not all(isinstance(tokens, int) and 1 <= tokens <= 12 for tokens in answers):
             return (server.returncode or 1), f"answers {answers}; {err}"
         return server.returncode, err
     finally:
