@@ -3,6 +3,9 @@
 // RAM. Pure arithmetic over the manifest and a few small /proc and /sys files.
 #include "ioworker/memory_plan.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -11,8 +14,6 @@
 #include <map>
 #include <sstream>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "ioworker/worker.h"
 #include "proto/container.h"
@@ -191,17 +192,64 @@ UsableRam read_usable_ram(const std::string& root) {
   return ram;
 }
 
-uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk) {
-  const uint64_t hidden = config.hidden;
-  const uint64_t width = std::max({config.expert_width, config.dense_width, config.shared_width});
-  // K3's Attention Residuals keep every stored block and one mixture per token of the chunk.
+namespace {
+
+// One token's RVQ lookup table over `cols` inputs (compute/kernels/rvq.h):
+// int16 codes per 8 columns × stage × entry, and the same again as a low and
+// a high byte plane for the AVX-512 lookups.
+uint64_t rvq_table_bytes_per_token(uint64_t cols, bool planes) {
+  const uint64_t codes = cols / kRvqVecDim * kRvqStages * kRvqEntries;
+  return codes * sizeof(int16_t) * (planes ? 3 : 1);
+}
+
+// The f32 table of the one token being built, kept by every table object.
+uint64_t rvq_table_build_bytes(uint64_t cols) {
+  return cols / kRvqVecDim * kRvqStages * kRvqEntries * sizeof(float);
+}
+
+// A decode-once tile (compute/kernels/rvq_decoded.cpp): about 256 KiB of
+// decoded rows, 16 to 64 rows whole.
+uint64_t decoded_tile_bytes(uint64_t cols) {
+  const uint64_t fit = (uint64_t{256} << 10) / (cols * sizeof(float)) / kRowBlock * kRowBlock;
+  return std::clamp<uint64_t>(fit, kRowBlock, 4 * kRowBlock) * cols * sizeof(float);
+}
+
+}  // namespace
+
+uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context,
+                            const ScratchShape& shape) {
+  const uint64_t rows = std::max<uint64_t>({shape.chunk, shape.sequences, 1});
+  const uint64_t threads = std::max<uint32_t>(shape.threads, 1);
+  const uint64_t hidden = config.hidden, expert_in = config.expert_hidden(),
+                 width = config.expert_width;
+  const uint64_t dense = config.layers > config.moe_layers() ? config.dense_width : 0;
+  const uint64_t ffn = std::max<uint64_t>(dense, config.shared_width);
+  // K3's Attention Residuals keep every stored block and one mixture per row.
   const uint64_t blocks =
       config.attn_res_block > 0 ? ((config.layers + config.attn_res_block - 1) / config.attn_res_block + 1) * hidden : 0;
-  const uint64_t activations = chunk * (4 * hidden + config.mixer_scratch_floats() + config.experts +
-                                        uint64_t{config.top_k} * hidden + 3 * width + blocks);
-  const uint64_t tables = chunk * (2 * hidden + width) * 96;
-  const uint64_t scores = uint64_t{config.attention_heads()} * context;
-  return (activations + tables + scores + config.vocab) * sizeof(float);
+  const uint64_t latent = config.expert_latent > 0 ? expert_in : 0;
+  const uint64_t row_floats = 3 * hidden + 2 * ffn + (uint64_t{config.top_k} + 2) * expert_in +
+                              latent + blocks + config.mixer_scratch_floats();
+  // Each row's routing at each MoE layer: the ids and weights of its top-k
+  // (two vectors, 16 bytes of allocator header each).
+  const uint64_t routing_bytes =
+      config.moe_layers() * (2 * 3 * sizeof(void*) + 2 * 16 + 8 * uint64_t{config.top_k});
+  const uint64_t widest = std::max({hidden, ffn, width, expert_in});
+  const uint64_t int8_activations = rows * widest + rows * (widest / 32) * sizeof(float);
+  const uint64_t shared =
+      (rows * row_floats + config.experts + uint64_t{config.attention_heads()} * context) *
+          sizeof(float) +
+      rows * routing_bytes + int8_activations +
+      2 * rows * rvq_table_bytes_per_token(expert_in, shape.table_planes) +
+      2 * rvq_table_build_bytes(expert_in);
+  const uint64_t per_thread = rows * (2 * expert_in + 3 * width) * sizeof(float) +
+                              rows * sizeof(uint32_t) +
+                              std::min(rows, kPlanTableTokensPerExpert) *
+                                  rvq_table_bytes_per_token(width, shape.table_planes) +
+                              rvq_table_build_bytes(width) +
+                              std::max(decoded_tile_bytes(expert_in), decoded_tile_bytes(width));
+  const uint64_t logits = (rows + shape.sequences) * uint64_t{config.vocab} * sizeof(float);
+  return shared + threads * per_thread + logits;
 }
 
 uint64_t plan_process_bytes(const ModelConfig& config) {
@@ -324,8 +372,15 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   MemoryPlan plan;
   plan.context = request.context;
   plan.trunk_bytes = inputs.resident_bytes;
-  plan.kv_bytes = (config.state_floats_per_token() * request.context + config.state_floats_fixed()) * sizeof(float);
-  plan.scratch_bytes = plan_scratch_bytes(config, request.context, kPlanChunkTokens);
+  plan.sequence_state_bytes =
+      (config.state_floats_per_token() * request.context + config.state_floats_fixed()) *
+      sizeof(float);
+  plan.sequences = std::max<uint32_t>(request.scratch.sequences, 1);
+  plan.saved_states = request.saved_states;
+  plan.threads = std::max<uint32_t>(request.scratch.threads, 1);
+  plan.chunk = request.scratch.chunk;
+  plan.kv_bytes = plan.sequence_state_bytes * (plan.sequences + plan.saved_states);
+  plan.scratch_bytes = plan_scratch_bytes(config, request.context, request.scratch);
   plan.process_bytes = plan_process_bytes(config);
   plan.record_stride = inputs.record_stride;
   const uint64_t top_k = inputs.top_k;
@@ -355,7 +410,12 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
       fail("--budget {} is under the floor of {}; the plan at context {}:\n{}", format_bytes(*request.budget_bytes),
            format_bytes(plan.floor_bytes), plan.context, describe_plan(plan));
     }
-    if (*request.budget_bytes > plan.usable_bytes && !request.force) {
+    // The kernel keeps a cgroup limit in whole pages: a budget written as
+    // the limit reads back rounded down, and is that limit.
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const bool within_a_page = *request.budget_bytes > plan.usable_bytes &&
+                               *request.budget_bytes - plan.usable_bytes < page;
+    if (*request.budget_bytes > plan.usable_bytes && !within_a_page && !request.force) {
       fail(
           "--budget {} is above the usable memory of {} (from {}); --force takes it anyway. The "
           "plan at "
@@ -363,9 +423,17 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
           format_bytes(*request.budget_bytes), format_bytes(plan.usable_bytes), plan.usable_source,
           plan.context, describe_plan(plan));
     }
-    plan.budget_bytes = *request.budget_bytes;
+    plan.budget_bytes = within_a_page ? plan.usable_bytes : *request.budget_bytes;
     plan.budget_given = true;
-    plan.forced = *request.budget_bytes > plan.usable_bytes;
+    plan.forced = plan.budget_bytes > plan.usable_bytes;
+    if (plan.budget_bytes < plan.floor_bytes) {
+      fail(
+          "--budget {} is the usable memory of {} (from {}, in whole pages), under the floor of "
+          "{}; the plan at "
+          "context {}:\n{}",
+          format_bytes(*request.budget_bytes), format_bytes(plan.usable_bytes), plan.usable_source,
+          format_bytes(plan.floor_bytes), plan.context, describe_plan(plan));
+    }
   } else if (all_experts_budget != 0 && all_experts_budget <= cap) {
     plan.budget_bytes = all_experts_budget;
   } else {
@@ -436,8 +504,17 @@ std::string describe_plan(const MemoryPlan& plan) {
   };
   out += fmt::format("floor at context {}:\n", plan.context);
   line("trunk + codebooks", plan.trunk_bytes);
-  line("kv cache", plan.kv_bytes);
-  line("scratch", plan.scratch_bytes);
+  const uint32_t states = plan.sequences + plan.saved_states;
+  line("kv cache", plan.kv_bytes,
+       states == 1
+           ? ""
+           : fmt::format(
+                 "({} x {}: {} sequence{}{})", states, format_bytes(plan.sequence_state_bytes),
+                 plan.sequences, plan.sequences == 1 ? "" : "s",
+                 plan.saved_states == 0 ? "" : fmt::format(", {} saved", plan.saved_states)));
+  line("scratch", plan.scratch_bytes,
+       fmt::format("(a {}-token chunk, {} thread{})", plan.chunk, plan.threads,
+                   plan.threads == 1 ? "" : "s"));
   line("process", plan.process_bytes, "(code, libraries, stacks and the tokenizer)");
   line("minimum cache", plan.min_cache_bytes,
        fmt::format("(2 x top-k slots of {}, and {} of cache tables)", format_bytes(plan.record_stride),
@@ -479,6 +556,11 @@ nlohmann::json plan_to_json(const MemoryPlan& plan) {
   return {{"context", plan.context},
           {"trunk_bytes", plan.trunk_bytes},
           {"kv_bytes", plan.kv_bytes},
+          {"sequence_state_bytes", plan.sequence_state_bytes},
+          {"sequences", plan.sequences},
+          {"saved_states", plan.saved_states},
+          {"threads", plan.threads},
+          {"chunk", plan.chunk},
           {"scratch_bytes", plan.scratch_bytes},
           {"process_bytes", plan.process_bytes},
           {"record_stride", plan.record_stride},

@@ -21,6 +21,11 @@ struct ModelConfig;
 
 // Rows of a prefill chunk the scratch estimate assumes (the engine's default).
 inline constexpr uint64_t kPlanChunkTokens = 64;
+// The most tokens an expert serves through an RVQ down table in a prefill
+// chunk: at the decode-once crossover or more it decodes its weights instead
+// (compute/kernels/rvq_decoded.h; 8 is the largest crossover of any ISA,
+// checked by tests/compute/kernels).
+inline constexpr uint64_t kPlanTableTokensPerExpert = 8;
 
 // What one computing process holds besides the model: code, libraries,
 // thread stacks and small allocations (`sluice --version` alone is 7.5 MB
@@ -34,7 +39,13 @@ struct MemoryPlan {
   uint32_t context = 0;
   // The floor: everything but the cache, plus the smallest cache that works.
   uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin, both resident
-  uint64_t kv_bytes = 0;         // the mixers' state: (ctx × floats per token + fixed floats) × 4 (ModelConfig)
+  uint64_t kv_bytes = 0;  // the mixers' state of every sequence and saved state (PlanRequest)
+  uint64_t sequence_state_bytes =
+      0;  // one sequence's: (ctx × floats per token + fixed floats) × 4 (ModelConfig)
+  uint32_t sequences = 1;        // PlanRequest::scratch.sequences
+  uint32_t saved_states = 0;     // PlanRequest::saved_states
+  uint32_t threads = 1;          // PlanRequest::scratch.threads
+  uint64_t chunk = 0;            // PlanRequest::scratch.chunk
   uint64_t scratch_bytes = 0;    // see plan_scratch_bytes()
   uint64_t process_bytes = 0;    // see plan_process_bytes()
   uint64_t record_stride = 0;    // largest record stride of any MoE layer
@@ -77,13 +88,31 @@ struct UsableRam {
 // skipped. `root` is "" for the real system; tests pass a fake tree.
 UsableRam read_usable_ram(const std::string& root = "");
 
-// Scratch estimate for a `chunk`-token prefill at `context`, f32 throughout:
-// activations chunk × (4·hidden + the mixer's scratch (ModelConfig::
-// mixer_scratch_floats) + experts + top_k·hidden + 3·width) where width =
-// max(expert_width, dense_width, shared_width); RVQ lookup tables chunk ×
-// (2·hidden + width) × 96 (3 stages × 256 entries per 8 columns); attention
-// scores heads × context; logits vocab.
-uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, uint64_t chunk);
+// What sizes a process's scratch: the rows of its largest forward pass, the
+// threads that each keep their own expert scratch, the sequences it decodes.
+struct ScratchShape {
+  uint64_t chunk = kPlanChunkTokens;  // --chunk: rows of a prefill chunk
+  uint32_t threads = 1;               // --threads: the compute pool, caller included
+  uint32_t sequences = 1;             // serve --parallel: rows of a batched step, logits rows
+  bool table_planes = true;           // RVQ tables keep byte planes too (the AVX-512 path)
+};
+
+// The scratch the engine allocates for its largest forward pass, counted
+// buffer by buffer from compute/model/transformer.h and compute/kernels. With
+// rows = max(chunk, sequences), h = hidden, e = expert_hidden(), w =
+// expert_width, d = max(dense_width of a model with dense layers,
+// shared_width), in f32 unless noted:
+// - the chunk's rows × (3h + 2d + (top_k + 2)·e + K3's latent e and stored
+//   blocks + the mixer's scratch (ModelConfig::mixer_scratch_floats)), the
+//   router's logits, attention scores heads × context, the routing of each
+//   row at each MoE layer, the int8 activations of one matmul (bytes);
+// - the gate and up RVQ tables of every row: int16 codes, 2 bytes per 8
+//   columns × 3 stages × 256 entries, and twice that again as byte planes;
+//   each table also keeps one token's f32 table;
+// - per thread: one expert's rows (rows × (2e + 3w)), its down table for
+//   kPlanTableTokensPerExpert rows, and a decode-once tile (rvq_decoded.cpp);
+// - logits: a chunk's rows (eval scores every position) and one row per sequence.
+uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, const ScratchShape& shape);
 // K3's vision tower as the converter stores it plus its activations at
 // kMaxImagePatches (VisionConfig::activation_floats); 0 without a tower.
 uint64_t plan_vision_bytes(const ModelConfig& config);
@@ -118,6 +147,12 @@ nlohmann::json model_breakdown(const ModelConfig& config);
 
 struct PlanRequest {
   uint32_t context = 4096;
+  // The computing process: its prefill chunk, threads and table layout
+  // (plan_scratch_bytes), the sequences it holds (serve --parallel) and the
+  // copies of a sequence's state it keeps (serve's saved prompt, a session
+  // being saved).
+  ScratchShape scratch;
+  uint32_t saved_states = 0;
   std::optional<uint64_t> budget_bytes;  // as given by --budget
   bool force = false;                    // --force: take a given budget above the usable memory
   bool images = false;                   // prompts with images: the vision tower is resident too
@@ -128,7 +163,9 @@ struct PlanRequest {
 
 // The floor and working set of `container` at request.context, and the
 // budget: the given one (refused with the whole plan in the Error when it is
-// under the floor, or above the usable memory without request.force), else
+// under the floor, or above the usable memory without request.force; one
+// less than a page above it is the usable memory, since the kernel keeps a
+// cgroup limit written as the budget in whole pages), else
 // the floor with a cache of every expert when that fits under 7/8 of
 // ram.usable_bytes, else the largest of floor + 3, 2, 1 working sets that
 // does, else the floor. The cache never exceeds full_cache_bytes.

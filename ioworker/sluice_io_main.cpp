@@ -107,7 +107,18 @@ int main(int argc, char** argv) {
   app.add_option("--budget", options.budget,
                  "Memory budget (K/M/G/T, 1024-based); default: the plan's choice")
       ->check(CLI::Validator(
-          [](std::string& text) { return text.empty() ? std::string("an empty size") : ""; },
+          [](std::string& text) -> std::string {
+            if (text.empty()) return "an empty size";
+            try {
+              sluice::parse_size(text, "--budget");
+            } catch (const sluice::Error&) {
+              return fmt::format(
+                  "bad size '{}' (expected a number with an optional K, M, G or T suffix, "
+                  "1024-based)",
+                  text);
+            }
+            return "";
+          },
           "SIZE"));
   app.add_option("--socket", options.socket, "Control socket path; default $XDG_RUNTIME_DIR/sluice/INSTANCE.sock");
   app.add_option("--readers", options.readers, "Reader threads (or io_uring reads in flight)")
@@ -115,8 +126,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_flag("--verify", options.verify, "Check every record's payload crc32");
   app.add_flag("--force", options.force, "Take a --budget above the usable memory");
-  app.add_option("--instance", options.instance, "Instance name: names the segment and the default socket")
-      ->capture_default_str();
+  app.add_option("--instance", options.instance,
+                 "Instance name: names the segment and the default socket")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              sluice::shm::segment_name(text);
+            } catch (const sluice::Error& e) {
+              return e.what();
+            }
+            return "";
+          },
+          "NAME"));
   app.add_option(
          "--ctx", options.context,
          "Context length the plan reserves KV cache for (default: the model's, at most 4096)")

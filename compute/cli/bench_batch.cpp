@@ -125,12 +125,15 @@ void run_batch(const BatchFlags& flags) {
   if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
   std::vector<uint32_t> counts;
   for (const int32_t n : parse_token_ids(flags.sequences, "--sequences")) {
-    if (n < 1 || n > 64) fail("--sequences: {} is not a count of 1 to 64", n);
+    if (n < 1 || n > 64) usage_error("--sequences: {} is not a count of 1 to 64", n);
     counts.push_back(static_cast<uint32_t>(n));
   }
   if (counts.empty()) fail("--sequences: no counts");
   const Container container = Container::open(flags.model);
-  const uint64_t cache_bytes = plan_for(container, flags.budget).cache_bytes;
+  PlanRequest shape = plan_shape(flags.threads);
+  // The largest batch's sequences, and the engine's own, which a batch leaves unused.
+  shape.scratch.sequences = *std::max_element(counts.begin(), counts.end()) + 1;
+  const uint64_t cache_bytes = plan_for(container, flags.budget, 0, shape).cache_bytes;
   std::vector<std::vector<ArmRun>> runs(counts.size());
   const double load_before = load_average();
   for (uint32_t round = 0; round < flags.repeat; ++round) {

@@ -18,6 +18,7 @@
 #include "compute/cli/bench_disk.h"
 #include "compute/cli/bench_routing.h"
 #include "compute/cli/commands.h"
+#include "compute/cli/run_options.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
@@ -169,6 +170,13 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   return f;
 }
 
+// Every arm gets the same segment: with --compare-lookahead one arm publishes
+// prefill chunks, and its mailboxes must hold whole chunks.
+uint32_t mailbox_rows(const DecodeFlags& flags) {
+  return flags.compare ? static_cast<uint32_t>(kPlanChunkTokens)
+                       : ioworker::WorkerOptions{}.mailbox_rows;
+}
+
 ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes,
                   const std::vector<router::TraceToken>& rerouting) {
   CachedExpertSource* cached = nullptr;
@@ -178,7 +186,7 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
     ioworker::WorkerOptions worker;
     worker.cache_bytes = cache_bytes;
     worker.quiet = true;
-    worker.mailbox_rows = kPlanChunkTokens;  // every arm: the one publishing prefill chunks needs whole chunks
+    worker.mailbox_rows = mailbox_rows(flags);
     worker.readers = flags.readers;
     auto source = CachedExpertSource::embedded(container, worker);
     cached = source.get();
@@ -321,13 +329,11 @@ Machine measure_machine(const Container& container, const DecodeFlags& flags, si
 void run_decode(const DecodeFlags& flags) {
   if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
   const Container container = Container::open(flags.model);
-  // Every arm gets the same segment, with mailboxes wide enough for a prefill
-  // chunk; --budget means what it means to `sluice run`: the slots it buys
-  // there, so the wider mailboxes (one per client) take the segment over it.
-  const uint32_t clients = ioworker::WorkerOptions{}.max_clients;
-  const MemoryPlan plan = plan_for(container, flags.budget);
-  const uint32_t slots = ioworker::plan_cache_geometry(container, plan.cache_bytes, clients).slot_count;
-  const uint64_t cache_bytes = ioworker::cache_bytes_for_slots(container, slots, clients, kPlanChunkTokens);
+  // The plan sizes the arms' segment, so the process stays inside --budget.
+  PlanRequest shape = plan_shape(flags.threads);
+  shape.mailbox_rows = mailbox_rows(flags);
+  const MemoryPlan plan = plan_for(container, flags.budget, 0, shape);
+  const uint64_t cache_bytes = plan.cache_bytes;
   const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
   if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
     fail(

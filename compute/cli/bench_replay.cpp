@@ -49,7 +49,7 @@ router::RoutingGeometry parse_geometry(const std::string& text) {
   char tail = 0;
   if (std::sscanf(text.c_str(), "%u,%u,%u%c", &g.layers, &g.experts, &g.top_k, &tail) != 3 || g.layers == 0 ||
       g.experts == 0 || g.top_k == 0 || g.top_k > g.experts) {
-    fail("--geometry: '{}' is not olmoe, kimi-linear, k3 or LAYERS,EXPERTS,TOP_K", text);
+    usage_error("--geometry: '{}' is not olmoe, kimi-linear, k3 or LAYERS,EXPERTS,TOP_K", text);
   }
   return g;
 }

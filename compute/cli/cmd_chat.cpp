@@ -108,6 +108,7 @@ void run(const ChatArgs& args) {
 
   EngineFlags flags = args.engine;
   flags.images = !args.images.empty();  // the plan counts the tower from the start
+  flags.saved_states = 1;                // /save and /load hold a copy of the state
   EngineOptions options = flags.options();
   options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };
   Engine engine(args.model, options);

@@ -1,7 +1,9 @@
 // compute/cli/cmd_plan.cpp: `sluice plan (MODEL | --config config.json)
-// [--ctx N] [--budget SIZE] [--ram SIZE] [--json]`: the floor, working set
-// and budget of ioworker/memory_plan.h, for a container (reading its manifest
-// only, never the trunk) or for a Hugging Face config before any download.
+// [--ctx N] [--budget SIZE] [--ram SIZE] [--threads N] [--chunk N]
+// [--parallel N] [--session] [--json]`: the floor, working set and budget of
+// ioworker/memory_plan.h that a run with those flags uses, for a container
+// (reading its manifest only, never the trunk) or for a Hugging Face config
+// before any download.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -41,6 +43,10 @@ void add_plan_command(CLI::App& app) {
     bool force = false;
     bool images = false;
     bool json = false;
+    size_t threads = 0;
+    uint32_t chunk = kPlanChunkTokens;
+    uint32_t parallel = 0;
+    bool session = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -55,12 +61,29 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--budget", options->budget,
                   "Use this budget (K/M/G/T, 1024-based) instead of choosing one")
       ->check(memory_size());
-  cmd->add_flag("--force", options->force, "Take a --budget above the usable memory");
+  cmd->add_flag("--force", options->force,
+                "Take a --budget above the usable memory (a budget equal to a cgroup's limit is "
+                "not above it)");
   cmd->add_option("--ram", options->ram,
                   "Choose the budget for a machine with this much RAM (default: this one)")
       ->check(memory_size());
   cmd->add_flag("--images", options->images,
                 "Plan for prompts with images: the vision tower (Kimi K3) is resident and in the floor");
+  cmd->add_option("--threads", options->threads,
+                  "Plan for this many compute threads, each keeping its own expert scratch "
+                  "(default: what run "
+                  "uses, SLUICE_THREADS or every core)")
+      ->check(at_least_one());
+  cmd->add_option("--chunk", options->chunk, "Plan for this prefill chunk (run's --chunk)")
+      ->capture_default_str()
+      ->check(at_least_one());
+  cmd->add_option(
+         "--parallel", options->parallel,
+         "Plan for `sluice serve --parallel N`: N sequences, each with its saved prompt state")
+      ->check(CLI::Range(1u, 64u));
+  cmd->add_flag("--session", options->session,
+                "Plan for `run --session` or `chat` (its /save and /load): one copy more of the "
+                "sequence's state");
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
     if (options->model.empty() && options->config.empty())
@@ -84,9 +107,15 @@ void add_plan_command(CLI::App& app) {
       }
       config = ModelConfig::from_json(parsed, options->config);
     }
-    PlanRequest shape;
+    PlanRequest shape = plan_shape(options->threads);
     shape.force = options->force;
     shape.images = options->images;
+    shape.scratch.chunk = options->chunk;
+    if (options->parallel > 0) {
+      shape.scratch.sequences = options->parallel;
+      shape.saved_states = options->parallel;
+    }
+    if (options->session) ++shape.saved_states;
     const MemoryPlan plan = plan_for(container ? &*container : nullptr, config, name,
                                      options->budget, options->context, ram, shape);
     const nlohmann::json breakdown = model_breakdown(config);

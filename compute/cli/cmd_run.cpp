@@ -79,6 +79,7 @@ std::function<bool(size_t, size_t)> prefill_feedback(uint32_t chunk) {
 void run(const RunArgs& args) {
   EngineFlags flags = args.engine;
   flags.images = !args.images.empty();
+  flags.saved_states = args.session.empty() ? 0 : 1;
   EngineOptions options = flags.options();
   options.prefill_progress = prefill_feedback(args.engine.chunk);
   Engine engine(args.model, options);

@@ -94,7 +94,10 @@ void run(const ServeArgs& args) {
       args.lookahead ? *args.lookahead : router::lookahead_from_environment();
 
   SignalWatch signals;  // before any thread starts, so all inherit the mask
-  Engine engine(args.model, args.engine.options());
+  EngineFlags flags = args.engine;
+  flags.sequences = args.parallel;
+  flags.saved_states = args.parallel;  // each slot keeps its prompt's state for the next request
+  Engine engine(args.model, flags.options());
   const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::load_from_container(args.model);
   serve::Server server(engine, tokenizer, options);
   const int port = server.bind();

@@ -206,7 +206,7 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--watch", options->watch,
                   "Redraw every SECONDS (one JSON line per interval when not a terminal) until the "
                   "daemon goes away")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.1, 86400.0));
   cmd->add_flag("--json", options->json, "Print JSON");
   cmd->callback([options] {
     const std::string socket = ioworker::resolve_socket(

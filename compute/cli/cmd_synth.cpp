@@ -32,7 +32,8 @@ void add_synth_command(CLI::App& app) {
                                               "finished files; manifest.json is written last.",
                                               shapes));
   cmd->add_option("SHAPE", flags->options.shape, "the model whose dimensions to use: " + shapes)
-      ->required();
+      ->required()
+      ->check(CLI::IsMember(convert::synth_shape_names()));
   cmd->add_option("OUT", flags->options.output_dir,
                   "container directory to create or resume, e.g. model.sluice");
   cmd->add_option("--layers", flags->options.layers, "keep only the first N layers (default: all)")

@@ -115,7 +115,7 @@ void add_template_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("template",
                                  "Render the container's chat template (or Kimi K3's XTML) on "
                                  "messages, exactly as the prompt the model would see");
-  cmd->add_option("model", o->model, "a .sluice container directory")->required();
+  cmd->add_option("MODEL", o->model, "a .sluice container directory")->required();
   cmd->add_option(
          "--messages", o->messages_file,
          "JSON file ('-' for stdin): an array of OpenAI chat messages, or a request object with "

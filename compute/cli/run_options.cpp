@@ -10,19 +10,21 @@
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
-#include <exception>
-#include <functional>
-#include <mutex>
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "compute/cli/commands.h"
+#include "compute/kernels/dispatch.h"
+#include "compute/kernels/thread_pool.h"
 #include "compute/model/cached_expert_source.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/rpc_client.h"
@@ -220,9 +222,7 @@ EngineOptions EngineFlags::options() const {
   }
   options.expert_source = [flags = *this](const Container& container) -> std::unique_ptr<ExpertSource> {
     ioworker::WorkerOptions worker;
-    PlanRequest shape;
-    shape.force = flags.force;
-    shape.images = flags.images;
+    const PlanRequest shape = plan_shape(flags);
     worker.cache_bytes = plan_for(container, flags.budget, flags.context, shape).cache_bytes;
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
@@ -230,6 +230,24 @@ EngineOptions EngineFlags::options() const {
     return CachedExpertSource::embedded(container, worker);
   };
   return options;
+}
+
+PlanRequest plan_shape(size_t threads) {
+  PlanRequest shape;
+  shape.scratch.threads = static_cast<uint32_t>(
+      kernels::resolve_thread_count(threads > 0 ? std::optional<size_t>(threads) : std::nullopt));
+  shape.scratch.table_planes = kernels::isa_from_environment() == kernels::Isa::kAvx512;
+  return shape;
+}
+
+PlanRequest plan_shape(const EngineFlags& flags) {
+  PlanRequest shape = plan_shape(flags.threads);
+  shape.force = flags.force;
+  shape.images = flags.images;
+  shape.scratch.chunk = flags.chunk;
+  shape.scratch.sequences = flags.sequences;
+  shape.saved_states = flags.saved_states;
+  return shape;
 }
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
@@ -257,8 +275,12 @@ void add_engine_flags(CLI::App& cmd, EngineFlags& flags) {
   cmd.add_option("--budget", flags.budget,
                  "memory budget of the in-process cache (K/M/G/T); default: the `sluice plan` rule")
       ->check(memory_size());
-  cmd.add_flag("--force", flags.force,
-               "take a --budget above the usable memory (physical RAM, cgroup limits)");
+  cmd.add_flag(
+      "--force", flags.force,
+      "take a --budget above the usable memory (physical RAM, cgroup limits); a budget equal to "
+      "a cgroup's limit is not above it (the whole process counts, and the kernel keeps the limit "
+      "in "
+      "whole pages)");
   cmd.add_option("--readers", flags.readers, "reads in flight of the in-process cache")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -275,15 +297,53 @@ void add_thinking_flags(CLI::App& cmd, std::optional<bool>& enable_thinking) {
   on->excludes(off);
 }
 
+namespace {
+
+// The sampler's own rule (validate()) for one field, so an out-of-range
+// value is a usage error at parse time; a value that is not a number is
+// left to the option's conversion, which names it.
+template <typename T>
+CLI::Validator sampler_accepts(T SamplingParams::*field) {
+  return CLI::Validator(
+      [field](std::string& text) -> std::string {
+        SamplingParams probe;
+        T value{};
+        if (!CLI::detail::lexical_cast(text, value)) return "";
+        probe.*field = value;
+        try {
+          validate(probe);
+        } catch (const Error& e) {
+          const std::string_view message = e.what();
+          const size_t rule =
+              message.find(' ');  // "--temp must be ...": the parser names the flag already
+          return std::string(message.substr(rule == std::string_view::npos ? 0 : rule + 1));
+        }
+        return "";
+      },
+      "");
+}
+
+}  // namespace
+
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed) {
-  cmd.add_option("--temp", params.temperature, "temperature; 0 is greedy")->capture_default_str();
-  cmd.add_option("--top-k", params.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
-  cmd.add_option("--top-p", params.top_p, "keep the smallest set with this much probability (1: off)")
-      ->capture_default_str();
-  cmd.add_option("--min-p", params.min_p, "drop tokens below this fraction of the best one's probability (0: off)")
-      ->capture_default_str();
-  cmd.add_option("--repeat-penalty", params.repetition_penalty, "penalty on tokens already in the context (1: off)")
-      ->capture_default_str();
+  cmd.add_option("--temp", params.temperature, "temperature; 0 is greedy")
+      ->capture_default_str()
+      ->check(sampler_accepts(&SamplingParams::temperature));
+  cmd.add_option("--top-k", params.top_k, "keep the k most likely tokens (0: off)")
+      ->capture_default_str()
+      ->check(sampler_accepts(&SamplingParams::top_k));
+  cmd.add_option("--top-p", params.top_p,
+                 "keep the smallest set with this much probability (1: off)")
+      ->capture_default_str()
+      ->check(sampler_accepts(&SamplingParams::top_p));
+  cmd.add_option("--min-p", params.min_p,
+                 "drop tokens below this fraction of the best one's probability (0: off)")
+      ->capture_default_str()
+      ->check(sampler_accepts(&SamplingParams::min_p));
+  cmd.add_option("--repeat-penalty", params.repetition_penalty,
+                 "penalty on tokens already in the context (1: off)")
+      ->capture_default_str()
+      ->check(sampler_accepts(&SamplingParams::repetition_penalty));
   cmd.add_option("--seed", seed,
                  "random seed of the sampler; -1: draw one (printed in the summary)")
       ->capture_default_str()

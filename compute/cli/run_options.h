@@ -3,14 +3,14 @@
 // expert statistics as text and JSON.
 #pragma once
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include "compute/model/engine.h"
+#include "ioworker/memory_plan.h"
 
 namespace sluice::cli {
 
@@ -29,12 +29,22 @@ struct EngineFlags {
   bool no_cache = false;
   double read_timeout = 60;  // seconds: shm::Client::kDefaultReadTimeout
   bool images = false;       // the prompt has images: the plan counts the vision tower (not a flag)
+  // What the command holds besides one sequence, for the plan (not flags):
+  // sequences decoded together (serve --parallel) and copies of a
+  // sequence's state kept at once (a session loaded or saved, serve's saved prompts).
+  uint32_t sequences = 1;
+  uint32_t saved_states = 0;
   // The options for these flags. An attached session lives as long as the
   // returned options (it detaches when they are destroyed).
   EngineOptions options() const;
 };
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
+// The plan's picture of this process: its threads (`threads` as --threads
+// gives it, 0: SLUICE_THREADS or every core) and its RVQ table layout; the
+// EngineFlags overload adds the chunk, sequences, saved states, --force and images.
+PlanRequest plan_shape(size_t threads);
+PlanRequest plan_shape(const EngineFlags& flags);
 // --seed lands in `seed`: -1 (the default) asks for a random one, which
 // resolve_seed() draws and the command prints so the run can be repeated.
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed);

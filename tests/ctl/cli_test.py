@@ -29,22 +29,33 @@ SLUICE_ROUTER = os.environ['SLUICE_ROUTER_BIN']
 HELP_OPTIONS = {
     'run': ['MODEL', 'PROMPT', '--max-tokens', '--temp', '--top-k', '--top-p', '--min-p', '--repeat-penalty',
             '--seed', '--ctx', '--threads', '--chunk', '--budget', '--force', '--attach', '--no-cache', '--verify',
-            '--json', '--dump-logits', '--prompt-ids', '--trace-out', '--lookahead', '--session', '--read-timeout'],
+            '--json', '--dump-logits', '--prompt-ids', '--trace-out', '--lookahead', '--session', '--read-timeout',
+            '--image', '--ignore-eos'],
     'eval': ['MODEL', '--text', '--json', '--dump-logits', '--ctx', '--budget'],
     'convert': ['SRC_DIR', 'OUT', '--threads', '--seed', '--json', '--quiet', '--force', '--no-tokenizer'],
     'info': ['MODEL', '--json'],
     'verify': ['MODEL', '--json'],
     'tokenize': ['--tokenizer', '--json', '--specials'],
     'detokenize': ['--tokenizer', '--skip-special'],
-    'plan': ['MODEL', '--ctx', '--budget', '--force', '--json'],
+    'plan': ['MODEL', '--ctx', '--budget', '--force', '--json', '--config', '--ram', '--images', '--threads', '--chunk',
+             '--parallel', '--session'],
+    'synth': ['SHAPE', 'OUT', '--layers', '--experts', '--vocab', '--seed', '--threads', '--routing', '--force',
+              '--json', '--quiet', '--print-config'],
+    'template': ['MODEL', '--messages', '--tools', '--add-generation-prompt', '--enable-thinking',
+                 '--disable-thinking', '--ids', '--json'],
+    'serve': ['MODEL', '--host', '--port', '--api-key', '--parallel', '--queue', '--max-body', '--model-id', '--ctx',
+              '--threads', '--attach', '--budget', '--lookahead'],
     'stats': ['--attach', '--watch', '--json'],
     'chat': ['MODEL', '--system', '--attach', '--max-tokens', '--temp', '--seed', '--json-schema', '--json-object',
              '--ctx', '--budget'],
-    'bench': ['kernels', 'io', 'replay', 'decode'],
+    'bench': ['kernels', 'io', 'replay', 'decode', 'batch'],
     'bench kernels': ['--json', '--threads', '--seconds'],
     'bench io': ['MODEL', '--json', '--readers'],
-    'bench replay': ['TRACE', '--model', '--budget', '--json'],
-    'bench decode': ['MODEL', '--budget', '--compare-lookahead', '--repeat', '--temp', '--seed', '--json'],
+    'bench replay': ['TRACE', '--model', '--budget', '--json', '--geometry', '--routing', '--tokens', '--guess-layers'],
+    'bench decode': ['MODEL', '--budget', '--compare-lookahead', '--repeat', '--temp', '--seed', '--json', '--threads',
+                     '--routing', '--prompt-tokens', '--lookahead'],
+    'bench batch': ['MODEL', '--budget', '--sequences', '--tokens', '--prompt-tokens', '--repeat', '--threads',
+                    '--json'],
 }
 
 
@@ -126,7 +137,26 @@ class CliTest(unittest.TestCase):
                              (['run', m, '--prompt-ids', '1,x'], "--prompt-ids: '1,x' is not a list of token ids"),
                              (['detokenize', m, '1', 'x'], '"x" is not a token id'),
                              (['stats', '--watch', '0'], '--watch'),
-                             (['bench'], 'subcommand')):
+                             (['stats', '--watch', '-1'], '--watch'),
+                             (['bench'], 'subcommand'),
+                             (['run', m, 'hi', '--image'], '--image'),
+                             (['synth', 'no-such-shape', os.path.join(self.scratch, 'x.sluice')], 'no-such-shape'),
+                             (['synth', 'olmoe-1b-7b', '--print-config', '--routing', 'bogus'], '--routing'),
+                             (['serve', m, '--parallel', '0'], '--parallel'),
+                             (['serve', m, '--api-key'], '--api-key'),
+                             (['serve', m, '--port', '70000'], '--port'),
+                             (['plan', m, '--threads', '0'], '--threads'),
+                             (['plan', m, '--parallel', '0'], '--parallel'),
+                             (['bench', 'decode', m, '--budget', '1G', '--routing'], '--routing'),
+                             (['bench', 'replay', '--geometry', 'bogus'], '--geometry'),
+                             (['bench', 'batch', m, '--budget', '1G', '--sequences', '0'], '--sequences'),
+                             (['template', m], '--messages'),
+                             (['run', m, 'hi', '--temp', '-1'], '--temp'),
+                             (['run', m, 'hi', '--temp', 'nan'], '--temp'),
+                             (['run', m, 'hi', '--top-p', '2'], '--top-p'),
+                             (['run', m, 'hi', '--top-k', '-1'], '--top-k'),
+                             (['run', m, 'hi', '--min-p', '1'], '--min-p'),
+                             (['chat', m, '--repeat-penalty', '0'], '--repeat-penalty')):
             with self.subTest(args=args):
                 self.assert_usage_error(sluice(*args), needle)
 
@@ -239,10 +269,20 @@ class CliTest(unittest.TestCase):
             done = subprocess.run([program, '--version'], capture_output=True, text=True)
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertRegex(done.stdout, r'^%s \d+\.\d+\.\d+\n$' % name)
-        for program, name in ((SLUICE_IO, 'sluice-io'), (SLUICE_ROUTER, 'sluice-router')):
-            done = subprocess.run([program, self.model, '--no-such-flag'], capture_output=True, text=True)
-            self.assertEqual(done.returncode, 2)
-            self.assertRegex(done.stderr, r'^%s: error: .*--no-such-flag.*\n$' % name)
+        for program, name, args, needle in (
+                (SLUICE_IO, 'sluice-io', [self.model, '--no-such-flag'], '--no-such-flag'),
+                (SLUICE_IO, 'sluice-io', [self.model, '--budget', '3Q'], '--budget'),
+                (SLUICE_IO, 'sluice-io', [self.model, '--readers', '0'], '--readers'),
+                (SLUICE_IO, 'sluice-io', [self.model, '--instance', 'bad/name'], 'bad/name'),
+                (SLUICE_ROUTER, 'sluice-router', [self.model, '--no-such-flag'], '--no-such-flag'),
+                (SLUICE_ROUTER, 'sluice-router', ['--attach'], '--attach'),
+                (SLUICE_ROUTER, 'sluice-router', ['--attach', 'x', '--model', self.model, '--lookahead', 'x'],
+                 '--lookahead')):
+            with self.subTest(program=name, args=args):
+                done = subprocess.run([program, *args], capture_output=True, text=True)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertRegex(done.stderr, r'^%s: error: [^\n]*\n$' % name)
+                self.assertIn(needle, done.stderr)
 
     def test_every_subcommand_help_runs_and_names_its_options(self):
         def subcommands(prefix):
@@ -277,6 +317,11 @@ class CliTest(unittest.TestCase):
         self.assertEqual(status, 0, shown)
         self.assertRegex(shown, r'verify: \d+/\d+ records')
         self.assertNotIn('verify:', sluice('verify', self.model).stderr)
+        kernels = ['bench', 'kernels', '--seconds', '0.01', '--no-alternatives', '--threads', '1']
+        status, shown = on_a_terminal([SLUICE, *kernels])
+        self.assertEqual(status, 0, shown)
+        self.assertRegex(shown, r'bench kernels: \d+ cases timed')
+        self.assertNotIn('bench kernels:', sluice(*kernels).stderr)
 
     def test_a_budget_above_the_usable_memory_is_refused_with_the_plan(self):
         done = sluice('run', self.model, 'hi', '--budget', '1000T')

@@ -4,9 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <string>
-
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tests/ctl/tiny_container.h"
 
@@ -15,12 +15,17 @@ using namespace sluice::testing;
 
 namespace {
 
+// Every `sluice plan` here runs the scalar kernels, whose RVQ tables keep no
+// byte planes, as expected_floor() counts them.
+const bool kScalarKernels = ::setenv("SLUICE_KERNELS", "scalar", 1) == 0;
+
 json read_manifest() { return json::parse(read_text(tiny_container_or_skip() + "/manifest.json")); }
 
-// trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx`; the plan
+// trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx` and
+// `threads` with the scalar kernels (tables without byte planes); the plan
 // adds the cache segment's own tables (checked against the worker in
 // memory_plan_test).
-uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables) {
+uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uint64_t threads = 1) {
   const json& config = manifest["config"];
   const uint64_t layers = config["num_hidden_layers"], heads = config["num_attention_heads"];
   const uint64_t kv_heads = config["num_key_value_heads"], hidden = config["hidden_size"];
@@ -30,10 +35,26 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables) {
   for (const auto& layer : manifest["moe_layers"]) stride = std::max<uint64_t>(stride, layer["record_stride"]);
   const uint64_t resident = uint64_t{manifest["trunk"]["bytes"]} + uint64_t{manifest["codebooks"]["bytes"]};
   const uint64_t kv = layers * ctx * kv_heads * head_dim * 2 * 4;
-  const uint64_t chunk = 64;
-  const uint64_t activations =
-      chunk * (4 * hidden + 2 * heads * head_dim + 2 * kv_heads * head_dim + experts + top_k * hidden + 3 * width);
-  const uint64_t scratch = (activations + chunk * (2 * hidden + width) * 96 + heads * ctx + vocab) * 4;
+  const uint64_t rows = 64;
+  // Per row: x, normed, proj, top-k expert outputs, routed, table input, the
+  // attention's q (twice), k and v; each row's routing at each layer.
+  const uint64_t row_floats =
+      (3 + top_k + 2) * hidden + 2 * heads * head_dim + 2 * kv_heads * head_dim;
+  const uint64_t routing = layers * (48 + 32 + 8 * top_k);
+  const uint64_t widest = std::max(hidden, width);
+  const uint64_t int8 = rows * widest + rows * (widest / 32) * 4;
+  const auto table = [](uint64_t cols) {
+    return cols / 8 * 3 * 256 * 2;
+  };  // int16 codes, no planes
+  const auto build = [](uint64_t cols) { return cols / 8 * 3 * 256 * 4; };
+  const auto tile = [](uint64_t cols) {
+    return std::clamp<uint64_t>((uint64_t{256} << 10) / (cols * 4) / 16 * 16, 16, 64) * cols * 4;
+  };
+  const uint64_t shared = (rows * row_floats + experts + heads * ctx) * 4 + rows * routing + int8 +
+                          2 * rows * table(hidden) + 2 * build(hidden);
+  const uint64_t per_thread = rows * (2 * hidden + 3 * width) * 4 + rows * 4 + 8 * table(width) +
+                              build(width) + std::max(tile(hidden), tile(width));
+  const uint64_t scratch = shared + threads * per_thread + (rows + 1) * vocab * 4;
   const uint64_t process = (uint64_t{8} << 20) + vocab * 224;  // program and libraries, the tokenizer by vocabulary entry
   return resident + kv + scratch + process + 2 * top_k * stride + tables;
 }
@@ -43,12 +64,35 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables) {
 TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   const json manifest = read_manifest();
   std::string output;
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--json"}, &output) == 0);
+  REQUIRE(kScalarKernels);
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
+                       "1", "--json"},
+                      &output) == 0);
   const json plan = json::parse(output);
   const uint64_t tables = plan["cache_tables_bytes"].get<uint64_t>();
   CHECK(tables > 0);
   CHECK(tables < 4 * 1024 * 1024);  // header, stats, 16 clients, index, rings, mailbox of a tiny model
   CHECK(plan["floor_bytes"].get<uint64_t>() == expected_floor(manifest, 128, tables));
+  std::string two_threads;
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
+                       "2", "--json"},
+                      &two_threads) == 0);
+  CHECK(json::parse(two_threads)["floor_bytes"].get<uint64_t>() ==
+        expected_floor(manifest, 128, tables, 2));
+  // serve --parallel 3: three sequences and three saved prompt states, three logits rows more.
+  std::string served;
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
+                       "1", "--parallel", "3", "--json"},
+                      &served) == 0);
+  const uint64_t layers = manifest["config"]["num_hidden_layers"],
+                 hidden = manifest["config"]["hidden_size"];
+  const uint64_t heads = manifest["config"]["num_attention_heads"];
+  const uint64_t state =
+      layers * 128 * uint64_t{manifest["config"]["num_key_value_heads"]} * (hidden / heads) * 2 * 4;
+  CHECK(json::parse(served)["floor_bytes"].get<uint64_t>() ==
+        expected_floor(manifest, 128, tables) + 5 * state +
+            2 * uint64_t{manifest["config"]["vocab_size"]} * 4);
+
   uint64_t stride = 0;
   for (const auto& layer : manifest["moe_layers"]) stride = std::max<uint64_t>(stride, layer["record_stride"]);
   const uint64_t top_k = manifest["config"]["num_experts_per_tok"];
@@ -89,16 +133,19 @@ TEST_CASE("sluice plan --budget: used as given; under the floor refused with the
   // Without --ctx the plan sizes for the model's own context, at most 4096.
   const uint64_t ctx = std::min<uint64_t>(manifest["config"]["max_position_embeddings"].get<uint64_t>(), 4096);
   std::string output;
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--json"}, &output) == 0);
+  REQUIRE(kScalarKernels);
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--threads", "1", "--json"},
+                      &output) == 0);
   const uint64_t floor = expected_floor(manifest, ctx, json::parse(output)["cache_tables_bytes"].get<uint64_t>());
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", std::to_string(floor + 4096),
-                       "--json"},
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--threads", "1", "--budget",
+                       std::to_string(floor + 4096), "--json"},
                       &output) == 0);
   const json plan = json::parse(output);
   CHECK(plan["budget_given"].get<bool>());
   CHECK(plan["budget_bytes"].get<uint64_t>() == floor + 4096);
 
-  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", std::to_string(floor - 1)},
+  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--threads", "1", "--budget",
+                     std::to_string(floor - 1)},
                     &output) == 1);
   CHECK(output.find("sluice: error: --budget") != std::string::npos);
   CHECK(output.find("under the floor") != std::string::npos);

@@ -9,6 +9,8 @@
 #include <string>
 #include <unistd.h>
 
+#include "compute/kernels/dispatch.h"
+#include "compute/kernels/rvq_decoded.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
@@ -63,6 +65,7 @@ ModelConfig small_config() {
   config.expert_width = 32;
   config.experts = 16;
   config.top_k = 4;
+  config.layer_is_moe.assign(4, true);
   return config;
 }
 
@@ -76,16 +79,38 @@ PlanInputs small_inputs() {
   return inputs;
 }
 
+// The scratch of small_config() (hidden 64, experts' width 32, top-4 of 16,
+// 8 query and 2 KV heads of 16, vocabulary 1000, 4 MoE layers) at `ctx`,
+// written out buffer by buffer from transformer.h and the kernels for a
+// 64-row chunk with byte-plane tables.
+uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences = 1) {
+  const uint64_t rows = 64;
+  // x, normed, proj; expert_out (top-k rows), routed, table_input; the
+  // mixer's q, its rotated copy, k and v.
+  const uint64_t row_floats = 3 * 64 + 4 * 64 + 2 * 64 + (2 * 8 * 16 + 2 * 2 * 16);
+  const uint64_t routing =
+      4 * (48 + 32 + 4 * 8);  // per MoE layer: two vectors of top-k ids and weights
+  const uint64_t int8 = rows * 64 + rows * 2 * 4;  // codes of the widest row, a scale per 32
+  const uint64_t gate_up_table =
+      (64 / 8) * 3 * 256 * (2 + 4);  // int16 codes and their two byte planes
+  const uint64_t table_build = (64 / 8) * 3 * 256 * 4;
+  const uint64_t shared = (rows * row_floats + 16 + 8 * ctx) * 4 + rows * routing + int8 +
+                          2 * rows * gate_up_table + 2 * table_build;
+  const uint64_t down_table = (32 / 8) * 3 * 256 * (2 + 4), down_build = (32 / 8) * 3 * 256 * 4;
+  const uint64_t tile = 64 * 64 * 4;  // 64 rows (the most) of 64 decoded columns
+  const uint64_t per_thread =
+      rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 8 * down_table + down_build + tile;
+  const uint64_t logits = (rows + sequences) * 1000 * 4;
+  return shared + threads * per_thread + logits;
+}
+
 // design.md's floor written out for small_config()/small_inputs() at `ctx`.
 uint64_t expected_floor(uint64_t ctx) {
-  const uint64_t kv = 4 * ctx * 2 * 16 * 2 * 4;  // layers × ctx × kv_heads × head_dim × (K, V) × f32
-  const uint64_t chunk = 64;
-  const uint64_t activations = chunk * (4 * 64 + 2 * 8 * 16 + 2 * 2 * 16 + 16 + 4 * 64 + 3 * 32);
-  const uint64_t tables = chunk * (2 * 64 + 32) * 96;
-  const uint64_t scratch = (activations + tables + 8 * ctx + 1000) * 4;
+  const uint64_t kv =
+      4 * ctx * 2 * 16 * 2 * 4;  // layers × ctx × kv_heads × head_dim × (K, V) × f32
   const uint64_t min_cache = 2 * 4 * 8192;
   const uint64_t process = 8 * kMiB + 1000 * 224;  // program and libraries, the tokenizer by vocabulary entry
-  return 3 * kMiB + kv + scratch + process + min_cache;
+  return 3 * kMiB + kv + expected_scratch(ctx) + process + min_cache;
 }
 
 UsableRam ram_of(uint64_t bytes) { return {bytes, bytes, "test"}; }
@@ -124,6 +149,57 @@ TEST_CASE("plan: floor and working set follow the formula") {
   request.context = 512;
   const MemoryPlan longer = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
   CHECK(longer.floor_bytes == expected_floor(512));
+}
+
+TEST_CASE(
+    "plan: every thread keeps its own expert scratch, every sequence and saved state its own "
+    "state") {
+  const ModelConfig config = small_config();
+  PlanRequest request;
+  request.context = 256;
+  const MemoryPlan one = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
+  CHECK(one.threads == 1);
+  CHECK(one.scratch_bytes == expected_scratch(256));
+  request.scratch.threads = 3;
+  const MemoryPlan three = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
+  CHECK(three.scratch_bytes == expected_scratch(256, 3));
+  CHECK(three.floor_bytes - one.floor_bytes == expected_scratch(256, 3) - expected_scratch(256));
+  CHECK(describe_plan(three).find("3 threads") != std::string::npos);
+  // serve --parallel 2: two sequences, each with its saved prompt state.
+  request.scratch.threads = 1;
+  request.scratch.sequences = 2;
+  request.saved_states = 2;
+  const MemoryPlan served = plan_memory(small_inputs(), config, request, ram_of(64 * kGiB));
+  const uint64_t state = 4 * 256 * 2 * 16 * 2 * 4;
+  CHECK(served.sequence_state_bytes == state);
+  CHECK(served.kv_bytes == 4 * state);
+  CHECK(served.scratch_bytes == expected_scratch(256, 1, 2));
+  CHECK(served.floor_bytes - one.floor_bytes ==
+        3 * state + expected_scratch(256, 1, 2) - expected_scratch(256));
+  CHECK(plan_to_json(served)["sequences"] == 2);
+  // A longer chunk grows every row's part.
+  request = PlanRequest{};
+  request.context = 256;
+  request.scratch.chunk = 128;
+  CHECK(plan_memory(small_inputs(), config, request, ram_of(64 * kGiB)).scratch_bytes >
+        expected_scratch(256) * 3 / 2);
+  // Without byte planes (AVX2 and scalar) the gate and up tables are a third.
+  request = PlanRequest{};
+  request.context = 256;
+  request.scratch.table_planes = false;
+  const uint64_t gate_up_planes = 2 * 64 * (64 / 8) * 3 * 256 * 4;
+  const uint64_t down_planes = 8 * (32 / 8) * 3 * 256 * 4;
+  CHECK(plan_memory(small_inputs(), config, request, ram_of(64 * kGiB)).scratch_bytes ==
+        expected_scratch(256) - gate_up_planes - down_planes);
+}
+
+TEST_CASE(
+    "plan: no ISA serves more tokens of an expert through a down table than the plan counts") {
+  for (const kernels::Isa isa :
+       {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    CAPTURE(kernels::isa_name(isa));
+    CHECK(kernels::rvq_decode_crossover(kernels::Exec{isa, nullptr}) <= kPlanTableTokensPerExpert);
+  }
 }
 
 TEST_CASE("plan: the floor's minimum cache is a whole segment, so a budget at the floor starts a worker") {
@@ -217,6 +293,42 @@ TEST_CASE("plan: a given budget above the usable memory is refused with the plan
   CHECK_FALSE(plan_memory(small_inputs(), config, request, ram_of(16 * kGiB)).forced);
 }
 
+TEST_CASE(
+    "plan: a budget written as the cgroup's limit, which the kernel keeps in whole pages, is that "
+    "limit") {
+  const ModelConfig config = small_config();
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t limit =
+      2 * kGiB;  // what memory.limit_in_bytes reads back after writing `limit + page - 1`
+  PlanRequest request;
+  request.context = 256;
+  request.budget_bytes = limit + page - 1;
+  const MemoryPlan plan = plan_memory(small_inputs(), config, request, ram_of(limit));
+  CHECK(plan.budget_given);
+  CHECK_FALSE(plan.forced);
+  CHECK(plan.budget_bytes == limit);
+  CHECK(plan.cache_bytes == limit - expected_floor(256) + 2 * 4 * 8192);
+  // A whole page above is above the usable memory.
+  request.budget_bytes = limit + page;
+  try {
+    plan_memory(small_inputs(), config, request, ram_of(limit));
+    FAIL("accepted a budget a page above the usable memory");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("above the usable memory") != std::string::npos);
+  }
+  // Rounded down to the limit, a budget at the floor falls under it: refused naming both.
+  const uint64_t floor_limit = expected_floor(256) / page * page;
+  request.budget_bytes = expected_floor(256);
+  if (floor_limit < expected_floor(256)) {
+    try {
+      plan_memory(small_inputs(), config, request, ram_of(floor_limit));
+      FAIL("accepted a limit under the floor");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("in whole pages), under the floor") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("plan: the cache never outgrows the container, and caches every expert when they fit") {
   const Container container = Container::open(testing::tiny_container_or_skip());
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
@@ -248,12 +360,14 @@ TEST_CASE("plan: the cache never outgrows the container, and caches every expert
 TEST_CASE("plan: the slot count is the one the worker makes of the cache") {
   const Container container = Container::open(testing::tiny_container_or_skip());
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
-  const MemoryPlan floor_plan = plan_memory(container, config, PlanRequest{256}, ram_of(kMiB));
+  PlanRequest at_256;
+  at_256.context = 256;
+  const MemoryPlan floor_plan = plan_memory(container, config, at_256, ram_of(kMiB));
   // Budgets between the floor and every expert, where the index and rings grow with the slots.
   for (uint64_t extra :
        {uint64_t{0}, floor_plan.record_stride * 5 + 17, floor_plan.record_stride * 9}) {
     CAPTURE(extra);
-    PlanRequest request{256};
+    PlanRequest request = at_256;
     request.budget_bytes = floor_plan.floor_bytes + extra;
     const MemoryPlan plan = plan_memory(container, config, request, ram_of(64 * kGiB));
     ioworker::WorkerOptions options;

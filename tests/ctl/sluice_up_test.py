@@ -154,9 +154,11 @@ class SluiceUpTest(unittest.TestCase):
         down = self.sluice_up('down', '--instance', instance)
         self.assertEqual(down.returncode, 0, down.stderr)
         self.assertFalse(os.path.exists(where['state']))
-        # down rotates the log: the run's log is kept once, as INSTANCE.log.1.
+        # down rotates the log: the run's log is kept once, as INSTANCE.log.1, and --help says so.
         self.assertFalse(os.path.exists(where['log']))
         self.assertTrue(os.path.exists(where['log'] + '.1'))
+        for args in (['--help'], ['down', '--help']):
+            self.assertIn('rotated to INSTANCE.log.1', ' '.join(self.sluice_up(*args).stdout.split()))
 
     def test_members_without_a_supervisor(self):
         # A sluice-io of the instance that no supervisor watches (its supervisor
@@ -223,7 +225,13 @@ class SluiceUpTest(unittest.TestCase):
         for args, needle in ((['--instance', 'bad/name', self.container], "'bad/name' is not an instance name"),
                              (['status', '--instance', 'bad/name'], 'is not an instance name'),
                              ([self.container, '--serve', '70000', '--instance', self.instance + '-serve'],
-                              'not a TCP port')):
+                              'not a TCP port'),
+                             ([self.container, '--readers', '0', '--instance', self.instance + '-r'], '--readers 0'),
+                             ([self.container, '--budget', '3Q', '--instance', self.instance + '-b'],
+                              "--budget '3Q': bad size"),
+                             ([self.container, '--lookahead', '-1', '--instance', self.instance + '-l'],
+                              '--lookahead -1'),
+                             ([self.container, '--no-such-flag'], '--no-such-flag')):
             done = self.sluice_up(*args)
             self.assertEqual(done.returncode, 2, done.stderr)
             self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
