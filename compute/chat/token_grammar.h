@@ -1,8 +1,9 @@
 // compute/chat/token_grammar.h: constrained decoding over a reply's whole
 // token stream: a small graph whose edges are marker tokens (by id), literal
-// bytes, JSON values of a JsonGrammar and free reasoning, and the sampler hook
-// that keeps the reply on a path of it. Structured output and required tool
-// calls are both graphs of this; it never reads the logits' values.
+// bytes, JSON values of a JsonGrammar (or raw strings of one) and free text,
+// and the sampler hook that keeps the reply on a path of it. Structured output
+// and tool calls (required, or lazily after the model's own opener) are graphs
+// of this (built in tool_grammar.cpp); it never reads the logits' values.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,12 @@
 // compute/model/sampler.cpp: the sampling chain. Candidates are kept sorted by
-// (logit desc, id asc) so every filter is a prefix cut and ties are stable.
+// (logit desc, id asc) so every filter is a prefix cut and ties are stable;
+// the draw never depends on how that order was reached.
 #include "compute/model/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <numeric>
+#include <utility>
 
 #include "proto/error.h"
 
@@ -15,14 +17,18 @@ void validate(const SamplingParams& params) {
     fail("--temp must be a finite number >= 0 (got {})", params.temperature);
   }
   if (params.top_k < 0) fail("--top-k must be >= 0 (got {})", params.top_k);
-  if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) fail("--top-p must be in (0, 1] (got {})", params.top_p);
-  if (!(params.min_p >= 0.0f && params.min_p < 1.0f)) fail("--min-p must be in [0, 1) (got {})", params.min_p);
+  if (!(params.top_p > 0.0f && params.top_p <= 1.0f))
+    fail("--top-p must be in (0, 1] (got {})", params.top_p);
+  if (!(params.min_p >= 0.0f && params.min_p < 1.0f))
+    fail("--min-p must be in [0, 1) (got {})", params.min_p);
   if (!(params.repetition_penalty > 0.0f) || !std::isfinite(params.repetition_penalty)) {
     fail("--repeat-penalty must be a finite number > 0 (got {})", params.repetition_penalty);
   }
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+  validate(params);
+}
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> context) {
   const auto vocab = static_cast<int32_t>(logits.size());
@@ -39,7 +45,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (TokenConstraint* constraint = params_.constraint) {
     if (!constraint->allows(token)) {
       constraint->mask(scratch_);
-      if (std::none_of(scratch_.begin(), scratch_.end(), [](float l) { return std::isfinite(l); })) {
+      if (std::none_of(scratch_.begin(), scratch_.end(),
+                       [](float l) { return std::isfinite(l); })) {
         fail("the output constraint allows no token here (the grammar has no way to continue)");
       }
       token = draw();
@@ -49,33 +56,60 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return token;
 }
 
+void Sampler::rank_by_logit() {
+  // A stable LSD radix sort of keys that order as (logit desc): ids stay
+  // ascending within a logit, exactly the (logit desc, id asc) order, at a
+  // fraction of a comparison sort's cost (it runs per token per sequence).
+  const size_t n = scratch_.size();
+  keys_.resize(n);
+  order_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float logit = scratch_[i] == 0.0f ? 0.0f : scratch_[i];  // -0 ties +0
+    const auto bits = std::bit_cast<uint32_t>(logit);
+    const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+    keys_[i] = ~ascending;
+    order_[i] = static_cast<int32_t>(i);
+  }
+  constexpr int kDigitBits = 11;
+  constexpr uint32_t kDigits = 1u << kDigitBits;
+  spare_keys_.resize(n);
+  spare_order_.resize(n);
+  std::vector<uint32_t> count(kDigits);
+  for (int shift = 0; shift < 32; shift += kDigitBits) {
+    std::fill(count.begin(), count.end(), 0u);
+    for (size_t i = 0; i < n; ++i) ++count[(keys_[i] >> shift) & (kDigits - 1)];
+    uint32_t sum = 0;
+    for (uint32_t& c : count) sum += std::exchange(c, sum);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t at = count[(keys_[i] >> shift) & (kDigits - 1)]++;
+      spare_keys_[at] = keys_[i];
+      spare_order_[at] = order_[i];
+    }
+    keys_.swap(spare_keys_);
+    order_.swap(spare_order_);
+  }
+}
+
 int32_t Sampler::draw() {
-  const auto vocab = static_cast<int32_t>(scratch_.size());
   if (params_.temperature <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) - scratch_.begin());
+    return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
+                                scratch_.begin());
   }
 
-  order_.resize(static_cast<size_t>(vocab));
-  std::iota(order_.begin(), order_.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) {
-    const float la = scratch_[static_cast<size_t>(a)], lb = scratch_[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  };
+  rank_by_logit();
   size_t kept = order_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < kept) {
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < kept)
     kept = static_cast<size_t>(params_.top_k);
-    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(kept), order_.end(), by_logit);
-  } else {
-    std::sort(order_.begin(), order_.end(), by_logit);
-  }
 
   // Softmax over the kept candidates at this temperature, in double so the
   // cumulative cut of top-p does not depend on summation noise.
   const double max_logit = scratch_[static_cast<size_t>(order_[0])];
-  std::vector<double> probs(kept);
+  std::vector<double>& probs = probs_;
+  probs.resize(kept);
   double total = 0.0;
   for (size_t i = 0; i < kept; ++i) {
-    probs[i] = std::exp((scratch_[static_cast<size_t>(order_[i])] - max_logit) / params_.temperature);
+    probs[i] =
+        std::exp((scratch_[static_cast<size_t>(order_[i])] - max_logit) / params_.temperature);
     total += probs[i];
   }
   for (double& p : probs) p /= total;

@@ -26,10 +26,10 @@ class TokenConstraint {
 };
 
 struct SamplingParams {
-  float temperature = 0.0f;       // <= 0: greedy (argmax, lowest id on ties)
-  int top_k = 0;                  // 0: off
-  float top_p = 1.0f;             // 1: off
-  float min_p = 0.0f;             // 0: off; keeps tokens with p >= min_p * p_max
+  float temperature = 0.0f;         // <= 0: greedy (argmax, lowest id on ties)
+  int top_k = 0;                    // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off; keeps tokens with p >= min_p * p_max
   float repetition_penalty = 1.0f;  // 1: off; applied to every token already in the context
   uint64_t seed = 0;
   // Not owned; outlives every Sampler made from these params. Null: no
@@ -54,9 +54,12 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;
-  std::vector<int32_t> order_;
+  std::vector<int32_t> order_, spare_order_;
+  std::vector<uint32_t> keys_, spare_keys_;
+  std::vector<double> probs_;
 
-  int32_t draw();  // from scratch_, without the constraint
+  int32_t draw();        // from scratch_, without the constraint
+  void rank_by_logit();  // order_: every id of scratch_, (logit desc, id asc)
 };
 
 }  // namespace sluice
