@@ -49,6 +49,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
       prefill_chunk_(options.prefill_chunk),
       prefill_progress_(options.prefill_progress) {
   if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
+  transformer_->set_hold_next(options.hold_next);
 }
 
 const char* finish_reason_name(FinishReason reason) {

@@ -39,6 +39,8 @@ struct EngineOptions {
   std::optional<size_t> threads;
   bool verify_records = false;
   uint32_t prefill_chunk = 64;
+  // Experts of the next MoE layer held per decode step (Transformer::set_hold_next); 0: off.
+  uint32_t hold_next = 0;
   // Builds the expert source over the opened container; empty: a
   // DirectExpertSource (no cache). CachedExpertSource::embedded / ::attached
   // (compute/model/cached_expert_source.h) plug the shared-memory cache in.
