@@ -355,7 +355,7 @@ Worker::Impl::Outcome Worker::Impl::assign_hold(const shm::RingEntry& entry, uin
     slot = evictor_->choose(*segment_, entry.layer);
     if (!slot) return Outcome::kStarved;
     evict(*slot);
-    fill(*slot, key, shm::ReadOrigin::kPrefetch, pass);
+    fill(*slot, key, shm::ReadOrigin::kHold, pass);
   }
   if (segment_->slot(*slot).pins == 0) --unpinned;
   shm::hold_slot(*segment_, entry.client, entry.position, *slot);
@@ -401,7 +401,7 @@ void Worker::Impl::evict(uint32_t slot) {
   index().erase(s.key);
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
     stats.evictions.fetch_add(1, std::memory_order_relaxed);
-    if (s.origin == static_cast<uint32_t>(shm::ReadOrigin::kPrefetch) && s.used == 0) {
+    if (s.origin != static_cast<uint32_t>(shm::ReadOrigin::kDemand) && s.used == 0) {
       stats.wasted_prefetches.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -461,7 +461,10 @@ void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> probl
       std::fprintf(stderr, "sluice-io: layer %u expert %u: %s\n", job.layer, job.expert, problem->c_str());
     }
   } else {
-    (job.origin == static_cast<uint32_t>(shm::ReadOrigin::kDemand) ? stats.demand_reads : stats.prefetch_reads)
+    const auto origin = static_cast<shm::ReadOrigin>(job.origin);
+    (origin == shm::ReadOrigin::kDemand ? stats.demand_reads
+     : origin == shm::ReadOrigin::kHold ? stats.held_reads
+                                        : stats.prefetch_reads)
         .fetch_add(1, std::memory_order_relaxed);
     stats.bytes_read.fetch_add(container_.moe_layer(job.layer).record_stride, std::memory_order_relaxed);
   }

@@ -164,9 +164,10 @@ struct StatsBlock {
   std::atomic<uint64_t> bytes_read{0};
   std::atomic<uint64_t> read_errors{0};
   std::atomic<uint64_t> evictions{0};
-  std::atomic<uint64_t> wasted_prefetches{0};  // prefetched, then evicted unused
+  std::atomic<uint64_t> wasted_prefetches{0};  // prefetched or held, then evicted unused
   std::atomic<uint64_t> held{0};               // records pinned for a client's next batch
   std::atomic<uint64_t> held_used{0};          // of those, taken by the batch they were held for
+  std::atomic<uint64_t> held_reads{0};  // records read for a hold (not in demand or prefetch reads)
   std::atomic<uint64_t> bad_requests{0};       // ring entries that failed a bounds check
   std::atomic<uint64_t> clients_reaped{0};
   std::atomic<uint64_t> queue_depth{0};        // gauge: requests waiting for a reader
@@ -206,7 +207,11 @@ struct alignas(64) ClientEntry {
 };
 
 enum class SlotState : uint32_t { kEmpty = 0, kLoading = 1, kReady = 2, kFailed = 3 };
-enum class ReadOrigin : uint32_t { kDemand = 0, kPrefetch = 1 };
+enum class ReadOrigin : uint32_t {
+  kDemand = 0,
+  kPrefetch = 1,
+  kHold = 2
+};  // kHold: a client's next batch
 
 struct alignas(64) SlotEntry {
   std::atomic<uint32_t> state{0};   // SlotState; READY is stored with release after the data

@@ -57,6 +57,7 @@ StatsSnapshot read_stats(const Segment& segment) {
   out.wasted_prefetches = get(s.wasted_prefetches);
   out.held = get(s.held);
   out.held_used = get(s.held_used);
+  out.held_reads = get(s.held_reads);
   out.bad_requests = get(s.bad_requests);
   out.clients_reaped = get(s.clients_reaped);
   out.queue_depth = get(s.queue_depth);

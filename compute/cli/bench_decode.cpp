@@ -35,7 +35,7 @@ struct DecodeFlags {
   std::string budget;
   bool compare = false;
   bool compare_hold = false;
-  uint32_t hold = 0;
+  std::optional<uint32_t> hold;  // unset: the engine's default (hold_from_environment)
   uint32_t tokens = 32;
   uint32_t prompt_tokens = 64;
   uint32_t lookahead = router::kDefaultLookahead;
@@ -150,7 +150,8 @@ struct Arm {
 struct PhaseFigures {
   double seconds = 0;
   uint64_t requests = 0, hits = 0, demand_reads = 0, prefetch_reads = 0, bytes_read = 0, wasted_prefetches = 0;
-  uint64_t held = 0, held_used = 0, read_depth = 0;  // read_depth: the worker's at the phase's end
+  uint64_t held = 0, held_used = 0, held_reads = 0,
+           read_depth = 0;  // read_depth: the worker's at the end
   double wait_seconds = 0;
   ForwardTimes times;  // where the phase's seconds went
 };
@@ -180,6 +181,7 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   f.wasted_prefetches = b.cache.wasted_prefetches - a.cache.wasted_prefetches;
   f.held = b.cache.held - a.cache.held;
   f.held_used = b.cache.held_used - a.cache.held_used;
+  f.held_reads = b.cache.held_reads - a.cache.held_reads;
   f.read_depth = b.cache.read_depth;
   f.times = {b.times.kda - a.times.kda, b.times.attention - a.times.attention, b.times.moe - a.times.moe,
              b.times.dense - a.times.dense, b.times.lm_head - a.times.lm_head};
@@ -269,6 +271,7 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"wasted_prefetches", f.wasted_prefetches},
           {"held", f.held},
           {"held_used", f.held_used},
+          {"held_reads", f.held_reads},
           {"read_depth", f.read_depth},
           {"bytes_read", f.bytes_read},
           {"bytes_read_per_token", tokens ? double(f.bytes_read) / tokens : 0.0},
@@ -351,7 +354,7 @@ void run_decode(const DecodeFlags& flags) {
   const uint64_t cache_bytes = ioworker::cache_bytes_for_slots(container, slots, clients, kPlanChunkTokens);
   const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
   if (!flags.routing.empty() &&
-      (flags.compare || flags.lookahead > 0 || flags.compare_hold || flags.hold > 0)) {
+      (flags.compare || flags.lookahead > 0 || flags.compare_hold || flags.hold.value_or(0) > 0)) {
     fail(
         "--routing replaces the model's router, which lookahead and --hold predict: use it with "
         "--lookahead 0 and no hold");
@@ -361,17 +364,19 @@ void run_decode(const DecodeFlags& flags) {
   std::vector<Arm> arms;
   if (flags.compare && flags.compare_hold)
     fail("--compare-lookahead and --compare-hold: pick one comparison");
+  // Replaced routing has no guesses to hold.
+  const uint32_t hold = !flags.routing.empty() ? 0
+                        : flags.hold           ? *flags.hold
+                                               : hold_from_environment(container.top_k());
   if (flags.compare) {
-    arms = {{"lookahead off", 0, false, flags.hold},
-            {"lookahead on", flags.lookahead, false, flags.hold},
-            {"lookahead on, also in prefill", flags.lookahead, true, flags.hold}};
+    arms = {{"lookahead off", 0, false, hold},
+            {"lookahead on", flags.lookahead, false, hold},
+            {"lookahead on, also in prefill", flags.lookahead, true, hold}};
   } else if (flags.compare_hold) {
-    const uint32_t hold = flags.hold > 0 ? flags.hold : container.top_k();
     arms = {{"next batch not held", flags.lookahead, false, 0},
-            {"next batch held", flags.lookahead, false, hold}};
+            {"next batch held", flags.lookahead, false, hold > 0 ? hold : container.top_k()}};
   } else {
-    arms = {
-        {flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false, flags.hold}};
+    arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false, hold}};
   }
   // Rounds interleave the arms, so drift in the machine's load hits them alike;
   // the machine is measured before and after them.
@@ -487,8 +492,10 @@ void add_bench_decode(CLI::App& bench) {
   cmd->add_flag(
       "--compare-hold", flags->compare_hold,
       "run with the next layer's batch not held and held (--hold, default top-k), in one process");
-  cmd->add_option("--hold", flags->hold, "experts of the next layer held per decode step (0: off)")
-      ->capture_default_str();
+  cmd->add_option(
+      "--hold", flags->hold,
+      "experts of the next layer held per decode step (default SLUICE_HOLD or top-k; 0: "
+      "off)");
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();
   cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")

@@ -93,6 +93,9 @@ TEST_CASE("bench decode --compare-hold runs the next batch not held and held on 
       const uint64_t held = decode.at("held").get<uint64_t>();
       CHECK((a == 0 ? held == 0 : held > 0));
       CHECK(decode.at("held_used").get<uint64_t>() <= held);
+      CHECK(decode.at("held_reads").get<uint64_t>() <= held);
+      CHECK(decode.at("prefetch_reads").get<uint64_t>() ==
+            0);  // lookahead off: holds are no prefetches
       CHECK(decode.at("read_depth").get<uint64_t>() > 0);
     }
   }
