@@ -67,7 +67,7 @@ void eval(const EvalArgs& args) {
   }
   const int32_t pad =
       engine.config().vision ? static_cast<int32_t>(engine.config().vision->media_pad_id) : -1;
-  size_t rows_used = 0;
+  MediaRowCursor media(placed.rows, pad, engine.config().hidden);
   std::vector<float> logits(size_t{chunk} * vocab);
   double nll = 0.0;
   size_t scored = 0;
@@ -77,14 +77,8 @@ void eval(const EvalArgs& args) {
     for (size_t at = start; at < end; at += chunk) {
       const size_t count = std::min<size_t>(chunk, end - at);
       const std::span<const int32_t> part = std::span<const int32_t>(ids).subspan(at, count);
-      std::span<const float> part_rows;
-      if (!placed.rows.empty() && at < text_start) {
-        const size_t values =
-            static_cast<size_t>(std::count(part.begin(), part.end(), pad)) * engine.config().hidden;
-        part_rows = std::span<const float>(placed.rows).subspan(rows_used, values);
-        rows_used += values;
-      }
-      engine.transformer().forward(engine.sequence(), part, logits, true, part_rows);
+      // The images sit in the first window (checked above), which reads all their rows.
+      engine.transformer().forward(engine.sequence(), part, logits, true, media.next(part));
       check_logits_finite(std::span<const float>(logits).first(size_t{count} * vocab),
                           fmt::format("tokens {}..{} of --text", at, at + count - 1));
       for (size_t t = 0; t < count; ++t) {

@@ -89,18 +89,11 @@ bool Engine::prefill(SequenceState& sequence, std::span<const int32_t> tokens,
       fail("the prompt has {} media pad tokens but its images have {} rows", pads, media_rows.size() / config_.hidden);
     }
   }
-  size_t media_used = 0;
+  MediaRowCursor media(media_rows, pad, config_.hidden);
   for (size_t start = 0; start < tokens.size(); start += prefill_chunk_) {
     const size_t count = std::min<size_t>(prefill_chunk_, tokens.size() - start);
     const std::span<const int32_t> chunk = tokens.subspan(start, count);
-    // Each chunk takes the rows of its own pads (a one-token last chunk too).
-    std::span<const float> chunk_rows;
-    if (!media_rows.empty()) {
-      const size_t values = static_cast<size_t>(std::count(chunk.begin(), chunk.end(), pad)) * config_.hidden;
-      chunk_rows = media_rows.subspan(media_used, values);
-      media_used += values;
-    }
-    transformer_->forward(sequence, chunk, logits, false, chunk_rows);
+    transformer_->forward(sequence, chunk, logits, false, media.next(chunk));
     check_logits_finite(logits, fmt::format("prefill of prompt tokens {}..{}", start, start + count - 1));
     if (prefill_progress_ && !prefill_progress_(start + count, tokens.size())) return false;
   }

@@ -16,6 +16,7 @@
 // the caller's thread; an Engine is not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -30,6 +31,7 @@
 #include "compute/model/transformer.h"
 #include "compute/model/weights.h"
 #include "proto/container.h"
+#include "proto/error.h"
 #include "proto/model_config.h"
 
 namespace sluice {
@@ -70,6 +72,31 @@ struct GenerationStats {
 // `top_k`, the whole guessed batch; 0: off). Throws Error on anything but a
 // non-negative integer.
 uint32_t hold_from_environment(uint32_t top_k);
+
+// Hands out a prompt's media rows (the input embeddings of its media pads,
+// in order) chunk by chunk: each chunk takes the rows of its own pads, so a
+// pad alone in a one-token last chunk gets its row too.
+class MediaRowCursor {
+ public:
+  MediaRowCursor(std::span<const float> rows, int32_t pad, uint32_t hidden)
+      : rows_(rows), pad_(pad), hidden_(hidden) {}
+  std::span<const float> next(std::span<const int32_t> chunk) {
+    if (rows_.empty()) return {};
+    const size_t values =
+        static_cast<size_t>(std::count(chunk.begin(), chunk.end(), pad_)) * hidden_;
+    if (values > rows_.size() - used_)
+      fail("prefill: the prompt has more media pads than its images have rows");
+    const std::span<const float> out = rows_.subspan(used_, values);
+    used_ += values;
+    return out;
+  }
+
+ private:
+  std::span<const float> rows_;
+  int32_t pad_;
+  uint32_t hidden_;
+  size_t used_ = 0;
+};
 
 // Throws Error naming `step` when any logit is NaN or infinite: damage or a
 // numerical fault upstream, never something to sample from.

@@ -266,21 +266,14 @@ void Scheduler::start(Slot& slot, std::shared_ptr<Job> job) {
     sequence.note_media(media_from(spec.media, reused));
     const int32_t pad =
         engine_.config().vision ? static_cast<int32_t>(engine_.config().vision->media_pad_id) : -1;
-    size_t rows_used = 0;
+    MediaRowCursor media(media_rows, pad, engine_.config().hidden);
     for (size_t first = 0; first < rest.size(); first += prefill_chunk_) {
       const size_t count = std::min<size_t>(prefill_chunk_, rest.size() - first);
       const std::span<const int32_t> chunk = rest.subspan(first, count);
-      std::span<const float> chunk_rows;
-      if (!media_rows.empty()) {
-        const size_t values = static_cast<size_t>(std::count(chunk.begin(), chunk.end(), pad)) *
-                              engine_.config().hidden;
-        chunk_rows = std::span<const float>(media_rows).subspan(rows_used, values);
-        rows_used += values;
-      }
       forward(sequence, chunk, logits,
               fmt::format("prefill of prompt tokens {}..{}", reused + first,
                           reused + first + count - 1),
-              chunk_rows);
+              media.next(chunk));
       if (job->cancelled() || stopping()) {
         result.finish_reason = "cancelled";
         finish(slot);

@@ -35,7 +35,8 @@ DecodedImage load_image_file(const std::string& path) {
   return decode_image(bytes, path);
 }
 
-DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& name) {
+DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& name,
+                          uint64_t max_pixels) {
   if (bytes.empty()) fail("{}: empty, not an image", name);
   if (bytes.size() > kMaxImageFileBytes)
     fail("{}: the image is over {} bytes", name, kMaxImageFileBytes);
@@ -50,6 +51,10 @@ DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& nam
   if (pixels > kMaxImagePixels) {
     fail("{}: {}x{} is {} pixels, over the limit of {} (64 Mi)", name, width, height, pixels,
          kMaxImagePixels);
+  }
+  if (pixels > max_pixels) {
+    fail("{}: {}x{} is {} pixels, over the {} left for this prompt's images", name, width, height,
+         pixels, max_pixels);
   }
   const std::unique_ptr<stbi_uc, void (*)(void*)> decoded(
       stbi_load_from_memory(bytes.data(), length, &width, &height, &channels, 3), stbi_image_free);

@@ -28,8 +28,10 @@ struct DecodedImage {
 
 // Reads and decodes `path`, forcing RGB. Throws Error naming the file.
 DecodedImage load_image_file(const std::string& path);
-// Decodes an image held in memory; `name` is what errors call it.
-DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& name);
+// Decodes an image held in memory; `name` is what errors call it. An image
+// of more than `max_pixels` is refused before it is decoded.
+DecodedImage decode_image(std::span<const uint8_t> bytes, const std::string& name,
+                          uint64_t max_pixels = kMaxImagePixels);
 
 // The grid of §4.4 for a width × height source: scaled down (never up) to at
 // most `max_patches`, each side rounded, at least 2 and even, then 2 off the

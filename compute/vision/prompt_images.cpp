@@ -96,7 +96,7 @@ PromptImage prepare_image(DecodedImage image, const VisionConfig& config) {
   return out;
 }
 
-DecodedImage image_of_part(const json& part, const std::string& where) {
+DecodedImage image_of_part(const json& part, const std::string& where, uint64_t max_pixels) {
   const json* url = nullptr;
   std::string at = where + ".image_url";
   if (part.contains("image_url") && part["image_url"].is_string()) {
@@ -126,7 +126,7 @@ DecodedImage image_of_part(const json& part, const std::string& where) {
     fail("{}: a data: URL must be data:image/TYPE;base64,DATA", at);
   }
   const std::vector<uint8_t> bytes = base64_decode(std::string_view(text).substr(comma + 1), at);
-  return decode_image(bytes, at);
+  return decode_image(bytes, at, max_pixels);
 }
 
 std::string image_file_data_url(const std::string& path) {
@@ -151,8 +151,9 @@ chat::ImageResolver PromptImageSet::resolver() {
   return [this](const json& part, size_t index, const std::string& where) {
     if (index != images_.size())
       fail("{}: image {} resolved out of order (after {})", where, index, images_.size());
-    images_.push_back(prepare_image(image_of_part(part, where), config_));
+    images_.push_back(prepare_image(image_of_part(part, where, max_pixels_ - pixels_), config_));
     const PromptImage& image = images_.back();
+    pixels_ += uint64_t{image.image.width} * image.image.height;
     return chat::ImagePlacement{image.image.width, image.image.height, image.positions()};
   };
 }

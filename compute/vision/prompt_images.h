@@ -40,7 +40,9 @@ PromptImage prepare_image(DecodedImage image, const VisionConfig& config);
 // {"url": URL}} (or "image_url": URL), where URL is
 // data:image/TYPE;base64,DATA. An http(s) URL, a path or anything else is
 // refused (Error "WHERE.image_url.url: ..."): nothing is fetched or read.
-DecodedImage image_of_part(const nlohmann::ordered_json& part, const std::string& where);
+// An image over `max_pixels` is refused before it is decoded.
+DecodedImage image_of_part(const nlohmann::ordered_json& part, const std::string& where,
+                           uint64_t max_pixels = kMaxImagePixels);
 
 // A data: URL holding the file's bytes, for a conversation that names an
 // image by its file (chat's --image and /image). Throws Error naming it.
@@ -48,10 +50,13 @@ std::string image_file_data_url(const std::string& path);
 // The content part holding that URL.
 nlohmann::ordered_json image_file_part(const std::string& path);
 
-// Gathers the images a render resolves, in prompt order.
+// Gathers the images a render resolves, in prompt order. All of them
+// together hold at most `max_pixels` (kMaxImagePixels), so a small request
+// of highly compressed images cannot make the server decode gigabytes.
 class PromptImageSet {
  public:
-  explicit PromptImageSet(const VisionConfig& config) : config_(config) {}
+  explicit PromptImageSet(const VisionConfig& config, uint64_t max_pixels = kMaxImagePixels)
+      : config_(config), max_pixels_(max_pixels) {}
   // The resolver for chat::ChatInput::images; it adds to this set, which must outlive it.
   chat::ImageResolver resolver();
   std::vector<PromptImage>& images() { return images_; }
@@ -59,6 +64,8 @@ class PromptImageSet {
  private:
   VisionConfig config_;
   std::vector<PromptImage> images_;
+  uint64_t max_pixels_;
+  uint64_t pixels_ = 0;
 };
 
 // A prompt's ids with each image's single pad expanded to its positions,
