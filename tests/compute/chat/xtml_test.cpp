@@ -242,9 +242,23 @@ TEST_CASE("tool results are re-sorted into call order by tool_call_id and counte
                      "index=\"1\"<|sep|>rain<|close|>message<|sep|><|end_of_msg|>"
                      "<|open|>message role=\"tool\" tool=\"get_time\" "
                      "index=\"2\"<|sep|>noon<|close|>message<|sep|><|end_of_msg|>"));
+  // A run in which one result names no call keeps its order, and each result
+  // is named by the call at its position (encoding_k3.py).
   input.messages[1].erase("tool_call_id");
-  CHECK(error_of(input).find("messages[1]: a tool result needs a tool_call_id") !=
-        std::string::npos);
+  CHECK(text_of(input).ends_with(
+      "<|open|>message role=\"tool\" tool=\"get_weather\" "
+      "index=\"1\"<|sep|>noon<|close|>message<|sep|><|end_of_msg|>"
+      "<|open|>message role=\"tool\" tool=\"get_time\" "
+      "index=\"2\"<|sep|>rain<|close|>message<|sep|><|end_of_msg|>"));
+  // Results are counted since the assistant turn, across a message between them.
+  input.messages.insert(input.messages.begin() + 2, json::object({{"role", "user"}, {"content", "and?"}}));
+  CHECK(text_of(input).find("tool=\"get_weather\" index=\"2\"<|sep|>rain") != std::string::npos);
+  // With no call at its position and no name, a result cannot be named.
+  ChatInput lone = input_of(
+      json::array({{{"role", "tool"}, {"tool_call_id", "x"}, {"content", "?"}}}), false);
+  CHECK(error_of(lone).find("messages[0]: a tool result needs a name") != std::string::npos);
+  lone.messages[0]["name"] = "f";
+  CHECK(text_of(lone).starts_with("<|open|>message role=\"tool\" tool=\"f\" index=\"1\""));
 }
 
 TEST_CASE(
@@ -256,21 +270,27 @@ TEST_CASE(
   const Rendered rendered = sluice::chat::render_xtml(input);
   const std::string declared =
       R"([{"function":{"name":"météo","parameters":{"a":[{"y":2,"z":1}],"b":1,"type":"object"}},"type":"function"}])";
-  CHECK(rendered.text().starts_with(
-      "<|open|>message role=\"system\" type=\"tool-declare\"<|sep|>" +
-      std::string(sluice::chat::kXtmlToolDeclarePreamble) + "```json\n" + declared +
-      "\n```<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""));
-  // The declaration JSON is a text segment of its own (a client wrote it).
+  // encoding_k3.py's text, byte for byte; the whole body is one text segment.
+  const std::string body = "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n" +
+                           declared + "\n```";
+  CHECK(rendered.text().starts_with("<|open|>message role=\"system\" type=\"tool-declare\"<|sep|>" +
+                                    body +
+                                    "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\""));
   bool found = false;
-  for (const auto& s : rendered.segments) found = found || (s.content && s.text == declared);
+  for (const auto& s : rendered.segments) found = found || (s.content && s.text == body);
   CHECK(found);
 }
 
 TEST_CASE(
-    "tools introduced mid-conversation: a tool-declare message where they appear, with the "
-    "second preamble") {
+    "a system message carrying tools declares them where it stands, with the lazy-loading "
+    "preamble, and its content is not written") {
   const json tools = json::parse(R"([{"type":"function","function":{"name":"f","b":2,"a":1}}])");
   const std::string declared = R"([{"function":{"a":1,"b":2,"name":"f"},"type":"function"}])";
+  const std::string body =
+      "## New Tools Available\nThe system dynamically extends the toolset via lazy-loading.\n"
+      "You have access to all existing and extended tools.\n"
+      "Here are the specs for the extended tools.\n\n```json\n" +
+      declared + "\n```";
   ChatInput input = input_of(json::array({{{"role", "user"}, {"content", "hi"}},
                                           {{"role", "assistant"}, {"content", "yes"}},
                                           {{"role", "system"}, {"tools", tools}},
@@ -284,30 +304,22 @@ TEST_CASE(
       .piece("yes")
       .close("response")
       .end_message();
-  e.open("message", {{"role", "system"}, {"type", "tool-declare"}})
-      .piece(std::string(sluice::chat::kXtmlToolDeclareLaterPreamble))
-      .piece("```json\n")
-      .piece(declared)
-      .piece("\n```")
-      .end_message();
+  e.open("message", {{"role", "system"}, {"type", "tool-declare"}}).piece(body).end_message();
   e.open("message", {{"role", "user"}}).piece("go").end_message();
   CHECK(ids_of(input) == e.ids);
-  CHECK(sluice::chat::kXtmlToolDeclareLaterPreamble != sluice::chat::kXtmlToolDeclarePreamble);
 
-  // Before anything but system messages, tools are declared with the first preamble;
-  // the message's own content follows as a system message.
+  // First in the conversation it is written the same way, and its content is dropped.
   input.messages = json::array({{{"role", "system"}, {"tools", tools}, {"content", "be brief"}},
                                 {{"role", "user"}, {"content", "go"}}});
   Expect first;
-  first.open("message", {{"role", "system"}, {"type", "tool-declare"}})
-      .piece(std::string(sluice::chat::kXtmlToolDeclarePreamble))
-      .piece("```json\n")
-      .piece(declared)
-      .piece("\n```")
-      .end_message();
-  first.open("message", {{"role", "system"}}).piece("be brief").end_message();
+  first.open("message", {{"role", "system"}, {"type", "tool-declare"}}).piece(body).end_message();
   first.open("message", {{"role", "user"}}).piece("go").end_message();
   CHECK(ids_of(input) == first.ids);
+
+  // An empty tools list is an ordinary system message.
+  input.messages[0]["tools"] = json::array();
+  CHECK(text_of(input).starts_with(
+      "<|open|>message role=\"system\"<|sep|>be brief<|close|>message<|sep|><|end_of_msg|>"));
 
   // The declared JSON is text: a tool that spells control tokens cannot forge markup.
   input.messages[0]["tools"] =
@@ -316,6 +328,30 @@ TEST_CASE(
 
   input.messages[0]["tools"] = "f";
   CHECK(error_of(input) == "messages[0].tools must be an array of tool definitions");
+}
+
+TEST_CASE(
+    "as encoding_k3.py reads history: blank reasoning is left out, an empty reasoning_content "
+    "gives way to reasoning, blank arguments are none, a flat call is read") {
+  ChatInput input = input_of(
+      json::array({{{"role", "assistant"}, {"content", "a"}, {"reasoning_content", " \n "}},
+                   {{"role", "assistant"},
+                    {"content", "b"},
+                    {"reasoning_content", ""},
+                    {"reasoning", "why"}},
+                   {{"role", "assistant"},
+                    {"content", nullptr},
+                    {"tool_calls", json::array({{{"id", "c"}, {"name", "f"}, {"arguments", "  "}}})}}}),
+      false);
+  Expect e;
+  e.open("message", {{"role", "assistant"}}).open("think").close("think");
+  e.open("response").piece("a").close("response").end_message();
+  e.open("message", {{"role", "assistant"}}).open("think").piece("why").close("think");
+  e.open("response").piece("b").close("response").end_message();
+  e.open("message", {{"role", "assistant"}}).open("think").close("think");
+  e.open("response").close("response").open("tools");
+  e.open("call", {{"tool", "f"}, {"index", "1"}}).close("call").close("tools").end_message();
+  CHECK(ids_of(input) == e.ids);
 }
 
 TEST_CASE("attribute values escape & then \" and a client's name stays text") {
@@ -338,15 +374,25 @@ TEST_CASE(
   input.response_format = json::parse(
       R"({"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"}}})");
   const std::string text = text_of(input);
+  // encoding_k3.py's notes, byte for byte, each body one text segment.
+  const std::string note = "<|open|>message role=\"system\" type=";
   const size_t declare = text.find("type=\"tool-declare\"");
   const size_t effort = text.find(
-      "<|open|>message role=\"system\" type=\"thinking-effort\"<|sep|>Thinking effort: high.");
+      note +
+      "\"thinking-effort\"<|sep|>`thinking_effort` guides on how much to think in your thinking "
+      "channel (not including the response channel), supported values include `low`, `medium`, "
+      "`high`, and `max`.\nNow the system is invoked with `thinking_effort=high`."
+      "<|close|>message<|sep|><|end_of_msg|>");
   const size_t user = text.find("role=\"user\"");
-  const size_t choice = text.find("type=\"tool-choice\"<|sep|>" +
-                                  std::string(sluice::chat::kXtmlToolChoiceRequiredNote));
-  const size_t format =
-      text.find("type=\"response-format\"<|sep|>" + std::string(sluice::chat::kXtmlJsonSchemaNote) +
-                "{\"type\":\"object\"}<|close|>");
+  const size_t choice = text.find(note +
+                                  "\"tool-choice\"<|sep|>The system is invoked with "
+                                  "`tool_choice=required`.\nYou MUST call tools in the next "
+                                  "message.<|close|>");
+  const std::string schema_body =
+      "The system is invoked with `response_format=json_schema`.\nYour response must be raw JSON "
+      "data without markdown code blocks (```json) or any additional formatting.\nThe JSON data "
+      "must match the following schema:\n```json\n{\"type\":\"object\"}\n```";
+  const size_t format = text.find(note + "\"response-format\"<|sep|>" + schema_body + "<|close|>");
   const size_t prompt = text.rfind("<|open|>message role=\"assistant\"");
   REQUIRE(declare != std::string::npos);
   REQUIRE(effort != std::string::npos);
@@ -357,15 +403,28 @@ TEST_CASE(
   CHECK(user < choice);
   CHECK(choice < format);
   CHECK(format < prompt);
+  bool one_segment = false;
+  for (const auto& s : sluice::chat::render_xtml(input).segments)
+    one_segment = one_segment || (s.content && s.text == schema_body);
+  CHECK(one_segment);
 
   input.tool_choice = "none";
-  CHECK(text_of(input).find(std::string(sluice::chat::kXtmlToolChoiceNoneNote)) !=
-        std::string::npos);
+  CHECK(text_of(input).find("The system is invoked with `tool_choice=none`.\nYou MUST NOT call "
+                            "any tools in the next message.") != std::string::npos);
   input.tool_choice = "auto";
   input.response_format = json::parse(R"({"type":"json_object"})");
   const std::string plain = text_of(input);
   CHECK(plain.find("tool-choice") == std::string::npos);
-  CHECK(plain.find(std::string(sluice::chat::kXtmlJsonObjectNote)) != std::string::npos);
+  CHECK(plain.find("\"response-format\"<|sep|>The system is invoked with "
+                   "`response_format=json_object`.\nYour response must be raw JSON data without "
+                   "markdown code blocks (```json) or any additional formatting.<|close|>") !=
+        std::string::npos);
+  // A json_schema without "schema" takes the object itself; none at all is null.
+  input.response_format = json::parse(R"({"type":"json_schema","json_schema":{"type":"array"}})");
+  CHECK(text_of(input).find("```json\n{\"type\":\"array\"}\n```") != std::string::npos);
+  input.response_format = json::parse(R"({"type":"json_schema"})");
+  CHECK(text_of(input).find("```json\nnull\n```") != std::string::npos);
+  input.response_format = json::parse(R"({"type":"json_object"})");
 
   input.extra["thinking_effort"] = "medium";
   CHECK(error_of(input).find("thinking_effort 'medium' is not one K3 accepts") !=
