@@ -197,9 +197,9 @@ namespace {
 // One token's RVQ lookup table over `cols` inputs (compute/kernels/rvq.h):
 // int16 codes per 8 columns × stage × entry, and the same again as a low and
 // a high byte plane for the AVX-512 lookups.
-uint64_t rvq_table_bytes_per_token(uint64_t cols, bool planes) {
+uint64_t rvq_table_bytes_per_token(uint64_t cols) {
   const uint64_t codes = cols / kRvqVecDim * kRvqStages * kRvqEntries;
-  return codes * sizeof(int16_t) * (planes ? 3 : 1);
+  return codes * sizeof(int16_t) * 3;
 }
 
 // The f32 table of the one token being built, kept by every table object.
@@ -239,15 +239,13 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context,
   const uint64_t shared =
       (rows * row_floats + config.experts + uint64_t{config.attention_heads()} * context) *
           sizeof(float) +
-      rows * routing_bytes + int8_activations +
-      2 * rows * rvq_table_bytes_per_token(expert_in, shape.table_planes) +
+      rows * routing_bytes + int8_activations + 2 * rows * rvq_table_bytes_per_token(expert_in) +
       2 * rvq_table_build_bytes(expert_in);
-  const uint64_t per_thread = rows * (2 * expert_in + 3 * width) * sizeof(float) +
-                              rows * sizeof(uint32_t) +
-                              std::min(rows, kPlanTableTokensPerExpert) *
-                                  rvq_table_bytes_per_token(width, shape.table_planes) +
-                              rvq_table_build_bytes(width) +
-                              std::max(decoded_tile_bytes(expert_in), decoded_tile_bytes(width));
+  const uint64_t per_thread =
+      rows * (2 * expert_in + 3 * width) * sizeof(float) + rows * sizeof(uint32_t) +
+      std::min(rows, kPlanTableTokensPerExpert) * rvq_table_bytes_per_token(width) +
+      rvq_table_build_bytes(width) +
+      std::max(decoded_tile_bytes(expert_in), decoded_tile_bytes(width));
   const uint64_t logits = (rows + shape.sequences) * uint64_t{config.vocab} * sizeof(float);
   return shared + threads * per_thread + logits;
 }

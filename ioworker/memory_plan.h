@@ -94,7 +94,6 @@ struct ScratchShape {
   uint64_t chunk = kPlanChunkTokens;  // --chunk: rows of a prefill chunk
   uint32_t threads = 1;               // --threads: the compute pool, caller included
   uint32_t sequences = 1;             // serve --parallel: rows of a batched step, logits rows
-  bool table_planes = true;           // RVQ tables keep byte planes too (the AVX-512 path)
 };
 
 // The scratch the engine allocates for its largest forward pass, counted
@@ -107,8 +106,10 @@ struct ScratchShape {
 //   router's logits, attention scores heads × context, the routing of each
 //   row at each MoE layer, the int8 activations of one matmul (bytes);
 // - the gate and up RVQ tables of every row: int16 codes, 2 bytes per 8
-//   columns × 3 stages × 256 entries, and twice that again as byte planes;
-//   each table also keeps one token's f32 table;
+//   columns × 3 stages × 256 entries, and twice that again as byte planes
+//   (the AVX-512 layout, counted on every machine so that a budget means the
+//   same to sluice-io as to its clients); each table also keeps one token's
+//   f32 table;
 // - per thread: one expert's rows (rows × (2e + 3w)), its down table for
 //   kPlanTableTokensPerExpert rows, and a decode-once tile (rvq_decoded.cpp);
 // - logits: a chunk's rows (eval scores every position) and one row per sequence.

@@ -57,6 +57,7 @@ int run(const Options& options) {
   if (options.readers == 0 || options.readers > 64) fail("--readers {}: must be 1 to 64", options.readers);
 
   const Container container = Container::open(options.model);
+  // The floor of one client of one compute thread (`sluice plan --threads 1`).
   PlanRequest shape;
   shape.max_clients = options.max_clients;
   shape.force = options.force;

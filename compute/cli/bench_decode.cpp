@@ -342,11 +342,16 @@ Machine measure_machine(const Container& container, const DecodeFlags& flags, si
 void run_decode(const DecodeFlags& flags) {
   if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
   const Container container = Container::open(flags.model);
-  // The plan sizes the arms' segment, so the process stays inside --budget.
-  PlanRequest shape = plan_shape(flags.threads);
-  shape.mailbox_rows = mailbox_rows(flags);
-  const MemoryPlan plan = plan_for(container, flags.budget, 0, shape);
-  const uint64_t cache_bytes = plan.cache_bytes;
+  // The plan sizes the arms' segment, so the process stays inside --budget;
+  // with --compare-lookahead the chunk-wide mailboxes come on top of the
+  // slots the budget buys, so every arm caches what `sluice run` would.
+  const MemoryPlan plan = plan_for(container, flags.budget, 0, plan_shape(flags.threads));
+  const uint32_t clients = ioworker::WorkerOptions{}.max_clients;
+  const uint32_t slots =
+      ioworker::plan_cache_geometry(container, plan.cache_bytes, clients).slot_count;
+  const uint64_t cache_bytes = flags.compare ? ioworker::cache_bytes_for_slots(
+                                                   container, slots, clients, mailbox_rows(flags))
+                                             : plan.cache_bytes;
   const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
   if (!flags.routing.empty() &&
       (flags.compare || flags.lookahead > 0 || flags.compare_hold || flags.hold.value_or(0) > 0)) {

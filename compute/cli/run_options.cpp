@@ -236,7 +236,6 @@ PlanRequest plan_shape(size_t threads) {
   PlanRequest shape;
   shape.scratch.threads = static_cast<uint32_t>(
       kernels::resolve_thread_count(threads > 0 ? std::optional<size_t>(threads) : std::nullopt));
-  shape.scratch.table_planes = kernels::isa_from_environment() == kernels::Isa::kAvx512;
   return shape;
 }
 

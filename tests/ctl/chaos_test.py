@@ -54,9 +54,10 @@ class ChaosTest(unittest.TestCase):
         cls.container = make_container(cls.scratch)
         cls.env = dict(os.environ, XDG_RUNTIME_DIR=os.path.join(cls.scratch, 'xdg'))
         cls.instance = 'chaos-%d' % os.getpid()
-        plan = json.loads(subprocess.run([SLUICE, 'plan', cls.container, '--json'], capture_output=True, text=True,
-                                         check=True).stdout)
-        # The floor holds one working set of cache: a token routed off it misses and waits on the daemon.
+        # sluice-io plans for a one-thread client: at its floor it holds the minimum cache, so a token
+        # routed off it misses and waits on the daemon.
+        plan = json.loads(subprocess.run([SLUICE, 'plan', cls.container, '--threads', '1', '--json'],
+                                         capture_output=True, text=True, check=True).stdout)
         budget = plan['floor_bytes']
         up = subprocess.run([PYTHON, SLUICE_UP, cls.container, '--instance', cls.instance, '--readers', '2',
                              '--budget', str(budget), '--health-timeout', '2'],
@@ -207,8 +208,8 @@ class UnsupervisedStopTest(unittest.TestCase):
             container = make_container(scratch)
             instance = 'chaos-stop-%d' % os.getpid()
             sock = os.path.join(scratch, 'io.sock')
-            plan = json.loads(subprocess.run([SLUICE, 'plan', container, '--json'], capture_output=True, text=True,
-                                             check=True).stdout)
+            plan = json.loads(subprocess.run([SLUICE, 'plan', container, '--threads', '1', '--json'],
+                                             capture_output=True, text=True, check=True).stdout)
             daemon = subprocess.Popen([os.environ['SLUICE_IO_BIN'], container, '--instance', instance, '--socket', sock,
                                        '--readers', '1', '--budget', str(plan['floor_bytes'])],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

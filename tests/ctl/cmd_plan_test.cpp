@@ -15,14 +15,10 @@ using namespace sluice::testing;
 
 namespace {
 
-// Every `sluice plan` here runs the scalar kernels, whose RVQ tables keep no
-// byte planes, as expected_floor() counts them.
-const bool kScalarKernels = ::setenv("SLUICE_KERNELS", "scalar", 1) == 0;
-
 json read_manifest() { return json::parse(read_text(tiny_container_or_skip() + "/manifest.json")); }
 
 // trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx` and
-// `threads` with the scalar kernels (tables without byte planes); the plan
+// `threads` (RVQ tables with their byte planes, on every machine); the plan
 // adds the cache segment's own tables (checked against the worker in
 // memory_plan_test).
 uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uint64_t threads = 1) {
@@ -43,9 +39,8 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const uint64_t routing = layers * (48 + 32 + 8 * top_k);
   const uint64_t widest = std::max(hidden, width);
   const uint64_t int8 = rows * widest + rows * (widest / 32) * 4;
-  const auto table = [](uint64_t cols) {
-    return cols / 8 * 3 * 256 * 2;
-  };  // int16 codes, no planes
+  // int16 codes and their two byte planes
+  const auto table = [](uint64_t cols) { return cols / 8 * 3 * 256 * (2 + 4); };
   const auto build = [](uint64_t cols) { return cols / 8 * 3 * 256 * 4; };
   const auto tile = [](uint64_t cols) {
     return std::clamp<uint64_t>((uint64_t{256} << 10) / (cols * 4) / 16 * 16, 16, 64) * cols * 4;
@@ -64,7 +59,6 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
 TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   const json manifest = read_manifest();
   std::string output;
-  REQUIRE(kScalarKernels);
   REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
                        "1", "--json"},
                       &output) == 0);
@@ -133,7 +127,6 @@ TEST_CASE("sluice plan --budget: used as given; under the floor refused with the
   // Without --ctx the plan sizes for the model's own context, at most 4096.
   const uint64_t ctx = std::min<uint64_t>(manifest["config"]["max_position_embeddings"].get<uint64_t>(), 4096);
   std::string output;
-  REQUIRE(kScalarKernels);
   REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--threads", "1", "--json"},
                       &output) == 0);
   const uint64_t floor = expected_floor(manifest, ctx, json::parse(output)["cache_tables_bytes"].get<uint64_t>());

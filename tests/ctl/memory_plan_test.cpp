@@ -183,14 +183,6 @@ TEST_CASE(
   request.scratch.chunk = 128;
   CHECK(plan_memory(small_inputs(), config, request, ram_of(64 * kGiB)).scratch_bytes >
         expected_scratch(256) * 3 / 2);
-  // Without byte planes (AVX2 and scalar) the gate and up tables are a third.
-  request = PlanRequest{};
-  request.context = 256;
-  request.scratch.table_planes = false;
-  const uint64_t gate_up_planes = 2 * 64 * (64 / 8) * 3 * 256 * 4;
-  const uint64_t down_planes = 8 * (32 / 8) * 3 * 256 * 4;
-  CHECK(plan_memory(small_inputs(), config, request, ram_of(64 * kGiB)).scratch_bytes ==
-        expected_scratch(256) - gate_up_planes - down_planes);
 }
 
 TEST_CASE(

@@ -35,7 +35,9 @@ const std::string& four_layer_container() {
 
 TEST_CASE("bench decode compares lookahead off and on over interleaved rounds") {
   const std::string& model = four_layer_container();
-  const nlohmann::json plan = run_json({testing::sluice_bin(), "plan", model, "--json"});
+  // The floor of the bench's one thread: the minimum cache.
+  const nlohmann::json plan =
+      run_json({testing::sluice_bin(), "plan", model, "--threads", "1", "--json"});
   const std::string budget = std::to_string(plan.at("floor_bytes").get<uint64_t>());
   const nlohmann::json out =
       run_json({testing::sluice_bin(), "bench", "decode", model, "--budget", budget, "--compare-lookahead",
