@@ -60,11 +60,13 @@ constexpr uint32_t kGroupBlocks = 4;  // 64 rows: one index byte per zmm lane
 constexpr uint32_t kChunkGroups = 16;
 // Tokens whose tables one pass reads against each loaded index vector.
 constexpr int kMaxPassTokens = 4;
-// Plane bytes of one token's span, per vector position: 3 stages × 512.
-constexpr uint32_t kPlaneBytesPerVector = kRvqStages * 2 * kRvqEntries;
-// The tables of one span, for all tokens of a pass, stay in L1 while every
-// row group of the chunk reads them (about 24 KiB of 48).
-constexpr uint32_t kSpanPlaneBytes = 16 * kPlaneBytesPerVector;
+// Vector positions per span: one token's span of tables (48 KiB) stays in
+// L1/L2 while every row group of the chunk reads it. Measured on Zen 5 (bench
+// kernels, CPU ms): 32 beat 8, 16, 64 and 80 for one token; 16 beat 8 and 32
+// for a pass of two or four tokens.
+constexpr uint32_t span_vectors(int tokens) {
+  return tokens == 1 ? 32 : 16;
+}
 
 // The 64 codes' plane bytes for the 64 indices in idx: bit 7 picks the upper
 // 128 entries, vpermi2b resolves the lower seven bits in registers.
@@ -106,14 +108,14 @@ struct alignas(64) GroupSums {
 
 // Rows of blocks [chunk_begin, chunk_end) (at most kChunkGroups groups) for K
 // tokens. Each index vector is loaded once and looked up in all K tables; the
-// vector positions are swept in spans whose K tables fit L1, so the tables
-// are read from L1 by every group instead of from L2.
+// vector positions are swept in spans, so every group of the chunk reads the
+// same span of tables from L1 instead of the whole table from L2.
 template <int K>
 void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixView& m,
                uint32_t chunk_begin, uint32_t chunk_end, float* const y[K]) {
   const uint32_t nv = m.shape.vectors_per_row();
   const size_t block_bytes = size_t{nv} * kRvqStages * kRowBlock;
-  const uint32_t span = std::max<uint32_t>(1, kSpanPlaneBytes / (K * kPlaneBytesPerVector));
+  constexpr uint32_t span = span_vectors(K);
   const uint8_t* planes[K];
   for (int k = 0; k < K; ++k) planes[k] = table.token_planes(tokens[k]);
   const uint32_t groups = (chunk_end - chunk_begin + kGroupBlocks - 1) / kGroupBlocks;
@@ -133,7 +135,7 @@ void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixVie
       for (uint32_t b = 0; b < kGroupBlocks; ++b)
         base[b] = m.indices + (g + std::min(b, blocks - 1)) * block_bytes;
       // Word sums: [0] even low bytes, [1] odd low, [2] even high, [3] odd high.
-      // A span adds at most 3 · 16 lookups of 255 per word: no overflow.
+      // A span adds at most 3 · 32 lookups of 255 per word: no overflow.
       __m512i words[K][4];
       for (int k = 0; k < K; ++k)
         for (__m512i& w : words[k]) w = _mm512_setzero_si512();
