@@ -293,8 +293,8 @@ class Bench {
 
   // One expert applied to n prefill tokens: the table path (gate and up tables
   // prebuilt, as the engine shares them across a layer's experts; the down
-  // table per expert) against decoding the weights once. Their crossover is
-  // rvq_decode_crossover().
+  // table per expert) against decoding the weights once. The engine measures
+  // their crossover at load (rvq_crossover.h).
   void bench_prefill_expert(const ModelShape& m) {
     const ExpertBank bank(m.hidden, m.width);
     constexpr uint32_t kMaxTokens = 64;
