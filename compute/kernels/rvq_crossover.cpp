@@ -1,11 +1,17 @@
 // compute/kernels/rvq_crossover.cpp: the run-time choice between the RVQ
-// table path and the decode-once path: the environment pin, the per-process
-// cache and the measurement on a synthetic expert. Never asserts on a time.
+// table path and the decode-once path: the environment pin, the machine's
+// cache file, the measurement on a synthetic expert. Never asserts on a time,
+// and never fails a run over the cache file.
 #include "compute/kernels/rvq_crossover.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -110,16 +116,47 @@ class SyntheticExpert {
   RvqTable gate_table_, up_table_, down_table_;
 };
 
+// A token count from 1 to 999999 written in decimal, or 0.
+uint32_t parse_count(std::string_view text) {
+  if (text.empty() || text.size() > 6 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return 0;
+  return static_cast<uint32_t>(std::stoul(std::string(text)));
+}
+
 // SLUICE_RVQ_CROSSOVER, or 0 when unset.
 uint32_t crossover_from_environment() {
   const char* value = std::getenv("SLUICE_RVQ_CROSSOVER");
   if (value == nullptr || *value == '\0') return 0;
-  const std::string text(value);
-  if (text.size() > 6 ||
-      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoul(text) == 0)
-    fail("SLUICE_RVQ_CROSSOVER={}: expected a token count from 1 to 999999", text);
-  return static_cast<uint32_t>(std::stoul(text));
+  const uint32_t count = parse_count(value);
+  if (count == 0) fail("SLUICE_RVQ_CROSSOVER={}: expected a token count from 1 to 999999", value);
+  return count;
+}
+
+// The count a cache file holds (one line), or 0 when it is missing or holds anything else.
+uint32_t read_cached(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, rest;
+  if (!in || !std::getline(in, line) || std::getline(in, rest)) return 0;
+  return parse_count(line);
+}
+
+// Best effort: written beside, then renamed over, so no reader sees half a file.
+void write_cached(const std::string& path, uint32_t crossover) {
+  std::error_code error;
+  const std::filesystem::path target(path);
+  std::filesystem::create_directories(target.parent_path(), error);
+  const std::string temporary = fmt::format("{}.{}.tmp", path, getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << crossover << '\n';
+    if (!out.flush()) {
+      std::filesystem::remove(temporary, error);
+      return;
+    }
+  }
+  std::filesystem::rename(temporary, target, error);
+  if (error) std::filesystem::remove(temporary, error);
 }
 
 }  // namespace
@@ -148,6 +185,19 @@ uint32_t rvq_default_crossover(Isa isa) {
   return 8;
 }
 
+std::string rvq_crossover_cache_path(Isa isa, uint32_t hidden, uint32_t width) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string root;
+  if (xdg != nullptr && *xdg != '\0')
+    root = xdg;
+  else if (home != nullptr && *home != '\0')
+    root = std::string(home) + "/.cache";
+  else
+    return {};
+  return fmt::format("{}/sluice/rvq-crossover-{}-{}x{}", root, isa_name(isa), hidden, width);
+}
+
 uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width) {
   if (const uint32_t pinned = crossover_from_environment(); pinned > 0) return pinned;
   if (hidden == 0 || width == 0 || hidden % kRvqVecDim != 0 || width % kRvqVecDim != 0 ||
@@ -160,9 +210,14 @@ uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width)
   std::lock_guard lock(mutex);
   const auto key = std::tuple{exec.isa, hidden, width};
   if (const auto found = measured.find(key); found != measured.end()) return found->second;
-  SyntheticExpert expert(hidden, width, std::end(kRvqCrossoverCandidates)[-1], exec.isa);
-  const uint32_t crossover =
-      rvq_crossover_from(kRvqCrossoverCandidates, [&](uint32_t n) { return expert.measure(n); });
+  const std::string cache = rvq_crossover_cache_path(exec.isa, hidden, width);
+  uint32_t crossover = cache.empty() ? 0 : read_cached(cache);
+  if (crossover == 0) {
+    SyntheticExpert expert(hidden, width, std::end(kRvqCrossoverCandidates)[-1], exec.isa);
+    crossover =
+        rvq_crossover_from(kRvqCrossoverCandidates, [&](uint32_t n) { return expert.measure(n); });
+    if (!cache.empty()) write_cached(cache, crossover);
+  }
   measured.emplace(key, crossover);
   return crossover;
 }

@@ -1,14 +1,17 @@
 // tests/compute/kernels/rvq_crossover_test.cpp: the run-time choice between
 // RVQ tables and decoding once: the decision rule on given timings, the
-// SLUICE_RVQ_CROSSOVER pin and its errors, the small-shape default, and that
-// a real calibration returns one of the candidates (never a time).
+// SLUICE_RVQ_CROSSOVER pin and its errors, the small-shape default, the cache
+// file, and that a real calibration returns one of the candidates (never a time).
 #include "compute/kernels/rvq_crossover.h"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "proto/error.h"
@@ -23,6 +26,31 @@ struct PinnedCrossover {
   explicit PinnedCrossover(const char* value) { setenv("SLUICE_RVQ_CROSSOVER", value, 1); }
   ~PinnedCrossover() { unsetenv("SLUICE_RVQ_CROSSOVER"); }
 };
+
+// Points XDG_CACHE_HOME at a fresh directory for one scope (and removes it).
+struct TemporaryCache {
+  std::filesystem::path dir;
+  TemporaryCache() {
+    char pattern[] = "/tmp/rvq_crossover_test.XXXXXX";
+    REQUIRE(mkdtemp(pattern) != nullptr);
+    dir = pattern;
+    setenv("XDG_CACHE_HOME", pattern, 1);
+  }
+  ~TemporaryCache() {
+    unsetenv("XDG_CACHE_HOME");
+    std::filesystem::remove_all(dir);
+  }
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 }  // namespace
 
@@ -73,12 +101,42 @@ TEST_CASE("small experts take the instruction set's default; a bad shape is an e
   CHECK_THROWS_WITH_AS(rvq_decode_crossover(Exec{}, 64, 0), doctest::Contains("64"), Error);
 }
 
-TEST_CASE("a measured crossover is one of the candidates or one past them, and is measured once") {
+TEST_CASE("the cache file lives under XDG_CACHE_HOME, else HOME/.cache, and names isa and shape") {
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home != nullptr ? home : "";
+  setenv("XDG_CACHE_HOME", "/x/cache", 1);
+  CHECK(rvq_crossover_cache_path(Isa::kAvx2, 2048, 1024) ==
+        "/x/cache/sluice/rvq-crossover-avx2-2048x1024");
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", "/h", 1);
+  CHECK(rvq_crossover_cache_path(Isa::kScalar, 8, 16) ==
+        "/h/.cache/sluice/rvq-crossover-scalar-8x16");
+  unsetenv("HOME");
+  CHECK(rvq_crossover_cache_path(Isa::kScalar, 8, 16).empty());
+  if (home != nullptr) setenv("HOME", saved_home.c_str(), 1);
+}
+
+TEST_CASE("a cached crossover is used as it is, without measuring") {
+  const TemporaryCache cache;
   const Exec exec{best_isa(), nullptr};
+  // 7 is no candidate, so only the file can have given it.
+  write_text(rvq_crossover_cache_path(exec.isa, 1024, 2048), "7\n");
+  CHECK(rvq_decode_crossover(exec, 1024, 2048) == 7);
+}
+
+TEST_CASE(
+    "a measured crossover is a candidate or one past them, replaces a bad cache file, and is "
+    "kept") {
+  const TemporaryCache cache;
+  const Exec exec{best_isa(), nullptr};
+  const std::string path = rvq_crossover_cache_path(exec.isa, 1024, 1024);
+  write_text(path, "not a count\n");
   const uint32_t crossover = rvq_decode_crossover(exec, 1024, 1024);
   const bool candidate =
       std::find(std::begin(kRvqCrossoverCandidates), std::end(kRvqCrossoverCandidates),
                 crossover) != std::end(kRvqCrossoverCandidates);
   CHECK((candidate || crossover == std::end(kRvqCrossoverCandidates)[-1] + 1));
+  CHECK(read_text(path) == std::to_string(crossover) + "\n");
+  write_text(path, "3\n");  // the process measured once: it keeps its value
   CHECK(rvq_decode_crossover(exec, 1024, 1024) == crossover);
 }
