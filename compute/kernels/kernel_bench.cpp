@@ -174,8 +174,7 @@ struct ExpertRun {
 
 class Bench {
  public:
-  explicit Bench(const KernelBenchOptions& o)
-      : options_(o), pool_(o.threads) {}
+  explicit Bench(const KernelBenchOptions& o) : options_(o), pool_(o.threads) {}
 
   KernelBenchReport run() {
     report_.isa = isa_name(options_.isa);
@@ -355,20 +354,19 @@ class Bench {
     constexpr uint32_t kPrefillTokens = 16;
     const std::vector<float> x = random_floats(size_t{t.cols} * kPrefillTokens, 71);
     std::vector<float> y(size_t{t.rows} * kPrefillTokens);
-    // "engine" is what the engine runs by default, f32 activations (whose AVX-512
-    // path is the AVX2 one: timed once), "int8 activations" the other mode.
+    // "engine" is what the engine runs by default, f32 activations, "int8
+    // activations" the other mode.
     std::vector<std::pair<Isa, TrunkActivations>> runs;
     for (Isa isa : isas()) {
-      const Isa f32_isa = isa == Isa::kAvx512 ? Isa::kAvx2 : isa;
-      if (std::find(runs.begin(), runs.end(), std::pair{f32_isa, TrunkActivations::kF32}) == runs.end())
-        runs.emplace_back(f32_isa, TrunkActivations::kF32);
+      runs.emplace_back(isa, TrunkActivations::kF32);
       runs.emplace_back(isa, TrunkActivations::kInt8);
     }
     for (const auto& [isa, activations] : runs) {
       const Exec exec{isa, &pool_, activations};
       const char* variant = activations == TrunkActivations::kF32 ? "engine" : "int8 activations";
-      time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols), variant,
-                isa, weights, bytes, [&] { quant_matvec(view, x.data(), y.data(), exec); });
+      time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols),
+                variant, isa, weights, bytes,
+                [&] { quant_matvec(view, x.data(), y.data(), exec); });
       if (t.rows <= 8192)
         time_case(m, fmt::format("{} {}", fmt_name, t.name),
                   fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), variant, isa,
