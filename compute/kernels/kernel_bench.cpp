@@ -174,7 +174,8 @@ struct ExpertRun {
 
 class Bench {
  public:
-  explicit Bench(const KernelBenchOptions& o) : options_(o), pool_(o.threads) {}
+  explicit Bench(const KernelBenchOptions& o)
+      : options_(o), pool_(o.threads) {}
 
   KernelBenchReport run() {
     report_.isa = isa_name(options_.isa);
@@ -364,9 +365,8 @@ class Bench {
     for (const auto& [isa, activations] : runs) {
       const Exec exec{isa, &pool_, activations};
       const char* variant = activations == TrunkActivations::kF32 ? "engine" : "int8 activations";
-      time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols),
-                variant, isa, weights, bytes,
-                [&] { quant_matvec(view, x.data(), y.data(), exec); });
+      time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols), variant,
+                isa, weights, bytes, [&] { quant_matvec(view, x.data(), y.data(), exec); });
       if (t.rows <= 8192)
         time_case(m, fmt::format("{} {}", fmt_name, t.name),
                   fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), variant, isa,

@@ -2,8 +2,6 @@
 // FORMAT.md, against each path's documented order bit for bit (int8
 // activations: one order for every instruction set), and across thread counts
 // and batching.
-#include "compute/kernels/quant.h"
-
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "compute/kernels/quant.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 #include "proto/f16.h"
@@ -29,11 +28,7 @@ struct Fixture {
   std::vector<float> x;
 
   Fixture(QuantFormat fmt, uint32_t rows_, uint32_t cols_, uint32_t tokens, uint32_t seed)
-      : format(fmt),
-        rows(rows_),
-        cols(cols_),
-        padded((cols_ + 127) / 128 * 128),
-        groups(padded / 128) {
+      : format(fmt), rows(rows_), cols(cols_), padded((cols_ + 127) / 128 * 128), groups(padded / 128) {
     std::mt19937 rng(seed);
     const int lo = fmt == QuantFormat::kQ8G128 ? -127 : -8;
     const int hi = fmt == QuantFormat::kQ8G128 ? 127 : 7;
@@ -46,8 +41,7 @@ struct Fixture {
     // nibble and 2i+1 in the high nibble of byte i, nibble = q + 8.
     if (fmt == QuantFormat::kQ8G128) {
       data.resize(q.size());
-      for (size_t i = 0; i < q.size(); ++i)
-        data[i] = static_cast<uint8_t>(static_cast<int8_t>(q[i]));
+      for (size_t i = 0; i < q.size(); ++i) data[i] = static_cast<uint8_t>(static_cast<int8_t>(q[i]));
     } else {
       data.resize(q.size() / 2);
       for (size_t i = 0; i < data.size(); ++i)
@@ -60,13 +54,10 @@ struct Fixture {
   }
   QuantMatrixView view() const { return {format, rows, cols, data.data(), scales.data()}; }
   float weight(uint32_t r, uint32_t k) const {
-    return static_cast<float>(q[size_t{r} * padded + k]) *
-           f16_to_f32(scales[size_t{r} * groups + k / 128]);
+    return static_cast<float>(q[size_t{r} * padded + k]) * f16_to_f32(scales[size_t{r} * groups + k / 128]);
   }
   float scale(uint32_t r, uint32_t g) const { return f16_to_f32(scales[size_t{r} * groups + g]); }
-  float integer(uint32_t r, uint32_t k) const {
-    return static_cast<float>(q[size_t{r} * padded + k]);
-  }
+  float integer(uint32_t r, uint32_t k) const { return static_cast<float>(q[size_t{r} * padded + k]); }
 };
 
 // quant.h's scalar order in plain f32 (this file is built without FMA).
@@ -74,16 +65,13 @@ float documented_scalar(const Fixture& f, const float* x, uint32_t r) {
   float acc = 0.0f;
   for (uint32_t g = 0; g < f.groups; ++g) {
     float sum = 0.0f;
-    for (uint32_t k = g * 128; k < std::min(f.cols, g * 128 + 128); ++k)
-      sum += f.integer(r, k) * x[k];
+    for (uint32_t k = g * 128; k < std::min(f.cols, g * 128 + 128); ++k) sum += f.integer(r, k) * x[k];
     acc += f.scale(r, g) * sum;
   }
   return acc;
 }
 
-float reduce8(const float* a) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
+float reduce8(const float* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
 
 // quant.h's AVX2 order, with std::fma for each fused step.
 float documented_avx2(const Fixture& f, const float* x, uint32_t r) {
@@ -131,16 +119,10 @@ float documented_f32(Isa isa, const Fixture& f, const float* x, uint32_t r) {
 }
 
 // Every instruction set this machine runs (f32 matvec runs the AVX2 path on AVX-512).
-std::vector<Isa> isas() {
-  return supported_isas();
-}
-Exec f32_exec(Isa isa, ThreadPool* pool = nullptr) {
-  return Exec{isa, pool, TrunkActivations::kF32};
-}
+std::vector<Isa> isas() { return supported_isas(); }
+Exec f32_exec(Isa isa, ThreadPool* pool = nullptr) { return Exec{isa, pool, TrunkActivations::kF32}; }
 
-bool same_bits(float a, float b) {
-  return std::memcmp(&a, &b, sizeof(float)) == 0;
-}
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
 }  // namespace
 
@@ -185,8 +167,7 @@ DocumentedInt8 documented_quantize(const float* x, uint32_t cols) {
   DocumentedInt8 out{std::vector<int>(cols), std::vector<float>((cols + 31) / 32)};
   for (uint32_t b = 0; b < out.d.size(); ++b) {
     float amax = 0.0f;
-    for (uint32_t k = 32 * b; k < std::min(cols, 32 * b + 32); ++k)
-      amax = std::max(amax, std::fabs(x[k]));
+    for (uint32_t k = 32 * b; k < std::min(cols, 32 * b + 32); ++k) amax = std::max(amax, std::fabs(x[k]));
     out.d[b] = amax / 127.0f;
     const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
     for (uint32_t k = 32 * b; k < std::min(cols, 32 * b + 32); ++k)
@@ -202,14 +183,11 @@ float documented_int8(const Fixture& f, const DocumentedInt8& xq, uint32_t r) {
     for (uint32_t b = 4 * g; b < 4 * g + 4 && 32 * b < f.cols; ++b) {
       int lanes[8] = {};
       for (uint32_t p = 0; p < 32; ++p) {
-        const uint32_t within = f.format == QuantFormat::kQ8G128 ? p
-                                : p < 16                         ? 2 * p
-                                                                 : 2 * (p - 16) + 1;
+        const uint32_t within = f.format == QuantFormat::kQ8G128 ? p : p < 16 ? 2 * p : 2 * (p - 16) + 1;
         const uint32_t k = 32 * b + within;
         if (k < f.cols) lanes[p / 4] += f.q[size_t{r} * f.padded + k] * xq.q[k];
       }
-      for (int l = 0; l < 8; ++l)
-        part[l] = std::fma(xq.d[b], static_cast<float>(lanes[l]), part[l]);
+      for (int l = 0; l < 8; ++l) part[l] = std::fma(xq.d[b], static_cast<float>(lanes[l]), part[l]);
     }
     for (int l = 0; l < 8; ++l) acc[l] = std::fma(f.scale(r, g), part[l], acc[l]);
   }
@@ -240,15 +218,13 @@ void check_int8(const Fixture& f, const float* x) {
       const double rounding = (8.0 + f.groups + 4.0) * std::ldexp(1.0, -23) * magnitude;
       CHECK(std::fabs(y[r] - dequantized) <= rounding + 1e-30);
       // |x − q·d| ≤ d/2 + 3·2^-24·|x| (rounding of x·127/amax, 127/amax and amax/127).
-      CHECK(std::fabs(y[r] - exact) <=
-            half_steps + rounding + 4 * std::ldexp(1.0, -24) * magnitude + 1e-30);
+      CHECK(std::fabs(y[r] - exact) <= half_steps + rounding + 4 * std::ldexp(1.0, -24) * magnitude + 1e-30);
     }
     CHECK(y[f.rows] == -7.0f);
   }
 }
 
-TEST_CASE(
-    "int8 activations: every instruction set computes the documented arithmetic bit for bit") {
+TEST_CASE("int8 activations: every instruction set computes the documented arithmetic bit for bit") {
   uint32_t seed = 500;
   for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
     for (uint32_t rows : {1, 3, 4, 5, 9, 65})
@@ -266,8 +242,7 @@ TEST_CASE("int8 activations round half to even, and an all-zero block has scale 
     CAPTURE(fmt == QuantFormat::kQ8G128 ? "q8" : "q4");
     Fixture f(fmt, 9, 160, 1, 77);
     // amax 127 makes x · 127/amax = x exactly, so every ±k.5 is a tie.
-    for (uint32_t k = 0; k < f.cols; ++k)
-      f.x[k] = k % 32 == 5 ? 127.0f : static_cast<float>(int(k % 9) - 4) + 0.5f;
+    for (uint32_t k = 0; k < f.cols; ++k) f.x[k] = k % 32 == 5 ? 127.0f : static_cast<float>(int(k % 9) - 4) + 0.5f;
     for (uint32_t k = 64; k < 96; ++k) f.x[k] = 0.0f;  // block 2: all zero
     check_int8(f, f.x.data());
   }
@@ -280,18 +255,15 @@ TEST_CASE("int8 matmul: each token quantized on its own, any tile, rows split ov
       // show. 300 rows: the pool's workers take rows too (64 per grain).
       Fixture f(fmt, 300, 200, tokens, 900 + tokens);
       for (uint32_t t = 0; t < tokens; ++t)
-        for (uint32_t k = 0; k < f.cols; ++k)
-          f.x[size_t{t} * f.cols + k] *= std::ldexp(1.0f, 3 * int(t) - 6);
+        for (uint32_t k = 0; k < f.cols; ++k) f.x[size_t{t} * f.cols + k] *= std::ldexp(1.0f, 3 * int(t) - 6);
       for (Isa isa : isas()) {
         CAPTURE(isa_name(isa));
         ThreadPool pool(3);
         std::vector<float> y(size_t{tokens} * f.rows);
-        quant_matmul(f.view(), f.x.data(), tokens, y.data(),
-                     Exec{isa, &pool, TrunkActivations::kInt8});
+        quant_matmul(f.view(), f.x.data(), tokens, y.data(), Exec{isa, &pool, TrunkActivations::kInt8});
         for (uint32_t t = 0; t < tokens; ++t) {
           const DocumentedInt8 xq = documented_quantize(f.x.data() + size_t{t} * f.cols, f.cols);
-          for (uint32_t r = 0; r < f.rows; ++r)
-            CHECK(same_bits(y[size_t{t} * f.rows + r], documented_int8(f, xq, r)));
+          for (uint32_t r = 0; r < f.rows; ++r) CHECK(same_bits(y[size_t{t} * f.rows + r], documented_int8(f, xq, r)));
         }
       }
     }
@@ -301,20 +273,18 @@ TEST_CASE("quant matmul equals one matvec per token bit for bit, for any thread 
   for (TrunkActivations activations : {TrunkActivations::kInt8, TrunkActivations::kF32})
     for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
       for (uint32_t tokens : {1, 2, 4, 5, 9}) {
-        const Fixture f(fmt, 150, 300, tokens,
-                        40 + tokens);  // 150 rows: every worker of 3 gets some
+        const Fixture f(fmt, 150, 300, tokens, 40 + tokens);  // 150 rows: every worker of 3 gets some
         for (Isa isa : isas()) {
           CAPTURE(isa_name(isa));
           CAPTURE(activations == TrunkActivations::kInt8);
           std::vector<float> single(size_t{tokens} * f.rows);
           for (uint32_t t = 0; t < tokens; ++t)
-            quant_matvec(f.view(), f.x.data() + size_t{t} * f.cols,
-                         single.data() + size_t{t} * f.rows, Exec{isa, nullptr, activations});
+            quant_matvec(f.view(), f.x.data() + size_t{t} * f.cols, single.data() + size_t{t} * f.rows,
+                         Exec{isa, nullptr, activations});
           for (size_t threads : {1, 2, 3}) {
             ThreadPool pool(threads);
             std::vector<float> batched(single.size());
-            quant_matmul(f.view(), f.x.data(), tokens, batched.data(),
-                         Exec{isa, &pool, activations});
+            quant_matmul(f.view(), f.x.data(), tokens, batched.data(), Exec{isa, &pool, activations});
             CHECK(std::memcmp(batched.data(), single.data(), single.size() * sizeof(float)) == 0);
           }
         }
@@ -358,8 +328,7 @@ TEST_CASE("f32 matvec matches double and the documented orders, any thread count
     }
 }
 
-TEST_CASE(
-    "scalar and AVX2 quant paths with f32 activations agree to the summation-order tolerance") {
+TEST_CASE("scalar and AVX2 quant paths with f32 activations agree to the summation-order tolerance") {
   if (!isa_supported(Isa::kAvx2)) return;
   const Fixture f(QuantFormat::kQ4G128, 64, 2048, 1, 3);
   std::vector<float> a(64), b(64);
