@@ -22,7 +22,6 @@
 #include "compute/cli/interrupt.h"
 #include "compute/cli/run_options.h"
 #include "compute/kernels/dispatch.h"
-#include "compute/kernels/rvq_decoded.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
 #include "compute/model/session_file.h"
@@ -205,7 +204,7 @@ void run(const RunArgs& args) {
     // What scripts/reference.py --decode-crossover and --f32-activations need to model this run.
     const kernels::Exec exec{kernels::isa_from_environment(), nullptr, kernels::trunk_activations_from_environment()};
     out["kernels"] = {{"isa", kernels::isa_name(exec.isa)},
-                      {"rvq_decode_crossover", kernels::rvq_decode_crossover(exec)},
+                      {"rvq_decode_crossover", engine.transformer().rvq_decode_crossover()},
                       {"trunk_activations", kernels::trunk_activations_name(exec.trunk)}};
     if (!args.session.empty()) {
       out["session"] = {{"path", args.session},

@@ -293,8 +293,8 @@ class Bench {
 
   // One expert applied to n prefill tokens: the table path (gate and up tables
   // prebuilt, as the engine shares them across a layer's experts; the down
-  // table per expert) against decoding the weights once. Their crossover is
-  // rvq_decode_crossover().
+  // table per expert) against decoding the weights once. The engine measures
+  // their crossover at load (rvq_crossover.h).
   void bench_prefill_expert(const ModelShape& m) {
     const ExpertBank bank(m.hidden, m.width);
     constexpr uint32_t kMaxTokens = 64;
@@ -355,13 +355,11 @@ class Bench {
     constexpr uint32_t kPrefillTokens = 16;
     const std::vector<float> x = random_floats(size_t{t.cols} * kPrefillTokens, 71);
     std::vector<float> y(size_t{t.rows} * kPrefillTokens);
-    // "engine" is what the engine runs by default, f32 activations (whose AVX-512
-    // path is the AVX2 one: timed once), "int8 activations" the other mode.
+    // "engine" is what the engine runs by default, f32 activations, "int8
+    // activations" the other mode.
     std::vector<std::pair<Isa, TrunkActivations>> runs;
     for (Isa isa : isas()) {
-      const Isa f32_isa = isa == Isa::kAvx512 ? Isa::kAvx2 : isa;
-      if (std::find(runs.begin(), runs.end(), std::pair{f32_isa, TrunkActivations::kF32}) == runs.end())
-        runs.emplace_back(f32_isa, TrunkActivations::kF32);
+      runs.emplace_back(isa, TrunkActivations::kF32);
       runs.emplace_back(isa, TrunkActivations::kInt8);
     }
     for (const auto& [isa, activations] : runs) {

@@ -166,7 +166,9 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
     return;
   }
   split_rows(exec, m.rows, [&](uint32_t r0, uint32_t r1) {
-    if (exec.isa != Isa::kScalar)  // f32 activations: AVX-512 machines run the AVX2 path
+    if (exec.isa == Isa::kAvx512)
+      detail::quant_rows_avx512(m, x, tokens, r0, r1, y);
+    else if (exec.isa == Isa::kAvx2)
       detail::quant_rows_avx2(m, x, tokens, r0, r1, y);
     else
       detail::quant_rows_scalar(m, x, tokens, r0, r1, y);

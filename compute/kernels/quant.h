@@ -51,6 +51,9 @@ struct QuantMatrixView {
 //             as 0; chunks of 8 wholly beyond cols are skipped). Then
 //             acc[l] = fma(f16_to_f32(scale_g), a_g[l], acc[l]) for g ascending, acc from 0.
 //             y = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+//   avx512  as avx2 with sixteen lanes l = 0..15 and chunks of 16 columns
+//             (a_g[l] over w[128g + 16i + l]), then s_l = acc_l + acc_{l+8},
+//             t_l = s_l + s_{l+4} (l < 4), y = (t0 + t2) + (t1 + t3).
 //
 // The batched forms compute each output with exactly the matvec's operations,
 // so quant_matmul equals `tokens` quant_matvec calls bit for bit, and no result

@@ -53,6 +53,8 @@ void quant_rows_scalar(const QuantMatrixView& m, const float* x, uint32_t tokens
                        uint32_t row_end, float* y);
 void quant_rows_avx2(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,
                      uint32_t row_end, float* y);
+void quant_rows_avx512(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,
+                       uint32_t row_end, float* y);
 
 void f32_rows_scalar(const float* w, uint32_t cols, const float* x, uint32_t row_begin, uint32_t row_end,
                      float* y);

@@ -17,6 +17,9 @@ namespace {
 
 constexpr uint32_t kBuildGrainVectors = 32;
 constexpr uint32_t kRowGrainBlocks = 4;  // 64 rows: the AVX-512 kernel's group
+// A chunk of rows one call computes: up to 1024, the AVX-512 kernel's sweep,
+// which reads each table span from L1 once for all the chunk's rows.
+constexpr size_t kMaxChunkGrains = 16;
 constexpr size_t kGatherPadCodes = 2;
 
 template <typename Body>
@@ -205,7 +208,9 @@ void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens,
   const bool planes = table.token_planes(tokens[0]) != nullptr;
   const uint32_t blocks = matrix.shape.rows_padded() / kRowBlock;
   const size_t grains = (blocks + kRowGrainBlocks - 1) / kRowGrainBlocks;
-  split(exec, grains, 1, [&](size_t begin, size_t end) {
+  const size_t threads = exec.pool != nullptr ? exec.pool->size() : 1;
+  const size_t chunk = std::clamp<size_t>((grains + threads - 1) / threads, 1, kMaxChunkGrains);
+  split(exec, grains, chunk, [&](size_t begin, size_t end) {
     const auto b0 = static_cast<uint32_t>(begin * kRowGrainBlocks);
     const auto b1 = static_cast<uint32_t>(std::min<size_t>(blocks, end * kRowGrainBlocks));
     if (exec.isa == Isa::kAvx512 && planes)

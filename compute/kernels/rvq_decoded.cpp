@@ -88,22 +88,4 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
     body(0, tiles);
 }
 
-// Measured with `sluice bench kernels --threads 1 --seconds 0.3` ("rvq prefill
-// expert", CPU ms per expert, OLMoE shape; Qwen3 and Kimi-Linear shapes agree)
-// on an AMD EPYC with AVX-512, with 4x4 register tiles in the AVX-512 body:
-// AVX-512 tables 1.12 vs 1.24 at 4 tokens, 2.34 vs 1.53 at 8 (the lines cross
-// near 6); AVX2 gathers 1.13 vs 1.10 at 1, 2.21 vs 1.38 at 2; scalar tables
-// 9.3 vs 12.8 at 4, 23.4 vs 22.5 at 8. A decode step (1 token) keeps tables.
-uint32_t rvq_decode_crossover(const Exec& exec) {
-  switch (exec.isa) {
-    case Isa::kAvx512:
-      return 6;
-    case Isa::kAvx2:
-      return 2;
-    case Isa::kScalar:
-      break;
-  }
-  return 8;
-}
-
 }  // namespace sluice::kernels

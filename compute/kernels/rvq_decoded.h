@@ -27,9 +27,6 @@ namespace sluice::kernels {
 void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, const float* x,
                         uint32_t tokens, float* y, const Exec& exec);
 
-// Tokens per expert matrix from which rvq_matmul_decoded beats building tables
-// and calling rvq_matmul (measured by `sluice bench kernels`, "rvq prefill").
-// The caller picks: n >= rvq_decode_crossover(exec) → decode once.
-uint32_t rvq_decode_crossover(const Exec& exec);
+// Which of the two paths to take for n tokens: rvq_crossover.h.
 
 }  // namespace sluice::kernels

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "compute/kernels/rvq_crossover.h"
 #include "compute/kernels/rvq_decoded.h"
 #include "compute/model/activation.h"
 #include "compute/model/latent_moe.h"
@@ -36,6 +37,9 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       experts_(experts),
       exec_(exec),
       context_(context),
+      rvq_crossover_(config.expert_width > 0
+                         ? kernels::rvq_decode_crossover(exec, config.expert_hidden(), config.expert_width)
+                         : kernels::rvq_default_crossover(exec.isa)),
       attention_(make_mixer(config, weights, context, exec)),
       kda_(config.kda_layers() > 0 ? make_kda_mixer(config, weights, context, exec) : nullptr),
       attn_res_(config.attn_res_block > 0 ? std::make_unique<AttnRes>(config, weights) : nullptr) {}
@@ -217,9 +221,8 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
 
   // Experts chosen by at least the crossover's count of tokens decode their
   // weights once; the others read gate/up tables, built only for their tokens.
-  const uint32_t crossover = kernels::rvq_decode_crossover(exec_);
   for (size_t e = 0; e < n_experts; ++e) {
-    if (user_begin_[e + 1] - user_begin_[e] >= crossover) continue;
+    if (user_begin_[e + 1] - user_begin_[e] >= rvq_crossover_) continue;
     for (uint32_t i = user_begin_[e]; i < user_begin_[e + 1]; ++i) table_row_[user_pairs_[i].first] = 0;
   }
   table_tokens_.clear();
@@ -315,7 +318,7 @@ void Transformer::run_expert(const LandedExpert& landed, ExpertScratch& scratch,
   const auto gate = matrix_view(landed.record, layout, MatrixKind::kGate);
   const auto up = matrix_view(landed.record, layout, MatrixKind::kUp);
   const auto down = matrix_view(landed.record, layout, MatrixKind::kDown);
-  if (n >= kernels::rvq_decode_crossover(exec)) {
+  if (n >= rvq_crossover_) {
     scratch.input.resize(size_t{n} * hidden);
     for (uint32_t i = 0; i < n; ++i)
       std::copy_n(&expert_in_[size_t{pairs[i].first} * hidden], hidden, &scratch.input[size_t{i} * hidden]);

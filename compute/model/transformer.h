@@ -59,6 +59,9 @@ class Transformer {
                      std::span<float> logits);
 
   uint32_t context() const { return context_; }
+  // Tokens per expert from which an expert decodes its weights once instead
+  // of reading tables (kernels/rvq_crossover.h), chosen at construction.
+  uint32_t rvq_decode_crossover() const { return rvq_crossover_; }
   // The routing of the last forward call: [token][moe layer], tokens in
   // call order (a batch's tokens in sequence order).
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
@@ -102,6 +105,7 @@ class Transformer {
   ExpertSource& experts_;
   kernels::Exec exec_;
   uint32_t context_;
+  uint32_t rvq_crossover_;
   std::unique_ptr<Mixer> attention_;   // the softmax-attention layers (GQA or MLA)
   std::unique_ptr<Mixer> kda_;         // the KDA layers, when the model has any
   std::unique_ptr<AttnRes> attn_res_;  // K3's depth mixtures, when the model has them

@@ -195,6 +195,36 @@ TEST_CASE("batched rvq equals one call per token, bit for bit, tokens in any ord
   }
 }
 
+// The multi-token path: passes of up to four tables per index vector, their
+// remainders of one to three, and chunks of 1024 rows (rows past 1024 and a
+// short last group), each token against its own documented table.
+TEST_CASE(
+    "rvq over 1 to 9 tokens equals the documented arithmetic per token, many chunks included") {
+  uint32_t seed = 300;
+  for (const auto& [rows, cols] :
+       {std::pair{1100u, 136u}, std::pair{2063u, 24u}, std::pair{77u, 520u}})
+    for (uint32_t tokens = 1; tokens <= 9; ++tokens) {
+      const Fixture f(rows, cols, tokens, seed++);
+      std::vector<float> documented(size_t{tokens} * rows);
+      for (uint32_t t = 0; t < tokens; ++t) {
+        const DocumentedTable table(f, f.x.data() + size_t{t} * cols);
+        for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = table.row(f, r);
+      }
+      for (Isa isa : supported_isas())
+        for (size_t threads : {1, 3}) {
+          CAPTURE(rows);
+          CAPTURE(tokens);
+          CAPTURE(isa_name(isa));
+          CAPTURE(threads);
+          ThreadPool pool(threads);
+          std::vector<float> y = run_all(f, Exec{isa, &pool});
+          for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
+          y.resize(documented.size());
+          CHECK(same_bits(y, documented));
+        }
+    }
+}
+
 TEST_CASE("a table built at one ISA gives the same bits when applied at another") {
   const Fixture f(100, 136, 1, 7);
   const std::vector<float> base = run_all(f, Exec{Isa::kScalar, nullptr});
