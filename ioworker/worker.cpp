@@ -102,9 +102,7 @@ class Worker::Impl {
   void schedule();
   void drain_rings();
   Outcome assign_demand(const shm::RingEntry& entry, Pass& pass);
-  Outcome assign_hold(const shm::RingEntry& entry, uint32_t& unpinned, Pass& pass);
   void assign_prefetch(const shm::RingEntry& entry, Pass& pass);
-  uint32_t unpinned_slots() const;
   void fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pass& pass);
   void evict(uint32_t slot);
   void complete(const ReadJob& job, std::optional<std::string> problem);
@@ -123,11 +121,6 @@ class Worker::Impl {
   uint32_t readers_;
   std::unique_ptr<DepthTuner> depth_;  // made with the backend: its ceiling depends on it
   std::deque<shm::RingEntry> demand_;    // scheduler thread only
-  std::deque<shm::RingEntry> holds_;     // scheduler thread only: clients' next batches
-  // A hold never leaves fewer unpinned slots than one decode batch (top-k),
-  // so it cannot starve another client's batch, and at the floor (2 × top-k
-  // slots) holds start as the current batch releases its records.
-  uint32_t hold_reserve_ = 0;
   std::deque<shm::RingEntry> prefetch_;  // scheduler thread only
   std::atomic<uint32_t> inflight_{0};
   std::atomic<bool> stopping_{false};
@@ -144,7 +137,6 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
                                       : shm::Segment::create(options.instance, geometry, container.identity());
   evictor_ = std::make_unique<Evictor>(options.policy, options.seed, container, geometry.slot_count);
-  hold_reserve_ = container.top_k();
   const uint64_t working_set = uint64_t{container.top_k()} * container.moe_layers().size();
   cold_window_ = geometry.slot_count >= working_set ? 2 * working_set : 2ull * container.top_k();
   const Completion on_complete = [this](const ReadJob& job, std::optional<std::string> problem) {
@@ -219,21 +211,19 @@ bool Worker::Impl::valid_key(uint32_t layer, uint32_t expert) const {
 void Worker::Impl::drain_rings() {
   const shm::Geometry& g = segment_->geometry();
   shm::RingView demand(segment_->demand_ring(), g.demand_ring_capacity);
-  while (auto entry = demand.pop())
-    (entry->position >= g.pins_per_client ? holds_ : demand_).push_back(*entry);
+  while (auto entry = demand.pop()) demand_.push_back(*entry);
   shm::RingView prefetch(segment_->prefetch_ring(), g.prefetch_ring_capacity);
   while (auto entry = prefetch.pop()) prefetch_.push_back(*entry);
 }
 
 void Worker::Impl::schedule() {
   Pass pass;
-  bool starved = false, holds_starved = false;
+  bool starved = false;
   {
     shm::SegmentLock lock(*segment_);
     drain_rings();
     // Demand first: a prefetch never takes a reader while a demand waits.
     const uint32_t depth = depth_->depth();
-    segment_->stats().read_depth.store(depth, std::memory_order_relaxed);
     while (!demand_.empty() && inflight_.load() + pass.jobs.size() < depth) {
       const Outcome outcome = assign_demand(demand_.front(), pass);
       if (outcome == Outcome::kStarved) {
@@ -242,27 +232,14 @@ void Worker::Impl::schedule() {
       }
       demand_.pop_front();
     }
-    // Then holds, in order, while the slots allow them.
-    uint32_t unpinned = demand_.empty() && !holds_.empty() ? unpinned_slots() : 0;
-    while (demand_.empty() && !holds_.empty() && inflight_.load() + pass.jobs.size() < depth) {
-      if (assign_hold(holds_.front(), unpinned, pass) == Outcome::kStarved) {
-        starved = holds_starved = true;
-        break;
-      }
-      holds_.pop_front();
-    }
-    // Starved: a client's unpin wakes the scheduler.
     segment_->header().demand_starved.store(starved ? 1 : 0, std::memory_order_relaxed);
-    while (demand_.empty() && holds_.empty() && !prefetch_.empty() &&
-           inflight_.load() + pass.jobs.size() < depth) {
+    while (demand_.empty() && !prefetch_.empty() && inflight_.load() + pass.jobs.size() < depth) {
       assign_prefetch(prefetch_.front(), pass);
       prefetch_.pop_front();
     }
   }
   shm::StatsBlock& stats = segment_->stats();
-  // Holds waiting for slots wait on a client, not on a free read: the depth tuner ignores them.
-  stats.queue_depth.store(demand_.size() + (holds_starved ? 0 : holds_.size()) + prefetch_.size(),
-                          std::memory_order_relaxed);
+  stats.queue_depth.store(demand_.size() + prefetch_.size(), std::memory_order_relaxed);
   if (!pass.jobs.empty()) {
     inflight_.fetch_add(static_cast<uint32_t>(pass.jobs.size()));
     stats.inflight.fetch_add(pass.jobs.size(), std::memory_order_relaxed);
@@ -314,55 +291,6 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
   return Outcome::kDone;
 }
 
-uint32_t Worker::Impl::unpinned_slots() const {
-  uint32_t count = 0;
-  for (uint32_t s = 0; s < segment_->geometry().slot_count; ++s)
-    count += segment_->slot(s).pins == 0 ? 1 : 0;
-  return count;
-}
-
-// A held record of a client's next batch: pinned, never counted as an access
-// (the client counts one if its next batch takes it), read as a speculative
-// fill. `unpinned` is kept up to date across the pass.
-Worker::Impl::Outcome Worker::Impl::assign_hold(const shm::RingEntry& entry, uint32_t& unpinned,
-                                                Pass& pass) {
-  const shm::Geometry& g = segment_->geometry();
-  shm::StatsBlock& stats = segment_->stats();
-  if (entry.client >= g.max_clients || entry.position < g.pins_per_client ||
-      entry.position >= 2 * uint64_t{g.pins_per_client} || !valid_key(entry.layer, entry.expert)) {
-    stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
-    return Outcome::kDropped;
-  }
-  const shm::ClientEntry& client = segment_->client(entry.client);
-  const bool current = client.state.load(std::memory_order_acquire) ==
-                           static_cast<uint32_t>(shm::ClientState::kActive) &&
-                       client.epoch == entry.epoch && client.hold == entry.batch;
-  if (!current || segment_->client_pins(entry.client)[entry.position] != shm::kNoSlot)
-    return Outcome::kDropped;
-  const uint64_t key = shm::make_key(entry.layer, entry.expert);
-  std::optional<uint32_t> slot = index().find(key);
-  if (slot && segment_->slot(*slot).key != key) {
-    index().erase(key);
-    slot.reset();
-  }
-  if (slot) {
-    const shm::SlotEntry& s = segment_->slot(*slot);
-    if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kFailed))
-      return Outcome::kDropped;
-    if (s.pins == 0 && unpinned <= hold_reserve_) return Outcome::kStarved;
-  } else {
-    if (unpinned <= hold_reserve_) return Outcome::kStarved;
-    slot = evictor_->choose(*segment_, entry.layer);
-    if (!slot) return Outcome::kStarved;
-    evict(*slot);
-    fill(*slot, key, shm::ReadOrigin::kHold, pass);
-  }
-  if (segment_->slot(*slot).pins == 0) --unpinned;
-  shm::hold_slot(*segment_, entry.client, entry.position, *slot);
-  stats.held.fetch_add(1, std::memory_order_relaxed);
-  return Outcome::kDone;
-}
-
 void Worker::Impl::assign_prefetch(const shm::RingEntry& entry, Pass& pass) {
   shm::StatsBlock& stats = segment_->stats();
   if (!valid_key(entry.layer, entry.expert)) {
@@ -401,7 +329,7 @@ void Worker::Impl::evict(uint32_t slot) {
   index().erase(s.key);
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
     stats.evictions.fetch_add(1, std::memory_order_relaxed);
-    if (s.origin != static_cast<uint32_t>(shm::ReadOrigin::kDemand) && s.used == 0) {
+    if (s.origin == static_cast<uint32_t>(shm::ReadOrigin::kPrefetch) && s.used == 0) {
       stats.wasted_prefetches.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -461,10 +389,7 @@ void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> probl
       std::fprintf(stderr, "sluice-io: layer %u expert %u: %s\n", job.layer, job.expert, problem->c_str());
     }
   } else {
-    const auto origin = static_cast<shm::ReadOrigin>(job.origin);
-    (origin == shm::ReadOrigin::kDemand ? stats.demand_reads
-     : origin == shm::ReadOrigin::kHold ? stats.held_reads
-                                        : stats.prefetch_reads)
+    (job.origin == static_cast<uint32_t>(shm::ReadOrigin::kDemand) ? stats.demand_reads : stats.prefetch_reads)
         .fetch_add(1, std::memory_order_relaxed);
     stats.bytes_read.fetch_add(container_.moe_layer(job.layer).record_stride, std::memory_order_relaxed);
   }

@@ -1,9 +1,10 @@
 // compute/cli/bench_decode.cpp: `sluice bench decode`, decode (greedy, or a
 // seeded draw) over the embedded expert cache at a given budget, with
-// lookahead off and on (and on in prefill too), or the next layer's batch
-// held and not, in one process, each arm on a fresh cache; optionally with synthetic or recorded
-// routing in place of the model's router, and the disk's and memory's bandwidth measured in the
-// same run. Measures, never asserts; the arms must produce the same tokens, which it checks.
+// lookahead off and on (and on in prefill too) in one process, each arm on a
+// fresh cache; optionally with synthetic or recorded routing in place of the
+// model's router, and the disk's and memory's bandwidth measured in the same
+// run. Measures, never asserts; the arms must produce the same tokens, which
+// it checks.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -35,8 +36,6 @@ struct DecodeFlags {
   std::string model;
   std::string budget;
   bool compare = false;
-  bool compare_hold = false;
-  std::optional<uint32_t> hold;  // unset: the engine's default (hold_from_environment)
   uint32_t tokens = 32;
   uint32_t prompt_tokens = 64;
   uint32_t lookahead = router::kDefaultLookahead;
@@ -134,14 +133,11 @@ struct Arm {
   std::string name;
   uint32_t lookahead = 0;
   bool in_prefill = false;
-  uint32_t hold = 0;
 };
 
 struct PhaseFigures {
   double seconds = 0;
   uint64_t requests = 0, hits = 0, demand_reads = 0, prefetch_reads = 0, bytes_read = 0, wasted_prefetches = 0;
-  uint64_t held = 0, held_used = 0, held_reads = 0,
-           read_depth = 0;  // read_depth: the worker's at the end
   double wait_seconds = 0;
   ForwardTimes times;  // where the phase's seconds went
 };
@@ -169,10 +165,6 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   f.prefetch_reads = b.cache.prefetch_reads - a.cache.prefetch_reads;
   f.bytes_read = b.cache.bytes_read - a.cache.bytes_read;
   f.wasted_prefetches = b.cache.wasted_prefetches - a.cache.wasted_prefetches;
-  f.held = b.cache.held - a.cache.held;
-  f.held_used = b.cache.held_used - a.cache.held_used;
-  f.held_reads = b.cache.held_reads - a.cache.held_reads;
-  f.read_depth = b.cache.read_depth;
   f.times = {b.times.kda - a.times.kda, b.times.attention - a.times.attention, b.times.moe - a.times.moe,
              b.times.dense - a.times.dense, b.times.lm_head - a.times.lm_head};
   return f;
@@ -190,7 +182,6 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   CachedExpertSource* cached = nullptr;
   EngineOptions options;
   if (flags.threads > 0) options.threads = flags.threads;
-  options.hold_next = arm.hold;
   options.expert_source = [&](const Container& container) {
     ioworker::WorkerOptions worker;
     worker.cache_bytes = cache_bytes;
@@ -266,10 +257,6 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"demand_reads", f.demand_reads},
           {"prefetch_reads", f.prefetch_reads},
           {"wasted_prefetches", f.wasted_prefetches},
-          {"held", f.held},
-          {"held_used", f.held_used},
-          {"held_reads", f.held_reads},
-          {"read_depth", f.read_depth},
           {"bytes_read", f.bytes_read},
           {"bytes_read_per_token", tokens ? double(f.bytes_read) / tokens : 0.0},
           {"wait_seconds", f.wait_seconds},
@@ -353,30 +340,20 @@ void run_decode(const DecodeFlags& flags) {
                                                    container, slots, clients, mailbox_rows(flags))
                                              : plan.cache_bytes;
   const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
-  if (!flags.routing.empty() &&
-      (flags.compare || flags.lookahead > 0 || flags.compare_hold || flags.hold.value_or(0) > 0)) {
+  if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
     fail(
-        "--routing replaces the model's router, which lookahead and --hold predict: use it with "
-        "--lookahead 0 and no hold");
+        "--routing replaces the model's router, which lookahead predicts: use it with --lookahead "
+        "0");
   }
   const std::vector<router::TraceToken> routing =
       flags.routing.empty() ? std::vector<router::TraceToken>{} : load_routing(flags.routing, container, flags.tokens);
   std::vector<Arm> arms;
-  if (flags.compare && flags.compare_hold)
-    fail("--compare-lookahead and --compare-hold: pick one comparison");
-  // Replaced routing has no guesses to hold.
-  const uint32_t hold = !flags.routing.empty() ? 0
-                        : flags.hold           ? *flags.hold
-                                               : hold_from_environment(container.top_k());
   if (flags.compare) {
-    arms = {{"lookahead off", 0, false, hold},
-            {"lookahead on", flags.lookahead, false, hold},
-            {"lookahead on, also in prefill", flags.lookahead, true, hold}};
-  } else if (flags.compare_hold) {
-    arms = {{"next batch not held", flags.lookahead, false, 0},
-            {"next batch held", flags.lookahead, false, hold > 0 ? hold : container.top_k()}};
+    arms = {{"lookahead off", 0, false},
+            {"lookahead on", flags.lookahead, false},
+            {"lookahead on, also in prefill", flags.lookahead, true}};
   } else {
-    arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false, hold}};
+    arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false}};
   }
   // Rounds interleave the arms, so drift in the machine's load hits them alike;
   // the machine is measured before and after them.
@@ -429,11 +406,9 @@ void run_decode(const DecodeFlags& flags) {
           {{"name", arms[a].name},
            {"lookahead", arms[a].lookahead},
            {"lookahead_in_prefill", arms[a].in_prefill},
-           {"hold", arms[a].hold},
            {"precision_at_1", runs[a].back().precision_at_1},
            {"recall", runs[a].back().recall},
-           {"decode_tok_per_s",
-            {{"median", m.tok_per_s}, {"min", m.min_tok_per_s}, {"max", m.max_tok_per_s}}},
+           {"decode_tok_per_s", {{"median", m.tok_per_s}, {"min", m.min_tok_per_s}, {"max", m.max_tok_per_s}}},
            {"hit_rate", m.hit_rate},
            {"bytes_read_per_token", m.bytes_per_token},
            {"read_wait_share", m.wait_share},
@@ -445,8 +420,7 @@ void run_decode(const DecodeFlags& flags) {
              {"bytes_read_per_token", m.bytes_per_token},
              {"wait_seconds", m.wait_seconds},
              {"prefill_seconds", m.prefill_seconds},
-             {"prefill_tok_per_s",
-              m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
+             {"prefill_tok_per_s", m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
              {"prefill_bytes_read", m.prefill_bytes},
              {"decode_seconds_per_token", m.seconds_per_token}}},
            {"runs", each}});
@@ -489,13 +463,6 @@ void add_bench_decode(CLI::App& bench) {
       ->required()
       ->check(memory_size());
   cmd->add_flag("--compare-lookahead", flags->compare, "run lookahead off, on, and on in prefill too, in one process");
-  cmd->add_flag(
-      "--compare-hold", flags->compare_hold,
-      "run with the next layer's batch not held and held (--hold, default top-k), in one process");
-  cmd->add_option(
-      "--hold", flags->hold,
-      "experts of the next layer held per decode step (default SLUICE_HOLD or top-k; 0: "
-      "off)");
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();
   cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")
