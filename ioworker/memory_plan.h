@@ -23,9 +23,9 @@ struct ModelConfig;
 inline constexpr uint64_t kPlanChunkTokens = 64;
 // The most tokens an expert serves through an RVQ down table in a prefill
 // chunk: at the decode-once crossover or more it decodes its weights instead
-// (compute/kernels/rvq_decoded.h; 8 is the largest crossover of any ISA,
-// checked by tests/compute/kernels).
-inline constexpr uint64_t kPlanTableTokensPerExpert = 8;
+// (compute/kernels/rvq_crossover.h: the crossover is at most 17, measured or
+// pinned; tests/ctl/memory_plan_test checks the two agree).
+inline constexpr uint64_t kPlanTableTokensPerExpert = 16;
 
 // What one computing process holds besides the model: code, libraries,
 // thread stacks and small allocations (`sluice --version` alone is 7.5 MB

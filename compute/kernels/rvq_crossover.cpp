@@ -116,12 +116,13 @@ class SyntheticExpert {
   RvqTable gate_table_, up_table_, down_table_;
 };
 
-// A token count from 1 to 999999 written in decimal, or 0.
+// A crossover from 1 to kRvqCrossoverMax written in decimal, or 0.
 uint32_t parse_count(std::string_view text) {
   if (text.empty() || text.size() > 6 ||
       !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return 0;
-  return static_cast<uint32_t>(std::stoul(std::string(text)));
+  const auto count = static_cast<uint32_t>(std::stoul(std::string(text)));
+  return count <= kRvqCrossoverMax ? count : 0;
 }
 
 // SLUICE_RVQ_CROSSOVER, or 0 when unset.
@@ -129,7 +130,8 @@ uint32_t crossover_from_environment() {
   const char* value = std::getenv("SLUICE_RVQ_CROSSOVER");
   if (value == nullptr || *value == '\0') return 0;
   const uint32_t count = parse_count(value);
-  if (count == 0) fail("SLUICE_RVQ_CROSSOVER={}: expected a token count from 1 to 999999", value);
+  if (count == 0)
+    fail("SLUICE_RVQ_CROSSOVER={}: expected a token count from 1 to {}", value, kRvqCrossoverMax);
   return count;
 }
 

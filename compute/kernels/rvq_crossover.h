@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <span>
 #include <string>
 
@@ -16,6 +17,10 @@ namespace sluice::kernels {
 // Token counts the calibration tries, ascending. Past the last one decoding
 // once always won when measured (bench kernels, "rvq prefill expert").
 inline constexpr uint32_t kRvqCrossoverCandidates[] = {2, 3, 4, 5, 6, 8, 10, 12, 16};
+// The largest crossover rvq_decode_crossover returns, pinned or measured: an
+// expert serves at most kRvqCrossoverMax - 1 tokens through tables, which the
+// memory plan counts (ioworker/memory_plan.h, kPlanTableTokensPerExpert).
+inline constexpr uint32_t kRvqCrossoverMax = std::end(kRvqCrossoverCandidates)[-1] + 1;
 // Experts smaller than this (weights per matrix) take the instruction set's
 // default: their timings are microseconds of noise, and both paths cost little.
 inline constexpr uint64_t kRvqCalibrateFromWeights = uint64_t{1} << 20;

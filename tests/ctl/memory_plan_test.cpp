@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "compute/kernels/dispatch.h"
-#include "compute/kernels/rvq_decoded.h"
+#include "compute/kernels/rvq_crossover.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/worker.h"
 #include "proto/container.h"
@@ -99,7 +99,7 @@ uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences
   const uint64_t down_table = (32 / 8) * 3 * 256 * (2 + 4), down_build = (32 / 8) * 3 * 256 * 4;
   const uint64_t tile = 64 * 64 * 4;  // 64 rows (the most) of 64 decoded columns
   const uint64_t per_thread =
-      rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 8 * down_table + down_build + tile;
+      rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 16 * down_table + down_build + tile;
   const uint64_t logits = (rows + sequences) * 1000 * 4;
   return shared + threads * per_thread + logits;
 }
@@ -190,8 +190,9 @@ TEST_CASE(
   for (const kernels::Isa isa :
        {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
     CAPTURE(kernels::isa_name(isa));
-    CHECK(kernels::rvq_decode_crossover(kernels::Exec{isa, nullptr}) <= kPlanTableTokensPerExpert);
+    CHECK(kernels::rvq_default_crossover(isa) - 1 <= kPlanTableTokensPerExpert);
   }
+  CHECK(kernels::kRvqCrossoverMax - 1 <= kPlanTableTokensPerExpert);
 }
 
 TEST_CASE("plan: the floor's minimum cache is a whole segment, so a budget at the floor starts a worker") {

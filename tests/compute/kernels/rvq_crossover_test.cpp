@@ -84,7 +84,11 @@ TEST_CASE("SLUICE_RVQ_CROSSOVER pins the crossover; a bad value is an error nami
     CHECK(rvq_decode_crossover(exec, 2048, 1024) == 7);
     CHECK(rvq_decode_crossover(exec, 64, 32) == 7);
   }
-  for (const char* bad : {"0", "abc", "-3", "4x", "12345678"}) {
+  {
+    const PinnedCrossover pin("17");  // kRvqCrossoverMax: tables up to 16 tokens
+    CHECK(rvq_decode_crossover(exec, 64, 32) == 17);
+  }
+  for (const char* bad : {"0", "abc", "-3", "4x", "18", "12345678"}) {
     CAPTURE(bad);
     const PinnedCrossover pin(bad);
     CHECK_THROWS_WITH_AS(rvq_decode_crossover(exec, 64, 32),
