@@ -7,6 +7,7 @@
 
 #include "compute/chat/json_grammar_node.h"
 #include "compute/chat/token_grammar.h"
+#include "compute/chat/xtml.h"
 #include "proto/error.h"
 
 namespace sluice::chat {
@@ -54,19 +55,6 @@ bool valid_function_name(const std::string& name) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '-';
   });
-}
-
-std::string escape_attribute(std::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
 }
 
 // XTML's element syntax by id: <|open|>TAG<|sep|> ... <|close|>TAG<|sep|>.
@@ -159,7 +147,7 @@ struct Xtml {
       g.add_token(at, {open}, element);
       const std::string key = nlohmann::json::parse("\"" + property.key + "\"").get<std::string>();
       typed_values(tool.arguments, *property.value,
-                   "argument key=\"" + escape_attribute(key) + "\" type=\"", element, value);
+                   "argument key=\"" + xtml_escape_attribute(key) + "\" type=\"", element, value);
       closed(value, "argument", next);
       at = next;
     }

@@ -29,18 +29,6 @@ struct Attribute {
   bool from_client;  // a name or key someone sent: a text segment
 };
 
-std::string escape_attribute(std::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
 
 // json.dumps(v, ensure_ascii=False) with Python's default separators, as a
 // typed argument's value is written.
@@ -93,7 +81,7 @@ class XtmlWriter {
     for (const Attribute& a : attributes) {
       markup(fmt::format(" {}", a.key));
       markup("=\"");
-      const std::string escaped = escape_attribute(a.value);
+      const std::string escaped = xtml_escape_attribute(a.value);
       if (a.from_client)
         text(escaped);
       else
@@ -323,6 +311,19 @@ std::string thinking_effort(const ChatInput& input) {
 }
 
 }  // namespace
+
+std::string xtml_escape_attribute(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
 
 Rendered render_xtml(const ChatInput& input) {
   const json& messages = input.messages;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -44,6 +45,9 @@ inline constexpr std::string_view kXtmlJsonSchemaNote =
     "must match the following schema:\n```json\n";
 // The thinking efforts encoding_k3.py accepts (its note also names medium).
 inline constexpr std::string_view kXtmlEfforts[] = {"low", "high", "max"};
+
+// An attribute value as XTML writes it: & then " escaped, nothing else.
+std::string xtml_escape_attribute(std::string_view value);
 
 // Renders the conversation as XTML. Reads `input.messages` (OpenAI-shaped:
 // system, developer, user, assistant with reasoning_content and tool_calls,
