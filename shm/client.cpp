@@ -33,7 +33,7 @@ Client::Client(Segment& segment, std::chrono::milliseconds read_timeout)
   check_owner();
   const pid_t pid = ::getpid();
   const uint64_t start_time = process_start_time(pid);
-  SegmentLock lock(segment_);
+  const SegmentLock lock = lock_segment();
   for (uint32_t i = 0; i < segment_.geometry().max_clients; ++i) {
     ClientEntry& entry = segment_.client(i);
     if (entry.state.load(std::memory_order_relaxed) != static_cast<uint32_t>(ClientState::kFree)) continue;
@@ -61,7 +61,7 @@ Client::~Client() {
   try {
     bool wake = false;
     {
-      SegmentLock lock(segment_);
+      const SegmentLock lock = lock_segment();
       if (registered()) {
         release_client(segment_, id_);
         wake = segment_.header().demand_starved.load(std::memory_order_relaxed) != 0;
@@ -88,22 +88,28 @@ void Client::check_owner() const {
           : ""));
 }
 
-void Client::fail_read_timeout(uint64_t waited_ns) const {
+std::string Client::owner_condition() const {
   const uint64_t beat = segment_.header().owner_heartbeat_ns.load(std::memory_order_relaxed);
   const uint64_t now = monotonic_ns();
   const double silent = now > beat ? static_cast<double>(now - beat) * 1e-9 : 0.0;
-  const std::string why =
-      silent > 1.0
-          ? fmt::format(
-                "its scheduler last ran {:.1f} s ago: stopped or stuck, and nobody replaced it",
-                silent)
-          : std::string("its scheduler runs but the reads did not complete (a stalled disk?)");
-  fail(
-      "{}: layer {}: {} of {} experts did not land within {:.1f} s (--read-timeout); sluice-io "
-      "(pid {}) is alive, "
-      "{}",
-      segment_label(segment_), layer_, outstanding_, experts_.size(),
-      static_cast<double>(waited_ns) * 1e-9, segment_.header().owner_pid, why);
+  return fmt::format(
+      "sluice-io (pid {}) is alive, {}", segment_.header().owner_pid,
+      silent > 1.0 ? fmt::format("its scheduler last ran {:.1f} s ago: stopped or stuck, and nobody replaced it", silent)
+                   : std::string("its scheduler runs but the reads did not complete (a stalled disk?)"));
+}
+
+void Client::fail_read_timeout(uint64_t waited_ns) const {
+  fail("{}: layer {}: {} of {} experts did not land within {:.1f} s (--read-timeout); {}", segment_label(segment_),
+       layer_, outstanding_, experts_.size(), static_cast<double>(waited_ns) * 1e-9, owner_condition());
+}
+
+SegmentLock Client::lock_segment() const {
+  return SegmentLock(segment_, [this](std::chrono::nanoseconds waited) {
+    check_owner();
+    if (waited < read_timeout_) return;
+    fail("{}: layer {}: experts did not land within {:.1f} s (--read-timeout): the segment's lock stayed taken; {}",
+         segment_label(segment_), layer_, std::chrono::duration<double>(waited).count(), owner_condition());
+  });
 }
 
 void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
@@ -123,7 +129,7 @@ void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
   outstanding_ = experts.size();
   uint64_t hits = 0, inflight_hits = 0, misses = 0;
   {
-    SegmentLock lock(segment_);
+    const SegmentLock lock = lock_segment();
     // Pins left by an abandoned batch go first; the worker ignores requests
     // of any batch but the current one.
     for (uint32_t p = 0; p < g.pins_per_client; ++p) unpin_position(segment_, id_, p);
@@ -176,7 +182,7 @@ bool Client::collect_assigned() {
   const Geometry& g = segment_.geometry();
   bool changed = false, posted = false;
   {
-    SegmentLock lock(segment_);
+    const SegmentLock lock = lock_segment();
     const std::span<uint32_t> pins = segment_.client_pins(id_);
     for (uint32_t p = 0; p < positions_.size(); ++p) {
       if (positions_[p] != Position::kPosted || pins[p] == kNoSlot) continue;
@@ -260,7 +266,7 @@ void Client::release(const LandedSlot& landed) {
   --outstanding_;
   bool wake = false;
   {
-    SegmentLock lock(segment_);
+    const SegmentLock lock = lock_segment();
     const bool freed = unpin_position(segment_, id_, landed.index);
     wake = freed && segment_.header().demand_starved.load(std::memory_order_relaxed) != 0;
   }

@@ -13,6 +13,7 @@
 
 #include "proto/error.h"
 #include "shm/segment.h"
+#include "shm/segment_lock.h"
 
 namespace sluice::shm {
 
@@ -72,9 +73,12 @@ class Client {
 
  private:
   enum class Position : uint8_t { kPosted, kPinned, kHandedOut, kReleased };
-  void post_unposted();
   bool collect_assigned();
   void check_owner() const;
+  // The segment lock, given up after read_timeout_ behind a stopped holder.
+  SegmentLock lock_segment() const;
+  // "sluice-io (pid N) is alive, ..." with why a wait may be stuck.
+  std::string owner_condition() const;
   [[noreturn]] void fail_read_timeout(uint64_t waited_ns) const;
   // Still the same table entry: not reaped, not taken over by another client.
   bool registered() const;

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "proto/error.h"
@@ -37,16 +38,45 @@ void rebuild_pin_counts(Segment& segment) {
   for (uint32_t s = 0; s < g.slot_count; ++s) segment.slot(s).pins = counts[s];
 }
 
-SegmentLock::SegmentLock(Segment& segment) : segment_(segment) {
+namespace {
+
+// EOWNERDEAD: a holder died mid-update and pins may be half-counted. Pin lists
+// are the truth (a pin is listed before it is counted), so recount from them.
+void took_lock(Segment& segment, int err) {
   pthread_mutex_t& mutex = segment.header().lock;
-  const int err = pthread_mutex_lock(&mutex);
   if (err == EOWNERDEAD) {
-    // A holder died mid-update: pins may be half-counted. Pin lists are the
-    // truth (a pin is listed before it is counted), so recount from them.
     rebuild_pin_counts(segment);
     pthread_mutex_consistent(&mutex);
   } else if (err != 0) {
     fail("cache segment {}: cannot take its lock: {}", segment.name(), std::strerror(err));
+  }
+}
+
+timespec monotonic_after(std::chrono::nanoseconds delay) {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const long long ns = now.tv_nsec + delay.count();
+  return timespec{now.tv_sec + static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+}  // namespace
+
+SegmentLock::SegmentLock(Segment& segment) : segment_(segment) {
+  took_lock(segment, pthread_mutex_lock(&segment.header().lock));
+}
+
+SegmentLock::SegmentLock(Segment& segment, const WaitCheck& check) : segment_(segment) {
+  pthread_mutex_t& mutex = segment.header().lock;
+  std::chrono::nanoseconds waited{0};
+  for (;;) {
+    const timespec until = monotonic_after(kWaitSlice);
+    const int err = pthread_mutex_clocklock(&mutex, CLOCK_MONOTONIC, &until);
+    if (err != ETIMEDOUT) {
+      took_lock(segment, err);
+      return;
+    }
+    waited += kWaitSlice;
+    check(waited);
   }
 }
 

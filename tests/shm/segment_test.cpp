@@ -1,12 +1,14 @@
 // tests/shm/segment_test.cpp: named segments (mode 0600, stale reclaim, live
 // owner refused, identity check, owner death seen by attachers), anonymous
-// segments, and the robust lock's recovery after a holder dies.
+// segments, the robust lock's recovery after a holder dies, and a client
+// giving up on a holder that stopped.
 #include <doctest/doctest.h>
 
 #include <csignal>
 #include <sys/stat.h>
 
 #include "proto/error.h"
+#include "shm/client.h"
 #include "shm/pins.h"
 #include "shm/segment.h"
 #include "shm/segment_lock.h"
@@ -140,4 +142,33 @@ TEST_CASE("a process killed holding the lock leaves pin counts that the next loc
     CHECK(segment->slot(5).pins == 0);
     CHECK(segment->client(1).state == static_cast<uint32_t>(ClientState::kFree));
   }
+}
+
+TEST_CASE("a client gives up on a lock that a stopped holder keeps, after its read timeout, saying why") {
+  auto segment = Segment::create_anonymous(kGeometry, kIdentity);
+  int taken[2];
+  REQUIRE(::pipe(taken) == 0);
+  const pid_t child = sluice::testing::fork_child([&] {
+    SegmentLock lock(*segment);
+    const char byte = 1;
+    if (::write(taken[1], &byte, 1) != 1) return 1;
+    ::raise(SIGSTOP);
+    return 0;
+  });
+  char byte = 0;
+  REQUIRE(::read(taken[0], &byte, 1) == 1);
+  std::string message;
+  try {
+    Client client(*segment, std::chrono::milliseconds(300));
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ::kill(child, SIGKILL);
+  sluice::testing::wait_child(child);
+  ::close(taken[0]);
+  ::close(taken[1]);
+  CHECK(message.find("did not land within") != std::string::npos);
+  CHECK(message.find("(--read-timeout): the segment's lock stayed taken") != std::string::npos);
+  CHECK(message.find("is alive") != std::string::npos);
+  SegmentLock lock(*segment);  // the holder's death frees it for the next locker
 }
