@@ -1,12 +1,14 @@
 // compute/convert/codebook.h: one RVQ codebook (256 entries × 8 f32) and the
 // nearest-entry search that both k-means and the expert encoder use. The
-// AVX2 and scalar searches return identical codes for identical input; the
-// choice between them is made once at run time and never changes results.
+// scalar, AVX2 and AVX-512 searches return identical codes for identical
+// input; the choice between them is made once at run time and never changes results.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
+#include "compute/kernels/dispatch.h"
 #include "proto/record_format.h"
 
 namespace sluice::convert {
@@ -30,19 +32,26 @@ class Codebook {
 
  private:
   std::array<float, kRvqEntries * kRvqVecDim> entries_;
-  alignas(32) std::array<float, kRvqEntries * kRvqVecDim> minus_two_t_;
-  alignas(32) std::array<float, kRvqEntries> norms_;
+  alignas(64) std::array<float, kRvqEntries * kRvqVecDim> minus_two_t_;
+  alignas(64) std::array<float, kRvqEntries> norms_;
 };
 
 // argmin over codes c of ‖v − C[c]‖², evaluated as ‖C[c]‖² − 2 v·C[c] (the
 // ‖v‖² term is common to all codes): one fma per dimension, in dimension
 // order, starting from ‖C[c]‖². Ties (and all-NaN distances) give the
-// lowest code.
-int nearest_code(const Codebook& codebook, const float* v);
+// lowest code. This is the model every instruction set reproduces.
 int nearest_code_scalar(const Codebook& codebook, const float* v);
-// Only callable when search_uses_avx2() is true.
-int nearest_code_avx2(const Codebook& codebook, const float* v);
-bool search_uses_avx2();
+
+// codes[i] = nearest_code_scalar(codebook, vectors + 8 i) for i < count, the
+// vectors contiguous. `isa` changes the speed only; it must be one this
+// machine runs (kernels::isa_supported).
+void nearest_codes(const Codebook& codebook, const float* vectors, size_t count, uint8_t* codes,
+                   kernels::Isa isa);
+// The converter's instruction set: kernels::isa_from_environment() (CPUID,
+// or SLUICE_KERNELS), asked once.
+kernels::Isa search_isa();
+// One vector with search_isa().
+int nearest_code(const Codebook& codebook, const float* v);
 
 // Deterministic 64-bit generator (SplitMix64): the same seed gives the same
 // stream on every platform, unlike the std distributions.
@@ -56,7 +65,9 @@ class SplitMix64 {
     return z ^ (z >> 31);
   }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
-  uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64); }
+  uint64_t below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+  }
 
  private:
   uint64_t state_;

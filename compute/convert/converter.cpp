@@ -106,7 +106,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
                    {"source", source.identity}, {"kmeans", kmeans}};
 
   Json summary{{"source", options.source_dir}, {"output", options.output_dir}, {"arch", plan.arch},
-               {"threads", options.threads}, {"search", search_uses_avx2() ? "avx2" : "scalar"}};
+               {"threads", options.threads}, {"search", kernels::isa_name(search_isa())}};
   if (source.skipped_tensors > 0) {
     summary["skipped_tensors"] = source.skipped_tensors;
     progress.note(fmt::format("skipping {} tensors of the multi-token-prediction layer{} (not run by sluice)",

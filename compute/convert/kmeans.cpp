@@ -24,7 +24,31 @@ float distance(const float* a, const float* b) {
   return acc;
 }
 
-size_t chunk_count(size_t count) { return (count + kChunk - 1) / kChunk; }
+// The same arithmetic with the fma inlined: without -mfma std::fma is a libm
+// call, which was a third of k-means++ seeding.
+__attribute__((target("fma"))) float distance_fma(const float* a, const float* b) {
+  float acc = 0.0f;
+  for (size_t j = 0; j < kDim; ++j) {
+    const float d = a[j] - b[j];
+    acc = __builtin_fmaf(d, d, acc);
+  }
+  return acc;
+}
+
+// d2[i] = min(d2[i], ‖x_i − centre‖²) over [begin, end); returns Σ d2 in order.
+template <float (*Distance)(const float*, const float*)>
+double lower_distances(const float* x, size_t begin, size_t end, const float* centre, float* d2) {
+  double sum = 0.0;
+  for (size_t i = begin; i < end; ++i) {
+    d2[i] = std::min(d2[i], Distance(x + i * kDim, centre));
+    sum += d2[i];
+  }
+  return sum;
+}
+
+size_t chunk_count(size_t count) {
+  return (count + kChunk - 1) / kChunk;
+}
 
 // k-means++: each next centre is a point drawn with probability ∝ its
 // squared distance to the nearest centre chosen so far.
@@ -33,18 +57,17 @@ std::vector<float> seed_centres(const float* x, size_t count, SplitMix64& rng, i
   std::vector<float> d2(count, std::numeric_limits<float>::infinity());
   const size_t chunks = chunk_count(count);
   std::vector<double> chunk_sum(chunks);
+  const bool fma_inline = search_isa() != kernels::Isa::kScalar;  // AVX2 implies FMA
   size_t pick = rng.below(count);
   for (int k = 0; k < kRvqEntries; ++k) {
     std::copy(x + pick * kDim, x + (pick + 1) * kDim, centres.begin() + k * kDim);
     if (k + 1 == kRvqEntries) break;
     const float* centre = centres.data() + k * kDim;
     parallel_for(chunks, threads, [&](size_t chunk) {
-      double sum = 0.0;
-      for (size_t i = chunk * kChunk; i < std::min(count, (chunk + 1) * kChunk); ++i) {
-        d2[i] = std::min(d2[i], distance(x + i * kDim, centre));
-        sum += d2[i];
-      }
-      chunk_sum[chunk] = sum;
+      const size_t begin = chunk * kChunk, end = std::min(count, (chunk + 1) * kChunk);
+      chunk_sum[chunk] = fma_inline
+                             ? lower_distances<distance_fma>(x, begin, end, centre, d2.data())
+                             : lower_distances<distance>(x, begin, end, centre, d2.data());
     });
     double total = 0.0;
     for (double s : chunk_sum) total += s;
@@ -89,6 +112,7 @@ Codebook train_codebook(const float* x, size_t count, const KmeansParams& params
   std::vector<double> sums(chunks * kRvqEntries * kDim);
   std::vector<uint32_t> counts(chunks * kRvqEntries);
   std::vector<uint8_t> changed(chunks);
+  const kernels::Isa isa = search_isa();
   for (int iteration = 0; iteration < params.iterations; ++iteration) {
     parallel_for(chunks, params.threads, [&](size_t chunk) {
       double* sum = sums.data() + chunk * kRvqEntries * kDim;
@@ -96,8 +120,11 @@ Codebook train_codebook(const float* x, size_t count, const KmeansParams& params
       std::fill(sum, sum + kRvqEntries * kDim, 0.0);
       std::fill(n, n + kRvqEntries, 0u);
       bool any = false;
-      for (size_t i = chunk * kChunk; i < std::min(count, (chunk + 1) * kChunk); ++i) {
-        const int code = nearest_code(codebook, x + i * kDim);
+      const size_t begin = chunk * kChunk, end = std::min(count, (chunk + 1) * kChunk);
+      uint8_t codes[kChunk];
+      nearest_codes(codebook, x + begin * kDim, end - begin, codes, isa);
+      for (size_t i = begin; i < end; ++i) {
+        const int code = codes[i - begin];
         any |= code != assignment[i];
         assignment[i] = static_cast<uint8_t>(code);
         ++n[code];
@@ -106,7 +133,9 @@ Codebook train_codebook(const float* x, size_t count, const KmeansParams& params
       changed[chunk] = any;
     });
     // Iteration 0 always updates: the initial assignment of 0 is arbitrary.
-    if (iteration > 0 && std::none_of(changed.begin(), changed.end(), [](uint8_t c) { return c != 0; })) break;
+    if (iteration > 0 &&
+        std::none_of(changed.begin(), changed.end(), [](uint8_t c) { return c != 0; }))
+      break;
     for (int c = 0; c < kRvqEntries; ++c) {
       double total[kDim] = {};
       uint64_t members = 0;
@@ -117,7 +146,8 @@ Codebook train_codebook(const float* x, size_t count, const KmeansParams& params
       // An empty cluster keeps its centre: deterministic, and k-means++
       // seeding makes it rare.
       if (members == 0) continue;
-      for (size_t j = 0; j < kDim; ++j) centres[c * kDim + j] = static_cast<float>(total[j] / static_cast<double>(members));
+      for (size_t j = 0; j < kDim; ++j)
+        centres[c * kDim + j] = static_cast<float>(total[j] / static_cast<double>(members));
     }
     codebook.assign(centres.data());
   }
@@ -126,16 +156,21 @@ Codebook train_codebook(const float* x, size_t count, const KmeansParams& params
 
 void subtract_nearest(const Codebook& codebook, std::vector<float>& vectors, int threads) {
   const size_t count = vectors.size() / kDim;
+  const kernels::Isa isa = search_isa();
   parallel_for(chunk_count(count), threads, [&](size_t chunk) {
-    for (size_t i = chunk * kChunk; i < std::min(count, (chunk + 1) * kChunk); ++i) {
+    const size_t begin = chunk * kChunk, end = std::min(count, (chunk + 1) * kChunk);
+    uint8_t codes[kChunk];
+    nearest_codes(codebook, vectors.data() + begin * kDim, end - begin, codes, isa);
+    for (size_t i = begin; i < end; ++i) {
       float* v = vectors.data() + i * kDim;
-      const float* e = codebook.entry(nearest_code(codebook, v));
+      const float* e = codebook.entry(codes[i - begin]);
       for (size_t j = 0; j < kDim; ++j) v[j] -= e[j];
     }
   });
 }
 
-std::array<Codebook, kRvqStages> train_rvq(std::vector<float>& vectors, const KmeansParams& params) {
+std::array<Codebook, kRvqStages> train_rvq(std::vector<float>& vectors,
+                                           const KmeansParams& params) {
   std::array<Codebook, kRvqStages> stages;
   for (int s = 0; s < kRvqStages; ++s) {
     KmeansParams stage_params = params;

@@ -2,6 +2,7 @@
 // a small integer multiple of a power of two, so f32 holds it exactly.
 #include "compute/convert/mxfp4.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "proto/error.h"
@@ -35,31 +36,61 @@ float e2m1_to_f32(uint8_t nibble) {
   return nibble & 8 ? -magnitude : magnitude;
 }
 
+namespace {
+
+// Per packed byte: its two values (low nibble first) and the larger of its two
+// magnitude indices; per E8M0 byte: 2^(e−127). Built once from e2m1_to_f32.
+struct DecodeTables {
+  float values[256][2];
+  uint8_t largest_index[256];
+  float scale[256];
+};
+
+const DecodeTables& decode_tables() {
+  static const DecodeTables tables = [] {
+    DecodeTables t{};
+    for (int byte = 0; byte < 256; ++byte) {
+      t.values[byte][0] = e2m1_to_f32(static_cast<uint8_t>(byte & 0x0f));
+      t.values[byte][1] = e2m1_to_f32(static_cast<uint8_t>(byte >> 4));
+      t.largest_index[byte] = static_cast<uint8_t>(std::max(byte & 7, (byte >> 4) & 7));
+      t.scale[byte] = std::ldexp(1.0f, byte - 127);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+// Magnitude index of E2M1 3.0: the quantiser's smallest possible group maximum.
+constexpr uint8_t kIndexOfThree = 5;
+
+}  // namespace
+
 void decode_mxfp4(const uint8_t* packed, const uint8_t* scales, uint64_t rows, uint64_t cols,
                   const std::string& tensor, float* out) {
   if (cols % kMxfp4Group != 0)
     fail("{}: MXFP4 rows of {} values are not whole groups of {}", tensor, cols, kMxfp4Group);
+  const DecodeTables& tables = decode_tables();
   const uint64_t groups = cols / kMxfp4Group;
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t g = 0; g < groups; ++g) {
       const uint8_t e = scales[r * groups + g];
       if (e == kE8M0Nan) fail("{}: row {} group {}: E8M0 scale 255 is NaN", tensor, r, g);
-      const float scale = std::ldexp(1.0f, int{e} - 127);
-      float largest = 0.0f;
-      for (uint64_t i = 0; i < kMxfp4Group; ++i) {
-        const uint64_t c = g * kMxfp4Group + i;
-        const uint8_t byte = packed[r * (cols / 2) + c / 2];
-        const float value = e2m1_to_f32(c % 2 == 0 ? byte & 0x0f : byte >> 4);
-        largest = std::max(largest, std::fabs(value));
-        out[r * cols + c] = value * scale;
+      const float scale = tables.scale[e];
+      const uint8_t* bytes = packed + r * (cols / 2) + g * (kMxfp4Group / 2);
+      float* values = out + r * cols + g * kMxfp4Group;
+      uint8_t largest = 0;
+      for (uint64_t i = 0; i < kMxfp4Group / 2; ++i) {
+        values[2 * i] = tables.values[bytes[i]][0] * scale;
+        values[2 * i + 1] = tables.values[bytes[i]][1] * scale;
+        largest = std::max(largest, tables.largest_index[bytes[i]]);
       }
       // amax/scale in (3, 6] rounds to a largest nibble of 3, 4 or 6.
-      if (largest != 0.0f && largest < 3.0f) {
+      if (largest != 0 && largest < kIndexOfThree) {
         fail(
             "{}: row {} group {}: largest |E2M1| {} is below 3, but the MXFP4 quantiser puts every "
             "group's "
             "amax/scale in (3, 6] (scales misread?)",
-            tensor, r, g, largest);
+            tensor, r, g, kE2M1[largest]);
       }
     }
   }

@@ -1,14 +1,15 @@
-// tests/compute/convert/codebook_test.cpp: the nearest-entry search: the
-// AVX2 and scalar paths agree bit for bit, ties go to the lowest code, and
+// tests/compute/convert/codebook_test.cpp: the nearest-entry search: every
+// instruction set's batched search agrees with the scalar one code for code,
+// ties go to the lowest code, and
 // the answer is the true nearest entry (checked in double).
 #include "compute/convert/codebook.h"
+
+#include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
-
-#include <doctest/doctest.h>
 
 namespace sluice::convert {
 namespace {
@@ -40,33 +41,56 @@ TEST_CASE("the search finds the nearest entry") {
   }
 }
 
-TEST_CASE("AVX2 and scalar searches agree bit for bit") {
-  if (!search_uses_avx2()) {
-    MESSAGE("no AVX2+FMA on this machine: only the scalar path exists");
-    return;
-  }
+// Every instruction set against the scalar model, one vector at a time, over
+// batch lengths that leave each block size's tail: random vectors, vectors
+// on an entry (exact ties of the expanded form), tiny and huge scales.
+TEST_CASE("every instruction set's batched search equals the scalar search") {
   std::mt19937 rng(3);
   for (uint32_t seed = 0; seed < 8; ++seed) {
-    const Codebook book = random_codebook(seed, seed % 2 ? 1e-3f : 1.0f);
-    std::normal_distribution<float> normal(0.0f, seed % 2 ? 1e-3f : 1.0f);
-    for (int trial = 0; trial < 5000; ++trial) {
-      float v[kRvqVecDim];
-      for (float& x : v) x = normal(rng);
-      if (trial % 97 == 0) std::copy(book.entry(trial % 256), book.entry(trial % 256) + kRvqVecDim, v);
-      REQUIRE(nearest_code_avx2(book, v) == nearest_code_scalar(book, v));
+    const float spread = seed % 4 == 1 ? 1e-3f : seed % 4 == 3 ? 3e3f : 1.0f;
+    const Codebook book = random_codebook(seed, spread);
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (size_t count :
+         {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{7}, size_t{448}, size_t{1023}}) {
+      std::vector<float> vectors(count * kRvqVecDim);
+      for (float& x : vectors) x = normal(rng);
+      for (size_t i = 0; i < count; i += 5)
+        std::copy(book.entry(int(i % 256)), book.entry(int(i % 256)) + kRvqVecDim,
+                  &vectors[i * kRvqVecDim]);
+      std::vector<uint8_t> expected(count);
+      for (size_t i = 0; i < count; ++i)
+        expected[i] = uint8_t(nearest_code_scalar(book, &vectors[i * kRvqVecDim]));
+      for (kernels::Isa isa : kernels::supported_isas()) {
+        CAPTURE(kernels::isa_name(isa));
+        CAPTURE(count);
+        std::vector<uint8_t> codes(count, 0xaa);
+        nearest_codes(book, vectors.data(), count, codes.data(), isa);
+        REQUIRE(codes == expected);
+      }
     }
   }
-  float nan_vector[kRvqVecDim];
-  std::fill(nan_vector, nan_vector + kRvqVecDim, std::numeric_limits<float>::quiet_NaN());
+}
+
+TEST_CASE("NaN vectors get code 0 on every instruction set, beside ordinary ones") {
   const Codebook book = random_codebook(9, 1.0f);
-  CHECK(nearest_code_avx2(book, nan_vector) == 0);
-  CHECK(nearest_code_scalar(book, nan_vector) == 0);
+  std::vector<float> vectors(5 * kRvqVecDim, 0.25f);
+  std::fill(vectors.begin() + 2 * kRvqVecDim, vectors.begin() + 3 * kRvqVecDim,
+            std::numeric_limits<float>::quiet_NaN());
+  const uint8_t ordinary = uint8_t(nearest_code_scalar(book, vectors.data()));
+  CHECK(nearest_code_scalar(book, &vectors[2 * kRvqVecDim]) == 0);
+  for (kernels::Isa isa : kernels::supported_isas()) {
+    CAPTURE(kernels::isa_name(isa));
+    std::vector<uint8_t> codes(5, 0xaa);
+    nearest_codes(book, vectors.data(), 5, codes.data(), isa);
+    CHECK(codes == std::vector<uint8_t>{ordinary, ordinary, 0, ordinary, ordinary});
+  }
 }
 
 TEST_CASE("ties take the lowest code") {
   std::vector<float> entries(kRvqEntries * kRvqVecDim, 5.0f);
   // Codes 200 and 9 hold the same point; 3 and 130 sit at equal distance from 0.
-  for (int j = 0; j < kRvqVecDim; ++j) entries[200 * kRvqVecDim + j] = entries[9 * kRvqVecDim + j] = 2.0f;
+  for (int j = 0; j < kRvqVecDim; ++j)
+    entries[200 * kRvqVecDim + j] = entries[9 * kRvqVecDim + j] = 2.0f;
   std::fill(entries.begin() + 3 * kRvqVecDim, entries.begin() + 4 * kRvqVecDim, 0.0f);
   std::fill(entries.begin() + 130 * kRvqVecDim, entries.begin() + 131 * kRvqVecDim, 0.0f);
   entries[3 * kRvqVecDim] = 1.0f;
@@ -75,9 +99,18 @@ TEST_CASE("ties take the lowest code") {
   float on_duplicate[kRvqVecDim];
   std::fill(on_duplicate, on_duplicate + kRvqVecDim, 2.0f);
   float origin[kRvqVecDim] = {};
-  for (auto search : {nearest_code_scalar, nearest_code}) {
-    CHECK(search(book, on_duplicate) == 9);
-    CHECK(search(book, origin) == 3);
+  CHECK(nearest_code_scalar(book, on_duplicate) == 9);
+  CHECK(nearest_code_scalar(book, origin) == 3);
+  for (kernels::Isa isa : kernels::supported_isas()) {
+    CAPTURE(kernels::isa_name(isa));
+    // Blocks of 4, 2 and 1 vectors: the same tie in every lane position of a batch.
+    std::vector<float> batch;
+    for (int i = 0; i < 7; ++i)
+      batch.insert(batch.end(), i % 2 ? origin : on_duplicate,
+                   (i % 2 ? origin : on_duplicate) + kRvqVecDim);
+    std::vector<uint8_t> codes(7);
+    nearest_codes(book, batch.data(), 7, codes.data(), isa);
+    CHECK(codes == std::vector<uint8_t>{9, 3, 9, 3, 9, 3, 9});
   }
   const Codebook flat(std::vector<float>(kRvqEntries * kRvqVecDim, 1.0f).data());
   CHECK(nearest_code(flat, origin) == 0);
