@@ -19,9 +19,12 @@ using LayerCodebooks = std::array<Codebook, 3 * kRvqStages>;
 
 // Row r of w ([rows, cols] row-major): scales[r] = f16(max |row|), u = row /
 // f16_to_f32(scale), zeros when the scale is 0. Refuses a row whose maximum
-// does not fit an f16, naming `tensor` and the row.
+// does not fit an f16, naming `tensor` and the row (numbered from
+// `first_row`, where w's first row sits in the tensor). Every `isa` gives
+// the same values (scalar, or 8 lanes for AVX2 and AVX-512).
 void normalise_rows(const float* w, uint32_t rows, uint32_t cols, float* u, uint16_t* scales,
-                    const std::string& tensor);
+                    const std::string& tensor, uint32_t first_row = 0,
+                    kernels::Isa isa = search_isa());
 
 // Writes the header of a record whose payload [64, payload_end) is in
 // place: the geometry the reader expects and the payload's crc32.

@@ -78,22 +78,29 @@ std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const Model
   progress.phase(fmt::format("layer {}: sampling", layer.layer));
   parallel_for(layer.experts, options.threads, [&](size_t e) {
     const auto names = expert_names(config, layer.layer, static_cast<uint32_t>(e));
+    thread_local std::vector<float> w;  // reused: a fresh one per matrix is mostly page faults
     std::vector<float> u;
-    std::vector<uint16_t> scales;
     for (int k = 0; k < 3; ++k) {
       const auto first = std::lower_bound(positions[k].begin(), positions[k].end(), e * per_expert[k]);
       const auto last = std::lower_bound(first, positions[k].end(), (e + 1) * per_expert[k]);
       if (first == last) continue;
       const RvqMatrixShape& m = layout.matrices[k];
-      const std::vector<float> w = decode_weights(checkpoint, names[k], held[e][k]);
-      u.resize(w.size());
-      scales.resize(m.rows);
-      normalise_rows(w.data(), m.rows, m.cols, u.data(), scales.data(), names[k]);
+      decode_weights_into(checkpoint, names[k], held[e][k], w);
+      u.resize(m.cols);
+      // Only rows holding a sample are normalised (each row on its own, so
+      // these are the values encoding sees); positions are sorted.
+      uint64_t normalised_row = ~uint64_t{0};
       for (auto it = first; it != last; ++it) {
         const uint64_t local = *it - e * per_expert[k];
         const uint64_t row = local / m.vectors_per_row(), vector = local % m.vectors_per_row();
+        if (row != normalised_row) {
+          uint16_t scale = 0;
+          normalise_rows(w.data() + row * m.cols, 1, m.cols, u.data(), &scale, names[k],
+                         static_cast<uint32_t>(row));
+          normalised_row = row;
+        }
         std::memcpy(&samples[k][static_cast<size_t>(it - positions[k].begin()) * kRvqVecDim],
-                    &u[row * m.cols + vector * kRvqVecDim], kRvqVecDim * sizeof(float));
+                    &u[vector * kRvqVecDim], kRvqVecDim * sizeof(float));
       }
     }
   });
@@ -116,10 +123,11 @@ std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const Model
   std::vector<std::array<ErrorSums, 3>> expert_errors(layer.experts);
   parallel_for(layer.experts, options.threads, [&](size_t e) {
     const auto names = expert_names(config, layer.layer, static_cast<uint32_t>(e));
-    std::array<std::vector<float>, 3> w;
-    for (int k = 0; k < 3; ++k) w[k] = decode_weights(checkpoint, names[k], held[e][k]);
+    thread_local std::array<std::vector<float>, 3> w;  // reused across experts, as is the record
+    thread_local std::vector<uint8_t> record;
+    for (int k = 0; k < 3; ++k) decode_weights_into(checkpoint, names[k], held[e][k], w[k]);
     held[e] = {};  // encoded from here on: the layer's held bytes shrink as it goes
-    std::vector<uint8_t> record(layout.stride);
+    record.resize(layout.stride);
     expert_errors[e] = encode_expert_record({w[0].data(), w[1].data(), w[2].data()}, names, layout, codebooks,
                                             layer.layer, static_cast<uint32_t>(e), layer.codebook_base, record.data());
     bank.write_at(uint64_t{e} * layout.stride, record.data(), record.size());

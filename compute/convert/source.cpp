@@ -240,17 +240,29 @@ uint32_t crc32_of(const WeightBytes& bytes, uint32_t running) {
 }
 
 std::vector<float> decode_weights(const Checkpoint& checkpoint, const std::string& tensor, const WeightBytes& bytes) {
+  std::vector<float> w;
+  decode_weights_into(checkpoint, tensor, bytes, w);
+  return w;
+}
+
+void decode_weights_into(const Checkpoint& checkpoint, const std::string& tensor,
+                         const WeightBytes& bytes, std::vector<float>& w) {
   const auto parts = stored_parts(checkpoint, tensor);
   if (bytes.parts.size() != parts.size()) fail("{}: tensor {}: held bytes do not match its parts", checkpoint.listing(), tensor);
-  if (is_mxfp4(checkpoint, tensor)) return mxfp4_weights(parts, bytes.parts[0].data(), bytes.parts[1].data(), tensor);
-  std::vector<float> w(parts[0].info->elements), block_scales;
+  if (is_mxfp4(checkpoint, tensor)) {
+    const uint64_t rows = parts[0].info->shape.at(0), cols = parts[0].info->shape.at(1) * 2;
+    w.resize(rows * cols);
+    decode_mxfp4(bytes.parts[0].data(), bytes.parts[1].data(), rows, cols, tensor, w.data());
+    return;
+  }
+  std::vector<float> block_scales;
+  w.resize(parts[0].info->elements);
   stored_to_f32(*parts[0].info, bytes.parts[0].data(), w.size(), w.data());
   if (parts.size() > 1) {
     block_scales.resize(parts[1].info->elements);
     stored_to_f32(*parts[1].info, bytes.parts[1].data(), block_scales.size(), block_scales.data());
   }
   finish_weights(parts[0], block_scales, tensor, w);
-  return w;
 }
 
 }  // namespace sluice::convert

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -180,6 +181,34 @@ TEST_CASE("a row too large for an f16 scale is refused naming tensor and row") {
   std::vector<uint16_t> scales(2);
   const std::string message = test::error_of([&] { normalise_rows(w.data(), 2, 8, u.data(), scales.data(), "x.weight"); });
   CHECK(test::contains(message, "tensor x.weight: row 1"));
+  // A row normalised on its own is named by its place in the tensor.
+  const std::string alone = test::error_of([&] { normalise_rows(&w[8], 1, 8, u.data(), scales.data(), "x.weight", 41); });
+  CHECK(test::contains(alone, "tensor x.weight: row 41"));
+}
+
+TEST_CASE("every instruction set normalises rows to the scalar path's values") {
+  // 3 rows of 3584 + 5 columns (a tail after the 8-lane blocks): Gaussian, all
+  // zeros, and one whose maximum sits in the tail with a negative sign.
+  const uint32_t rows = 3, cols = 3589;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> w(size_t{rows} * cols);
+  for (float& x : w) x = normal(rng);
+  std::fill(w.begin() + cols, w.begin() + 2 * cols, 0.0f);
+  w[3 * cols - 2] = -0.5f;
+  std::vector<float> want(w.size());
+  std::vector<uint16_t> want_scales(rows);
+  normalise_rows(w.data(), rows, cols, want.data(), want_scales.data(), "t", 0, kernels::Isa::kScalar);
+  CHECK(want_scales[1] == 0);
+  CHECK(f16_to_f32(want_scales[2]) == 0.5f);
+  for (kernels::Isa isa : kernels::supported_isas()) {
+    CAPTURE(kernels::isa_name(isa));
+    std::vector<float> u(w.size(), -1.0f);
+    std::vector<uint16_t> scales(rows);
+    normalise_rows(w.data(), rows, cols, u.data(), scales.data(), "t", 0, isa);
+    CHECK(scales == want_scales);
+    CHECK(std::memcmp(u.data(), want.data(), u.size() * sizeof(float)) == 0);
+  }
 }
 
 }  // namespace
