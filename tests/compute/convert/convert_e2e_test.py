@@ -177,6 +177,23 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stderr)  # already complete: a no-op
         self.assertEqual(tree(a), tree(c))
 
+    def test_byte_identical_across_instruction_sets(self):
+        # The nearest-code search and row normalisation have a scalar, an AVX2
+        # and an AVX-512 path; MXFP4 experts go through all of them.
+        k3 = make_checkpoint("kimi_k3", os.path.join(self.tmp, "k3-isa"), "--mxfp4")
+        trees = {}
+        for isa in ("scalar", "avx2", "avx512"):
+            for threads in ("1", "3"):
+                out = self.out(f"isa-{isa}-{threads}")
+                run = convert(k3, out, "--json", "--threads", threads, env=dict(os.environ, SLUICE_KERNELS=isa))
+                if run.returncode != 0 and "SLUICE_KERNELS" in run.stderr:
+                    break  # this machine cannot run `isa`
+                self.assertEqual(run.returncode, 0, run.stderr)
+                self.assertEqual(json.loads(run.stdout)["search"], isa)
+                trees[(isa, threads)] = tree(out)
+        for key, files in trees.items():
+            self.assertEqual(files, trees[("scalar", "1")], key)
+
     def kill_when(self, out, ready, delay_ms="1500", src=None):
         env = dict(os.environ, SLUICE_CONVERT_TEST_DELAY_MS=delay_ms)
         proc = subprocess.Popen([SLUICE, "convert", src or self.slow, out, "-q", *FAST], env=env)
