@@ -43,19 +43,21 @@ int nearest_code_scalar(const Codebook& codebook, const float* v) {
 
 namespace {
 
-// The lowest code among the lanes holding the smallest value. Lanes that
-// never improved on +inf (all-NaN or infinite distances) still hold code 0,
-// which is what the scalar search returns then.
-int lowest_code_of_minimum(const float* values, const int* codes, int lanes) {
-  float best_value = values[0];
-  int result = codes[0];
-  for (int l = 1; l < lanes; ++l) {
-    if (values[l] < best_value || (values[l] == best_value && codes[l] < result)) {
-      best_value = values[l];
-      result = codes[l];
-    }
-  }
-  return result;
+// The lowest code among the lanes holding the smallest value, without
+// branches (they mispredicted on every vector). `best` never holds NaN; lanes
+// that never improved on +inf (all-NaN or infinite distances) still hold code
+// 0, which is what the scalar search returns then.
+__attribute__((target("avx2"))) int lowest_code_of_minimum_avx2(__m256 best, __m256i codes) {
+  __m256 low = _mm256_min_ps(best, _mm256_permute2f128_ps(best, best, 1));
+  low = _mm256_min_ps(low, _mm256_shuffle_ps(low, low, _MM_SHUFFLE(1, 0, 3, 2)));
+  low = _mm256_min_ps(low, _mm256_shuffle_ps(low, low, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m256 at_minimum = _mm256_cmp_ps(best, low, _CMP_EQ_OQ);
+  __m256i c = _mm256_blendv_epi8(_mm256_set1_epi32(std::numeric_limits<int>::max()), codes,
+                                 _mm256_castps_si256(at_minimum));
+  c = _mm256_min_epi32(c, _mm256_permute2x128_si256(c, c, 1));
+  c = _mm256_min_epi32(c, _mm256_shuffle_epi32(c, _MM_SHUFFLE(1, 0, 3, 2)));
+  c = _mm256_min_epi32(c, _mm256_shuffle_epi32(c, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm256_cvtsi256_si32(c);
 }
 
 // B vectors at once share each codebook column load. Lane l tracks codes
@@ -94,13 +96,8 @@ __attribute__((target("avx2,fma"))) void nearest_block_avx2(const Codebook& code
     code = _mm256_add_epi32(code, step);
   }
 #pragma GCC unroll 8
-  for (int b = 0; b < B; ++b) {
-    alignas(32) float values[8];
-    alignas(32) int codes[8];
-    _mm256_store_ps(values, best[b]);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(codes), best_code[b]);
-    out[b] = static_cast<uint8_t>(lowest_code_of_minimum(values, codes, 8));
-  }
+  for (int b = 0; b < B; ++b)
+    out[b] = static_cast<uint8_t>(lowest_code_of_minimum_avx2(best[b], best_code[b]));
 }
 
 // As the AVX2 block with 16 lanes (codes 16g + l); the codebook value is a
@@ -167,9 +164,9 @@ void nearest_codes(const Codebook& codebook, const float* vectors, size_t count,
           [&](const float* v, uint8_t* out) { nearest_block_avx512<1>(codebook, v, out); });
       return;
     case kernels::Isa::kAvx2:
-      search_in_blocks<2>(
+      search_in_blocks<4>(
           vectors, count, codes,
-          [&](const float* v, uint8_t* out) { nearest_block_avx2<2>(codebook, v, out); },
+          [&](const float* v, uint8_t* out) { nearest_block_avx2<4>(codebook, v, out); },
           [&](const float* v, uint8_t* out) { nearest_block_avx2<1>(codebook, v, out); });
       return;
     case kernels::Isa::kScalar:
