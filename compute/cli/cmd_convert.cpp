@@ -45,8 +45,8 @@ void add_convert_command(CLI::App& app) {
       ->default_val(12)
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--head-quant", flags->head_quant,
-                  "how the LM head is stored: q8 (q8g128) or q4 (q4g128: about half the head's bytes per token, "
-                  "+2% perplexity on the demo model)")
+                  "how the LM head is stored: q8 (q8g128) or q4 (q4g128: about half the head's "
+                  "bytes per token, +2% perplexity on the demo model)")
       ->check(CLI::IsMember({"q4", "q8"}))
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print a JSON summary on stdout (speed, quantization error, sizes)");

@@ -103,8 +103,10 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   const fs::path out(options.output_dir), work = out / kWorkDir;
   const Json kmeans{{"seed", options.seed}, {"sample_vectors", options.kmeans_sample},
                     {"iterations", options.kmeans_iterations}, {"init", "kmeans++"}};
-  const Json state{{"format", "sluice-convert-state"}, {"format_version", kFormatVersion},
-                   {"source", source.identity}, {"kmeans", kmeans},
+  const Json state{{"format", "sluice-convert-state"},
+                   {"format_version", kFormatVersion},
+                   {"source", source.identity},
+                   {"kmeans", kmeans},
                    {"lm_head_format", trunk_format_name(options.lm_head_format)}};
 
   Json summary{{"source", options.source_dir}, {"output", options.output_dir}, {"arch", plan.arch},

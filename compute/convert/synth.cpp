@@ -182,7 +182,9 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
                 {"experts", options.experts},
                 {"vocab", options.vocab}}}};
   if (options.fit_routing) source["synthetic"]["routing"] = "realistic";
-  const Json state{{"format", "sluice-synth-state"}, {"source", source}, {"kmeans", nullptr},
+  const Json state{{"format", "sluice-synth-state"},
+                   {"source", source},
+                   {"kmeans", nullptr},
                    {"lm_head_format", trunk_format_name(options.lm_head_format)}};
   Json summary{{"shape", options.shape},
                {"output", options.output_dir},
