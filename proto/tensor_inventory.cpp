@@ -1,6 +1,7 @@
 // proto/tensor_inventory.cpp: the tensor list of each layer kind. Storage
 // follows FORMAT.md "Which format a tensor gets": norms, routers and biases
-// f32; embeddings and LM head q8g128; every other matrix q4g128.
+// f32; embeddings q8g128; the LM head kDefaultLmHeadFormat unless the
+// converter says otherwise; every other matrix q4g128.
 #include "proto/tensor_inventory.h"
 
 #include <fmt/format.h>
@@ -105,7 +106,8 @@ bool is_vector_role(TensorRole role) {
 
 TrunkFormat format_of(TensorRole role, size_t dims) {
   if (dims != 2 || role == TensorRole::kRouter || is_vector_role(role)) return TrunkFormat::kF32;
-  if (role == TensorRole::kEmbed || role == TensorRole::kLmHead) return TrunkFormat::kQ8G128;
+  if (role == TensorRole::kEmbed) return TrunkFormat::kQ8G128;
+  if (role == TensorRole::kLmHead) return kDefaultLmHeadFormat;
   return TrunkFormat::kQ4G128;
 }
 
@@ -323,6 +325,15 @@ std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& c) {
     layers.push_back({i, c.experts, c.expert_hidden(), c.expert_width, base});
   }
   return layers;
+}
+
+void set_lm_head_format(std::vector<TensorSpec>& trunk, TrunkFormat format) {
+  if (format != TrunkFormat::kQ8G128 && format != TrunkFormat::kQ4G128) {
+    fail("the LM head can be stored as q8g128 or q4g128, not {}", trunk_format_name(format));
+  }
+  for (TensorSpec& tensor : trunk) {
+    if (tensor.role == TensorRole::kLmHead) tensor.format = format;
+  }
 }
 
 TrunkTensorInfo stored_geometry(const TensorSpec& tensor) {

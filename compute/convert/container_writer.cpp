@@ -165,6 +165,18 @@ Start start_fresh(const fs::path& out, const std::string& work_dir, const Json& 
   return Start::kFresh;
 }
 
+// Whether the manifest stores its LM head (if it has one) as `state` asks.
+bool same_lm_head_format(const Json& manifest, const Json& state) {
+  const Json tensors = manifest.value("trunk", Json::object()).value("tensors", Json::array());
+  if (!tensors.is_array()) return false;
+  for (const Json& tensor : tensors) {
+    const std::string name = tensor.is_object() ? tensor.value("name", "") : "";
+    if (name.ends_with("lm_head.weight"))
+      return tensor.value("format", Json()) == state["lm_head_format"];
+  }
+  return true;  // a tied head: the embeddings' format is not a parameter
+}
+
 }  // namespace
 
 Start prepare_output(const fs::path& out, const std::string& work_dir, const Json& state,
@@ -176,9 +188,11 @@ Start prepare_output(const fs::path& out, const std::string& work_dir, const Jso
   std::string problem;
   if (fs::exists(manifest_path)) {
     const auto manifest = read_json_file(manifest_path);
-    const bool same =
-        manifest && manifest->is_object() && manifest->value("source", Json()) == state["source"] &&
-        manifest->value("expert_quant", Json::object()).value("kmeans", Json()) == state["kmeans"];
+    const bool same = manifest && manifest->is_object() &&
+                      manifest->value("source", Json()) == state["source"] &&
+                      manifest->value("expert_quant", Json::object()).value("kmeans", Json()) ==
+                          state["kmeans"] &&
+                      same_lm_head_format(*manifest, state);
     if (same && !force) {
       fs::remove_all(out / work_dir);
       return Start::kComplete;

@@ -26,8 +26,9 @@ std::string layer_tag(uint32_t layer);
 // A JSON file of the work state, or nothing when absent or unreadable.
 std::optional<nlohmann::ordered_json> read_json_file(const std::filesystem::path& path);
 
-// Claims `out` for a run whose parameters are `state` (its "source" and
-// "kmeans" are what a finished manifest is compared with; the whole of it is
+// Claims `out` for a run whose parameters are `state` (its "source",
+// "kmeans" and "lm_head_format" are what a finished manifest is compared
+// with, the last against the stored format of the LM head; the whole of it is
 // compared with `work_dir`/state.json). A finished container of the same
 // state is kComplete (the work directory is removed); an unfinished run of
 // the same state is kResume; an empty or new directory is kFresh, with the

@@ -98,12 +98,16 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   }
   const auto started = Clock::now();
   const Source source = open_source(posix_file_system(), options.source_dir);
-  const ModelPlan& plan = source.plan;
+  ModelPlan plan = source.plan;
+  set_lm_head_format(plan.trunk, options.lm_head_format);
   const fs::path out(options.output_dir), work = out / kWorkDir;
   const Json kmeans{{"seed", options.seed}, {"sample_vectors", options.kmeans_sample},
                     {"iterations", options.kmeans_iterations}, {"init", "kmeans++"}};
-  const Json state{{"format", "sluice-convert-state"}, {"format_version", kFormatVersion},
-                   {"source", source.identity}, {"kmeans", kmeans}};
+  const Json state{{"format", "sluice-convert-state"},
+                   {"format_version", kFormatVersion},
+                   {"source", source.identity},
+                   {"kmeans", kmeans},
+                   {"lm_head_format", trunk_format_name(options.lm_head_format)}};
 
   Json summary{{"source", options.source_dir}, {"output", options.output_dir}, {"arch", plan.arch},
                {"threads", options.threads}, {"search", kernels::isa_name(search_isa())}};
@@ -243,6 +247,12 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 }
 
 }  // namespace
+
+TrunkFormat parse_head_quant(const std::string& value) {
+  if (value == "q4") return TrunkFormat::kQ4G128;
+  if (value == "q8") return TrunkFormat::kQ8G128;
+  fail("--head-quant {}: expected q4 or q8", value);
+}
 
 Json convert_checkpoint(const ConvertOptions& options, ConvertProgress& progress) {
   try {

@@ -171,7 +171,8 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
   if (options.threads < 1) fail("--threads must be at least 1 (got {})", options.threads);
   const auto started = Clock::now();
   const Json config = synth_config(options);
-  const ModelPlan plan = plan_of(options, config);
+  ModelPlan plan = plan_of(options, config);
+  set_lm_head_format(plan.trunk, options.lm_head_format);
   const fs::path out(options.output_dir), work = out / kWorkDir;
   Json source{{"synthetic",
                {{"shape", options.shape},
@@ -181,7 +182,10 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
                 {"experts", options.experts},
                 {"vocab", options.vocab}}}};
   if (options.fit_routing) source["synthetic"]["routing"] = "realistic";
-  const Json state{{"format", "sluice-synth-state"}, {"source", source}, {"kmeans", nullptr}};
+  const Json state{{"format", "sluice-synth-state"},
+                   {"source", source},
+                   {"kmeans", nullptr},
+                   {"lm_head_format", trunk_format_name(options.lm_head_format)}};
   Json summary{{"shape", options.shape},
                {"output", options.output_dir},
                {"arch", plan.arch},

@@ -1,11 +1,14 @@
 # scripts/sluicepy/gguf_twin.py: a GGUF of a sluice container for llama.cpp,
 # written with llama.cpp's own gguf-py (from a source tree the caller
 # fetched; never vendored). A container of `sluice synth --routing realistic`
-# gets its trunk copied (embedding and LM head Q8_0, attention Q4_0, routers
-# and norms f32), so llama.cpp routes as sluice does; the routed experts are
-# random Q3_K as small as the container's (their outputs barely reach the
-# residual stream, by design). Any other olmoe container gets random weights
-# of its dimensions. Benchmark tooling only: it never changes the container.
+# gets its trunk copied (embedding Q8_0, attention Q4_0, the LM head Q8_0 or
+# Q4_0 as the container stores it, routers and norms f32), so llama.cpp routes
+# as sluice does; the routed experts are random Q3_K as small as the
+# container's (their outputs barely reach the residual stream, by design). Any
+# other olmoe container gets random weights of its dimensions: Q4_K matrices,
+# and an LM head of Q6_K (what llama-quantize gives Q3_K_M's output.weight)
+# for a q8g128 head, Q4_K for a q4g128 one. Benchmark tooling only: it never
+# changes the container.
 import json
 import os
 import sys
@@ -51,6 +54,8 @@ def random_blocks(gguf, rng, rows, cols, qtype, d):
     if qtype == gguf.GGMLQuantizationType.Q4_K:  # d, dmin, scales[12], qs[128]
         blocks[:, :, 0:2] = scale
         blocks[:, :, 2:4] = 0
+    elif qtype == gguf.GGMLQuantizationType.Q6_K:  # ql[128], qh[64], int8 scales[16], d
+        blocks[:, :, -2:] = scale
     else:  # Q3_K: hmask[32], qs[64], scales[12], d
         blocks[:, :, -2:] = scale
     return blocks.reshape(rows, -1)
@@ -82,7 +87,7 @@ def write_gguf(llama_src, container_path, path):
     experts, top_k = config["num_experts"], config["num_experts_per_tok"]
     head_dim = hidden // heads
     rng = np.random.default_rng(1)
-    q3k, q4k = gguf.GGMLQuantizationType.Q3_K, gguf.GGMLQuantizationType.Q4_K
+    q3k, q4k, q6k = gguf.GGMLQuantizationType.Q3_K, gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
     q8, q4 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
     w = gguf.GGUFWriter(path, "olmoe")
     w.add_context_length(config.get("max_position_embeddings", 4096))
@@ -112,10 +117,15 @@ def write_gguf(llama_src, container_path, path):
         w.add_tokenizer_model("none")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q3_K_M)
 
+    head_q4 = c.trunk.get("lm_head.weight", c.trunk["model.embed_tokens.weight"])["format"] == "q4g128"
+
     def trunk(hf_name, gguf_name, rows, cols, qtype):
         if not realistic:
             if qtype is None:
                 w.add_tensor(gguf_name, np.ones(cols, dtype=np.float32))
+            elif gguf_name == "output.weight" and not head_q4:
+                # |int8 scale × 6-bit code| reaches 127 × 32, so d is smaller than Q4_K's.
+                w.add_tensor(gguf_name, random_blocks(gguf, rng, rows, cols, q6k, 1e-3 / 4), raw_dtype=q6k)
             else:
                 w.add_tensor(gguf_name, random_blocks(gguf, rng, rows, cols, q4k, 1e-3), raw_dtype=q4k)
             return
@@ -127,7 +137,7 @@ def write_gguf(llama_src, container_path, path):
 
     trunk("model.embed_tokens.weight", "token_embd.weight", vocab, hidden, q8)
     trunk("model.norm.weight", "output_norm.weight", 1, hidden, None)
-    trunk("lm_head.weight", "output.weight", vocab, hidden, q8)
+    trunk("lm_head.weight", "output.weight", vocab, hidden, q4 if head_q4 else q8)
     for i in range(layers):
         p, hf = f"blk.{i}.", f"{_PREFIX}{i}."
         trunk(hf + "input_layernorm.weight", p + "attn_norm.weight", 1, hidden, None)

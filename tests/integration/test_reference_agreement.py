@@ -4,8 +4,8 @@
 # from bf16 and MXFP4 sources):
 # the plan from config.json alone equals the plan of the converted container;
 # logits after a 16-token prompt and after each of 8 greedy steps agree to
-# 1e-4 (max abs) with scripts/reference.py reading the same container, and the
-# greedy tokens are identical; the logits do not depend on the thread count.
+# 1e-4 (max abs) with scripts/reference.py reading the same container (OLMoE
+# with a q4g128 LM head too), and the greedy tokens are identical; the logits do not depend on the thread count.
 # Also prints what the quantization costs against the unquantized checkpoint
 # (no bound: the number goes in the closing note).
 import json
@@ -109,7 +109,10 @@ def check_family(name, family, work, failures, *variant):
           f"top-1 agreement {float(np.mean(np.argmax(int8_logits, 1) == np.argmax(ours, 1))):.3g}")
     if name == "olmoe":  # the reference's model of int8 activations, on a prompt where no rounding step flips
         modelled = load(reference_logits(container, os.path.join(work, name + ".ref-int8"), int8["kernels"]), vocab)
-        print(f"{name}: int8 engine vs int8 reference: max |diff| {float(np.max(np.abs(int8_logits - modelled))):.3g}")
+        diff_int8 = float(np.max(np.abs(int8_logits - modelled)))
+        print(f"{name}: int8 engine vs int8 reference: max |diff| {diff_int8:.3g}")
+        if not diff_int8 <= TOLERANCE:  # seeded checkpoint and prompt: no flip here, so this holds the int8 math
+            failures.append(f"{name}: int8 engine vs int8 reference differ by {diff_int8:.3g} > {TOLERANCE}")
     if name in ("olmoe", "deepseek_v3"):  # int8 activations are bit-identical for any thread count too
         engine_logits(container, os.path.join(work, name + ".int8.threads3"), "--threads", "3", env=int8_env)
         if open(os.path.join(work, name + ".int8.threads3"), "rb").read() != \
@@ -133,11 +136,26 @@ def check_family(name, family, work, failures, *variant):
           + json.dumps({k: v for k, v in cost.items() if not isinstance(v, dict)}))
 
 
+def check_q4_head(name, work, failures):
+    """The converted checkpoint `name` again with its LM head in q4g128: the
+    reference reads the head's format from the container too."""
+    container = os.path.join(work, name + ".q4head.sluice")
+    run(SLUICE, "convert", os.path.join(work, name), container, "-q", "--head-quant", "q4")
+    vocab = json.load(open(os.path.join(work, name, "config.json")))["vocab_size"]
+    summary = engine_logits(container, os.path.join(work, name + ".q4head.engine"))
+    ours = load(os.path.join(work, name + ".q4head.engine"), vocab)
+    theirs = load(reference_logits(container, os.path.join(work, name + ".q4head.ref"), summary["kernels"]), vocab)
+    compare_logits(name + " (q4g128 LM head)", ours, theirs, failures)
+    q8 = load(os.path.join(work, name + ".engine"), vocab)
+    print(f"{name}: q4g128 vs q8g128 LM head: max |diff| {float(np.max(np.abs(ours - q8))):.3g}")
+
+
 def main():
     failures = []
     with tempfile.TemporaryDirectory(prefix="sluice-agreement-") as work:
         for family in ("olmoe", "qwen3_moe", "mixtral", "deepseek_v3", "kimi_k2"):
             check_family(family, family, work, failures)
+        check_q4_head("olmoe", work, failures)
         # fp8 sources with block scales, and a multi-token-prediction layer to skip.
         check_family("deepseek_v3_fp8", "deepseek_v3", work, failures, "--fp8", "--set", "num_nextn_predict_layers=1")
         # KDA and NoPE MLA; the released code's biased routing weights, then the unbiased ones.

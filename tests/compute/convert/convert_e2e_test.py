@@ -262,6 +262,39 @@ class ConvertTest(unittest.TestCase):
         self.assertNotEqual(run.returncode, 0)
         self.assertIn("different source", run.stderr)
 
+    def test_head_quant_stores_only_the_lm_head_in_that_format(self):
+        def formats(out):
+            with open(os.path.join(out, "manifest.json")) as f:
+                return {t["name"]: t["format"] for t in json.load(f)["trunk"]["tensors"]}
+
+        default, q8, q4 = self.out("head-default"), self.out("head-q8"), self.out("head-q4")
+        self.assertEqual(convert(self.olmoe, default).returncode, 0)
+        self.assertEqual(convert(self.olmoe, q8, "--head-quant", "q8").returncode, 0)
+        self.assertEqual(convert(self.olmoe, q4, "--head-quant", "q4").returncode, 0)
+        self.assertEqual(tree(default), tree(q8))
+        self.check_container(self.olmoe, q4)
+        self.assertEqual(formats(q8)["lm_head.weight"], "q8g128")
+        self.assertEqual(formats(q4)["lm_head.weight"], "q4g128")
+        self.assertEqual({k: v for k, v in formats(q4).items() if k != "lm_head.weight"},
+                         {k: v for k, v in formats(q8).items() if k != "lm_head.weight"})
+        for name in os.listdir(q8):  # experts and codebooks do not depend on the head
+            if name.startswith("experts-") or name == "codebooks.bin":
+                self.assertEqual(tree(q8)[name], tree(q4)[name], name)
+        self.assertLess(os.path.getsize(os.path.join(q4, "trunk.bin")), os.path.getsize(os.path.join(q8, "trunk.bin")))
+        run = subprocess.run([SLUICE, "run", q4, "--prompt-ids", "5,17,200", "-n", "2", "--temp", "0", "--json"],
+                             capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(len(json.loads(run.stdout)["tokens"]), 2)
+        # A finished container with the other head is not taken for this run's.
+        run = convert(self.olmoe, q4)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("different parameters", run.stderr)
+        self.assertEqual(formats(q4)["lm_head.weight"], "q4g128")
+        self.assertTrue(json.loads(convert(self.olmoe, q4, "--head-quant", "q4", "--json").stdout)["already_complete"])
+        run = convert(self.olmoe, self.out("head-bad"), "--head-quant", "q2")
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("--head-quant", run.stderr)
+
     def damaged_copy(self, name):
         src = os.path.join(self.tmp, "bad-" + name)
         shutil.rmtree(src, ignore_errors=True)
@@ -333,7 +366,8 @@ class ConvertTest(unittest.TestCase):
     def test_help_lists_every_flag(self):
         run = subprocess.run([SLUICE, "convert", "--help"], capture_output=True, text=True)
         self.assertEqual(run.returncode, 0)
-        for flag in ("--threads", "--seed", "--kmeans-sample", "--kmeans-iters", "--json", "--quiet", "--force"):
+        for flag in ("--threads", "--seed", "--kmeans-sample", "--kmeans-iters", "--head-quant", "--json", "--quiet",
+                     "--force"):
             self.assertIn(flag, run.stdout)
 
 

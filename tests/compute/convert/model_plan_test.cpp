@@ -30,6 +30,22 @@ const TrunkTensorPlan* find(const ModelPlan& plan, const std::string& name) {
   return nullptr;
 }
 
+TEST_CASE("set_lm_head_format changes lm_head.weight alone and takes only q8g128 or q4g128") {
+  ModelPlan plan = plan_model(olmoe_tiny(), "config.json");
+  const ModelPlan before = plan;
+  set_lm_head_format(plan.trunk, TrunkFormat::kQ4G128);
+  REQUIRE(plan.trunk.size() == before.trunk.size());
+  for (size_t i = 0; i < plan.trunk.size(); ++i) {
+    const bool head = plan.trunk[i].name == "lm_head.weight";
+    CHECK(plan.trunk[i].format == (head ? TrunkFormat::kQ4G128 : before.trunk[i].format));
+  }
+  CHECK(trunk_file_bytes(plan.trunk) < trunk_file_bytes(before.trunk));
+  set_lm_head_format(plan.trunk, TrunkFormat::kQ8G128);
+  CHECK(find(plan, "lm_head.weight")->format == TrunkFormat::kQ8G128);
+  CHECK_THROWS_WITH(set_lm_head_format(plan.trunk, TrunkFormat::kF32),
+                    doctest::Contains("LM head can be stored as q8g128 or q4g128, not f32"));
+}
+
 TEST_CASE("OLMoE: whole-vector q/k norms, every layer MoE, formats by role") {
   const ModelPlan plan = plan_model(olmoe_tiny(), "config.json");
   CHECK(plan.arch == "olmoe");

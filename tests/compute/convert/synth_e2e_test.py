@@ -165,6 +165,17 @@ class SynthTest(unittest.TestCase):
         self.assertEqual(ta, tb)
         for name in ("trunk.bin", "codebooks.bin", "experts-L000.bin", "experts-L001.bin"):
             self.assertNotEqual(ta[name], tc[name], name)
+        # --head-quant q4 changes the LM head's format and nothing else the seed makes.
+        d = os.path.join(self.tmp, "d.sluice")
+        self.synth("qwen3-30b-a3b", d, *args, "--seed", "5", "--head-quant", "q4")
+        td = tree(d)
+        for name in ("codebooks.bin", "experts-L000.bin", "experts-L001.bin"):
+            self.assertEqual(ta[name], td[name], name)
+        formats = {t["name"]: t["format"] for t in json.loads(td["manifest.json"])["trunk"]["tensors"]}
+        self.assertEqual(formats["lm_head.weight"], "q4g128")
+        self.assertEqual(formats["model.embed_tokens.weight"], "q8g128")
+        self.assertLess(len(td["trunk.bin"]), len(ta["trunk.bin"]))
+        self.check_container("qwen3-30b-a3b", d, 2, experts=8, vocab=1024)
 
     def test_resume_after_kill_keeps_finished_banks(self):
         args = ["--layers", "2", "--experts", "8", "--vocab", "1024"]
