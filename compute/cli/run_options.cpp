@@ -227,6 +227,7 @@ EngineOptions EngineFlags::options() const {
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
     worker.quiet = true;
+    worker.mailbox_rows = shape.mailbox_rows;
     return CachedExpertSource::embedded(container, worker);
   };
   return options;
@@ -245,6 +246,8 @@ PlanRequest plan_shape(const EngineFlags& flags) {
   shape.images = flags.images;
   shape.scratch.chunk = flags.chunk;
   shape.scratch.sequences = flags.sequences;
+  // Sequences decoded together publish one lookahead row each.
+  shape.mailbox_rows = std::max(shape.mailbox_rows, flags.sequences);
   shape.saved_states = flags.saved_states;
   return shape;
 }
