@@ -175,7 +175,10 @@ void run_batch(const BatchFlags& flags) {
   const uint32_t widest = *std::max_element(counts.begin(), counts.end());
   shape.scratch.sequences = widest + 1;
   shape.mailbox_rows = widest;
-  const uint64_t cache_bytes = plan_for(container, flags.budget, 0, shape).cache_bytes;
+  // One budget for every arm, as a server's memory is: the floor holds the
+  // largest batch's sequences, and working sets above it are one token's.
+  const MemoryPlan plan = plan_for(container, flags.budget, 0, shape);
+  const uint64_t cache_bytes = plan.cache_bytes;
   std::vector<std::vector<ArmRun>> runs(arms_run.size());
   const double load_before = load_average();
   for (uint32_t round = 0; round < flags.repeat; ++round) {
@@ -246,6 +249,9 @@ void run_batch(const BatchFlags& flags) {
     fmt::print("{}\n", nlohmann::json{{"model", flags.model},
                                       {"budget", flags.budget},
                                       {"cache_bytes", cache_bytes},
+                                      {"cache_slots", plan.cache_slots},
+                                      {"floor_bytes", plan.floor_bytes},
+                                      {"working_set_bytes", plan.working_set_bytes},
                                       {"tokens", flags.tokens},
                                       {"prompt_tokens", flags.prompt_tokens},
                                       {"temperature", flags.temperature},

@@ -19,9 +19,7 @@
 #include "compute/serve/server.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "ioworker/memory_plan.h"
-#include "proto/container.h"
 #include "proto/error.h"
-#include "proto/model_config.h"
 #include "router/lookahead.h"
 
 namespace sluice::cli {
@@ -99,12 +97,8 @@ void run(const ServeArgs& args) {
   EngineFlags flags = args.engine;
   flags.sequences = args.parallel;
   flags.saved_states = args.parallel;  // each slot keeps its prompt's state for the next request
-  {
-    // Any request may bring images, and the tower loaded for the first stays:
-    // the budget holds it from the start.
-    const Container container = Container::open(args.model);
-    flags.images = ModelConfig::from_json(container.arch(), container.config()).vision.has_value();
-  }
+  // Any request may bring images, and the tower loaded for the first stays.
+  flags.images = has_vision_tower(args.model);
   Engine engine(args.model, flags.options());
   const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::load_from_container(args.model);
   serve::Server server(engine, tokenizer, options);

@@ -29,7 +29,9 @@
 #include "ioworker/memory_plan.h"
 #include "ioworker/rpc_client.h"
 #include "ioworker/rpc_socket.h"
+#include "proto/container.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 
 namespace sluice::cli {
 
@@ -231,6 +233,11 @@ EngineOptions EngineFlags::options() const {
     return CachedExpertSource::embedded(container, worker);
   };
   return options;
+}
+
+bool has_vision_tower(const std::string& model_dir) {
+  const Container container = Container::open(model_dir);
+  return ModelConfig::from_json(container.arch(), container.config()).vision.has_value();
 }
 
 PlanRequest plan_shape(size_t threads) {
