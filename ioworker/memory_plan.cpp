@@ -520,7 +520,8 @@ std::string describe_plan(const MemoryPlan& plan) {
   if (plan.vision_bytes > 0) {
     line("vision tower", plan.vision_bytes,
          plan.images ? "(weights and one image's activations: prompts with images)"
-                     : "(not in the floor: only prompts with images load it; plan --images counts it)");
+                     : "(not in the floor: only prompts with images load it; plan --images or "
+                       "--parallel counts it)");
   }
   line("floor", plan.floor_bytes);
   line("working set", plan.working_set_bytes, "(one token's experts: top-k x MoE layers x record)");

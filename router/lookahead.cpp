@@ -30,17 +30,52 @@ uint32_t lookahead_from_environment() {
 Publisher::Publisher(const shm::Segment& segment, uint32_t client, bool prefill)
     : segment_(segment), mailbox_(segment, client), prefill_(prefill) {}
 
-void Publisher::publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
-                        std::span<const uint32_t> experts) {
+void Publisher::publish(uint32_t layer, uint32_t rows, bool decode, std::span<const float> input,
+                        uint32_t experts_per_row, std::span<const uint32_t> experts) {
   // A new forward call starts when the layer does not advance.
   if (!started_ || layer <= last_layer_) ++step_;
   started_ = true;
   last_layer_ = layer;
-  if (rows > 1 && !prefill_) return;
-  if (rows > mailbox_.shape().rows) return;  // a chunk wider than the mailbox: no lookahead for it
+  if (rows > 1 && !decode && !prefill_) return;
+  if (rows > mailbox_.shape().rows) {
+    if (!decode) return;  // a chunk wider than the mailbox: no lookahead for it
+    // A batch wider than the mailbox: its first sequences still get guesses.
+    rows = mailbox_.shape().rows;
+    input = input.first(size_t{rows} * mailbox_.shape().width);
+    experts = experts.first(size_t{rows} * experts_per_row);
+  }
   // No router serves this segment: nobody would read the message.
   if (segment_.stats().lookahead.router_pid.load(std::memory_order_relaxed) == 0) return;
   mailbox_.publish(step_, layer, rows, input, experts_per_row, experts);
+}
+
+std::vector<uint32_t> rank_union(std::span<const std::vector<uint32_t>> guesses) {
+  size_t k = 0;
+  for (const auto& guess : guesses) k = std::max(k, guess.size());
+  struct Candidate {
+    uint32_t expert;
+    size_t score = 0;
+    size_t best_rank = SIZE_MAX;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& guess : guesses) {
+    for (size_t rank = 0; rank < guess.size(); ++rank) {
+      auto it = std::find_if(candidates.begin(), candidates.end(),
+                             [&](const Candidate& c) { return c.expert == guess[rank]; });
+      if (it == candidates.end()) it = candidates.insert(candidates.end(), Candidate{guess[rank]});
+      it->score += k - rank;
+      it->best_rank = std::min(it->best_rank, rank);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.best_rank != b.best_rank) return a.best_rank < b.best_rank;
+    return a.expert < b.expert;
+  });
+  std::vector<uint32_t> ranked;
+  ranked.reserve(candidates.size());
+  for (const Candidate& c : candidates) ranked.push_back(c.expert);
+  return ranked;
 }
 
 Lookahead::Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink)
@@ -122,21 +157,18 @@ void Lookahead::handle(Box& box, const shm::MailboxMessage& message) {
   if (!next) return;
   const uint32_t hidden = predictor_.hidden();
   box.guesses.resize(message.rows);
-  merged_.clear();
   for (uint32_t r = 0; r < message.rows; ++r) {
-    box.guesses[r] =
-        predictor_.predict(*next, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
-    for (uint32_t e : box.guesses[r]) {
-      if (std::find(merged_.begin(), merged_.end(), e) == merged_.end()) merged_.push_back(e);
-    }
+    box.guesses[r] = predictor_.predict(
+        *next, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
   }
+  const std::vector<uint32_t> merged = message.rows == 1 ? box.guesses[0] : rank_union(box.guesses);
   box.pending = true;
   box.pending_step = message.step;
   box.pending_layer = *next;
-  sink_(*next, merged_);
+  sink_(*next, merged);
   counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
-  counters_.prefetched.fetch_add(merged_.size(), std::memory_order_relaxed);
-  segment_.client(box.client).lookahead_guesses.fetch_add(merged_.size(), std::memory_order_relaxed);
+  counters_.prefetched.fetch_add(merged.size(), std::memory_order_relaxed);
+  segment_.client(box.client).lookahead_guesses.fetch_add(merged.size(), std::memory_order_relaxed);
 }
 
 void Lookahead::score(const Box& box, const shm::MailboxMessage& message) {

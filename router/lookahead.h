@@ -30,18 +30,20 @@ uint32_t lookahead_from_environment();
 
 // The compute client's side: numbers forward calls and publishes each MoE
 // layer's input and real routing while a router serves the segment. Decode
-// steps (one token) always; chunks of several tokens only with `prefill`,
-// since lookahead evicted a chunk's records before use (bench decode, and the
-// reference engine).
+// steps always, batched ones too (one row per sequence; the first rows the
+// mailbox holds when it holds fewer); chunks of several tokens of one
+// sequence only with `prefill`, since lookahead evicted a chunk's records
+// before use (bench decode, and the reference engine).
 class Publisher {
  public:
   // `segment` must outlive the publisher and have mailboxes; `client` is
   // this process's client entry (shm::Client::id()), whose mailbox it writes.
   Publisher(const shm::Segment& segment, uint32_t client, bool prefill);
-  // `input` is rows × hidden, `experts` rows × experts_per_row (routing order).
+  // `input` is rows × hidden, `experts` rows × experts_per_row (routing order);
+  // `decode`: each row is one sequence's decode token (Transformer::last_call_decodes).
   // The publisher never waits (a message is dropped if the mailbox is held).
-  void publish(uint32_t layer, uint32_t rows, std::span<const float> input, uint32_t experts_per_row,
-               std::span<const uint32_t> experts);
+  void publish(uint32_t layer, uint32_t rows, bool decode, std::span<const float> input,
+               uint32_t experts_per_row, std::span<const uint32_t> experts);
 
  private:
   const shm::Segment& segment_;
@@ -52,8 +54,15 @@ class Publisher {
   bool started_ = false;
 };
 
-// Called with a guess: the next MoE layer and its experts (distinct, best first).
+// Called with a guess: the next MoE layer and its experts (distinct, best
+// first; for several rows, their guesses ranked together by rank_union).
 using PrefetchSink = std::function<void(uint32_t layer, std::span<const uint32_t> experts)>;
+
+// The union of several rows' guesses (each distinct, best first), best
+// first: an expert scores k − rank in each row that guesses it (k the
+// longest guess), so one that more rows want, or wants sooner, is read
+// first; ties go to the better single rank, then the lower id.
+std::vector<uint32_t> rank_union(std::span<const std::vector<uint32_t>> guesses);
 
 class Lookahead {
  public:
@@ -101,7 +110,6 @@ class Lookahead {
   uint32_t k_;
   PrefetchSink sink_;
   shm::MailboxMessage message_;
-  std::vector<uint32_t> merged_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::exception_ptr failure_;

@@ -30,6 +30,23 @@ NodeId add_pieces(TokenGrammar& g, NodeId from, const std::vector<SyntaxPiece>& 
   return from;
 }
 
+// A call's index in plain decimal from `from` to `to`: 0 (when `zero`) or
+// [1-9][0-9]{0,5}. A JSON integer would also let "-0" or an exponent
+// through, and no bound keeps a model writing digits to max_tokens.
+constexpr int kIndexDigits = 6;
+void add_index(TokenGrammar& g, NodeId from, NodeId to, bool zero) {
+  if (zero) g.add_bytes(from, "0", to);
+  NodeId digits = g.add_node();  // after the first digit
+  for (char digit = '1'; digit <= '9'; ++digit) g.add_bytes(from, std::string(1, digit), digits);
+  for (int written = 1; written < kIndexDigits; ++written) {
+    const NodeId more = g.add_node();
+    g.add_empty(digits, to);
+    for (char digit = '0'; digit <= '9'; ++digit) g.add_bytes(digits, std::string(1, digit), more);
+    digits = more;
+  }
+  g.add_empty(digits, to);
+}
+
 // Free reasoning first, as `options` says; returns the node where the
 // constrained part of the reply begins.
 NodeId after_reasoning(TokenGrammar& g, const ConstraintOptions& options) {
@@ -180,7 +197,6 @@ CallSection add_calls(TokenGrammar& g, const ReplyFormat& format,
     case ToolSyntax::kXtml: {
       // <|open|>tools<|sep|><|open|>call tool="NAME" index="K"<|sep|>ARGUMENTS
       // <|close|>call<|sep|>...<|close|>tools<|sep|><|close|>message<|sep|>
-      static const auto index = JsonGrammar::from_schema({{"type", "integer"}, {"minimum", 1}});
       Xtml x{g, *format.section_open, *format.section_close, *format.separator};
       const auto opened = g.add_node(), tagged = g.add_node();
       g.add_bytes(opened, "tools", tagged);
@@ -191,7 +207,7 @@ CallSection add_calls(TokenGrammar& g, const ReplyFormat& format,
         const auto numbered = g.add_node(), indexed = g.add_node(), quoted = g.add_node();
         const auto args = g.add_node();
         g.add_bytes(element, "call tool=\"" + tool.name + "\" index=\"", numbered);
-        g.add_json(numbered, index, indexed);
+        add_index(g, numbered, indexed, false);
         g.add_bytes(indexed, "\"", quoted);
         g.add_token(quoted, {x.sep}, args);
         x.arguments(tool, args, closing);
@@ -242,13 +258,12 @@ CallSection add_calls(TokenGrammar& g, const ReplyFormat& format,
     }
     case ToolSyntax::kKimi: {
       // <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS<|tool_call_end|>
-      static const auto index = JsonGrammar::from_schema({{"type", "integer"}, {"minimum", 0}});
       const auto opened = g.add_node(), closing = g.add_node();
       g.add_token(call, {*format.call_open}, opened);
       for (const ToolSpec& tool : tools) {
         const auto numbered = g.add_node(), indexed = g.add_node(), args = g.add_node();
         g.add_bytes(opened, "functions." + tool.name + ":", numbered);
-        g.add_json(numbered, index, indexed);
+        add_index(g, numbered, indexed, true);
         g.add_token(indexed, {*format.separator}, args);
         g.add_json(args, tool.arguments, closing);
       }

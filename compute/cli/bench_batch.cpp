@@ -1,8 +1,10 @@
 // compute/cli/bench_batch.cpp: `sluice bench batch`, decode (greedy, or
 // sampled at --temp) of 1, 2, 4 ... sequences stepped together (Engine::step)
 // over the embedded expert cache at a budget, each arm on a fresh cache,
-// rounds interleaved. Measures aggregate and per-stream tok/s, never asserts;
-// the first sequence must produce the same tokens in every arm, which it checks.
+// rounds interleaved, lookahead on (its guesses for every sequence of a step
+// ranked together), or off and on with --compare-lookahead. Measures
+// aggregate and per-stream tok/s, never asserts; the first sequence must
+// produce the same tokens in every arm, which it checks.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,10 +20,12 @@
 #include "compute/cli/run_options.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
+#include "compute/model/routing_tap.h"
 #include "compute/model/sampler.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
 #include "proto/error.h"
+#include "router/lookahead.h"
 
 namespace sluice::cli {
 namespace {
@@ -35,13 +40,23 @@ struct BatchFlags {
   size_t threads = 0;
   float temperature = 0.0f;  // 0: greedy
   uint64_t seed = 1;         // sequence i samples with seed + i
+  std::optional<uint32_t> lookahead;
+  bool compare_lookahead = false;
   bool json = false;
+};
+
+// One arm: this many sequences, with lookahead guessing this many experts per row (0: off).
+struct Arm {
+  uint32_t sequences = 1;
+  uint32_t lookahead = 0;
 };
 
 struct ArmRun {
   double seconds = 0;
   ExpertSourceStats experts;  // decode only
   ForwardTimes times;         // decode only: where the steps' time went
+  uint64_t prefetch_reads = 0, wasted_prefetches = 0;  // decode only
+  shm::GuessStats guesses;
   std::vector<int32_t> first_tokens;
 };
 
@@ -63,16 +78,25 @@ double load_average() {
   return in >> one ? one : 0.0;
 }
 
-ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
+ArmRun run_arm(const BatchFlags& flags, const Arm& arm, uint64_t cache_bytes,
+               uint32_t mailbox_rows) {
+  const uint32_t count = arm.sequences;
+  CachedExpertSource* cached = nullptr;
   EngineOptions options;
   if (flags.threads > 0) options.threads = flags.threads;
   options.expert_source = [&](const Container& container) -> std::unique_ptr<ExpertSource> {
     ioworker::WorkerOptions worker;
     worker.cache_bytes = cache_bytes;
     worker.quiet = true;
-    return CachedExpertSource::embedded(container, worker);
+    worker.mailbox_rows = mailbox_rows;
+    auto source = CachedExpertSource::embedded(container, worker);
+    cached = source.get();
+    return source;
   };
   Engine engine(flags.model, options);
+  RoutingOptions routing_options;
+  routing_options.lookahead = arm.lookahead;
+  RoutingSession routing(engine, routing_options);
   const uint32_t vocab = engine.config().vocab;
   if (flags.prompt_tokens + flags.tokens > engine.transformer().context()) {
     fail("--prompt-tokens {} and -n {} do not fit the context of {}", flags.prompt_tokens,
@@ -102,6 +126,7 @@ ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
     samplers.emplace_back(params);
   }
   const ExpertSourceStats before = engine.experts().stats();
+  const shm::StatsSnapshot cache_before = cached->cache_stats();
   const ForwardTimes times_before = engine.transformer().times();
   const auto start = std::chrono::steady_clock::now();
   for (uint32_t step = 0; step < flags.tokens; ++step) {
@@ -114,6 +139,11 @@ ArmRun run_arm(const BatchFlags& flags, uint32_t count, uint64_t cache_bytes) {
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.experts = minus(engine.experts().stats(), before);
+  const shm::StatsSnapshot cache_after = cached->cache_stats();
+  run.prefetch_reads = cache_after.prefetch_reads - cache_before.prefetch_reads;
+  run.wasted_prefetches = cache_after.wasted_prefetches - cache_before.wasted_prefetches;
+  routing.finish();
+  run.guesses = routing.guesses();
   const ForwardTimes& after = engine.transformer().times();
   run.times = {after.kda - times_before.kda, after.attention - times_before.attention,
                after.moe - times_before.moe, after.dense - times_before.dense,
@@ -129,29 +159,49 @@ void run_batch(const BatchFlags& flags) {
     counts.push_back(static_cast<uint32_t>(n));
   }
   if (counts.empty()) fail("--sequences: no counts");
+  const uint32_t lookahead =
+      flags.lookahead ? *flags.lookahead : router::lookahead_from_environment();
+  if (flags.compare_lookahead && lookahead == 0)
+    fail("--compare-lookahead needs a --lookahead above 0");
+  std::vector<Arm> arms_run;
+  for (const uint32_t count : counts) {
+    if (flags.compare_lookahead) arms_run.push_back({count, 0});
+    arms_run.push_back({count, lookahead});
+  }
   const Container container = Container::open(flags.model);
   PlanRequest shape = plan_shape(flags.threads);
-  // The largest batch's sequences, and the engine's own, which a batch leaves unused.
-  shape.scratch.sequences = *std::max_element(counts.begin(), counts.end()) + 1;
-  const uint64_t cache_bytes = plan_for(container, flags.budget, 0, shape).cache_bytes;
-  std::vector<std::vector<ArmRun>> runs(counts.size());
+  // The largest batch's sequences, and the engine's own, which a batch leaves unused;
+  // each sequence of a step publishes a lookahead row.
+  const uint32_t widest = *std::max_element(counts.begin(), counts.end());
+  shape.scratch.sequences = widest + 1;
+  shape.mailbox_rows = widest;
+  // One budget for every arm, as a server's memory is: the floor holds the
+  // largest batch's sequences, and working sets above it are one token's.
+  const MemoryPlan plan = plan_for(container, flags.budget, 0, shape);
+  const uint64_t cache_bytes = plan.cache_bytes;
+  std::vector<std::vector<ArmRun>> runs(arms_run.size());
   const double load_before = load_average();
   for (uint32_t round = 0; round < flags.repeat; ++round) {
-    for (size_t a = 0; a < counts.size(); ++a) {
-      runs[a].push_back(run_arm(flags, counts[a], cache_bytes));
+    for (size_t a = 0; a < arms_run.size(); ++a) {
+      runs[a].push_back(run_arm(flags, arms_run[a], cache_bytes, widest));
       if (runs[a].back().first_tokens != runs[0][0].first_tokens) {
         fail(
-            "bench batch: the first sequence decoded other tokens among {} sequences than among {}",
-            counts[a], counts[0]);
+            "bench batch: the first sequence decoded other tokens among {} sequences "
+            "(lookahead {}) than among {} (lookahead {})",
+            arms_run[a].sequences, arms_run[a].lookahead, arms_run[0].sequences,
+            arms_run[0].lookahead);
       }
     }
   }
   nlohmann::json arms = nlohmann::json::array();
-  for (size_t a = 0; a < counts.size(); ++a) {
+  for (size_t a = 0; a < arms_run.size(); ++a) {
+    const uint32_t count = arms_run[a].sequences;
     std::vector<double> aggregate, hit_rate, requests_per_step, bytes_per_step, wait_share;
+    // Prefetch reads and wasted prefetches per step, and the guesses' scores.
+    std::vector<double> prefetch_reads, wasted, precision, recall;
     std::vector<double> mixer_ms, moe_ms, dense_ms, lm_head_ms;  // per step
     for (const ArmRun& r : runs[a]) {
-      aggregate.push_back(r.seconds > 0 ? double(counts[a]) * flags.tokens / r.seconds : 0.0);
+      aggregate.push_back(r.seconds > 0 ? double(count) * flags.tokens / r.seconds : 0.0);
       hit_rate.push_back(r.experts.requests ? double(r.experts.hits) / double(r.experts.requests)
                                             : 0.0);
       requests_per_step.push_back(double(r.experts.requests) / flags.tokens);
@@ -161,30 +211,47 @@ void run_batch(const BatchFlags& flags) {
       moe_ms.push_back(1e3 * r.times.moe / flags.tokens);
       dense_ms.push_back(1e3 * r.times.dense / flags.tokens);
       lm_head_ms.push_back(1e3 * r.times.lm_head / flags.tokens);
+      prefetch_reads.push_back(double(r.prefetch_reads) / flags.tokens);
+      wasted.push_back(double(r.wasted_prefetches) / flags.tokens);
+      precision.push_back(r.guesses.precision_at_1());
+      recall.push_back(r.guesses.recall());
     }
     arms.push_back(
-        {{"sequences", counts[a]},
+        {{"sequences", count},
+         {"lookahead", arms_run[a].lookahead},
          {"aggregate_tok_per_s", median(aggregate)},
-         {"per_stream_tok_per_s", median(aggregate) / counts[a]},
+         {"per_stream_tok_per_s", median(aggregate) / count},
          {"min_aggregate_tok_per_s", *std::min_element(aggregate.begin(), aggregate.end())},
          {"max_aggregate_tok_per_s", *std::max_element(aggregate.begin(), aggregate.end())},
          {"expert_requests_per_step", median(requests_per_step)},
          {"bytes_read_per_step", median(bytes_per_step)},
          {"demand_hit_rate", median(hit_rate)},
          {"wait_share", median(wait_share)},
+         {"prefetch_reads_per_step", median(prefetch_reads)},
+         {"wasted_prefetches_per_step", median(wasted)},
+         {"lookahead_precision_at_1", median(precision)},
+         {"lookahead_recall", median(recall)},
          {"step_ms",
           {{"mixer", median(mixer_ms)},
            {"moe", median(moe_ms)},
            {"dense", median(dense_ms)},
            {"lm_head", median(lm_head_ms)}}}});
   }
-  const double one = arms[0]["aggregate_tok_per_s"].get<double>();
-  for (auto& arm : arms)
+  // Each arm against the first count's arm with the same lookahead.
+  for (auto& arm : arms) {
+    const auto first = std::find_if(arms.begin(), arms.end(), [&](const nlohmann::json& other) {
+      return other["lookahead"] == arm["lookahead"];
+    });
+    const double one = (*first)["aggregate_tok_per_s"].get<double>();
     arm["speedup_over_first"] = one > 0 ? arm["aggregate_tok_per_s"].get<double>() / one : 0.0;
+  }
   if (flags.json) {
     fmt::print("{}\n", nlohmann::json{{"model", flags.model},
                                       {"budget", flags.budget},
                                       {"cache_bytes", cache_bytes},
+                                      {"cache_slots", plan.cache_slots},
+                                      {"floor_bytes", plan.floor_bytes},
+                                      {"working_set_bytes", plan.working_set_bytes},
                                       {"tokens", flags.tokens},
                                       {"prompt_tokens", flags.prompt_tokens},
                                       {"temperature", flags.temperature},
@@ -199,18 +266,19 @@ void run_batch(const BatchFlags& flags) {
   fmt::print(
       "bench batch: {} decode steps, cache {} MiB, medians of {} round(s), load {:.1f} -> {:.1f}\n",
       flags.tokens, cache_bytes >> 20, flags.repeat, load_before, load_average());
-  fmt::print("{:>9} {:>12} {:>12} {:>8} {:>14} {:>9} {:>6} {:>24}\n", "sequences", "tok/s total",
-             "per stream", "speedup", "experts/step", "hit rate", "wait", "ms/step mixer moe head");
+  fmt::print("{:>9} {:>9} {:>12} {:>12} {:>8} {:>14} {:>9} {:>6} {:>24}\n", "sequences",
+             "lookahead", "tok/s total", "per stream", "speedup", "experts/step", "hit rate",
+             "wait", "ms/step mixer moe head");
   for (const auto& arm : arms) {
     const auto& ms = arm["step_ms"];
     fmt::print(
-        "{:>9} {:>12.2f} {:>12.2f} {:>7.2f}x {:>14.1f} {:>8.1f}% {:>5.0f}% {:>10.1f} {:>6.1f} "
-        "{:>6.1f}\n",
-        arm["sequences"].get<uint32_t>(), arm["aggregate_tok_per_s"].get<double>(),
-        arm["per_stream_tok_per_s"].get<double>(), arm["speedup_over_first"].get<double>(),
-        arm["expert_requests_per_step"].get<double>(), 100 * arm["demand_hit_rate"].get<double>(),
-        100 * arm["wait_share"].get<double>(), ms["mixer"].get<double>(), ms["moe"].get<double>(),
-        ms["lm_head"].get<double>());
+        "{:>9} {:>9} {:>12.2f} {:>12.2f} {:>7.2f}x {:>14.1f} {:>8.1f}% {:>5.0f}% {:>10.1f} "
+        "{:>6.1f} {:>6.1f}\n",
+        arm["sequences"].get<uint32_t>(), arm["lookahead"].get<uint32_t>(),
+        arm["aggregate_tok_per_s"].get<double>(), arm["per_stream_tok_per_s"].get<double>(),
+        arm["speedup_over_first"].get<double>(), arm["expert_requests_per_step"].get<double>(),
+        100 * arm["demand_hit_rate"].get<double>(), 100 * arm["wait_share"].get<double>(),
+        ms["mixer"].get<double>(), ms["moe"].get<double>(), ms["lm_head"].get<double>());
   }
 }
 
@@ -240,6 +308,11 @@ void add_bench_batch(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("--seed", flags->seed, "sequence i samples with seed + i")->capture_default_str();
+  cmd->add_option(
+      "--lookahead", flags->lookahead,
+      "experts of the next layer guessed per sequence (default SLUICE_LOOKAHEAD or 6; 0: off)");
+  cmd->add_flag("--compare-lookahead", flags->compare_lookahead,
+                "run every count with lookahead off and on, in one process");
   cmd->add_option("--threads", flags->threads,
                   "compute threads (default: SLUICE_THREADS or every core)")
       ->check(at_least_one());

@@ -107,7 +107,7 @@ void run(const ChatArgs& args) {
   }
 
   EngineFlags flags = args.engine;
-  flags.images = !args.images.empty();  // the plan counts the tower from the start
+  flags.images = has_vision_tower(args.model);  // /image may load it at any turn
   flags.saved_states = 1;                // /save and /load hold a copy of the state
   EngineOptions options = flags.options();
   options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };

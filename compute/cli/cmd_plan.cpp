@@ -79,7 +79,8 @@ void add_plan_command(CLI::App& app) {
       ->check(at_least_one());
   cmd->add_option(
          "--parallel", options->parallel,
-         "Plan for `sluice serve --parallel N`: N sequences, each with its saved prompt state")
+         "Plan for `sluice serve --parallel N`: N sequences, each with its saved prompt state, "
+         "and the vision tower of a model that has one")
       ->check(CLI::Range(1u, 64u));
   cmd->add_flag("--session", options->session,
                 "Plan for `run --session` or `chat` (its /save and /load): one copy more of the "
@@ -114,6 +115,9 @@ void add_plan_command(CLI::App& app) {
     if (options->parallel > 0) {
       shape.scratch.sequences = options->parallel;
       shape.saved_states = options->parallel;
+      shape.mailbox_rows = options->parallel;
+      // serve loads a model's vision tower at its first image and keeps it.
+      shape.images = shape.images || config.vision.has_value();
     }
     if (options->session) ++shape.saved_states;
     const MemoryPlan plan = plan_for(container ? &*container : nullptr, config, name,

@@ -122,6 +122,7 @@ void run(const RunArgs& args) {
   engine.sequence().note_media(media);
   SamplingParams sampling = args.sampling;
   sampling.seed = resolve_seed(args.seed);
+  sampling.banned = never_sampled_ids(engine.config(), tok.vocab_size());
 
   std::ofstream dump;
   if (!args.dump_logits.empty()) {

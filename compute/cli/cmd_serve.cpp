@@ -97,6 +97,8 @@ void run(const ServeArgs& args) {
   EngineFlags flags = args.engine;
   flags.sequences = args.parallel;
   flags.saved_states = args.parallel;  // each slot keeps its prompt's state for the next request
+  // Any request may bring images, and the tower loaded for the first stays.
+  flags.images = has_vision_tower(args.model);
   Engine engine(args.model, flags.options());
   const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::load_from_container(args.model);
   serve::Server server(engine, tokenizer, options);

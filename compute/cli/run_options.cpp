@@ -29,7 +29,9 @@
 #include "ioworker/memory_plan.h"
 #include "ioworker/rpc_client.h"
 #include "ioworker/rpc_socket.h"
+#include "proto/container.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 
 namespace sluice::cli {
 
@@ -227,9 +229,15 @@ EngineOptions EngineFlags::options() const {
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
     worker.quiet = true;
+    worker.mailbox_rows = shape.mailbox_rows;
     return CachedExpertSource::embedded(container, worker);
   };
   return options;
+}
+
+bool has_vision_tower(const std::string& model_dir) {
+  const Container container = Container::open(model_dir);
+  return ModelConfig::from_json(container.arch(), container.config()).vision.has_value();
 }
 
 PlanRequest plan_shape(size_t threads) {
@@ -245,6 +253,8 @@ PlanRequest plan_shape(const EngineFlags& flags) {
   shape.images = flags.images;
   shape.scratch.chunk = flags.chunk;
   shape.scratch.sequences = flags.sequences;
+  // Sequences decoded together publish one lookahead row each.
+  shape.mailbox_rows = std::max(shape.mailbox_rows, flags.sequences);
   shape.saved_states = flags.saved_states;
   return shape;
 }

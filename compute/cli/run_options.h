@@ -40,6 +40,9 @@ struct EngineFlags {
 };
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
+// Whether the container's model has a vision tower: a command that may load
+// it at any turn (serve, chat's /image) plans for it from the start.
+bool has_vision_tower(const std::string& model_dir);
 // The plan's picture of this process: its threads (`threads` as --threads
 // gives it, 0: SLUICE_THREADS or every core) and its RVQ table layout; the
 // EngineFlags overload adds the chunk, sequences, saved states, --force and images.

@@ -26,6 +26,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+std::vector<int32_t> never_sampled_ids(const ModelConfig& config, size_t tokenizer_ids) {
+  std::vector<int32_t> ids;
+  if (config.vision) ids.push_back(static_cast<int32_t>(config.vision->media_pad_id));
+  if (tokenizer_ids > 0) {
+    for (size_t id = tokenizer_ids; id < config.vocab; ++id)
+      ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
 void check_logits_finite(std::span<const float> logits, std::string_view step) {
   for (size_t i = 0; i < logits.size(); ++i) {
     if (!std::isfinite(logits[i])) {
@@ -103,7 +113,9 @@ GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_
         "maximum is {})",
         prompt.size(), room, transformer_->context(), config_.max_positions);
   }
-  Sampler sampler(sampling);
+  SamplingParams params = sampling;
+  for (int32_t id : never_sampled_ids(config_)) params.banned.push_back(id);
+  Sampler sampler(params);
   GenerationStats stats;
   std::vector<float> logits(config_.vocab);
   // Penalties see the whole sequence, a resumed session's earlier tokens included.

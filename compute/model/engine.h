@@ -90,6 +90,12 @@ class MediaRowCursor {
   size_t used_ = 0;
 };
 
+// The ids no reply may contain, for SamplingParams::banned: a vision
+// model's media pad (its embedding is an image's place, never text) and,
+// given the tokenizer's vocab_size(), the ids above it that the model's
+// vocabulary pads out and no text has. generate() always bans the first.
+std::vector<int32_t> never_sampled_ids(const ModelConfig& config, size_t tokenizer_ids = 0);
+
 // Throws Error naming `step` when any logit is NaN or infinite: damage or a
 // numerical fault upstream, never something to sample from.
 void check_logits_finite(std::span<const float> logits, std::string_view step);

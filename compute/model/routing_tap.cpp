@@ -64,7 +64,8 @@ void RoutingSession::on_moe(uint32_t layer, size_t moe_index, uint32_t tokens, s
       const auto& chosen = routing[t][moe_index].experts;
       experts_.insert(experts_.end(), chosen.begin(), chosen.end());
     }
-    publisher_->publish(layer, tokens, input, per_row, experts_);
+    publisher_->publish(layer, tokens, engine_.transformer().last_call_decodes(), input, per_row,
+                        experts_);
   }
   // Routing is complete for the chunk once its last MoE layer has routed.
   if (trace_ && moe_index + 1 == moe_layers_) {

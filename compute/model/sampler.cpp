@@ -34,6 +34,13 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   const auto vocab = static_cast<int32_t>(logits.size());
   if (vocab == 0) fail("cannot sample from an empty row of logits");
   scratch_.assign(logits.begin(), logits.end());
+  if (!params_.banned.empty()) {
+    for (int32_t token : params_.banned) {
+      if (token >= 0 && token < vocab) scratch_[static_cast<size_t>(token)] = -INFINITY;
+    }
+    if (std::none_of(scratch_.begin(), scratch_.end(), [](float l) { return l > -INFINITY; }))
+      fail("every token id that may be sampled has a logit of -infinity");
+  }
   if (params_.repetition_penalty != 1.0f) {
     for (int32_t token : context) {
       if (token < 0 || token >= vocab) continue;

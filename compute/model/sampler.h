@@ -32,6 +32,10 @@ struct SamplingParams {
   float min_p = 0.0f;               // 0: off; keeps tokens with p >= min_p * p_max
   float repetition_penalty = 1.0f;  // 1: off; applied to every token already in the context
   uint64_t seed = 0;
+  // Ids never sampled whatever their logits (never_sampled_ids in engine.h:
+  // a media pad, ids the tokenizer has no text for). A row where every id
+  // left is banned, or -infinity, is an Error.
+  std::vector<int32_t> banned;
   // Not owned; outlives every Sampler made from these params. Null: no
   // constraint. A row where it allows nothing is an Error.
   TokenConstraint* constraint = nullptr;
@@ -44,7 +48,7 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // Order: repetition penalty, then greedy if temperature <= 0; otherwise
+  // Order: banned ids out, repetition penalty, then greedy if temperature <= 0; otherwise
   // temperature, top-k, softmax, top-p, min-p, and a draw from what is left.
   // With a constraint, a refused draw is redone on the masked row and the
   // chosen token is passed to its accept().

@@ -76,6 +76,8 @@ void Transformer::forward_batch(std::span<SequenceState* const> sequences,
 void Transformer::run(std::span<const Segment> segments, std::span<float> logits,
                       bool all_positions, std::span<const float> media_rows) {
   positions_.clear();
+  decodes_ = std::all_of(segments.begin(), segments.end(),
+                         [](const Segment& segment) { return segment.tokens.size() == 1; });
   for (const Segment& segment : segments) {
     const uint32_t position = segment.sequence->position();
     if (segment.sequence->context() != context_)

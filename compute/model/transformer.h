@@ -67,6 +67,9 @@ class Transformer {
   const std::vector<std::vector<Routing>>& last_routing() const { return routing_; }
   // The position each token of the last forward call ran at, in the same order.
   const std::vector<uint32_t>& last_positions() const { return positions_; }
+  // True when every sequence of the last (or current) forward call ran one
+  // token: a decode step, of one sequence or of several batched together.
+  bool last_call_decodes() const { return decodes_; }
   const ForwardTimes& times() const { return times_; }
 
   // Called for each MoE layer once its routing is decided and its records are
@@ -129,6 +132,7 @@ class Transformer {
                   const MoeWeights& lw);
   std::vector<std::vector<Routing>> routing_;
   std::vector<uint32_t> positions_;
+  bool decodes_ = false;
   MoeHook moe_hook_;
   ForwardTimes times_;
 };

@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <ctime>
+#include <thread>
 
 #include "compute/serve/api_error.h"
 #include "compute/serve/connection.h"
@@ -92,11 +93,17 @@ int Server::bind() {
 }
 
 void Server::listen() {
-  http_->listen_after_bind();
+  listen_entered_ = true;
+  if (!stopping_) http_->listen_after_bind();
+  listen_returned_ = true;
 }
 
 void Server::stop() {
+  stopping_ = true;
   scheduler_->stop();
+  // A listen() that missed stopping_ is about to run: stop it once it does
+  // (a SIGTERM right after "listening on" was otherwise lost).
+  while (listen_entered_ && !listen_returned_ && !http_->is_running()) std::this_thread::yield();
   http_->stop();
 }
 

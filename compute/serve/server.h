@@ -5,6 +5,7 @@
 // threads; only the scheduler's worker touches the engine.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -50,9 +51,10 @@ class Server {
   // Binds the listening socket; returns the port. Throws Error naming the
   // address when it cannot.
   int bind();
-  // Serves until stop(); returns when every connection is done.
+  // Serves until stop(); returns when every connection is done, or at once
+  // when stop() came first.
   void listen();
-  // Safe from any thread (a signal-watching one).
+  // Safe from any thread (a signal-watching one), before or during listen().
   void stop();
 
  private:
@@ -87,6 +89,9 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;
+  // httplib drops a stop() that comes before listen_after_bind() runs; these
+  // let stop() and listen() see each other whichever comes first.
+  std::atomic<bool> stopping_ = false, listen_entered_ = false, listen_returned_ = false;
   std::mutex random_mutex_;
   std::mt19937_64 random_;
 };

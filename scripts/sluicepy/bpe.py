@@ -49,8 +49,25 @@ _SPECIALS = {
 }
 # Specials at the top of the vocabulary, after the merges: K3-tiny's media tokens end at
 # 509 = its media_placeholder_token_id (with vocab_size 512), as K3's end at 163605 (k3.md §4.3).
+# DeepSeek-V3's and Kimi's tool-call markers, in their real order (architectures.md
+# §9.3-§9.4, serving.md §7): DeepSeek's at 128806-128814, added as normalized
+# non-special tokens as its tokenizer.json has them; Kimi's at 163595-163599.
+_DEEPSEEK_TOOL_MARKERS = ["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                          "<｜tool▁call▁end｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>",
+                          "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>", "<｜tool▁sep｜>"]
+_KIMI_TOOL_MARKERS = ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                      "<|tool_call_argument_begin|>", "<|tool_call_end|>"]
 _TAIL_SPECIALS = {"kimi_k3": ["<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>",
-                              "<|reserved_token_510|>", "<|reserved_token_511|>"]}
+                              "<|reserved_token_510|>", "<|reserved_token_511|>"],
+                  "deepseek_v3": _DEEPSEEK_TOOL_MARKERS, "kimi_k2": _KIMI_TOOL_MARKERS,
+                  "kimi_linear": _KIMI_TOOL_MARKERS}
+# Added tokens the real tokenizer marks normalized and not special (the rest are special).
+_PLAIN_ADDED = set(_DEEPSEEK_TOOL_MARKERS)
+
+
+def _added_flags(token):
+    plain = token in _PLAIN_ADDED
+    return {"normalized": plain, "special": not plain}
 _BYTE_LEVEL_OLMOE = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                      "use_regex": True}
 _BYTE_LEVEL_QWEN = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
@@ -170,7 +187,7 @@ def build_tokenizer_json(family, vocab_size, text=None):
     for token in tail:
         vocab[token] = len(vocab)
     added = [{"id": vocab[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for s in specials + tail]
+              **_added_flags(s)} for s in specials + tail]
     byte_level = _BYTE_LEVEL_OLMOE if family == "olmoe" else _BYTE_LEVEL_QWEN
     empty_affix = None if family == "olmoe" else ""
     return {
@@ -187,8 +204,8 @@ def build_tokenizer_json(family, vocab_size, text=None):
 def build_tokenizer_config(family, config):
     specials, tail = _SPECIALS[family], _TAIL_SPECIALS.get(family, [])
     ids = list(range(len(specials))) + [config["vocab_size"] - len(tail) + i for i in range(len(tail))]
-    decoder = {str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
-                        "single_word": False, "special": True} for i, s in zip(ids, specials + tail)}
+    decoder = {str(i): {"content": s, "lstrip": False, "rstrip": False, "single_word": False, **_added_flags(s)}
+               for i, s in zip(ids, specials + tail)}
     common = {"add_bos_token": False, "add_eos_token": False, "added_tokens_decoder": decoder,
               "unk_token": None,
               "model_max_length": config.get("max_position_embeddings", config.get("model_max_length"))}

@@ -55,7 +55,7 @@ HELP_OPTIONS = {
     'bench decode': ['MODEL', '--budget', '--compare-lookahead', '--repeat', '--temp', '--seed', '--json', '--threads',
                      '--routing', '--prompt-tokens', '--lookahead'],
     'bench batch': ['MODEL', '--budget', '--sequences', '--tokens', '--prompt-tokens', '--repeat', '--threads',
-                    '--json'],
+                    '--json', '--lookahead', '--compare-lookahead'],
 }
 
 

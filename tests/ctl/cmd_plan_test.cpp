@@ -73,7 +73,8 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
                       &two_threads) == 0);
   CHECK(json::parse(two_threads)["floor_bytes"].get<uint64_t>() ==
         expected_floor(manifest, 128, tables, 2));
-  // serve --parallel 3: three sequences and three saved prompt states, three logits rows more.
+  // serve --parallel 3: three sequences and three saved prompt states, three logits rows more,
+  // and lookahead mailboxes of three rows (one per sequence of a step) for each of 16 clients.
   std::string served;
   REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
                        "1", "--parallel", "3", "--json"},
@@ -83,8 +84,13 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   const uint64_t heads = manifest["config"]["num_attention_heads"];
   const uint64_t state =
       layers * 128 * uint64_t{manifest["config"]["num_key_value_heads"]} * (hidden / heads) * 2 * 4;
+  const uint64_t served_tables = json::parse(served)["cache_tables_bytes"].get<uint64_t>();
+  const uint64_t mailbox_row = (hidden + uint64_t{manifest["config"]["num_experts_per_tok"]}) * 4;
+  // Each mailbox is padded to 64 bytes, the tables to a page.
+  CHECK(served_tables + 16 * 64 >= tables + 16 * 2 * mailbox_row);
+  CHECK(served_tables <= tables + 16 * 2 * mailbox_row + 16 * 64 + 4096);
   CHECK(json::parse(served)["floor_bytes"].get<uint64_t>() ==
-        expected_floor(manifest, 128, tables) + 5 * state +
+        expected_floor(manifest, 128, served_tables) + 5 * state +
             2 * uint64_t{manifest["config"]["vocab_size"]} * 4);
 
   uint64_t stride = 0;

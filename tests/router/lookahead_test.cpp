@@ -103,8 +103,8 @@ TEST_CASE("two attached clients publishing at once each get guesses, scored agai
   for (uint32_t i = 0; i < predictor.top_k(); ++i) ids[i] = i;
   // Both publish before the router looks: with one shared mailbox the second
   // message would overwrite the first.
-  publisher_a.publish(first, 1, hidden_a, predictor.top_k(), ids);
-  publisher_b.publish(first, 1, hidden_b, predictor.top_k(), ids);
+  publisher_a.publish(first, 1, true, hidden_a, predictor.top_k(), ids);
+  publisher_b.publish(first, 1, true, hidden_b, predictor.top_k(), ids);
   REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
   REQUIRE(sent.size() == 2);
   CHECK(sent[0].first == second);
@@ -128,14 +128,122 @@ TEST_CASE("two attached clients publishing at once each get guesses, scored agai
     }
     return real;
   };
-  publisher_a.publish(second, 1, hidden_a, predictor.top_k(), routing_with(guess_a[0]));
-  publisher_b.publish(second, 1, hidden_b, predictor.top_k(), routing_with(guess_b[0]));
+  publisher_a.publish(second, 1, true, hidden_a, predictor.top_k(), routing_with(guess_a[0]));
+  publisher_b.publish(second, 1, true, hidden_b, predictor.top_k(), routing_with(guess_b[0]));
   REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
   const auto scored = shm::read_stats(worker.segment()).lookahead.layers;
   REQUIRE(scored.size() == 1);
   CHECK(scored[0].scored == 2);
   CHECK(scored[0].rank1_hits == 2);
   CHECK(shm::read_stats(worker.segment()).lookahead.skipped == 0);
+}
+
+TEST_CASE(
+    "the union of several rows' guesses is ranked by how many rows want each expert, and how "
+    "soon") {
+  // Scores (k = 3): 4 → 3, 9 → 3, 1 → 2 + 1, 6 → 2, 2 → 1. 4 and 9 tie on
+  // score and best rank (0), so the lower id leads; 1 ties with them on
+  // score but its best rank is 1.
+  const std::vector<std::vector<uint32_t>> rows = {{9, 1, 2}, {4, 6, 1}};
+  CHECK(rank_union(rows) == std::vector<uint32_t>{4, 9, 1, 6, 2});
+  // An expert every row guesses leads even when no row puts it first.
+  const std::vector<std::vector<uint32_t>> shared = {{3, 7}, {5, 7}, {8, 7}};
+  CHECK(rank_union(shared) == std::vector<uint32_t>{7, 3, 5, 8});
+  const std::vector<std::vector<uint32_t>> one = {{2, 0, 1}};
+  CHECK(rank_union(one) == std::vector<uint32_t>{2, 0, 1});
+}
+
+TEST_CASE(
+    "a batched decode step publishes every sequence's row and each gets guesses, scored per row") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  REQUIRE(container.moe_layers().size() >= 2);
+  const Predictor predictor(container);
+  const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
+  const uint32_t rows = 3, clients = 2;
+  auto segment = shm::Segment::create_anonymous(
+      ioworker::plan_cache_geometry(container, ioworker::min_cache_bytes(container, clients, rows),
+                                    clients, rows),
+      container.identity());
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
+  Lookahead lookahead(
+      predictor, *segment, 3, [&](uint32_t layer, std::span<const uint32_t> experts) {
+        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
+      });
+  Publisher publisher(*segment, 0, false);
+  const uint32_t hidden = predictor.hidden(), top_k = predictor.top_k();
+  std::vector<float> input(size_t{rows} * hidden);
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t i = 0; i < hidden; ++i)
+      input[size_t{r} * hidden + i] =
+          std::sin(0.37f * static_cast<float>(i) * static_cast<float>(r + 1) + r);
+  }
+  const auto row = [&](uint32_t r) {
+    return std::span<const float>(input).subspan(size_t{r} * hidden, hidden);
+  };
+  std::vector<uint32_t> ids(size_t{rows} * top_k);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i % top_k);
+
+  // Three tokens of one sequence are a prefill chunk: not published without `prefill`.
+  publisher.publish(first, rows, false, input, top_k, ids);
+  CHECK_FALSE(lookahead.poll(std::chrono::milliseconds(0)));
+  CHECK(sent.empty());
+
+  publisher.publish(first, rows, true, input, top_k, ids);
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0].first == second);
+  std::vector<std::vector<uint32_t>> guesses;
+  for (uint32_t r = 0; r < rows; ++r) guesses.push_back(predictor.predict(second, row(r), 3));
+  CHECK(sent[0].second == rank_union(guesses));
+  for (const auto& guess : guesses) {
+    for (uint32_t e : guess)
+      CHECK(std::find(sent[0].second.begin(), sent[0].second.end(), e) != sent[0].second.end());
+  }
+  CHECK(segment->client(0).lookahead_guesses == sent[0].second.size());
+
+  // Each row's next layer holds its own rank-1 guess: every row is scored, all at rank 1.
+  std::vector<uint32_t> real;
+  for (uint32_t r = 0; r < rows; ++r) {
+    real.push_back(guesses[r][0]);
+    for (uint32_t e = 0; real.size() < size_t{r + 1} * top_k; ++e) {
+      if (e != guesses[r][0]) real.push_back(e);
+    }
+  }
+  publisher.publish(second, rows, true, input, top_k, real);
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
+  const auto scored = shm::read_stats(*segment).lookahead.layers;
+  REQUIRE(scored.size() == 1);
+  CHECK(scored[0].layer == second);
+  CHECK(scored[0].scored == rows);
+  CHECK(scored[0].rank1_hits == rows);
+  CHECK(scored[0].real == size_t{rows} * top_k);
+}
+
+TEST_CASE("a batch wider than the mailbox publishes its first sequences") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Predictor predictor(container);
+  const uint32_t layer = container.moe_layers()[0].layer, clients = 2, mailbox_rows = 2, batch = 3;
+  auto segment = shm::Segment::create_anonymous(
+      ioworker::plan_cache_geometry(container,
+                                    ioworker::min_cache_bytes(container, clients, mailbox_rows),
+                                    clients, mailbox_rows),
+      container.identity());
+  Lookahead lookahead(predictor, *segment, 3, [](uint32_t, std::span<const uint32_t>) {});
+  Publisher publisher(*segment, 0, false);
+  const uint32_t hidden = predictor.hidden(), top_k = predictor.top_k();
+  std::vector<float> input(size_t{batch} * hidden);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i % 97) / 97.0f;
+  std::vector<uint32_t> ids(size_t{batch} * top_k);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i);
+  publisher.publish(layer, batch, true, input, top_k, ids);
+  shm::MailboxMessage message;
+  REQUIRE(shm::Mailbox(*segment, 0).read(0, message));
+  CHECK(message.rows == mailbox_rows);
+  CHECK(message.layer == layer);
+  CHECK(message.values ==
+        std::vector<float>(input.begin(), input.begin() + size_t{mailbox_rows} * hidden));
+  CHECK(message.ids ==
+        std::vector<uint32_t>(ids.begin(), ids.begin() + size_t{mailbox_rows} * top_k));
 }
 
 namespace {
@@ -250,4 +358,84 @@ TEST_CASE("output is bit-identical whichever eviction policy the cache runs, loo
   // On the smallest cache both evicted; what differs is which records.
   CHECK(density.cache.evictions > 0);
   CHECK(lru.cache.evictions > 0);
+}
+
+namespace {
+
+struct BatchOutcome {
+  std::vector<float> logits;  // every step's rows
+  shm::StatsSnapshot cache;
+  shm::MailboxMessage last_message;  // what the client's mailbox held at the end
+};
+
+// Two sequences prefilled in chunks (never published), then decoded together.
+BatchOutcome decode_two_together(const std::string& model, uint32_t lookahead) {
+  constexpr uint32_t kSequences = 2, kSteps = 8;
+  CachedExpertSource* cached = nullptr;
+  EngineOptions options;
+  options.threads = 1;
+  options.prefill_chunk = 4;
+  options.expert_source = [&](const Container& container) {
+    ioworker::WorkerOptions worker;
+    worker.readers = 2;
+    worker.quiet = true;
+    worker.mailbox_rows = kSequences;
+    worker.cache_bytes = ioworker::min_cache_bytes(container, worker.max_clients, kSequences);
+    auto source = CachedExpertSource::embedded(container, worker);
+    cached = source.get();
+    return source;
+  };
+  Engine engine(model, options);
+  RoutingOptions routing_options;
+  routing_options.lookahead = lookahead;
+  RoutingSession routing(engine, routing_options);
+  const uint32_t vocab = engine.config().vocab;
+  std::vector<SequenceState> states;
+  std::vector<float> logits(size_t{kSequences} * vocab);
+  for (uint32_t s = 0; s < kSequences; ++s) {
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 7; ++i)
+      prompt.push_back(static_cast<int32_t>((i * 53 + 11 + 29 * s) % vocab));
+    states.push_back(engine.new_sequence());
+    engine.prefill(states.back(), prompt,
+                   std::span<float>(logits).subspan(size_t{s} * vocab, vocab));
+  }
+  std::vector<SequenceState*> sequences = {&states[0], &states[1]};
+  BatchOutcome out;
+  std::vector<int32_t> tokens(kSequences);
+  for (uint32_t step = 0; step < kSteps; ++step) {
+    for (uint32_t s = 0; s < kSequences; ++s) {
+      const auto row = std::span<const float>(logits).subspan(size_t{s} * vocab, vocab);
+      tokens[s] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    }
+    engine.step(sequences, tokens, logits);
+    out.logits.insert(out.logits.end(), logits.begin(), logits.end());
+  }
+  // The router thread may be behind on a loaded machine; the last message stays in the mailbox.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (lookahead > 0 && cached->cache_stats().lookahead.messages == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  routing.finish();
+  out.cache = cached->cache_stats();
+  shm::Mailbox(cached->segment(), cached->client_id()).read(0, out.last_message);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "sequences decoded together get lookahead guesses, and their output is bit-identical with it "
+    "off") {
+  const std::string model = testing::tiny_container_or_skip();
+  const BatchOutcome off = decode_two_together(model, 0);
+  const BatchOutcome on = decode_two_together(model, kDefaultLookahead);
+  CHECK(same_bits(on.logits, off.logits));
+  CHECK(off.cache.lookahead.messages == 0);
+  CHECK(on.cache.lookahead.messages > 0);
+  CHECK(on.cache.lookahead.prefetched > 0);
+  CHECK(on.cache.prefetch_requests > 0);
+  // The messages were the batch's, one row per sequence.
+  CHECK(on.last_message.rows == 2);
 }

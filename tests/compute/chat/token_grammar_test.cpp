@@ -277,6 +277,14 @@ TEST_CASE("Kimi: functions.NAME:IDX ids, JSON arguments") {
   CHECK(first_refused(f, g, reply("functions.get_time:12", R"({"zone":"UTC"})")) == -1);
   CHECK(first_refused(f, g, reply("functions.get_wind:0", "{}")) == 2 + 15);
   CHECK(first_refused(f, g, reply("functions.get_time:x", R"({"zone":"UTC"})")) == 2 + 19);
+  // The index is plain decimal of at most 6 digits: no sign, leading zero,
+  // fraction or exponent (JSON's "-0" was taken).
+  CHECK(first_refused(f, g, reply("functions.get_time:-0", R"({"zone":"UTC"})")) == 2 + 19);
+  CHECK(first_refused(f, g, reply("functions.get_time:01", R"({"zone":"UTC"})")) == 2 + 20);
+  CHECK(first_refused(f, g, reply("functions.get_time:1e0", R"({"zone":"UTC"})")) == 2 + 20);
+  CHECK(first_refused(f, g, reply("functions.get_time:1.0", R"({"zone":"UTC"})")) == 2 + 20);
+  CHECK(first_refused(f, g, reply("functions.get_time:999999", R"({"zone":"UTC"})")) == -1);
+  CHECK(first_refused(f, g, reply("functions.get_time:1000000", R"({"zone":"UTC"})")) == 2 + 25);
   CHECK(first_refused(f, g, reply("functions.get_time:0", R"({"zone":7})")) > 0);
   CHECK(first_refused(f, g, reply("functions.get_time:0", "{}")) > 0);  // zone is required
 }
@@ -319,6 +327,8 @@ TEST_CASE("XTML (Kimi K3): a required call as argument elements, strings raw") {
   CHECK(refused({{"city", "string", "Paris"}, {"wind", "number", "1"}}));
   CHECK(refused({{"zone", "string", "Europe/Paris!"}}, "get_time"));
   CHECK(refused({{"city", "string", "Paris"}}, "get_wind"));
+  // Indices count from 1.
+  CHECK(first_refused(f, g, xtml_reply(f, {xtml_call(f, "get_weather", 0, {{"city", "string", "Paris"}})})) > 0);
   CHECK(first_refused(f, g, ids({"Sure"})) == 0);
   // Several calls only when parallel calls are allowed.
   const auto two = xtml_reply(f, {xtml_call(f, "get_weather", 1, {{"city", "string", "Paris"}}),

@@ -63,6 +63,24 @@ TEST_CASE("greedy takes the largest logit, lowest id on ties") {
   CHECK(sampler.sample(std::vector<float>{0.1f, 3.0f, -1.0f, 3.0f}, {}) == 1);
 }
 
+TEST_CASE("a banned id is never sampled, whatever its logit, and a row of banned ids is refused") {
+  SamplingParams params;
+  params.banned = {1, 3, 99};  // 99 is past the row: ignored
+  const std::vector<float> logits{0.5f, 40.0f, 0.25f, 41.0f, 0.0f};
+  CHECK(Sampler(params).sample(logits, {}) == 0);
+  CHECK(Sampler(SamplingParams{}).sample(logits, {}) == 3);
+  params.temperature = 1.0f;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    params.seed = seed;
+    const auto counts = histogram(params, logits, 200);
+    CHECK(counts.count(1) == 0);
+    CHECK(counts.count(3) == 0);
+    CHECK(counts.size() == 3);  // 0, 2 and 4 are all drawn at these logits
+  }
+  params.banned = {0, 1, 2, 3, 4};
+  CHECK_THROWS_AS(Sampler(params).sample(logits, {}), Error);
+}
+
 TEST_CASE("repetition penalty can change the greedy choice") {
   SamplingParams params;
   params.repetition_penalty = 2.0f;

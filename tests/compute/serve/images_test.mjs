@@ -5,10 +5,12 @@
 // prompt that holds the same image, and prefix reuse never takes another
 // image of the same size for it. http(s) URLs, paths and bytes that are not an
 // image are 400s naming the param; an image larger than --max-body is a 413;
-// a model without a vision tower refuses the part with a 400. Exits 77
-// (skipped) without the client.
+// a model without a vision tower refuses the part with a 400. serve's budget
+// holds the tower from the start, and the media pad is never sampled. Exits
+// 77 (skipped) without the client.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
@@ -157,6 +159,32 @@ describe("sluice serve with images", () => {
       body: JSON.stringify({ messages: asking(big), max_tokens: 1 }) });
     assert.equal(res.status, 413);
     assert.match((await res.json()).error.message, /65536/);
+  });
+
+  it("plans for the vision tower from the start: a budget without room for it is refused", async () => {
+    const plan = JSON.parse(run([SLUICE, "plan", model, "--parallel", "1", "--threads", "1", "--json"]));
+    assert.equal(plan.images, true, "plan --parallel counts the tower serve keeps");
+    assert.ok(plan.vision_bytes > 0);
+    const without = plan.floor_bytes - plan.vision_bytes;
+    const refused = spawnSync(SLUICE, ["serve", model, "--port", "0", "--threads", "1", "--budget", String(without)],
+                              { encoding: "utf8", timeout: 60000 });
+    assert.equal(refused.status, 1, `serve refuses a budget with no room for the tower: ${refused.stderr}`);
+    assert.match(refused.stderr, /floor/);
+    assert.match(refused.stderr, /vision tower/);
+    const fits = await start(model, ["--budget", String(plan.floor_bytes)]);
+    assert.equal(await stop(fits), 0, "serve at the floor with the tower exits 0 on SIGTERM: " + fits.log());
+  });
+
+  it("never samples the media pad, whose embedding is an image's place", async () => {
+    // Text skips special tokens, so a sampled pad would show as missing text:
+    // pushed up or down by logit_bias, the pad leaves the reply unchanged.
+    const pad = special["<|media_pad|>"];
+    const reply = async (bias) => (await client.completions.create(
+      { model: "k3.sluice", prompt: [5, 9, 12], max_tokens: 4, temperature: 0, logit_bias: { [pad]: bias } }));
+    const pushed = await reply(100), pushed_away = await reply(-100);
+    assert.notEqual(pushed_away.choices[0].text, "");
+    assert.equal(pushed.choices[0].text, pushed_away.choices[0].text);
+    assert.equal(pushed.usage.completion_tokens, 4);
   });
 
   it("a model without a vision tower refuses an image part with a 400", async () => {
