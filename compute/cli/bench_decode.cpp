@@ -1,15 +1,16 @@
 // compute/cli/bench_decode.cpp: `sluice bench decode`, decode (greedy, or a
 // seeded draw) over the embedded expert cache at a given budget, with
-// lookahead off and on (and on in prefill too) in one process, each arm on a
-// fresh cache; optionally with synthetic or recorded routing in place of the
-// model's router, and the disk's and memory's bandwidth measured in the same
-// run. Measures, never asserts; the arms must produce the same tokens, which
-// it checks.
+// lookahead off and on (and on in prefill too), or the next layer's batch
+// held and not, in one process, each arm on a fresh cache; optionally with synthetic or recorded
+// routing in place of the model's router, and the disk's and memory's bandwidth measured in the
+// same run. Measures, never asserts; the arms must produce the same tokens, which it checks.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "compute/cli/bench_disk.h"
 #include "compute/cli/bench_routing.h"
 #include "compute/cli/commands.h"
+#include "compute/cli/io_bound.h"
 #include "compute/cli/run_options.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
@@ -36,6 +38,8 @@ struct DecodeFlags {
   std::string model;
   std::string budget;
   bool compare = false;
+  bool compare_hold = false;
+  std::optional<uint32_t> hold;  // unset: the engine's default (hold_from_environment)
   uint32_t tokens = 32;
   uint32_t prompt_tokens = 64;
   uint32_t lookahead = router::kDefaultLookahead;
@@ -133,12 +137,16 @@ struct Arm {
   std::string name;
   uint32_t lookahead = 0;
   bool in_prefill = false;
+  uint32_t hold = 0;
 };
 
 struct PhaseFigures {
   double seconds = 0;
   uint64_t requests = 0, hits = 0, demand_reads = 0, prefetch_reads = 0, bytes_read = 0, wasted_prefetches = 0;
+  uint64_t held = 0, held_used = 0, held_reads = 0,
+           read_depth = 0;  // read_depth: the worker's at the end
   double wait_seconds = 0;
+  double read_seconds = 0, read_busy_seconds = 0;  // summed latency; time with a read in flight
   ForwardTimes times;  // where the phase's seconds went
 };
 
@@ -165,6 +173,12 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   f.prefetch_reads = b.cache.prefetch_reads - a.cache.prefetch_reads;
   f.bytes_read = b.cache.bytes_read - a.cache.bytes_read;
   f.wasted_prefetches = b.cache.wasted_prefetches - a.cache.wasted_prefetches;
+  f.held = b.cache.held - a.cache.held;
+  f.held_used = b.cache.held_used - a.cache.held_used;
+  f.held_reads = b.cache.held_reads - a.cache.held_reads;
+  f.read_depth = b.cache.read_depth;
+  f.read_seconds = b.cache.read_seconds_total - a.cache.read_seconds_total;
+  f.read_busy_seconds = b.cache.read_busy_seconds - a.cache.read_busy_seconds;
   f.times = {b.times.kda - a.times.kda, b.times.attention - a.times.attention, b.times.moe - a.times.moe,
              b.times.dense - a.times.dense, b.times.lm_head - a.times.lm_head};
   return f;
@@ -182,6 +196,7 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   CachedExpertSource* cached = nullptr;
   EngineOptions options;
   if (flags.threads > 0) options.threads = flags.threads;
+  options.hold_next = arm.hold;
   options.expert_source = [&](const Container& container) {
     ioworker::WorkerOptions worker;
     worker.cache_bytes = cache_bytes;
@@ -257,6 +272,11 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"demand_reads", f.demand_reads},
           {"prefetch_reads", f.prefetch_reads},
           {"wasted_prefetches", f.wasted_prefetches},
+          {"held", f.held},
+          {"held_used", f.held_used},
+          {"held_reads", f.held_reads},
+          {"read_depth", f.read_depth},
+          {"read_depth_mean", mean_read_depth(f.read_seconds, f.read_busy_seconds)},
           {"bytes_read", f.bytes_read},
           {"bytes_read_per_token", tokens ? double(f.bytes_read) / tokens : 0.0},
           {"wait_seconds", f.wait_seconds},
@@ -267,11 +287,12 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
 struct ArmSummary {
   double tok_per_s = 0, min_tok_per_s = 0, max_tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0,
          wait_share = 0, compute_seconds_per_token = 0, prefill_seconds = 0, prefill_bytes = 0;
+  double read_depth = 0;  // mean reads in flight while reading
   nlohmann::json seconds_per_token;  // per part, the median over runs
 };
 
 ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
-  std::vector<double> rate, hits, bytes, wait, share, compute, prefill, prefill_bytes;
+  std::vector<double> rate, hits, bytes, wait, share, compute, prefill, prefill_bytes, depth;
   for (const ArmResult& r : runs) {
     const PhaseFigures& d = r.decode;
     rate.push_back(d.seconds > 0 ? tokens / d.seconds : 0.0);
@@ -282,6 +303,7 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
     compute.push_back(tokens ? std::max(0.0, d.seconds - d.wait_seconds) / tokens : 0.0);
     prefill.push_back(r.prefill.seconds);
     prefill_bytes.push_back(double(r.prefill.bytes_read));
+    depth.push_back(mean_read_depth(d.read_seconds, d.read_busy_seconds));
   }
   nlohmann::json parts = nlohmann::json::object();
   const nlohmann::json names = per_token_json(runs.front().decode, tokens);
@@ -300,15 +322,20 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
           median(compute),
           median(prefill),
           median(prefill_bytes),
+          median(depth),
           parts};
 }
 
-// Achieved tok/s over what the bytes missed per token at the disk's
-// bandwidth, plus the compute time, allow: 1 means the disk is the only limit.
-double io_bound_ratio(const ArmSummary& m, double disk_gbps) {
-  if (disk_gbps <= 0) return 0.0;
-  const double allowed_seconds = m.bytes_per_token / (disk_gbps * 1e9) + m.compute_seconds_per_token;
-  return allowed_seconds > 0 ? m.tok_per_s * allowed_seconds : 0.0;
+// The raw reads that an arm's disk figure takes: as many threads as the
+// worker kept reads in flight, on average, while it read (--readers when it
+// read nothing).
+uint32_t depth_threads(const ArmSummary& m, uint32_t readers) {
+  if (m.read_depth <= 0) return std::max<uint32_t>(readers, 1);
+  return static_cast<uint32_t>(std::clamp(std::lround(m.read_depth), 1L, 64L));
+}
+
+double arm_io_bound_ratio(const ArmSummary& m, double disk_gbps) {
+  return io_bound_ratio(m.tok_per_s, m.bytes_per_token, disk_gbps * 1e9, m.compute_seconds_per_token);
 }
 
 // The machine as this run found it: raw O_DIRECT reads at the record size
@@ -340,20 +367,30 @@ void run_decode(const DecodeFlags& flags) {
                                                    container, slots, clients, mailbox_rows(flags))
                                              : plan.cache_bytes;
   const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
-  if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
+  if (!flags.routing.empty() &&
+      (flags.compare || flags.lookahead > 0 || flags.compare_hold || flags.hold.value_or(0) > 0)) {
     fail(
-        "--routing replaces the model's router, which lookahead predicts: use it with --lookahead "
-        "0");
+        "--routing replaces the model's router, which lookahead and --hold predict: use it with "
+        "--lookahead 0 and no hold");
   }
   const std::vector<router::TraceToken> routing =
       flags.routing.empty() ? std::vector<router::TraceToken>{} : load_routing(flags.routing, container, flags.tokens);
   std::vector<Arm> arms;
+  if (flags.compare && flags.compare_hold)
+    fail("--compare-lookahead and --compare-hold: pick one comparison");
+  // Replaced routing has no guesses to hold.
+  const uint32_t hold = !flags.routing.empty() ? 0
+                        : flags.hold           ? *flags.hold
+                                               : hold_from_environment(container.top_k());
   if (flags.compare) {
-    arms = {{"lookahead off", 0, false},
-            {"lookahead on", flags.lookahead, false},
-            {"lookahead on, also in prefill", flags.lookahead, true}};
+    arms = {{"lookahead off", 0, false, hold},
+            {"lookahead on", flags.lookahead, false, hold},
+            {"lookahead on, also in prefill", flags.lookahead, true, hold}};
+  } else if (flags.compare_hold) {
+    arms = {{"next batch not held", flags.lookahead, false, 0},
+            {"next batch held", flags.lookahead, false, hold > 0 ? hold : container.top_k()}};
   } else {
-    arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false}};
+    arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false, hold}};
   }
   // Rounds interleave the arms, so drift in the machine's load hits them alike;
   // the machine is measured before and after them.
@@ -372,6 +409,14 @@ void run_decode(const DecodeFlags& flags) {
   const double mem_gbps = median({before.memory_gbps, after.memory_gbps});
   std::vector<ArmSummary> summaries;
   for (const auto& arm_runs : runs) summaries.push_back(summarize(arm_runs, flags.tokens));
+  // The disk at the depth each arm's reads actually ran, once the arms have shown it.
+  std::map<uint32_t, double> gbps_at_depth;
+  bool depth_direct = true;
+  for (const ArmSummary& m : summaries) {
+    const uint32_t threads = depth_threads(m, flags.readers);
+    if (!gbps_at_depth.contains(threads))
+      gbps_at_depth[threads] = raw_reads(container, threads, flags.disk_seconds, depth_direct).gbps;
+  }
   const double off_rate = summaries[0].tok_per_s;
 
   if (flags.json) {
@@ -390,13 +435,14 @@ void run_decode(const DecodeFlags& flags) {
                             {"o_direct_gbps", disk_gbps},
                             {"o_direct_gbps_before", before.disk_gbps},
                             {"o_direct_gbps_after", after.disk_gbps},
-                            {"direct", before.disk_direct && after.disk_direct},
+                            {"direct", before.disk_direct && after.disk_direct && depth_direct},
                             {"threads", std::max<uint32_t>(flags.readers, 1)}}},
                           {"memory_gbps", mem_gbps},
                           {"memory_buffer_bytes", memory_buffer},
                           {"arms", nlohmann::json::array()}};
     for (size_t a = 0; a < arms.size(); ++a) {
       const ArmSummary& m = summaries[a];
+      const uint32_t threads = depth_threads(m, flags.readers);
       nlohmann::json each = nlohmann::json::array();
       for (const ArmResult& r : runs[a]) {
         each.push_back(
@@ -406,13 +452,22 @@ void run_decode(const DecodeFlags& flags) {
           {{"name", arms[a].name},
            {"lookahead", arms[a].lookahead},
            {"lookahead_in_prefill", arms[a].in_prefill},
+           {"hold", arms[a].hold},
            {"precision_at_1", runs[a].back().precision_at_1},
            {"recall", runs[a].back().recall},
-           {"decode_tok_per_s", {{"median", m.tok_per_s}, {"min", m.min_tok_per_s}, {"max", m.max_tok_per_s}}},
+           {"decode_tok_per_s",
+            {{"median", m.tok_per_s}, {"min", m.min_tok_per_s}, {"max", m.max_tok_per_s}}},
            {"hit_rate", m.hit_rate},
            {"bytes_read_per_token", m.bytes_per_token},
            {"read_wait_share", m.wait_share},
-           {"io_bound_ratio", io_bound_ratio(m, disk_gbps)},
+           {"io_bound_ratio", arm_io_bound_ratio(m, gbps_at_depth.at(threads))},
+           {"io_bound",
+            {{"read_depth_mean", m.read_depth},
+             {"disk_threads", threads},
+             {"o_direct_gbps_at_depth", gbps_at_depth.at(threads)},
+             {"read_seconds_per_token",
+              gbps_at_depth.at(threads) > 0 ? m.bytes_per_token / (gbps_at_depth.at(threads) * 1e9) : 0.0},
+             {"compute_seconds_per_token", m.compute_seconds_per_token}}},
            {"median",
             {{"decode_tok_per_s", m.tok_per_s},
              {"decode_speedup_vs_first_arm", off_rate > 0 ? m.tok_per_s / off_rate : 0.0},
@@ -420,7 +475,8 @@ void run_decode(const DecodeFlags& flags) {
              {"bytes_read_per_token", m.bytes_per_token},
              {"wait_seconds", m.wait_seconds},
              {"prefill_seconds", m.prefill_seconds},
-             {"prefill_tok_per_s", m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
+             {"prefill_tok_per_s",
+              m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
              {"prefill_bytes_read", m.prefill_bytes},
              {"decode_seconds_per_token", m.seconds_per_token}}},
            {"runs", each}});
@@ -444,8 +500,12 @@ void run_decode(const DecodeFlags& flags) {
       fmt::print("; guesses P@1 {:.1f}%, recall {:.1f}%", 100 * runs[a].back().precision_at_1,
                  100 * runs[a].back().recall);
     }
-    fmt::print("; {:.0f}% of the step waiting, io_bound_ratio {:.2f}; prefill {:.2f} s, {:.1f} MB\n",
-               100 * m.wait_share, io_bound_ratio(m, disk_gbps), m.prefill_seconds, m.prefill_bytes / 1e6);
+    const uint32_t threads = depth_threads(m, flags.readers);
+    fmt::print(
+        "; {:.0f}% of the step waiting, io_bound_ratio {:.2f} (disk {:.2f} GB/s at {} in flight); "
+        "prefill {:.2f} s, {:.1f} MB\n",
+        100 * m.wait_share, arm_io_bound_ratio(m, gbps_at_depth.at(threads)),
+        gbps_at_depth.at(threads), threads, m.prefill_seconds, m.prefill_bytes / 1e6);
     fmt::print("    ms per token:");
     for (const auto& [part, seconds] : m.seconds_per_token.items()) fmt::print(" {} {:.1f}", part, 1e3 * seconds.get<double>());
     fmt::print("\n");
@@ -463,6 +523,13 @@ void add_bench_decode(CLI::App& bench) {
       ->required()
       ->check(memory_size());
   cmd->add_flag("--compare-lookahead", flags->compare, "run lookahead off, on, and on in prefill too, in one process");
+  cmd->add_flag(
+      "--compare-hold", flags->compare_hold,
+      "run with the next layer's batch not held and held (--hold, default top-k), in one process");
+  cmd->add_option(
+      "--hold", flags->hold,
+      "experts of the next layer held per decode step (default SLUICE_HOLD or top-k; 0: "
+      "off)");
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();
   cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")
