@@ -109,6 +109,8 @@ class Worker::Impl {
   void assign_prefetch(const shm::RingEntry& entry, Pass& pass);
   uint32_t unpinned_slots() const;
   std::optional<uint32_t> take_back_held(uint32_t demanding_client);
+  // Unpins every hold of `slot` when only holds pin it; true when it did.
+  bool release_holds_of(uint32_t slot);
   void fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pass& pass);
   void evict(uint32_t slot);
   // `reads` more (or fewer) in flight from `at_ns`.
@@ -305,8 +307,10 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
   }
   if (slot) {
     shm::SlotEntry& s = segment_->slot(*slot);
-    if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kFailed) && s.pins == 0) {
-      fill(*slot, key, shm::ReadOrigin::kDemand, pass);  // a failed read gets one more try per request
+    // A failed read gets one more try per request, a failed hold's read too.
+    if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kFailed) &&
+        (s.pins == 0 || release_holds_of(*slot))) {
+      fill(*slot, key, shm::ReadOrigin::kDemand, pass);
     }
   } else {
     slot = evictor_->choose(*segment_, entry.layer);
@@ -335,14 +339,6 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
 // scheduler, which comes back here.
 std::optional<uint32_t> Worker::Impl::take_back_held(uint32_t demanding_client) {
   const shm::Geometry& g = segment_->geometry();
-  std::vector<uint32_t> hold_pins(g.slot_count, 0);
-  for (uint32_t c = 0; c < g.max_clients; ++c) {
-    const std::span<uint32_t> pins = segment_->client_pins(c);
-    for (uint32_t i = 0; i < g.pins_per_client; ++i) {
-      const uint32_t pinned = pins[shm::hold_position(g, i)];
-      if (pinned != shm::kNoSlot && pinned - 1 < g.slot_count) ++hold_pins[pinned - 1];
-    }
-  }
   for (uint32_t n = 0; n < g.max_clients; ++n) {
     const uint32_t c = (demanding_client + n) % g.max_clients;
     const std::span<uint32_t> pins = segment_->client_pins(c);
@@ -350,22 +346,31 @@ std::optional<uint32_t> Worker::Impl::take_back_held(uint32_t demanding_client) 
       const uint32_t pinned = pins[shm::hold_position(g, i)];
       if (pinned == shm::kNoSlot || pinned - 1 >= g.slot_count) continue;
       const uint32_t slot = pinned - 1;
-      shm::SlotEntry& s = segment_->slot(slot);
-      if (hold_pins[slot] != s.pins ||
-          s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kLoading))
-        continue;
-      for (uint32_t other = 0; other < g.max_clients; ++other) {
-        const std::span<uint32_t> other_pins = segment_->client_pins(other);
-        for (uint32_t j = 0; j < g.pins_per_client; ++j) {
-          if (other_pins[shm::hold_position(g, j)] != pinned) continue;
-          shm::unpin_position(*segment_, other, shm::hold_position(g, j));
-          segment_->stats().held_revoked.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-      if (evictable(s)) return slot;
+      const shm::SlotEntry& s = segment_->slot(slot);
+      if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kLoading)) continue;
+      if (release_holds_of(slot) && evictable(s)) return slot;
     }
   }
   return std::nullopt;
+}
+
+bool Worker::Impl::release_holds_of(uint32_t slot) {
+  const shm::Geometry& g = segment_->geometry();
+  const shm::SlotEntry& s = segment_->slot(slot);
+  uint32_t holds = 0;
+  for (uint32_t c = 0; c < g.max_clients; ++c) {
+    const std::span<uint32_t> pins = segment_->client_pins(c);
+    for (uint32_t i = 0; i < g.pins_per_client; ++i) holds += pins[shm::hold_position(g, i)] == slot + 1 ? 1 : 0;
+  }
+  if (holds == 0 || holds != s.pins) return false;  // a batch pins it too
+  for (uint32_t c = 0; c < g.max_clients; ++c) {
+    const std::span<uint32_t> pins = segment_->client_pins(c);
+    for (uint32_t i = 0; i < g.pins_per_client; ++i) {
+      if (pins[shm::hold_position(g, i)] == slot + 1) shm::unpin_position(*segment_, c, shm::hold_position(g, i));
+    }
+  }
+  segment_->stats().held_revoked.fetch_add(holds, std::memory_order_relaxed);
+  return true;
 }
 
 uint32_t Worker::Impl::unpinned_slots() const {
@@ -498,6 +503,21 @@ void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> probl
   shm::StatsBlock& stats = segment_->stats();
   const uint64_t done_ns = shm::monotonic_ns();
   const uint64_t elapsed = done_ns - job.submitted_ns;
+  // Counted before the slot turns READY: a client that sees the record and
+  // then snapshots the stats finds its read in them (bench decode's phases).
+  if (problem) {
+    stats.read_errors.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    const auto origin = static_cast<shm::ReadOrigin>(job.origin);
+    (origin == shm::ReadOrigin::kDemand ? stats.demand_reads
+     : origin == shm::ReadOrigin::kHold ? stats.held_reads
+                                        : stats.prefetch_reads)
+        .fetch_add(1, std::memory_order_relaxed);
+    stats.bytes_read.fetch_add(container_.moe_layer(job.layer).record_stride, std::memory_order_relaxed);
+  }
+  stats.read_ns_total.fetch_add(elapsed, std::memory_order_relaxed);
+  stats.latency[shm::latency_bucket(elapsed)].fetch_add(1, std::memory_order_relaxed);
+  count_busy(-1, done_ns);  // where its latency ends, so a lone read's busy time is its latency
   uint64_t waiters = 0;
   try {
     shm::SlotEntry& s = segment_->slot(job.slot);
@@ -519,26 +539,13 @@ void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> probl
   } catch (const Error& e) {
     std::fprintf(stderr, "sluice-io: completing a read of layer %u expert %u: %s\n", job.layer, job.expert, e.what());
   }
-  if (problem) {
-    stats.read_errors.fetch_add(1, std::memory_order_relaxed);
-    if (!options_.quiet) {
-      std::fprintf(stderr, "sluice-io: layer %u expert %u: %s\n", job.layer, job.expert, problem->c_str());
-    }
-  } else {
-    const auto origin = static_cast<shm::ReadOrigin>(job.origin);
-    (origin == shm::ReadOrigin::kDemand ? stats.demand_reads
-     : origin == shm::ReadOrigin::kHold ? stats.held_reads
-                                        : stats.prefetch_reads)
-        .fetch_add(1, std::memory_order_relaxed);
-    stats.bytes_read.fetch_add(container_.moe_layer(job.layer).record_stride, std::memory_order_relaxed);
+  if (problem && !options_.quiet) {
+    std::fprintf(stderr, "sluice-io: layer %u expert %u: %s\n", job.layer, job.expert, problem->c_str());
   }
-  stats.read_ns_total.fetch_add(elapsed, std::memory_order_relaxed);
-  stats.latency[shm::latency_bucket(elapsed)].fetch_add(1, std::memory_order_relaxed);
   stats.inflight.fetch_sub(1, std::memory_order_relaxed);
   for (uint32_t c = 0; c < segment_->geometry().max_clients; ++c) {
     if (waiters & (uint64_t{1} << c)) shm::futex_bump(segment_->client(c).notify);
   }
-  count_busy(-1, done_ns);  // where its latency ends, so a lone read's busy time is its latency
   inflight_.fetch_sub(1);
   shm::futex_bump(segment_->header().work);  // a reader is free: schedule more
 }

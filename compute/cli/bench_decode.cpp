@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -155,6 +154,9 @@ struct ArmResult {
   PhaseFigures prefill, decode;
   std::vector<int32_t> tokens;
   double precision_at_1 = 0, recall = 0;
+  // The disk right after the run, at the depth its decode's reads ran.
+  uint32_t disk_threads = 0;
+  double disk_gbps_at_depth = 0;
 };
 
 struct Counters {
@@ -288,11 +290,13 @@ struct ArmSummary {
   double tok_per_s = 0, min_tok_per_s = 0, max_tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0,
          wait_share = 0, compute_seconds_per_token = 0, prefill_seconds = 0, prefill_bytes = 0;
   double read_depth = 0;  // mean reads in flight while reading
+  double disk_threads = 0, disk_gbps_at_depth = 0, read_seconds_per_token = 0, io_bound_ratio = 0;
   nlohmann::json seconds_per_token;  // per part, the median over runs
 };
 
 ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
   std::vector<double> rate, hits, bytes, wait, share, compute, prefill, prefill_bytes, depth;
+  std::vector<double> threads, gbps, read_time, bound;
   for (const ArmResult& r : runs) {
     const PhaseFigures& d = r.decode;
     rate.push_back(d.seconds > 0 ? tokens / d.seconds : 0.0);
@@ -304,6 +308,10 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
     prefill.push_back(r.prefill.seconds);
     prefill_bytes.push_back(double(r.prefill.bytes_read));
     depth.push_back(mean_read_depth(d.read_seconds, d.read_busy_seconds));
+    threads.push_back(r.disk_threads);
+    gbps.push_back(r.disk_gbps_at_depth);
+    read_time.push_back(r.disk_gbps_at_depth > 0 ? bytes.back() / (r.disk_gbps_at_depth * 1e9) : 0.0);
+    bound.push_back(io_bound_ratio(rate.back(), bytes.back(), r.disk_gbps_at_depth * 1e9, compute.back()));
   }
   nlohmann::json parts = nlohmann::json::object();
   const nlohmann::json names = per_token_json(runs.front().decode, tokens);
@@ -323,19 +331,20 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
           median(prefill),
           median(prefill_bytes),
           median(depth),
+          median(threads),
+          median(gbps),
+          median(read_time),
+          median(bound),
           parts};
 }
 
-// The raw reads that an arm's disk figure takes: as many threads as the
-// worker kept reads in flight, on average, while it read (--readers when it
-// read nothing).
-uint32_t depth_threads(const ArmSummary& m, uint32_t readers) {
-  if (m.read_depth <= 0) return std::max<uint32_t>(readers, 1);
-  return static_cast<uint32_t>(std::clamp(std::lround(m.read_depth), 1L, 64L));
-}
-
-double arm_io_bound_ratio(const ArmSummary& m, double disk_gbps) {
-  return io_bound_ratio(m.tok_per_s, m.bytes_per_token, disk_gbps * 1e9, m.compute_seconds_per_token);
+// The raw reads that a run's disk figure takes: as many threads as the
+// worker kept reads in flight, on average, while its decode read (--readers
+// when it read nothing).
+uint32_t depth_threads(const PhaseFigures& decode, uint32_t readers) {
+  const double depth = mean_read_depth(decode.read_seconds, decode.read_busy_seconds);
+  if (depth <= 0) return std::max<uint32_t>(readers, 1);
+  return static_cast<uint32_t>(std::clamp(std::lround(depth), 1L, 64L));
 }
 
 // The machine as this run found it: raw O_DIRECT reads at the record size
@@ -394,11 +403,16 @@ void run_decode(const DecodeFlags& flags) {
   }
   // Rounds interleave the arms, so drift in the machine's load hits them alike;
   // the machine is measured before and after them.
+  bool depth_direct = true;
   const Machine before = measure_machine(container, flags, memory_buffer);
   std::vector<std::vector<ArmResult>> runs(arms.size());
   for (uint32_t round = 0; round < flags.repeat; ++round) {
     for (size_t a = 0; a < arms.size(); ++a) {
       runs[a].push_back(run_arm(flags, arms[a], cache_bytes, routing));
+      // Right after the run, so the disk's drift between rounds hits the ratio's two sides alike.
+      ArmResult& run = runs[a].back();
+      run.disk_threads = depth_threads(run.decode, flags.readers);
+      run.disk_gbps_at_depth = raw_reads(container, run.disk_threads, flags.disk_seconds, depth_direct).gbps;
       if (runs[a].back().tokens != runs[0][0].tokens) {
         fail("bench decode: '{}' generated other tokens than '{}'", arms[a].name, arms[0].name);
       }
@@ -409,14 +423,6 @@ void run_decode(const DecodeFlags& flags) {
   const double mem_gbps = median({before.memory_gbps, after.memory_gbps});
   std::vector<ArmSummary> summaries;
   for (const auto& arm_runs : runs) summaries.push_back(summarize(arm_runs, flags.tokens));
-  // The disk at the depth each arm's reads actually ran, once the arms have shown it.
-  std::map<uint32_t, double> gbps_at_depth;
-  bool depth_direct = true;
-  for (const ArmSummary& m : summaries) {
-    const uint32_t threads = depth_threads(m, flags.readers);
-    if (!gbps_at_depth.contains(threads))
-      gbps_at_depth[threads] = raw_reads(container, threads, flags.disk_seconds, depth_direct).gbps;
-  }
   const double off_rate = summaries[0].tok_per_s;
 
   if (flags.json) {
@@ -442,11 +448,12 @@ void run_decode(const DecodeFlags& flags) {
                           {"arms", nlohmann::json::array()}};
     for (size_t a = 0; a < arms.size(); ++a) {
       const ArmSummary& m = summaries[a];
-      const uint32_t threads = depth_threads(m, flags.readers);
       nlohmann::json each = nlohmann::json::array();
       for (const ArmResult& r : runs[a]) {
         each.push_back(
-            {{"prefill", phase_json(r.prefill, flags.prompt_tokens)}, {"decode", phase_json(r.decode, flags.tokens)}});
+            {{"prefill", phase_json(r.prefill, flags.prompt_tokens)},
+             {"decode", phase_json(r.decode, flags.tokens)},
+             {"disk_after_run", {{"threads", r.disk_threads}, {"o_direct_gbps", r.disk_gbps_at_depth}}}});
       }
       out["arms"].push_back(
           {{"name", arms[a].name},
@@ -460,13 +467,12 @@ void run_decode(const DecodeFlags& flags) {
            {"hit_rate", m.hit_rate},
            {"bytes_read_per_token", m.bytes_per_token},
            {"read_wait_share", m.wait_share},
-           {"io_bound_ratio", arm_io_bound_ratio(m, gbps_at_depth.at(threads))},
+           {"io_bound_ratio", m.io_bound_ratio},
            {"io_bound",
             {{"read_depth_mean", m.read_depth},
-             {"disk_threads", threads},
-             {"o_direct_gbps_at_depth", gbps_at_depth.at(threads)},
-             {"read_seconds_per_token",
-              gbps_at_depth.at(threads) > 0 ? m.bytes_per_token / (gbps_at_depth.at(threads) * 1e9) : 0.0},
+             {"disk_threads", m.disk_threads},
+             {"o_direct_gbps_at_depth", m.disk_gbps_at_depth},
+             {"read_seconds_per_token", m.read_seconds_per_token},
              {"compute_seconds_per_token", m.compute_seconds_per_token}}},
            {"median",
             {{"decode_tok_per_s", m.tok_per_s},
@@ -500,12 +506,11 @@ void run_decode(const DecodeFlags& flags) {
       fmt::print("; guesses P@1 {:.1f}%, recall {:.1f}%", 100 * runs[a].back().precision_at_1,
                  100 * runs[a].back().recall);
     }
-    const uint32_t threads = depth_threads(m, flags.readers);
     fmt::print(
         "; {:.0f}% of the step waiting, io_bound_ratio {:.2f} (disk {:.2f} GB/s at {} in flight); "
         "prefill {:.2f} s, {:.1f} MB\n",
-        100 * m.wait_share, arm_io_bound_ratio(m, gbps_at_depth.at(threads)),
-        gbps_at_depth.at(threads), threads, m.prefill_seconds, m.prefill_bytes / 1e6);
+        100 * m.wait_share, m.io_bound_ratio, m.disk_gbps_at_depth, m.disk_threads, m.prefill_seconds,
+        m.prefill_bytes / 1e6);
     fmt::print("    ms per token:");
     for (const auto& [part, seconds] : m.seconds_per_token.items()) fmt::print(" {} {:.1f}", part, 1e3 * seconds.get<double>());
     fmt::print("\n");

@@ -169,3 +169,22 @@ TEST_CASE("a batch that finds every slot pinned takes a held one: a hold never s
   CHECK(worker.stats().held_used == 2);
   CHECK(worker.stats().slots_pinned == 0);
 }
+
+TEST_CASE("a record whose held read failed is read again for the batch that asks for it") {
+  FixtureContainer fc;
+  sluice::testing::flip_byte(fc.fixture.bank_path(1), fc.fixture.record_offset(3));  // magic of expert 3
+  const Container container = Container::open(fc.dir.path());
+  Worker worker(container, options_for(container, 6));
+  shm::Client holder(worker.segment());
+  holder.hold(1, std::vector<uint32_t>{3});
+  wait_until([&] { return worker.stats().read_errors == 1 && worker.stats().inflight == 0; });
+
+  // Another client's batch: the failed slot is pinned only by the hold, so it gets its own try.
+  shm::Client other(worker.segment());
+  other.request(1, std::vector<uint32_t>{3});
+  CHECK_THROWS_WITH_AS(other.next(), doctest::Contains("layer 1 expert 3: header magic mismatch"), Error);
+  CHECK(worker.stats().read_errors == 2);
+  CHECK(worker.stats().held_revoked == 1);
+  consume(other, container, 1, {2, 4});  // the cache carries on
+  CHECK(worker.stats().slots_pinned == 0);
+}
