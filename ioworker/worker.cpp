@@ -133,7 +133,8 @@ class Worker::Impl {
   std::deque<shm::RingEntry> demand_;    // scheduler thread only
   std::deque<shm::RingEntry> holds_;     // scheduler thread only: clients' next batches
   // A hold never leaves fewer unpinned slots than one decode batch (top-k),
-  // so it cannot starve another client's batch, and at the floor (2 × top-k
+  // so a batch seldom has to take held slots back (take_back_held, which is
+  // what guarantees it never waits on a hold), and at the floor (2 × top-k
   // slots) holds start as the current batch releases its records.
   uint32_t hold_reserve_ = 0;
   std::deque<shm::RingEntry> prefetch_;  // scheduler thread only

@@ -59,8 +59,10 @@ class Client {
   // batch, pinned and read while this batch completes, so the next request
   // finds them ready and nothing evicts them meanwhile. Cached ones are
   // pinned at once; the worker reads the rest behind every demand read and
-  // only while its slots allow it (worker.cpp assign_hold), so a hold never
-  // delays a batch. The next request() takes the held records it asks for
+  // only while its slots allow it (worker.cpp assign_hold), and a batch
+  // that finds every slot pinned takes back slots only holds pin
+  // (take_back_held), so a hold never stalls a batch, this client's own
+  // included. The next request() takes the held records it asks for
   // and unpins the others; a new hold() drops the previous one. Best
   // effort: what the worker has not pinned by then is simply not held.
   void hold(uint32_t layer, std::span<const uint32_t> experts);
