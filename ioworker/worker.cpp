@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "ioworker/depth_tuner.h"
 #include "ioworker/eviction.h"
@@ -102,9 +105,16 @@ class Worker::Impl {
   void schedule();
   void drain_rings();
   Outcome assign_demand(const shm::RingEntry& entry, Pass& pass);
+  Outcome assign_hold(const shm::RingEntry& entry, uint32_t& unpinned, Pass& pass);
   void assign_prefetch(const shm::RingEntry& entry, Pass& pass);
+  uint32_t unpinned_slots() const;
+  std::optional<uint32_t> take_back_held(uint32_t demanding_client);
+  // Unpins every hold of `slot` when only holds pin it; true when it did.
+  bool release_holds_of(uint32_t slot);
   void fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pass& pass);
   void evict(uint32_t slot);
+  // `reads` more (or fewer) in flight from `at_ns`.
+  void count_busy(int32_t reads, uint64_t at_ns);
   void complete(const ReadJob& job, std::optional<std::string> problem);
   void reap();
   bool valid_key(uint32_t layer, uint32_t expert) const;
@@ -121,8 +131,19 @@ class Worker::Impl {
   uint32_t readers_;
   std::unique_ptr<DepthTuner> depth_;  // made with the backend: its ceiling depends on it
   std::deque<shm::RingEntry> demand_;    // scheduler thread only
+  std::deque<shm::RingEntry> holds_;     // scheduler thread only: clients' next batches
+  // A hold never leaves fewer unpinned slots than one decode batch (top-k),
+  // so a batch seldom has to take held slots back (take_back_held, which is
+  // what guarantees it never waits on a hold), and at the floor (2 × top-k
+  // slots) holds start as the current batch releases its records.
+  uint32_t hold_reserve_ = 0;
   std::deque<shm::RingEntry> prefetch_;  // scheduler thread only
   std::atomic<uint32_t> inflight_{0};
+  // Time with a read in flight, added up at every submission and completion
+  // (not when the disk goes idle), so a phase's share is in its own counters.
+  std::mutex busy_mutex_;
+  uint32_t busy_reads_ = 0;    // under busy_mutex_
+  uint64_t busy_mark_ns_ = 0;  // under busy_mutex_: the last change of busy_reads_
   std::atomic<bool> stopping_{false};
   uint64_t last_reap_ns_ = 0;
   std::thread scheduler_;
@@ -137,6 +158,7 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
                                       : shm::Segment::create(options.instance, geometry, container.identity());
   evictor_ = std::make_unique<Evictor>(options.policy, options.seed, container, geometry.slot_count);
+  hold_reserve_ = container.top_k();
   const uint64_t working_set = uint64_t{container.top_k()} * container.moe_layers().size();
   cold_window_ = geometry.slot_count >= working_set ? 2 * working_set : 2ull * container.top_k();
   const Completion on_complete = [this](const ReadJob& job, std::optional<std::string> problem) {
@@ -211,19 +233,21 @@ bool Worker::Impl::valid_key(uint32_t layer, uint32_t expert) const {
 void Worker::Impl::drain_rings() {
   const shm::Geometry& g = segment_->geometry();
   shm::RingView demand(segment_->demand_ring(), g.demand_ring_capacity);
-  while (auto entry = demand.pop()) demand_.push_back(*entry);
+  while (auto entry = demand.pop())
+    (entry->position >= g.pins_per_client ? holds_ : demand_).push_back(*entry);
   shm::RingView prefetch(segment_->prefetch_ring(), g.prefetch_ring_capacity);
   while (auto entry = prefetch.pop()) prefetch_.push_back(*entry);
 }
 
 void Worker::Impl::schedule() {
   Pass pass;
-  bool starved = false;
+  bool starved = false, holds_starved = false;
   {
     shm::SegmentLock lock(*segment_);
     drain_rings();
     // Demand first: a prefetch never takes a reader while a demand waits.
     const uint32_t depth = depth_->depth();
+    segment_->stats().read_depth.store(depth, std::memory_order_relaxed);
     while (!demand_.empty() && inflight_.load() + pass.jobs.size() < depth) {
       const Outcome outcome = assign_demand(demand_.front(), pass);
       if (outcome == Outcome::kStarved) {
@@ -232,16 +256,30 @@ void Worker::Impl::schedule() {
       }
       demand_.pop_front();
     }
+    // Then holds, in order, while the slots allow them.
+    uint32_t unpinned = demand_.empty() && !holds_.empty() ? unpinned_slots() : 0;
+    while (demand_.empty() && !holds_.empty() && inflight_.load() + pass.jobs.size() < depth) {
+      if (assign_hold(holds_.front(), unpinned, pass) == Outcome::kStarved) {
+        starved = holds_starved = true;
+        break;
+      }
+      holds_.pop_front();
+    }
+    // Starved: a client's unpin wakes the scheduler.
     segment_->header().demand_starved.store(starved ? 1 : 0, std::memory_order_relaxed);
-    while (demand_.empty() && !prefetch_.empty() && inflight_.load() + pass.jobs.size() < depth) {
+    while (demand_.empty() && holds_.empty() && !prefetch_.empty() &&
+           inflight_.load() + pass.jobs.size() < depth) {
       assign_prefetch(prefetch_.front(), pass);
       prefetch_.pop_front();
     }
   }
   shm::StatsBlock& stats = segment_->stats();
-  stats.queue_depth.store(demand_.size() + prefetch_.size(), std::memory_order_relaxed);
+  // Holds waiting for slots wait on a client, not on a free read: the depth tuner ignores them.
+  stats.queue_depth.store(demand_.size() + (holds_starved ? 0 : holds_.size()) + prefetch_.size(),
+                          std::memory_order_relaxed);
   if (!pass.jobs.empty()) {
     inflight_.fetch_add(static_cast<uint32_t>(pass.jobs.size()));
+    count_busy(static_cast<int32_t>(pass.jobs.size()), shm::monotonic_ns());
     stats.inflight.fetch_add(pass.jobs.size(), std::memory_order_relaxed);
     backend_->submit(pass.jobs);
   }
@@ -270,11 +308,14 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
   }
   if (slot) {
     shm::SlotEntry& s = segment_->slot(*slot);
-    if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kFailed) && s.pins == 0) {
-      fill(*slot, key, shm::ReadOrigin::kDemand, pass);  // a failed read gets one more try per request
+    // A failed read gets one more try per request, a failed hold's read too.
+    if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kFailed) &&
+        (s.pins == 0 || release_holds_of(*slot))) {
+      fill(*slot, key, shm::ReadOrigin::kDemand, pass);
     }
   } else {
     slot = evictor_->choose(*segment_, entry.layer);
+    if (!slot) slot = take_back_held(entry.client);
     if (!slot) return Outcome::kStarved;
     evict(*slot);
     fill(*slot, key, shm::ReadOrigin::kDemand, pass);
@@ -288,6 +329,97 @@ Worker::Impl::Outcome Worker::Impl::assign_demand(const shm::RingEntry& entry, P
   } else {
     pass.notify |= uint64_t{1} << entry.client;
   }
+  return Outcome::kDone;
+}
+
+// A hold is a guess, a batch is a need: a client waiting for its batch may
+// also hold the next layer's records (it holds right after it requests), so
+// pins that are only holds must give way, or that client waits on itself.
+// Takes the client's own lowest-ranked guesses first, then other clients'.
+// A held record still loading is left alone: its completion wakes the
+// scheduler, which comes back here.
+std::optional<uint32_t> Worker::Impl::take_back_held(uint32_t demanding_client) {
+  const shm::Geometry& g = segment_->geometry();
+  for (uint32_t n = 0; n < g.max_clients; ++n) {
+    const uint32_t c = (demanding_client + n) % g.max_clients;
+    const std::span<uint32_t> pins = segment_->client_pins(c);
+    for (uint32_t i = g.pins_per_client; i-- > 0;) {
+      const uint32_t pinned = pins[shm::hold_position(g, i)];
+      if (pinned == shm::kNoSlot || pinned - 1 >= g.slot_count) continue;
+      const uint32_t slot = pinned - 1;
+      const shm::SlotEntry& s = segment_->slot(slot);
+      if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kLoading)) continue;
+      if (release_holds_of(slot) && evictable(s)) return slot;
+    }
+  }
+  return std::nullopt;
+}
+
+bool Worker::Impl::release_holds_of(uint32_t slot) {
+  const shm::Geometry& g = segment_->geometry();
+  const shm::SlotEntry& s = segment_->slot(slot);
+  uint32_t holds = 0;
+  for (uint32_t c = 0; c < g.max_clients; ++c) {
+    const std::span<uint32_t> pins = segment_->client_pins(c);
+    for (uint32_t i = 0; i < g.pins_per_client; ++i) holds += pins[shm::hold_position(g, i)] == slot + 1 ? 1 : 0;
+  }
+  if (holds == 0 || holds != s.pins) return false;  // a batch pins it too
+  for (uint32_t c = 0; c < g.max_clients; ++c) {
+    const std::span<uint32_t> pins = segment_->client_pins(c);
+    for (uint32_t i = 0; i < g.pins_per_client; ++i) {
+      if (pins[shm::hold_position(g, i)] == slot + 1) shm::unpin_position(*segment_, c, shm::hold_position(g, i));
+    }
+  }
+  segment_->stats().held_revoked.fetch_add(holds, std::memory_order_relaxed);
+  return true;
+}
+
+uint32_t Worker::Impl::unpinned_slots() const {
+  uint32_t count = 0;
+  for (uint32_t s = 0; s < segment_->geometry().slot_count; ++s)
+    count += segment_->slot(s).pins == 0 ? 1 : 0;
+  return count;
+}
+
+// A held record of a client's next batch: pinned, never counted as an access
+// (the client counts one if its next batch takes it), read as a speculative
+// fill. `unpinned` is kept up to date across the pass.
+Worker::Impl::Outcome Worker::Impl::assign_hold(const shm::RingEntry& entry, uint32_t& unpinned,
+                                                Pass& pass) {
+  const shm::Geometry& g = segment_->geometry();
+  shm::StatsBlock& stats = segment_->stats();
+  if (entry.client >= g.max_clients || entry.position < g.pins_per_client ||
+      entry.position >= 2 * uint64_t{g.pins_per_client} || !valid_key(entry.layer, entry.expert)) {
+    stats.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::kDropped;
+  }
+  const shm::ClientEntry& client = segment_->client(entry.client);
+  const bool current = client.state.load(std::memory_order_acquire) ==
+                           static_cast<uint32_t>(shm::ClientState::kActive) &&
+                       client.epoch == entry.epoch && client.hold == entry.batch;
+  if (!current || segment_->client_pins(entry.client)[entry.position] != shm::kNoSlot)
+    return Outcome::kDropped;
+  const uint64_t key = shm::make_key(entry.layer, entry.expert);
+  std::optional<uint32_t> slot = index().find(key);
+  if (slot && segment_->slot(*slot).key != key) {
+    index().erase(key);
+    slot.reset();
+  }
+  if (slot) {
+    const shm::SlotEntry& s = segment_->slot(*slot);
+    if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kFailed))
+      return Outcome::kDropped;
+    if (s.pins == 0 && unpinned <= hold_reserve_) return Outcome::kStarved;
+  } else {
+    if (unpinned <= hold_reserve_) return Outcome::kStarved;
+    slot = evictor_->choose(*segment_, entry.layer);
+    if (!slot) return Outcome::kStarved;
+    evict(*slot);
+    fill(*slot, key, shm::ReadOrigin::kHold, pass);
+  }
+  if (segment_->slot(*slot).pins == 0) --unpinned;
+  shm::hold_slot(*segment_, entry.client, entry.position, *slot);
+  stats.held.fetch_add(1, std::memory_order_relaxed);
   return Outcome::kDone;
 }
 
@@ -329,7 +461,7 @@ void Worker::Impl::evict(uint32_t slot) {
   index().erase(s.key);
   if (s.state.load(std::memory_order_relaxed) == static_cast<uint32_t>(SlotState::kReady)) {
     stats.evictions.fetch_add(1, std::memory_order_relaxed);
-    if (s.origin == static_cast<uint32_t>(shm::ReadOrigin::kPrefetch) && s.used == 0) {
+    if (s.origin != static_cast<uint32_t>(shm::ReadOrigin::kDemand) && s.used == 0) {
       stats.wasted_prefetches.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -359,9 +491,34 @@ void Worker::Impl::fill(uint32_t slot, uint64_t key, shm::ReadOrigin origin, Pas
                               static_cast<uint32_t>(origin), segment_->slot_data(slot), shm::monotonic_ns()});
 }
 
+void Worker::Impl::count_busy(int32_t reads, uint64_t at_ns) {
+  const std::lock_guard<std::mutex> guard(busy_mutex_);
+  const uint64_t now = std::max(at_ns, busy_mark_ns_);
+  if (busy_reads_ > 0)
+    segment_->stats().read_busy_ns.fetch_add(now - busy_mark_ns_, std::memory_order_relaxed);
+  busy_mark_ns_ = now;
+  busy_reads_ = static_cast<uint32_t>(static_cast<int32_t>(busy_reads_) + reads);
+}
+
 void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> problem) {
   shm::StatsBlock& stats = segment_->stats();
-  const uint64_t elapsed = shm::monotonic_ns() - job.submitted_ns;
+  const uint64_t done_ns = shm::monotonic_ns();
+  const uint64_t elapsed = done_ns - job.submitted_ns;
+  // Counted before the slot turns READY: a client that sees the record and
+  // then snapshots the stats finds its read in them (bench decode's phases).
+  if (problem) {
+    stats.read_errors.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    const auto origin = static_cast<shm::ReadOrigin>(job.origin);
+    (origin == shm::ReadOrigin::kDemand ? stats.demand_reads
+     : origin == shm::ReadOrigin::kHold ? stats.held_reads
+                                        : stats.prefetch_reads)
+        .fetch_add(1, std::memory_order_relaxed);
+    stats.bytes_read.fetch_add(container_.moe_layer(job.layer).record_stride, std::memory_order_relaxed);
+  }
+  stats.read_ns_total.fetch_add(elapsed, std::memory_order_relaxed);
+  stats.latency[shm::latency_bucket(elapsed)].fetch_add(1, std::memory_order_relaxed);
+  count_busy(-1, done_ns);  // where its latency ends, so a lone read's busy time is its latency
   uint64_t waiters = 0;
   try {
     shm::SlotEntry& s = segment_->slot(job.slot);
@@ -383,18 +540,9 @@ void Worker::Impl::complete(const ReadJob& job, std::optional<std::string> probl
   } catch (const Error& e) {
     std::fprintf(stderr, "sluice-io: completing a read of layer %u expert %u: %s\n", job.layer, job.expert, e.what());
   }
-  if (problem) {
-    stats.read_errors.fetch_add(1, std::memory_order_relaxed);
-    if (!options_.quiet) {
-      std::fprintf(stderr, "sluice-io: layer %u expert %u: %s\n", job.layer, job.expert, problem->c_str());
-    }
-  } else {
-    (job.origin == static_cast<uint32_t>(shm::ReadOrigin::kDemand) ? stats.demand_reads : stats.prefetch_reads)
-        .fetch_add(1, std::memory_order_relaxed);
-    stats.bytes_read.fetch_add(container_.moe_layer(job.layer).record_stride, std::memory_order_relaxed);
+  if (problem && !options_.quiet) {
+    std::fprintf(stderr, "sluice-io: layer %u expert %u: %s\n", job.layer, job.expert, problem->c_str());
   }
-  stats.read_ns_total.fetch_add(elapsed, std::memory_order_relaxed);
-  stats.latency[shm::latency_bucket(elapsed)].fetch_add(1, std::memory_order_relaxed);
   stats.inflight.fetch_sub(1, std::memory_order_relaxed);
   for (uint32_t c = 0; c < segment_->geometry().max_clients; ++c) {
     if (waiters & (uint64_t{1} << c)) shm::futex_bump(segment_->client(c).notify);

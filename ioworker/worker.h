@@ -1,8 +1,9 @@
 // ioworker/worker.h: the I/O worker that owns a container's banks and the
-// cache segment: it takes demand and prefetch requests, evicts unpinned
-// slots, reads records straight into slots, checks every header, and reaps
-// dead clients. The public surface of ioworker/: sluice-io's main and RPC
-// server, and compute's embedded mode, call only what is declared here.
+// cache segment: it takes demand requests, clients' holds of their next
+// batch (read behind demand, only while top-k slots stay unpinned, and
+// taken back by a batch that finds no unpinned slot) and prefetch requests, evicts unpinned slots, reads records straight into
+// slots, checks every header, and reaps dead clients. The public surface of ioworker/: sluice-io's
+// main and RPC server, and compute's embedded mode, call only what is declared here.
 #pragma once
 
 #include <chrono>

@@ -128,17 +128,25 @@ void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
   unposted_.clear();
   outstanding_ = experts.size();
   uint64_t hits = 0, inflight_hits = 0, misses = 0;
+  bool freed = false;  // a slot a starved worker may take
   {
     const SegmentLock lock = lock_segment();
     // Pins left by an abandoned batch go first; the worker ignores requests
-    // of any batch but the current one.
+    // of any batch but the current one, and of no hold from now on.
     for (uint32_t p = 0; p < g.pins_per_client; ++p) unpin_position(segment_, id_, p);
     entry.batch = batch_;
+    entry.hold = 0;
     // The layer's clock moves before any pin of this batch, hits and misses alike.
     if (layer < kStatLayers) segment_.stats().layers[layer].visits.fetch_add(1, std::memory_order_relaxed);
     IndexView index(segment_.index_table(), g.index_capacity, g.slot_count);
     RingView ring(segment_.demand_ring(), g.demand_ring_capacity);
     for (uint32_t p = 0; p < experts.size(); ++p) {
+      bool loading = false;
+      if (adopt_held(layer, experts[p], p, loading)) {
+        ++hits;
+        inflight_hits += loading ? 1 : 0;
+        continue;
+      }
       const uint64_t key = make_key(layer, experts[p]);
       if (const auto slot = index.find(key)) {
         SlotEntry& s = segment_.slot(*slot);
@@ -158,6 +166,11 @@ void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
       ++misses;
       if (!ring.push(RingEntry{id_, entry.epoch, batch_, p, layer, experts[p], 0, 0})) unposted_.push_back(p);
     }
+    // Held records this batch did not ask for are guesses that missed.
+    for (uint32_t i = 0; i < held_.size(); ++i)
+      freed = unpin_position(segment_, id_, hold_position(g, i)) || freed;
+    held_.clear();
+    freed = freed && segment_.header().demand_starved.load(std::memory_order_relaxed) != 0;
   }
   StatsBlock& stats = segment_.stats();
   stats.hits.fetch_add(hits, std::memory_order_relaxed);
@@ -173,7 +186,72 @@ void Client::request(uint32_t layer, std::span<const uint32_t> experts) {
   counters_.requests += experts.size();
   counters_.hits += hits;
   counters_.misses += misses;
-  if (misses > 0) futex_bump(segment_.header().work);
+  if (misses > 0 || freed) futex_bump(segment_.header().work);
+}
+
+bool Client::adopt_held(uint32_t layer, uint32_t expert, uint32_t position, bool& loading) {
+  if (layer != hold_layer_) return false;
+  const auto it = std::find(held_.begin(), held_.end(), expert);
+  if (it == held_.end()) return false;
+  const Geometry& g = segment_.geometry();
+  const std::span<uint32_t> pins = segment_.client_pins(id_);
+  const uint32_t from = hold_position(g, static_cast<uint32_t>(it - held_.begin()));
+  if (pins[from] == kNoSlot || pins[from] - 1 >= g.slot_count) return false;
+  const uint32_t slot = pins[from] - 1;
+  SlotEntry& s = segment_.slot(slot);
+  const uint32_t state = s.state.load(std::memory_order_acquire);
+  // A held read that failed is asked for again as a miss (the unpin at the end of request() lets
+  // the worker retry).
+  if (s.key != make_key(layer, expert) || (state != kReady && state != kLoading)) return false;
+  pins[position] = pins[from];  // the slot's pin count moves with it
+  pins[from] = kNoSlot;
+  count_access(segment_, slot);
+  loading = state == kLoading;
+  if (loading) s.waiters |= uint64_t{1} << id_;
+  positions_[position] = Position::kPinned;
+  slots_[position] = slot;
+  segment_.stats().held_used.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Client::hold(uint32_t layer, std::span<const uint32_t> experts) {
+  const Geometry& g = segment_.geometry();
+  if (experts.size() > g.pins_per_client) {
+    fail("{}: a hold of {} experts exceeds the {} a client may pin", segment_label(segment_),
+         experts.size(), g.pins_per_client);
+  }
+  ClientEntry& entry = segment_.client(id_);
+  bool posted = false, freed = false;
+  uint64_t pinned = 0;
+  {
+    const SegmentLock lock = lock_segment();
+    for (uint32_t i = 0; i < held_.size(); ++i)
+      freed = unpin_position(segment_, id_, hold_position(g, i)) || freed;
+    hold_id_ = hold_id_ == UINT32_MAX ? 1 : hold_id_ + 1;
+    entry.hold = hold_id_;
+    hold_layer_ = layer;
+    held_.assign(experts.begin(), experts.end());
+    IndexView index(segment_.index_table(), g.index_capacity, g.slot_count);
+    RingView ring(segment_.demand_ring(), g.demand_ring_capacity);
+    for (uint32_t i = 0; i < experts.size(); ++i) {
+      const uint64_t key = make_key(layer, experts[i]);
+      if (const auto slot = index.find(key)) {
+        const uint32_t state = segment_.slot(*slot).state.load(std::memory_order_acquire);
+        if (segment_.slot(*slot).key == key && (state == kReady || state == kLoading)) {
+          hold_slot(segment_, id_, hold_position(g, i), *slot);
+          ++pinned;
+          continue;
+        }
+      }
+      // A full ring drops the rest: a hold is only ever a head start.
+      if (!ring.push(
+              RingEntry{id_, entry.epoch, hold_id_, hold_position(g, i), layer, experts[i], 0, 0}))
+        break;
+      posted = true;
+    }
+  }
+  segment_.stats().held.fetch_add(pinned, std::memory_order_relaxed);
+  if (posted || freed) futex_bump(segment_.header().work);
 }
 
 // Under the lock: takes the slots the worker pinned for posted positions and
@@ -267,8 +345,10 @@ void Client::release(const LandedSlot& landed) {
   bool wake = false;
   {
     const SegmentLock lock = lock_segment();
-    const bool freed = unpin_position(segment_, id_, landed.index);
-    wake = freed && segment_.header().demand_starved.load(std::memory_order_relaxed) != 0;
+    unpin_position(segment_, id_, landed.index);
+    // Even a slot still pinned may now be pinned only by holds, which a
+    // starved worker takes back (worker.cpp take_back_held).
+    wake = segment_.header().demand_starved.load(std::memory_order_relaxed) != 0;
   }
   if (wake) futex_bump(segment_.header().work);
 }

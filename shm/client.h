@@ -54,6 +54,18 @@ class Client {
   // the demand ring, all under one lock; wakes the worker only if it posted.
   // Every slot of the previous batch must have been released.
   void request(uint32_t layer, std::span<const uint32_t> experts);
+  // Holds the records of distinct `experts` of `layer` (at most
+  // pins_per_client) for the next request(): a guess of the next layer's
+  // batch, pinned and read while this batch completes, so the next request
+  // finds them ready and nothing evicts them meanwhile. Cached ones are
+  // pinned at once; the worker reads the rest behind every demand read and
+  // only while its slots allow it (worker.cpp assign_hold), and a batch
+  // that finds every slot pinned takes back slots only holds pin
+  // (take_back_held), so a hold never stalls a batch, this client's own
+  // included. The next request() takes the held records it asks for
+  // and unpins the others; a new hold() drops the previous one. Best
+  // effort: what the worker has not pinned by then is simply not held.
+  void hold(uint32_t layer, std::span<const uint32_t> experts);
   // Returns a READY pinned slot of the batch not yet handed out, blocking
   // until one lands. Throws Error when a read failed (the worker's message),
   // when a pinned slot holds another key, or when nothing landed within the
@@ -74,6 +86,9 @@ class Client {
  private:
   enum class Position : uint8_t { kPosted, kPinned, kHandedOut, kReleased };
   bool collect_assigned();
+  // Under the lock: moves a held record of (layer, expert) to batch position
+  // `position`; true when it did (the record counts as a hit).
+  bool adopt_held(uint32_t layer, uint32_t expert, uint32_t position, bool& loading);
   void check_owner() const;
   // The segment lock, given up after read_timeout_ behind a stopped holder.
   SegmentLock lock_segment() const;
@@ -94,6 +109,9 @@ class Client {
   std::vector<uint32_t> slots_;        // slot per position once pinned
   std::vector<uint32_t> unposted_;     // positions the full ring did not take yet
   size_t outstanding_ = 0;             // positions not yet handed out
+  uint32_t hold_id_ = 0;               // the latest hold (never 0)
+  uint32_t hold_layer_ = 0;
+  std::vector<uint32_t> held_;  // the experts of the latest hold, by hold index
   ClientCounters counters_;
 };
 

@@ -49,7 +49,8 @@ Layout compute_layout(const Geometry& g) {
   l.stats = at;
   at = align_up(at + sizeof(StatsBlock), kTableAlign);
   l.clients = at;
-  l.client_stride = align_up(sizeof(ClientEntry) + uint64_t{g.pins_per_client} * sizeof(uint32_t), kTableAlign);
+  l.client_stride = align_up(
+      sizeof(ClientEntry) + 2 * uint64_t{g.pins_per_client} * sizeof(uint32_t), kTableAlign);
   at += l.client_stride * g.max_clients;
   l.slots = at;
   at = align_up(at + uint64_t{g.slot_count} * sizeof(SlotEntry), kTableAlign);
@@ -77,9 +78,10 @@ Geometry geometry_for_slots(uint32_t slots, uint32_t slot_bytes, uint32_t max_cl
   g.max_clients = max_clients;
   g.pins_per_client = pins_per_client;
   g.index_capacity = static_cast<uint32_t>(std::bit_ceil(std::max<uint64_t>(2 * uint64_t{slots}, 2)));
-  // Room for every client's largest batch, so a post never meets a full ring in practice.
-  g.demand_ring_capacity =
-      static_cast<uint32_t>(std::clamp<uint64_t>(uint64_t{max_clients} * pins_per_client, 1, kMaxRing));
+  // Room for every client's largest batch and its hold, so a post never meets a full ring in
+  // practice.
+  g.demand_ring_capacity = static_cast<uint32_t>(
+      std::clamp<uint64_t>(2 * uint64_t{max_clients} * pins_per_client, 1, kMaxRing));
   g.prefetch_ring_capacity = static_cast<uint32_t>(std::clamp<uint64_t>(slots, 256, kMaxRing));
   g.mailbox_width = mailbox.width;
   g.mailbox_rows = mailbox.rows;

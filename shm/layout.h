@@ -13,8 +13,8 @@ namespace sluice::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x47534543'49554C53;  // "SLUICESG"
 // 2: the hidden-state mailbox and lookahead counters; 3: a mailbox per client;
-// 4: the router's heartbeat.
-inline constexpr uint32_t kLayoutVersion = 4;
+// 4: the router's heartbeat; 5: each client's hold positions (the next batch).
+inline constexpr uint32_t kLayoutVersion = 5;
 inline constexpr size_t kSlotAlign = 4096;  // O_DIRECT reads land in slots
 inline constexpr uint32_t kMaxClients = 64;  // a slot's waiter set is a 64-bit mask
 inline constexpr uint32_t kStatLayers = 256;  // FORMAT.md: layers ≤ 256
@@ -37,7 +37,9 @@ struct Geometry {
   uint32_t slot_count = 0;
   uint32_t slot_bytes = 0;        // the largest record stride, a multiple of 4096
   uint32_t max_clients = 0;       // ≤ kMaxClients
-  uint32_t pins_per_client = 0;   // the largest batch a client posts: experts of the widest layer
+  uint32_t pins_per_client =
+      0;  // the largest batch a client posts: experts of the widest layer
+          // (its pin list holds as many again for the next batch: hold positions)
   uint32_t index_capacity = 0;    // power of two ≥ 2 × slot_count
   uint32_t demand_ring_capacity = 0;
   uint32_t prefetch_ring_capacity = 0;
@@ -162,12 +164,22 @@ struct StatsBlock {
   std::atomic<uint64_t> bytes_read{0};
   std::atomic<uint64_t> read_errors{0};
   std::atomic<uint64_t> evictions{0};
-  std::atomic<uint64_t> wasted_prefetches{0};  // prefetched, then evicted unused
+  std::atomic<uint64_t> wasted_prefetches{0};  // prefetched or held, then evicted unused
+  std::atomic<uint64_t> held{0};               // records pinned for a client's next batch
+  std::atomic<uint64_t> held_used{0};          // of those, taken by the batch they were held for
+  std::atomic<uint64_t> held_reads{0};  // records read for a hold (not in demand or prefetch reads)
+  // Held records given up to a batch that found no unpinned slot (worker.cpp take_back_held).
+  std::atomic<uint64_t> held_revoked{0};
   std::atomic<uint64_t> bad_requests{0};       // ring entries that failed a bounds check
   std::atomic<uint64_t> clients_reaped{0};
   std::atomic<uint64_t> queue_depth{0};        // gauge: requests waiting for a reader
   std::atomic<uint64_t> inflight{0};           // gauge: reads submitted, not completed
+  std::atomic<uint64_t> read_depth{
+      0};  // gauge: reads the worker allows in flight now (depth_tuner.h)
   std::atomic<uint64_t> read_ns_total{0};
+  // Time with at least one read in flight: read_ns_total over it is the
+  // mean number of reads the worker kept in flight while it read.
+  std::atomic<uint64_t> read_busy_ns{0};
   std::atomic<uint64_t> latency[kLatencyBuckets] = {};
   LayerCounters layers[kStatLayers];
   LookaheadCounters lookahead;
@@ -184,7 +196,7 @@ struct alignas(64) ClientEntry {
   uint64_t start_time = 0;
   std::atomic<uint64_t> heartbeat_ns{0};
   std::atomic<uint32_t> notify{0};  // futex word: bumped when one of its requests is pinned or lands
-  uint32_t reserved = 0;
+  uint32_t hold = 0;  // the hold the worker may still pin for (under the lock); 0: none
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> hits{0};
   std::atomic<uint64_t> misses{0};
@@ -193,13 +205,18 @@ struct alignas(64) ClientEntry {
   // read, and prefetch guesses sent from them.
   std::atomic<uint64_t> lookahead_messages{0};
   std::atomic<uint64_t> lookahead_guesses{0};
-  // Followed by uint32_t pins[pins_per_client]: for each position of the
-  // current batch, the pinned slot + 1 (kNoSlot when none). Under the lock;
-  // the source of truth that slot pin counts are rebuilt from.
+  // Followed by uint32_t pins[2 × pins_per_client]: for each position of the
+  // current batch, then each hold position (hold_position()), the pinned
+  // slot + 1 (kNoSlot when none). Under the lock; the source of truth that
+  // slot pin counts are rebuilt from.
 };
 
 enum class SlotState : uint32_t { kEmpty = 0, kLoading = 1, kReady = 2, kFailed = 3 };
-enum class ReadOrigin : uint32_t { kDemand = 0, kPrefetch = 1 };
+enum class ReadOrigin : uint32_t {
+  kDemand = 0,
+  kPrefetch = 1,
+  kHold = 2
+};  // kHold: a client's next batch
 
 struct alignas(64) SlotEntry {
   std::atomic<uint32_t> state{0};   // SlotState; READY is stored with release after the data
@@ -234,12 +251,17 @@ struct IndexEntry {
   uint32_t reserved = 0;
 };
 
+// The pin-list position of a client's i-th held record (after its batch's).
+inline constexpr uint32_t hold_position(const Geometry& g, uint32_t i) {
+  return g.pins_per_client + i;
+}
+
 // One request, from a client (demand) or the worker's prefetch entry point.
 struct RingEntry {
   uint32_t client = 0;    // demand: client table index
   uint32_t epoch = 0;     // demand: the client's epoch when it posted
-  uint32_t batch = 0;     // demand: the client's batch id
-  uint32_t position = 0;  // demand: index into the client's pin list
+  uint32_t batch = 0;     // demand: the client's batch id (a hold position: its hold id)
+  uint32_t position = 0;  // demand: index into the client's pin list (≥ pins_per_client: a hold)
   uint32_t layer = 0;
   uint32_t expert = 0;
   uint32_t origin = 0;    // prefetch: who asked (opaque to shm)

@@ -7,13 +7,22 @@
 
 namespace sluice::shm {
 
-void pin_slot(Segment& segment, uint32_t client, uint32_t position, uint32_t slot) {
+void hold_slot(Segment& segment, uint32_t client, uint32_t position, uint32_t slot) {
   std::span<uint32_t> pins = segment.client_pins(client);
   if (position >= pins.size()) fail("cache client {}: pin position {} out of range ({})", client, position, pins.size());
   SlotEntry& entry = segment.slot(slot);
   if (pins[position] != kNoSlot) fail("cache client {}: position {} is already pinned", client, position);
   pins[position] = slot + 1;  // listed before counted: see rebuild_pin_counts
   ++entry.pins;
+}
+
+void pin_slot(Segment& segment, uint32_t client, uint32_t position, uint32_t slot) {
+  hold_slot(segment, client, position, slot);
+  count_access(segment, slot);
+}
+
+void count_access(Segment& segment, uint32_t slot) {
+  SlotEntry& entry = segment.slot(slot);
   const uint32_t layer = key_layer(entry.key);
   if (layer < kStatLayers) {
     StatsBlock& stats = segment.stats();

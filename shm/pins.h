@@ -14,6 +14,13 @@ namespace sluice::shm {
 // out-of-range client, position or slot, or a position already pinned.
 void pin_slot(Segment& segment, uint32_t client, uint32_t position, uint32_t slot);
 
+// Pins `slot` at a hold position without counting an access: a held record
+// is a guess until the batch it was held for takes it (count_access then).
+// Same lock and errors as pin_slot.
+void hold_slot(Segment& segment, uint32_t client, uint32_t position, uint32_t slot);
+// Counts one use of the key in `slot`, as pin_slot does. Caller holds the lock.
+void count_access(Segment& segment, uint32_t slot);
+
 // The class of a key used `uses` times over the `known` visits of its layer
 // (all of them, since the cache started): its rate of use, drawn toward 0.1
 // while few visits are known. A key of class `cls` used again `age` visits after its last use:

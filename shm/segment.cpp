@@ -223,7 +223,7 @@ ClientEntry& Segment::client(uint32_t index) const {
 
 std::span<uint32_t> Segment::client_pins(uint32_t index) const {
   auto* pins = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(&client(index)) + sizeof(ClientEntry));
-  return {pins, geometry_.pins_per_client};
+  return {pins, 2 * size_t{geometry_.pins_per_client}};
 }
 
 SlotEntry& Segment::slot(uint32_t index) const {

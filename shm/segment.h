@@ -52,6 +52,7 @@ class Segment {
   // Each accessor throws Error when `index` is out of range: indices come
   // from shared memory a client may have scribbled on.
   ClientEntry& client(uint32_t index) const;
+  // The batch's positions, then as many hold positions (layout.h hold_position).
   std::span<uint32_t> client_pins(uint32_t index) const;
   SlotEntry& slot(uint32_t index) const;
   uint8_t* slot_data(uint32_t index) const;

@@ -55,11 +55,17 @@ StatsSnapshot read_stats(const Segment& segment) {
   out.read_errors = get(s.read_errors);
   out.evictions = get(s.evictions);
   out.wasted_prefetches = get(s.wasted_prefetches);
+  out.held = get(s.held);
+  out.held_used = get(s.held_used);
+  out.held_reads = get(s.held_reads);
+  out.held_revoked = get(s.held_revoked);
   out.bad_requests = get(s.bad_requests);
   out.clients_reaped = get(s.clients_reaped);
   out.queue_depth = get(s.queue_depth);
   out.inflight = get(s.inflight);
+  out.read_depth = get(s.read_depth);
   out.read_seconds_total = static_cast<double>(get(s.read_ns_total)) * 1e-9;
+  out.read_busy_seconds = static_cast<double>(get(s.read_busy_ns)) * 1e-9;
   uint64_t hist[kLatencyBuckets];
   for (uint32_t b = 0; b < kLatencyBuckets; ++b) hist[b] = get(s.latency[b]);
   out.read_p50_us = histogram_quantile_us(hist, kLatencyBuckets, 0.50);

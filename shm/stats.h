@@ -49,8 +49,12 @@ struct StatsSnapshot {
   uint64_t hits = 0, inflight_hits = 0, misses = 0;
   uint64_t demand_reads = 0, prefetch_reads = 0, prefetch_requests = 0, prefetch_dropped = 0;
   uint64_t bytes_read = 0, read_errors = 0, evictions = 0, wasted_prefetches = 0;
-  uint64_t bad_requests = 0, clients_reaped = 0, queue_depth = 0, inflight = 0;
+  uint64_t held = 0, held_used = 0;  // records held for a client's next batch, and those it took
+  uint64_t held_reads = 0;           // records read for holds
+  uint64_t held_revoked = 0;         // held records given up to a batch that found no free slot
+  uint64_t bad_requests = 0, clients_reaped = 0, queue_depth = 0, inflight = 0, read_depth = 0;
   double read_seconds_total = 0;
+  double read_busy_seconds = 0;  // time with at least one read in flight
   double read_p50_us = 0, read_p90_us = 0, read_p99_us = 0;  // bucket upper bounds
   bool direct_io = false;
   uint32_t slot_count = 0, slot_bytes = 0;

@@ -1,14 +1,14 @@
 // compute/cli/bench_decode.cpp: `sluice bench decode`, decode (greedy, or a
 // seeded draw) over the embedded expert cache at a given budget, with
-// lookahead off and on (and on in prefill too) in one process, each arm on a
-// fresh cache; optionally with synthetic or recorded routing in place of the
-// model's router, and the disk's and memory's bandwidth measured in the same
-// run. Measures, never asserts; the arms must produce the same tokens, which
-// it checks.
+// lookahead off and on (and on in prefill too), or the next layer's batch
+// held and not, in one process, each arm on a fresh cache; optionally with synthetic or recorded
+// routing in place of the model's router, and the disk's and memory's bandwidth measured in the
+// same run. Measures, never asserts; the arms must produce the same tokens, which it checks.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +18,7 @@
 #include "compute/cli/bench_disk.h"
 #include "compute/cli/bench_routing.h"
 #include "compute/cli/commands.h"
+#include "compute/cli/io_bound.h"
 #include "compute/cli/run_options.h"
 #include "compute/model/cached_expert_source.h"
 #include "compute/model/engine.h"
@@ -36,6 +37,8 @@ struct DecodeFlags {
   std::string model;
   std::string budget;
   bool compare = false;
+  bool compare_hold = false;
+  std::optional<uint32_t> hold;  // unset: the engine's default (hold_from_environment)
   uint32_t tokens = 32;
   uint32_t prompt_tokens = 64;
   uint32_t lookahead = router::kDefaultLookahead;
@@ -133,12 +136,16 @@ struct Arm {
   std::string name;
   uint32_t lookahead = 0;
   bool in_prefill = false;
+  uint32_t hold = 0;
 };
 
 struct PhaseFigures {
   double seconds = 0;
   uint64_t requests = 0, hits = 0, demand_reads = 0, prefetch_reads = 0, bytes_read = 0, wasted_prefetches = 0;
+  uint64_t held = 0, held_used = 0, held_reads = 0,
+           read_depth = 0;  // read_depth: the worker's at the end
   double wait_seconds = 0;
+  double read_seconds = 0, read_busy_seconds = 0;  // summed latency; time with a read in flight
   ForwardTimes times;  // where the phase's seconds went
 };
 
@@ -147,6 +154,9 @@ struct ArmResult {
   PhaseFigures prefill, decode;
   std::vector<int32_t> tokens;
   double precision_at_1 = 0, recall = 0;
+  // The disk right after the run, at the depth its decode's reads ran.
+  uint32_t disk_threads = 0;
+  double disk_gbps_at_depth = 0;
 };
 
 struct Counters {
@@ -165,6 +175,12 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   f.prefetch_reads = b.cache.prefetch_reads - a.cache.prefetch_reads;
   f.bytes_read = b.cache.bytes_read - a.cache.bytes_read;
   f.wasted_prefetches = b.cache.wasted_prefetches - a.cache.wasted_prefetches;
+  f.held = b.cache.held - a.cache.held;
+  f.held_used = b.cache.held_used - a.cache.held_used;
+  f.held_reads = b.cache.held_reads - a.cache.held_reads;
+  f.read_depth = b.cache.read_depth;
+  f.read_seconds = b.cache.read_seconds_total - a.cache.read_seconds_total;
+  f.read_busy_seconds = b.cache.read_busy_seconds - a.cache.read_busy_seconds;
   f.times = {b.times.kda - a.times.kda, b.times.attention - a.times.attention, b.times.moe - a.times.moe,
              b.times.dense - a.times.dense, b.times.lm_head - a.times.lm_head};
   return f;
@@ -182,6 +198,7 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   CachedExpertSource* cached = nullptr;
   EngineOptions options;
   if (flags.threads > 0) options.threads = flags.threads;
+  options.hold_next = arm.hold;
   options.expert_source = [&](const Container& container) {
     ioworker::WorkerOptions worker;
     worker.cache_bytes = cache_bytes;
@@ -257,6 +274,11 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
           {"demand_reads", f.demand_reads},
           {"prefetch_reads", f.prefetch_reads},
           {"wasted_prefetches", f.wasted_prefetches},
+          {"held", f.held},
+          {"held_used", f.held_used},
+          {"held_reads", f.held_reads},
+          {"read_depth", f.read_depth},
+          {"read_depth_mean", mean_read_depth(f.read_seconds, f.read_busy_seconds)},
           {"bytes_read", f.bytes_read},
           {"bytes_read_per_token", tokens ? double(f.bytes_read) / tokens : 0.0},
           {"wait_seconds", f.wait_seconds},
@@ -267,11 +289,14 @@ nlohmann::json phase_json(const PhaseFigures& f, uint32_t tokens) {
 struct ArmSummary {
   double tok_per_s = 0, min_tok_per_s = 0, max_tok_per_s = 0, hit_rate = 0, bytes_per_token = 0, wait_seconds = 0,
          wait_share = 0, compute_seconds_per_token = 0, prefill_seconds = 0, prefill_bytes = 0;
+  double read_depth = 0;  // mean reads in flight while reading
+  double disk_threads = 0, disk_gbps_at_depth = 0, read_seconds_per_token = 0, io_bound_ratio = 0;
   nlohmann::json seconds_per_token;  // per part, the median over runs
 };
 
 ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
-  std::vector<double> rate, hits, bytes, wait, share, compute, prefill, prefill_bytes;
+  std::vector<double> rate, hits, bytes, wait, share, compute, prefill, prefill_bytes, depth;
+  std::vector<double> threads, gbps, read_time, bound;
   for (const ArmResult& r : runs) {
     const PhaseFigures& d = r.decode;
     rate.push_back(d.seconds > 0 ? tokens / d.seconds : 0.0);
@@ -282,6 +307,11 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
     compute.push_back(tokens ? std::max(0.0, d.seconds - d.wait_seconds) / tokens : 0.0);
     prefill.push_back(r.prefill.seconds);
     prefill_bytes.push_back(double(r.prefill.bytes_read));
+    depth.push_back(mean_read_depth(d.read_seconds, d.read_busy_seconds));
+    threads.push_back(r.disk_threads);
+    gbps.push_back(r.disk_gbps_at_depth);
+    read_time.push_back(r.disk_gbps_at_depth > 0 ? bytes.back() / (r.disk_gbps_at_depth * 1e9) : 0.0);
+    bound.push_back(io_bound_ratio(rate.back(), bytes.back(), r.disk_gbps_at_depth * 1e9, compute.back()));
   }
   nlohmann::json parts = nlohmann::json::object();
   const nlohmann::json names = per_token_json(runs.front().decode, tokens);
@@ -300,15 +330,21 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
           median(compute),
           median(prefill),
           median(prefill_bytes),
+          median(depth),
+          median(threads),
+          median(gbps),
+          median(read_time),
+          median(bound),
           parts};
 }
 
-// Achieved tok/s over what the bytes missed per token at the disk's
-// bandwidth, plus the compute time, allow: 1 means the disk is the only limit.
-double io_bound_ratio(const ArmSummary& m, double disk_gbps) {
-  if (disk_gbps <= 0) return 0.0;
-  const double allowed_seconds = m.bytes_per_token / (disk_gbps * 1e9) + m.compute_seconds_per_token;
-  return allowed_seconds > 0 ? m.tok_per_s * allowed_seconds : 0.0;
+// The raw reads that a run's disk figure takes: as many threads as the
+// worker kept reads in flight, on average, while its decode read (--readers
+// when it read nothing).
+uint32_t depth_threads(const PhaseFigures& decode, uint32_t readers) {
+  const double depth = mean_read_depth(decode.read_seconds, decode.read_busy_seconds);
+  if (depth <= 0) return std::max<uint32_t>(readers, 1);
+  return static_cast<uint32_t>(std::clamp(std::lround(depth), 1L, 64L));
 }
 
 // The machine as this run found it: raw O_DIRECT reads at the record size
@@ -340,28 +376,43 @@ void run_decode(const DecodeFlags& flags) {
                                                    container, slots, clients, mailbox_rows(flags))
                                              : plan.cache_bytes;
   const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
-  if (!flags.routing.empty() && (flags.compare || flags.lookahead > 0)) {
+  if (!flags.routing.empty() &&
+      (flags.compare || flags.lookahead > 0 || flags.compare_hold || flags.hold.value_or(0) > 0)) {
     fail(
-        "--routing replaces the model's router, which lookahead predicts: use it with --lookahead "
-        "0");
+        "--routing replaces the model's router, which lookahead and --hold predict: use it with "
+        "--lookahead 0 and no hold");
   }
   const std::vector<router::TraceToken> routing =
       flags.routing.empty() ? std::vector<router::TraceToken>{} : load_routing(flags.routing, container, flags.tokens);
   std::vector<Arm> arms;
+  if (flags.compare && flags.compare_hold)
+    fail("--compare-lookahead and --compare-hold: pick one comparison");
+  // Replaced routing has no guesses to hold.
+  const uint32_t hold = !flags.routing.empty() ? 0
+                        : flags.hold           ? *flags.hold
+                                               : hold_from_environment(container.top_k());
   if (flags.compare) {
-    arms = {{"lookahead off", 0, false},
-            {"lookahead on", flags.lookahead, false},
-            {"lookahead on, also in prefill", flags.lookahead, true}};
+    arms = {{"lookahead off", 0, false, hold},
+            {"lookahead on", flags.lookahead, false, hold},
+            {"lookahead on, also in prefill", flags.lookahead, true, hold}};
+  } else if (flags.compare_hold) {
+    arms = {{"next batch not held", flags.lookahead, false, 0},
+            {"next batch held", flags.lookahead, false, hold > 0 ? hold : container.top_k()}};
   } else {
-    arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false}};
+    arms = {{flags.lookahead ? "lookahead on" : "lookahead off", flags.lookahead, false, hold}};
   }
   // Rounds interleave the arms, so drift in the machine's load hits them alike;
   // the machine is measured before and after them.
+  bool depth_direct = true;
   const Machine before = measure_machine(container, flags, memory_buffer);
   std::vector<std::vector<ArmResult>> runs(arms.size());
   for (uint32_t round = 0; round < flags.repeat; ++round) {
     for (size_t a = 0; a < arms.size(); ++a) {
       runs[a].push_back(run_arm(flags, arms[a], cache_bytes, routing));
+      // Right after the run, so the disk's drift between rounds hits the ratio's two sides alike.
+      ArmResult& run = runs[a].back();
+      run.disk_threads = depth_threads(run.decode, flags.readers);
+      run.disk_gbps_at_depth = raw_reads(container, run.disk_threads, flags.disk_seconds, depth_direct).gbps;
       if (runs[a].back().tokens != runs[0][0].tokens) {
         fail("bench decode: '{}' generated other tokens than '{}'", arms[a].name, arms[0].name);
       }
@@ -390,7 +441,7 @@ void run_decode(const DecodeFlags& flags) {
                             {"o_direct_gbps", disk_gbps},
                             {"o_direct_gbps_before", before.disk_gbps},
                             {"o_direct_gbps_after", after.disk_gbps},
-                            {"direct", before.disk_direct && after.disk_direct},
+                            {"direct", before.disk_direct && after.disk_direct && depth_direct},
                             {"threads", std::max<uint32_t>(flags.readers, 1)}}},
                           {"memory_gbps", mem_gbps},
                           {"memory_buffer_bytes", memory_buffer},
@@ -400,19 +451,29 @@ void run_decode(const DecodeFlags& flags) {
       nlohmann::json each = nlohmann::json::array();
       for (const ArmResult& r : runs[a]) {
         each.push_back(
-            {{"prefill", phase_json(r.prefill, flags.prompt_tokens)}, {"decode", phase_json(r.decode, flags.tokens)}});
+            {{"prefill", phase_json(r.prefill, flags.prompt_tokens)},
+             {"decode", phase_json(r.decode, flags.tokens)},
+             {"disk_after_run", {{"threads", r.disk_threads}, {"o_direct_gbps", r.disk_gbps_at_depth}}}});
       }
       out["arms"].push_back(
           {{"name", arms[a].name},
            {"lookahead", arms[a].lookahead},
            {"lookahead_in_prefill", arms[a].in_prefill},
+           {"hold", arms[a].hold},
            {"precision_at_1", runs[a].back().precision_at_1},
            {"recall", runs[a].back().recall},
-           {"decode_tok_per_s", {{"median", m.tok_per_s}, {"min", m.min_tok_per_s}, {"max", m.max_tok_per_s}}},
+           {"decode_tok_per_s",
+            {{"median", m.tok_per_s}, {"min", m.min_tok_per_s}, {"max", m.max_tok_per_s}}},
            {"hit_rate", m.hit_rate},
            {"bytes_read_per_token", m.bytes_per_token},
            {"read_wait_share", m.wait_share},
-           {"io_bound_ratio", io_bound_ratio(m, disk_gbps)},
+           {"io_bound_ratio", m.io_bound_ratio},
+           {"io_bound",
+            {{"read_depth_mean", m.read_depth},
+             {"disk_threads", m.disk_threads},
+             {"o_direct_gbps_at_depth", m.disk_gbps_at_depth},
+             {"read_seconds_per_token", m.read_seconds_per_token},
+             {"compute_seconds_per_token", m.compute_seconds_per_token}}},
            {"median",
             {{"decode_tok_per_s", m.tok_per_s},
              {"decode_speedup_vs_first_arm", off_rate > 0 ? m.tok_per_s / off_rate : 0.0},
@@ -420,7 +481,8 @@ void run_decode(const DecodeFlags& flags) {
              {"bytes_read_per_token", m.bytes_per_token},
              {"wait_seconds", m.wait_seconds},
              {"prefill_seconds", m.prefill_seconds},
-             {"prefill_tok_per_s", m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
+             {"prefill_tok_per_s",
+              m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
              {"prefill_bytes_read", m.prefill_bytes},
              {"decode_seconds_per_token", m.seconds_per_token}}},
            {"runs", each}});
@@ -444,8 +506,11 @@ void run_decode(const DecodeFlags& flags) {
       fmt::print("; guesses P@1 {:.1f}%, recall {:.1f}%", 100 * runs[a].back().precision_at_1,
                  100 * runs[a].back().recall);
     }
-    fmt::print("; {:.0f}% of the step waiting, io_bound_ratio {:.2f}; prefill {:.2f} s, {:.1f} MB\n",
-               100 * m.wait_share, io_bound_ratio(m, disk_gbps), m.prefill_seconds, m.prefill_bytes / 1e6);
+    fmt::print(
+        "; {:.0f}% of the step waiting, io_bound_ratio {:.2f} (disk {:.2f} GB/s at {} in flight); "
+        "prefill {:.2f} s, {:.1f} MB\n",
+        100 * m.wait_share, m.io_bound_ratio, m.disk_gbps_at_depth, m.disk_threads, m.prefill_seconds,
+        m.prefill_bytes / 1e6);
     fmt::print("    ms per token:");
     for (const auto& [part, seconds] : m.seconds_per_token.items()) fmt::print(" {} {:.1f}", part, 1e3 * seconds.get<double>());
     fmt::print("\n");
@@ -463,6 +528,13 @@ void add_bench_decode(CLI::App& bench) {
       ->required()
       ->check(memory_size());
   cmd->add_flag("--compare-lookahead", flags->compare, "run lookahead off, on, and on in prefill too, in one process");
+  cmd->add_flag(
+      "--compare-hold", flags->compare_hold,
+      "run with the next layer's batch not held and held (--hold, default top-k), in one process");
+  cmd->add_option(
+      "--hold", flags->hold,
+      "experts of the next layer held per decode step (default SLUICE_HOLD or top-k; 0: "
+      "off)");
   cmd->add_option("--lookahead", flags->lookahead, "experts guessed per token and layer")->capture_default_str();
   cmd->add_option("-n,--tokens", flags->tokens, "tokens to decode")->capture_default_str();
   cmd->add_option("--prompt-tokens", flags->prompt_tokens, "synthetic prompt length")

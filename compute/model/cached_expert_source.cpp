@@ -91,6 +91,16 @@ void CachedExpertSource::request(uint32_t layer, std::span<const uint32_t> exper
   post_batch();
 }
 
+void CachedExpertSource::hold(uint32_t layer, std::span<const uint32_t> experts) {
+  const MoeLayerInfo& info = container_.moe_layer(layer);
+  for (uint32_t expert : experts) {
+    if (expert >= info.experts)
+      fail("hold: layer {} expert {}: no such expert (the layer has {})", layer, expert,
+           info.experts);
+  }
+  client_->hold(layer, experts);
+}
+
 void CachedExpertSource::post_batch() {
   std::vector<uint32_t> asked(posted_.size());
   for (size_t p = 0; p < posted_.size(); ++p) asked[p] = experts_[posted_[p]];

@@ -46,6 +46,8 @@ class CachedExpertSource final : public ExpertSource {
   void request(uint32_t layer, std::span<const uint32_t> experts) override;
   LandedExpert next() override;
   void release(const LandedExpert& expert) override;
+  // Pins the guesses for the next request (shm::Client::hold).
+  void hold(uint32_t layer, std::span<const uint32_t> experts) override;
   ExpertSourceStats stats() const override;
   // Every requested record has its own pinned slot.
   size_t records_held_at_once() const override { return SIZE_MAX; }

@@ -2,8 +2,11 @@
 #include "compute/model/engine.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -59,6 +62,19 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
       prefill_chunk_(options.prefill_chunk),
       prefill_progress_(options.prefill_progress) {
   if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
+  transformer_->set_hold_next(options.hold_next ? *options.hold_next : hold_from_environment(config_.top_k));
+}
+
+uint32_t hold_from_environment(uint32_t top_k) {
+  const char* value = std::getenv("SLUICE_HOLD");
+  if (value == nullptr || *value == '\0') return top_k;
+  uint32_t k = 0;
+  const char* end = value + std::strlen(value);
+  const auto [ptr, error] = std::from_chars(value, end, k);
+  if (error != std::errc() || ptr != end || k > 4096) {
+    fail("SLUICE_HOLD='{}': expected a number of experts (0 turns holding the next batch off)", value);
+  }
+  return k;
 }
 
 const char* finish_reason_name(FinishReason reason) {

@@ -41,6 +41,9 @@ struct EngineOptions {
   std::optional<size_t> threads;
   bool verify_records = false;
   uint32_t prefill_chunk = 64;
+  // Experts of the next MoE layer held per decode step (Transformer::set_hold_next); 0: off.
+  // Unset: hold_from_environment(top-k).
+  std::optional<uint32_t> hold_next;
   // Builds the expert source over the opened container; empty: a
   // DirectExpertSource (no cache). CachedExpertSource::embedded / ::attached
   // (compute/model/cached_expert_source.h) plug the shared-memory cache in.
@@ -64,6 +67,11 @@ struct GenerationStats {
   bool context_full = false;  // kLength because the context, not max_tokens, ran out
   ExpertSourceStats experts;
 };
+
+// Experts of the next layer held per decode step from SLUICE_HOLD (unset:
+// `top_k`, the whole guessed batch; 0: off). Throws Error on anything but a
+// non-negative integer.
+uint32_t hold_from_environment(uint32_t top_k);
 
 // Hands out a prompt's media rows (the input embeddings of its media pads,
 // in order) chunk by chunk: each chunk takes the rows of its own pads, so a

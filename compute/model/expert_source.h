@@ -40,6 +40,11 @@ class ExpertSource {
   virtual LandedExpert next() = 0;
   // Gives a handed-out record back; its memory may be reused at once.
   virtual void release(const LandedExpert& expert) = 0;
+  // Names the records of `experts` of `layer` that the next request() will
+  // probably ask for (lookahead's guess), while this request's records are
+  // still being handed out: a source may hold and read them meanwhile. It
+  // never changes what a request hands out.
+  virtual void hold(uint32_t /*layer*/, std::span<const uint32_t> /*experts*/) {}
   virtual ExpertSourceStats stats() const = 0;
   // How many handed-out records may be held at once. Calls are never
   // concurrent (the model serializes them), but with more than one record out

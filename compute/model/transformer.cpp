@@ -202,6 +202,7 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
   std::sort(distinct_.begin(), distinct_.end());
   distinct_.erase(std::unique(distinct_.begin(), distinct_.end()), distinct_.end());
   experts_.request(layer, distinct_);
+  if (tokens == 1 && hold_next_ > 0) hold_next_layer(layer);
   if (moe_hook_) moe_hook_(layer, moe_index, tokens, std::span<const float>(normed_.data(), size_t{tokens} * hidden));
 
   // Each distinct expert serves the (token, rank) pairs that chose it, in
@@ -290,6 +291,18 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
   }
   add_routed(config_, lw, routed_.data(), tokens, x_.data(), proj_, exec_);
   if (!lw.shared_gate.empty()) swiglu(lw.shared_gate, lw.shared_up, lw.shared_down, tokens);
+}
+
+void Transformer::hold_next_layer(uint32_t layer) {
+  uint32_t next = layer + 1;
+  while (next < config_.layers && !weights_.layers[next].moe) ++next;
+  if (next >= config_.layers) return;
+  const MoeWeights& nw = *weights_.layers[next].moe;
+  hold_logits_.resize(config_.experts);
+  kernels::f32_matvec(nw.router.data(), config_.experts, config_.hidden, normed_.data(),
+                      hold_logits_.data(), exec_);
+  experts_.hold(next, rank_experts(config_.router, hold_logits_, nw.bias,
+                                   std::min(hold_next_, config_.experts)));
 }
 
 void Transformer::run_expert(const LandedExpert& landed, ExpertScratch& scratch, const kernels::Exec& exec,

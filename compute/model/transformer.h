@@ -79,6 +79,11 @@ class Transformer {
   // a hook must not change anything the model computes.
   using MoeHook = std::function<void(uint32_t layer, size_t moe_index, uint32_t tokens, std::span<const float> input)>;
   void set_moe_hook(MoeHook hook) { moe_hook_ = std::move(hook); }
+  // In a decode step, once a MoE layer's records are requested, the next MoE
+  // layer's router runs on this layer's input and its `k` best experts are
+  // held (ExpertSource::hold), so their reads overlap this layer's experts.
+  // 0: off. The guess never changes what the model computes.
+  void set_hold_next(uint32_t k) { hold_next_ = k; }
 
  private:
   // A run of consecutive tokens of one sequence within a forward call.
@@ -93,6 +98,8 @@ class Transformer {
   // Overwrites the embeddings of the media pad tokens among `ids` with `rows`, in order.
   void splice_media(std::span<const int32_t> ids, std::span<const float> rows);
   void moe(uint32_t layer, uint32_t tokens, size_t moe_index);
+  // The hold of set_hold_next for the MoE layer after `layer`, from normed_'s one row.
+  void hold_next_layer(uint32_t layer);
   // x += down(silu(gate(normed)) ⊙ up(normed)) for the chunk.
   void swiglu(const Linear& gate, const Linear& up, const Linear& down, uint32_t tokens);
 
@@ -134,6 +141,8 @@ class Transformer {
   std::vector<uint32_t> positions_;
   bool decodes_ = false;
   MoeHook moe_hook_;
+  uint32_t hold_next_ = 0;
+  std::vector<float> hold_logits_;
   ForwardTimes times_;
 };
 

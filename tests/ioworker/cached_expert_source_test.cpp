@@ -3,7 +3,8 @@
 // drives). Tiny OLMoE and Kimi-Linear checkpoints are made and converted,
 // then the engine's logits through the direct source and through the cache
 // (embedded, cold or warm, one or four readers, io_uring or threads,
-// attached to a named worker) must agree bit for bit. An attached source
+// attached to a named worker, the next layer's batch held or not) must agree
+// bit for bit. An attached source
 // whose daemon dies moves to the one that replaces it and hands out the same
 // records.
 #include "compute/model/cached_expert_source.h"
@@ -56,7 +57,11 @@ const std::string& tiny_model(const std::string& family = "olmoe") {
 struct Run {
   std::vector<float> logits;  // prefill, then each greedy step
   ExpertSourceStats experts;
+  shm::StatsSnapshot cache;  // the whole cache's counters, when the source is cached
+  uint32_t moe_layers = 0, top_k = 0;
 };
+
+constexpr int kDecodeSteps = 4;
 
 Run run_model(const std::string& model, EngineOptions options) {
   options.threads = 2;
@@ -66,13 +71,17 @@ Run run_model(const std::string& model, EngineOptions options) {
   Run run;
   engine.prefill(prompt, logits);
   run.logits = logits;
-  for (int step = 0; step < 4; ++step) {
+  for (int step = 0; step < kDecodeSteps; ++step) {
     const auto token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     engine.transformer().forward(engine.sequence(), std::span<const int32_t>(&token, 1), logits,
                                  false);
     run.logits.insert(run.logits.end(), logits.begin(), logits.end());
   }
   run.experts = engine.experts().stats();
+  if (const auto* cached = dynamic_cast<const CachedExpertSource*>(&engine.experts()))
+    run.cache = cached->cache_stats();
+  run.moe_layers = static_cast<uint32_t>(engine.container().moe_layers().size());
+  run.top_k = engine.config().top_k;
   return run;
 }
 
@@ -128,6 +137,31 @@ void check_cache_bit_identity(const std::string& model) {
     CHECK(warm.experts.reads == 0);
     CHECK(warm.experts.hits == warm.experts.requests);
     CHECK(worker.stats().clients.empty());  // both engines detached
+
+    // Warm, every held record is cached and pinned at once: each decode
+    // step's MoE layers after the first find their whole batch held.
+    options.hold_next = 64;  // every expert of the next layer
+    const shm::StatsSnapshot before = worker.stats();
+    const Run held = run_model(model, options);
+    CHECK(bit_identical(held.logits, direct.logits));
+    CHECK(held.experts.reads == 0);
+    const shm::StatsSnapshot after = worker.stats();
+    CHECK(after.held_used - before.held_used ==
+          uint64_t{kDecodeSteps} * (held.moe_layers - 1) * held.top_k);
+    CHECK(after.held - before.held >= after.held_used - before.held_used);
+    CHECK(after.slots_pinned == 0);
+  }
+  SUBCASE(
+      "embedded with the next layer's batch held, at the smallest cache and at two working sets") {
+    for (const uint64_t cache_bytes : {uint64_t{1}, uint64_t{0}}) {
+      CAPTURE(cache_bytes);
+      EngineOptions options = embedded(ioworker::IoBackend::kUring, 4, cache_bytes);
+      options.hold_next = 64;
+      const Run held = run_model(model, options);
+      CHECK(bit_identical(held.logits, direct.logits));
+      CHECK(held.experts.requests == direct.experts.requests);
+      CHECK(held.cache.held_used <= held.cache.held);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // tests/router/bench_decode_test.cpp: `sluice bench decode --compare-lookahead`
 // runs every arm the asked number of rounds on the same tokens, the arm with
-// lookahead off never prefetches while the others do, a routing trace replaces
+// lookahead off never prefetches while the others do, only the held arm of
+// --compare-hold holds records, a routing trace replaces
 // the model's router in the cache's accesses, and nonsense is refused.
 // It measures nothing here: speed belongs to the benchmark, not to tests.
 #include <doctest/doctest.h>
@@ -77,6 +78,36 @@ TEST_CASE("bench decode compares lookahead off and on over interleaved rounds") 
   CHECK(arms[0].at("median").at("decode_speedup_vs_first_arm").get<double>() == 1.0);
 }
 
+TEST_CASE("bench decode --compare-hold runs the next batch not held and held on the same tokens") {
+  const std::string& model = four_layer_container();
+  // A cache of every expert: after the prompt, each guess is cached and held at once.
+  const nlohmann::json out =
+      run_json({testing::sluice_bin(), "bench", "decode", model, "--budget", "4G", "--compare-hold", "--lookahead",
+                "0", "--repeat", "2", "-n", "6", "--prompt-tokens", "8", "--temp", "0.8", "--seed", "3",
+                "--threads", "1", "--disk-seconds", "0.2", "--json"});
+  const auto& arms = out.at("arms");
+  REQUIRE(arms.size() == 2);
+  CHECK(arms[0].at("hold").get<uint32_t>() == 0);
+  CHECK(arms[1].at("hold").get<uint32_t>() == Container::open(model).top_k());
+  for (size_t a = 0; a < arms.size(); ++a) {
+    for (const auto& run : arms[a].at("runs")) {
+      const auto& decode = run.at("decode");
+      const uint64_t held = decode.at("held").get<uint64_t>();
+      CHECK((a == 0 ? held == 0 : held > 0));
+      CHECK(decode.at("held_used").get<uint64_t>() <= held);
+      CHECK(decode.at("held_reads").get<uint64_t>() <= held);
+      CHECK(decode.at("prefetch_reads").get<uint64_t>() ==
+            0);  // lookahead off: holds are no prefetches
+      CHECK(decode.at("read_depth").get<uint64_t>() > 0);
+    }
+  }
+  std::string output;
+  CHECK(testing::run_command({testing::sluice_bin(), "bench", "decode", model, "--budget", "4G", "--compare-hold",
+                              "--compare-lookahead"},
+                             &output) != 0);
+  CHECK(output.find("pick one comparison") != std::string::npos);
+}
+
 TEST_CASE("bench decode refuses zero rounds and a budget under the floor") {
   const std::string& model = four_layer_container();
   std::string output;
@@ -126,6 +157,12 @@ TEST_CASE(
   CHECK(rate.at("median").get<double>() <= rate.at("max").get<double>());
   CHECK(arm.at("io_bound_ratio").get<double>() > 0.0);
   CHECK(arm.at("read_wait_share").get<double>() >= 0.0);
+  // The disk figure of the ratio is taken at the depth the worker kept while it read.
+  const auto& bound = arm.at("io_bound");
+  CHECK(bound.at("disk_threads").get<uint32_t>() >= 1);
+  CHECK(bound.at("o_direct_gbps_at_depth").get<double>() > 0.0);
+  // Busy time never exceeds the reads' summed latency, so the mean depth is at least one.
+  if (run.at("demand_reads").get<uint64_t>() > 0) CHECK(run.at("read_depth_mean").get<double>() >= 0.99);
 }
 
 TEST_CASE(

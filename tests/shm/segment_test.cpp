@@ -111,7 +111,9 @@ TEST_CASE("anonymous segments need no name and bounds-check every index") {
   CHECK_THROWS_AS(segment->slot(kGeometry.slot_count), Error);
   CHECK_THROWS_AS(segment->slot_data(kGeometry.slot_count), Error);
   CHECK_THROWS_AS(segment->client(kGeometry.max_clients), Error);
-  CHECK(segment->client_pins(0).size() == kGeometry.pins_per_client);
+  // The batch's positions, then as many hold positions.
+  CHECK(segment->client_pins(0).size() == 2 * kGeometry.pins_per_client);
+  CHECK(hold_position(kGeometry, 0) == kGeometry.pins_per_client);
 }
 
 TEST_CASE("a process killed holding the lock leaves pin counts that the next locker rebuilds") {
@@ -122,6 +124,7 @@ TEST_CASE("a process killed holding the lock leaves pin counts that the next loc
     // Listed but not counted yet: what a kill in the middle of pin_slot leaves.
     segment->client_pins(1)[0] = 3 + 1;
     segment->client_pins(1)[1] = 5 + 1;
+    segment->client_pins(1)[hold_position(kGeometry, 2)] = 7 + 1;  // a held record counts alike
     segment->slot(5).pins = 1;
     segment->slot(6).pins = 9;  // and a count nobody holds
     ::_exit(0);
@@ -133,6 +136,7 @@ TEST_CASE("a process killed holding the lock leaves pin counts that the next loc
     CHECK(segment->slot(3).pins == 1);
     CHECK(segment->slot(5).pins == 1);
     CHECK(segment->slot(6).pins == 0);
+    CHECK(segment->slot(7).pins == 1);
   }
   {
     SegmentLock lock(*segment);  // consistent again: an ordinary lock
@@ -140,6 +144,7 @@ TEST_CASE("a process killed holding the lock leaves pin counts that the next loc
     CHECK(segment->slot(3).pins == 0);
     release_client(*segment, 1);
     CHECK(segment->slot(5).pins == 0);
+    CHECK(segment->slot(7).pins == 0);
     CHECK(segment->client(1).state == static_cast<uint32_t>(ClientState::kFree));
   }
 }
