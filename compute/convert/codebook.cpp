@@ -181,10 +181,4 @@ kernels::Isa search_isa() {
   return isa;
 }
 
-int nearest_code(const Codebook& codebook, const float* v) {
-  uint8_t code = 0;
-  nearest_codes(codebook, v, 1, &code, search_isa());
-  return code;
-}
-
 }  // namespace sluice::convert

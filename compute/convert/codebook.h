@@ -50,8 +50,6 @@ void nearest_codes(const Codebook& codebook, const float* vectors, size_t count,
 // The converter's instruction set: kernels::isa_from_environment() (CPUID,
 // or SLUICE_KERNELS), asked once.
 kernels::Isa search_isa();
-// One vector with search_isa().
-int nearest_code(const Codebook& codebook, const float* v);
 
 // Deterministic 64-bit generator (SplitMix64): the same seed gives the same
 // stream on every platform, unlike the std distributions.

@@ -35,7 +35,7 @@ TEST_CASE("the search finds the nearest entry") {
   for (int trial = 0; trial < 2000; ++trial) {
     float v[kRvqVecDim];
     for (float& x : v) x = normal(rng);
-    const int code = nearest_code(book, v);
+    const int code = nearest_code_scalar(book, v);
     const double best = distance2(v, book.entry(code));
     for (int c = 0; c < kRvqEntries; ++c) CHECK(best <= distance2(v, book.entry(c)) + 1e-6);
   }
@@ -113,7 +113,7 @@ TEST_CASE("ties take the lowest code") {
     CHECK(codes == std::vector<uint8_t>{9, 3, 9, 3, 9, 3, 9});
   }
   const Codebook flat(std::vector<float>(kRvqEntries * kRvqVecDim, 1.0f).data());
-  CHECK(nearest_code(flat, origin) == 0);
+  CHECK(nearest_code_scalar(flat, origin) == 0);
 }
 
 TEST_CASE("the codebook keeps its entries and search tables in step") {

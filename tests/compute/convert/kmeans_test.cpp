@@ -27,7 +27,7 @@ double distortion(const Codebook& book, const std::vector<float>& v) {
   double total = 0.0;
   for (size_t i = 0; i < v.size() / kRvqVecDim; ++i) {
     const float* x = v.data() + i * kRvqVecDim;
-    const float* e = book.entry(nearest_code(book, x));
+    const float* e = book.entry(nearest_code_scalar(book, x));
     for (int j = 0; j < kRvqVecDim; ++j) total += (double{x[j]} - e[j]) * (double{x[j]} - e[j]);
   }
   return total;
