@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { ROOT, load_openai, make_model, start, stop } from "./harness.mjs";
+import { check_arguments, question, tools } from "./weather_tools.mjs";
 
 const OpenAI = await load_openai();
 const CONTEXT = 4096;
@@ -53,35 +54,12 @@ function add_tool_markers(dir) {
   end_ids = tokenizer.added_tokens.filter((t) => ["<|im_end|>", "<|endoftext|>"].includes(t.content)).map((t) => t.id);
 }
 
-const tools = [
-  { type: "function", function: { name: "get_weather", description: "The weather in a city",
-    parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome"] },
-                                                days: { type: "integer", minimum: 1, maximum: 7 } },
-                  required: ["city"] } } },
-  { type: "function", function: { name: "get_time", description: "The time in a zone",
-    parameters: { type: "object", properties: { zone: { type: "string", maxLength: 8 } }, required: ["zone"] } } },
-];
-const question = [{ role: "user", content: "What is the weather in Paris?" }];
 // One call, so the reply ends (a random model could chain calls to the cap).
 const required = { messages: question, tools, tool_choice: "required", parallel_tool_calls: false,
                    temperature: 0, max_tokens: 400 };
 
 // The arguments parse and satisfy the tool's schema (checked by hand here,
 // independently of the server's grammar).
-function check_arguments(name, text) {
-  const args = JSON.parse(text);
-  assert.equal(typeof args, "object");
-  if (name === "get_weather") {
-    assert.ok(["Paris", "Rome"].includes(args.city), text);
-    for (const key of Object.keys(args)) assert.ok(["city", "days"].includes(key), text);
-    if ("days" in args) assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, text);
-  } else {
-    assert.equal(name, "get_time");
-    assert.deepEqual(Object.keys(args), ["zone"]);
-    assert.ok(typeof args.zone === "string" && [...args.zone].length <= 8, text);
-  }
-  return args;
-}
 
 describe("tool calls through sluice serve", () => {
   before(async () => {

@@ -12,33 +12,10 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { ROOT, load_openai, make_model, start, stop } from "./harness.mjs";
+import { check_arguments, question, tools } from "./weather_tools.mjs";
 
 const OpenAI = await load_openai();
 const CONTEXT = 2048;
-
-const tools = [
-  { type: "function", function: { name: "get_weather", description: "The weather in a city",
-    parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome"] },
-                                                days: { type: "integer", minimum: 1, maximum: 7 } },
-                  required: ["city"] } } },
-  { type: "function", function: { name: "get_time", description: "The time in a zone",
-    parameters: { type: "object", properties: { zone: { type: "string", maxLength: 8 } }, required: ["zone"] } } },
-];
-const question = [{ role: "user", content: "What is the weather in Paris?" }];
-
-// The arguments parse and satisfy the tool's schema, checked by hand.
-function check_arguments(name, text) {
-  const args = JSON.parse(text);
-  if (name === "get_weather") {
-    assert.ok(["Paris", "Rome"].includes(args.city), text);
-    for (const key of Object.keys(args)) assert.ok(["city", "days"].includes(key), text);
-    if ("days" in args) assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, text);
-  } else {
-    assert.equal(name, "get_time", `a call of an offered tool: ${name}`);
-    assert.deepEqual(Object.keys(args), ["zone"]);
-    assert.ok(typeof args.zone === "string" && [...args.zone].length <= 8, text);
-  }
-}
 
 function use_template(dir, template) {
   const config_path = path.join(dir, "tokenizer_config.json");

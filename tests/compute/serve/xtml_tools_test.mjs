@@ -11,38 +11,16 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { load_openai, make_model, start, stop } from "./harness.mjs";
+import { check_arguments, question, tools } from "./weather_tools.mjs";
 
 const OpenAI = await load_openai();
 let server = null;
 let client = null;
 const special = {};  // XTML's markup tokens by name
 
-const tools = [
-  { type: "function", function: { name: "get_weather", description: "The weather in a city",
-    parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome"] },
-                                                days: { type: "integer", minimum: 1, maximum: 7 } },
-                  required: ["city"] } } },
-  { type: "function", function: { name: "get_time", description: "The time in a zone",
-    parameters: { type: "object", properties: { zone: { type: "string", maxLength: 8 } }, required: ["zone"] } } },
-];
-const question = [{ role: "user", content: "What is the weather in Paris?" }];
 const thinking_off = { chat_template_kwargs: { enable_thinking: false } };
 const required = { messages: question, tools, tool_choice: "required", parallel_tool_calls: false,
                    temperature: 0, max_tokens: 300, ...thinking_off };
-
-function check_arguments(name, text) {
-  const args = JSON.parse(text);
-  assert.equal(typeof args, "object");
-  if (name === "get_weather") {
-    assert.ok(["Paris", "Rome"].includes(args.city), text);
-    for (const key of Object.keys(args)) assert.ok(["city", "days"].includes(key), text);
-    if ("days" in args) assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, text);
-  } else {
-    assert.equal(name, "get_time");
-    assert.deepEqual(Object.keys(args), ["zone"]);
-    assert.ok(typeof args.zone === "string" && [...args.zone].length <= 8, text);
-  }
-}
 
 function check_call(choice) {
   assert.equal(choice.finish_reason, "tool_calls", JSON.stringify(choice));
