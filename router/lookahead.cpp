@@ -4,27 +4,18 @@
 #include "router/lookahead.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include <unistd.h>
 
+#include "proto/env_count.h"
 #include "proto/error.h"
 
 namespace sluice::router {
 
 uint32_t lookahead_from_environment() {
-  const char* value = std::getenv("SLUICE_LOOKAHEAD");
-  if (value == nullptr || *value == '\0') return kDefaultLookahead;
-  uint32_t k = 0;
-  const char* end = value + std::strlen(value);
-  const auto [ptr, error] = std::from_chars(value, end, k);
-  if (error != std::errc() || ptr != end || k > 4096) {
-    fail("SLUICE_LOOKAHEAD='{}': expected a number of experts (0 turns lookahead off)", value);
-  }
-  return k;
+  return count_from_environment("SLUICE_LOOKAHEAD", 4096, "a number of experts (0 turns lookahead off)")
+      .value_or(kDefaultLookahead);
 }
 
 Publisher::Publisher(const shm::Segment& segment, uint32_t client, bool prefill)

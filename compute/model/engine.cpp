@@ -2,15 +2,13 @@
 #include "compute/model/engine.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
 
 #include "compute/kernels/dispatch.h"
+#include "proto/env_count.h"
 #include "proto/error.h"
 
 namespace sluice {
@@ -66,15 +64,8 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
 }
 
 uint32_t hold_from_environment(uint32_t top_k) {
-  const char* value = std::getenv("SLUICE_HOLD");
-  if (value == nullptr || *value == '\0') return top_k;
-  uint32_t k = 0;
-  const char* end = value + std::strlen(value);
-  const auto [ptr, error] = std::from_chars(value, end, k);
-  if (error != std::errc() || ptr != end || k > 4096) {
-    fail("SLUICE_HOLD='{}': expected a number of experts (0 turns holding the next batch off)", value);
-  }
-  return k;
+  return count_from_environment("SLUICE_HOLD", 4096, "a number of experts (0 turns holding the next batch off)")
+      .value_or(top_k);
 }
 
 const char* finish_reason_name(FinishReason reason) {

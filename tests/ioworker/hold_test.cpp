@@ -13,26 +13,11 @@
 using namespace sluice;
 using namespace sluice::ioworker;
 using sluice::testing::FixtureContainer;
+using sluice::testing::churn_around_5_and_9;
+using sluice::testing::consume;
 using sluice::testing::header_problem;
 using sluice::testing::options_for;
 using sluice::testing::wait_until;
-
-namespace {
-
-// Requests `experts` of `layer` and consumes every one, checking each header.
-void consume(shm::Client& client, const Container& container, uint32_t layer,
-             const std::vector<uint32_t>& experts) {
-  client.request(layer, experts);
-  for (size_t i = 0; i < experts.size(); ++i) {
-    const shm::LandedSlot landed = client.next();
-    REQUIRE(landed.index < experts.size());
-    const auto problem = header_problem(container, layer, experts[landed.index], landed.data);
-    REQUIRE_MESSAGE(!problem, *problem);
-    client.release(landed);
-  }
-}
-
-}  // namespace
 
 TEST_CASE(
     "held records are never evicted, whatever the policy, and the next request takes them as "
@@ -52,14 +37,7 @@ TEST_CASE(
 
     // Four slots are left for everyone else: every other expert churns through them.
     shm::Client other(worker.segment());
-    for (int round = 0; round < 3; ++round) {
-      for (uint32_t layer = 0; layer < 2; ++layer) {
-        for (uint32_t e = 0; e + 1 < 12; e += 2) {
-          if (layer == 1 && (e == 4 || e == 8)) continue;  // pairs holding 5 and 9
-          consume(other, fc.container, layer, {e, e + 1});
-        }
-      }
-    }
+    churn_around_5_and_9(other, fc.container, 1);
     CHECK(worker.stats().evictions > 0);
     const shm::StatsSnapshot churned = worker.stats();
     const uint64_t hits_before = holder.counters().hits;

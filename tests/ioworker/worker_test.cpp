@@ -22,28 +22,11 @@ using namespace sluice;
 using namespace sluice::ioworker;
 using sluice::testing::budget_for_slots;
 using sluice::testing::FixtureContainer;
+using sluice::testing::churn_around_5_and_9;
+using sluice::testing::consume;
 using sluice::testing::header_problem;
 using sluice::testing::options_for;
 using sluice::testing::wait_until;
-
-namespace {
-
-// Requests `experts` of `layer`, checks and consumes every one; returns how
-// many were handed out. Fails the test on a wrong record.
-size_t consume(shm::Client& client, const Container& container, uint32_t layer, const std::vector<uint32_t>& experts) {
-  client.request(layer, experts);
-  for (size_t i = 0; i < experts.size(); ++i) {
-    const shm::LandedSlot landed = client.next();
-    REQUIRE(landed.index < experts.size());
-    const auto problem = header_problem(container, layer, experts[landed.index], landed.data);
-    REQUIRE_MESSAGE(!problem, *problem);
-    client.release(landed);
-  }
-  return experts.size();
-}
-
-
-}  // namespace
 
 TEST_CASE("cold reads land bit-exact, the same request again is all hits") {
   FixtureContainer fc;
@@ -97,14 +80,7 @@ TEST_CASE("pinned slots are never evicted or overwritten under pressure, whateve
 
     // Only two slots are left for everyone else: every other expert churns through them.
     shm::Client other(worker.segment());
-    for (int round = 0; round < 3; ++round) {
-      for (uint32_t layer = 0; layer < 2; ++layer) {
-        for (uint32_t e = 0; e + 1 < 12; e += 2) {
-          if (layer == 0 && (e == 4 || e == 8)) continue;  // pairs holding 5 and 9
-          consume(other, fc.container, layer, {e, e + 1});
-        }
-      }
-    }
+    churn_around_5_and_9(other, fc.container, 0);
     CHECK(worker.stats().evictions > 0);
     CHECK(std::memcmp(a.data, a_bytes.data(), a_bytes.size()) == 0);
     CHECK(std::memcmp(b.data, b_bytes.data(), b_bytes.size()) == 0);

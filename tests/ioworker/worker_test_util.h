@@ -1,7 +1,8 @@
 // tests/ioworker/worker_test_util.h: a fixture container with a worker over
 // it, the budget for an exact slot count, the worker options the tests share,
-// a bounded wait, and the check every test client applies to a slot it was
-// handed: the header must name what it asked for.
+// a bounded wait, the check every test client applies to a slot it was
+// handed (the header must name what it asked for), consuming a batch, and
+// churning the cache around two records another client keeps.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -9,10 +10,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ioworker/worker.h"
+#include "shm/client.h"
 #include "proto/container.h"
 #include "proto/record_format.h"
 #include "tests/proto/container_fixture.h"
@@ -78,6 +82,35 @@ inline std::optional<std::string> header_problem(const Container& container, uin
                                                  const uint8_t* data) {
   const MoeLayerInfo& info = container.moe_layer(layer);
   return check_header(RecordHeader::decode(data), expected_header(info.layout, layer, expert, info.codebook_base));
+}
+
+// Requests `experts` of `layer`, checks and consumes every one; returns how
+// many were handed out. Fails the test on a wrong record.
+inline size_t consume(shm::Client& client, const Container& container, uint32_t layer,
+                      const std::vector<uint32_t>& experts) {
+  client.request(layer, experts);
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const shm::LandedSlot landed = client.next();
+    REQUIRE(landed.index < experts.size());
+    const auto problem = header_problem(container, layer, experts[landed.index], landed.data);
+    REQUIRE_MESSAGE(!problem, *problem);
+    client.release(landed);
+  }
+  return experts.size();
+}
+
+// Three rounds through every pair of experts of the fixture's 2 layers of
+// 12, except `kept_layer`'s pairs holding experts 5 and 9, so another
+// client's pins or holds on those two are what the cache must keep.
+inline void churn_around_5_and_9(shm::Client& client, const Container& container, uint32_t kept_layer) {
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t layer = 0; layer < 2; ++layer) {
+      for (uint32_t e = 0; e + 1 < 12; e += 2) {
+        if (layer == kept_layer && (e == 4 || e == 8)) continue;
+        consume(client, container, layer, {e, e + 1});
+      }
+    }
+  }
 }
 
 }  // namespace sluice::testing
