@@ -1,15 +1,22 @@
 // tests/compute/model/batch_decode_test.cpp: several sequences decoded in
-// one step (Transformer::forward_batch, Engine::step): each sequence's
-// greedy tokens and logits are bit-identical to that sequence decoded alone,
-// for OLMoE (GQA) and Kimi-Linear (KDA + MLA); each MoE layer requests the
-// union of the step's experts once; misuse is refused.
+// one step (Transformer::forward_batch, Engine::step): while every expert's
+// tokens stay below the decode-once crossover, each sequence's greedy tokens
+// and logits are bit-identical to that sequence decoded alone, for OLMoE
+// (GQA) and Kimi-Linear (KDA + MLA); past it (an expert shared by two
+// sequences decodes its weights once, which rounds differently) the tokens
+// agree and the logits stay within 1e-4; each MoE layer requests the union
+// of the step's experts once; misuse is refused.
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "compute/kernels/rvq_crossover.h"
 #include "compute/model/engine.h"
 #include "proto/error.h"
 #include "tests/compute/model/tiny_models.h"
@@ -26,6 +33,24 @@ const std::vector<std::vector<int32_t>> kPrompts = {
     {400, 2, 33, 17, 210, 9, 71, 5, 120, 66, 8, 250},
 };
 constexpr int kSteps = 6;
+
+// Pins SLUICE_RVQ_CROSSOVER (rvq_crossover.h) for the engines built in its scope.
+class PinnedCrossover {
+ public:
+  explicit PinnedCrossover(uint32_t tokens) { setenv("SLUICE_RVQ_CROSSOVER", std::to_string(tokens).c_str(), 1); }
+  ~PinnedCrossover() { unsetenv("SLUICE_RVQ_CROSSOVER"); }
+  PinnedCrossover(const PinnedCrossover&) = delete;
+  PinnedCrossover& operator=(const PinnedCrossover&) = delete;
+};
+
+float max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  float most = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::fabs(a[i] - b[i]));
+  return most;
+}
+
+enum class Agreement { kBitIdentical, kWithinTolerance };
 
 struct Decoded {
   std::vector<int32_t> tokens;
@@ -49,7 +74,7 @@ std::vector<Decoded> decode_alone(const std::string& model) {
   return out;
 }
 
-void check_batched_equals_alone(const std::string& model) {
+void check_batched_equals_alone(const std::string& model, Agreement agreement) {
   const std::vector<Decoded> alone = decode_alone(model);
   Engine engine(model, small_options());
   const size_t vocab = engine.config().vocab;
@@ -93,7 +118,10 @@ void check_batched_equals_alone(const std::string& model) {
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     CAPTURE(i);
     CHECK(batched[i].tokens == alone[i].tokens);
-    CHECK(bit_identical(batched[i].rows, alone[i].rows));
+    if (agreement == Agreement::kBitIdentical)
+      CHECK(bit_identical(batched[i].rows, alone[i].rows));
+    else
+      CHECK(max_abs_difference(batched[i].rows, alone[i].rows) <= 1e-4f);
     CHECK(states[i].position() == kPrompts[i].size() + kSteps);
   }
   // The engine's default sequence took no part.
@@ -103,11 +131,19 @@ void check_batched_equals_alone(const std::string& model) {
 }  // namespace
 
 TEST_CASE("three OLMoE sequences decoded together are each bit-identical to decoding alone") {
-  check_batched_equals_alone(tiny_model("olmoe"));
+  const PinnedCrossover tables_for_every_token(kernels::kRvqCrossoverMax);
+  check_batched_equals_alone(tiny_model("olmoe"), Agreement::kBitIdentical);
 }
 
 TEST_CASE("three Kimi-Linear sequences decoded together are each bit-identical to decoding alone") {
-  check_batched_equals_alone(tiny_model("kimi_linear"));
+  const PinnedCrossover tables_for_every_token(kernels::kRvqCrossoverMax);
+  check_batched_equals_alone(tiny_model("kimi_linear"), Agreement::kBitIdentical);
+}
+
+TEST_CASE("past the decode-once crossover, sequences decoded together agree with decoding alone") {
+  const PinnedCrossover decode_once_from_two(2);
+  check_batched_equals_alone(tiny_model("olmoe"), Agreement::kWithinTolerance);
+  check_batched_equals_alone(tiny_model("kimi_linear"), Agreement::kWithinTolerance);
 }
 
 TEST_CASE(
