@@ -64,16 +64,33 @@ class Fp8Scales:
         return scales if dtype is None else scales.astype(dtype)
 
 
-class Mxfp4Part:
-    """One of an MXFP4 weight's U8 tensors (0: packed nibbles, 1: E8M0 scales), encoded when written."""
+class Mxfp4Encoding:
+    """An MXFP4 weight's two U8 tensors (0: packed nibbles, 1: E8M0 scales), encoded once, when the
+    first is written, and let go when the second has been."""
 
-    def __init__(self, weight, part):
-        rows, cols = weight.shape
-        self.weight, self.part = weight, part
+    def __init__(self, weight):
+        self.weight, self.encoded, self.unread = weight, None, {0, 1}
+
+    def part(self, index):
+        if self.encoded is None:
+            self.encoded = mxfp4.encode(np.asarray(self.weight))
+        values = self.encoded[index]
+        self.unread.discard(index)
+        if not self.unread:
+            self.encoded = None
+        return values
+
+
+class Mxfp4Part:
+    """One tensor of an Mxfp4Encoding, encoded when written."""
+
+    def __init__(self, encoding, part):
+        rows, cols = encoding.weight.shape
+        self.encoding, self.part = encoding, part
         self.shape = (rows, cols // 2) if part == 0 else (rows, cols // mxfp4.GROUP)
 
     def __array__(self, dtype=None):
-        values = mxfp4.encode(np.asarray(self.weight))[self.part]
+        values = self.encoding.part(self.part)
         return values if dtype is None else values.astype(dtype)
 
 
@@ -128,8 +145,9 @@ def make_k3_checkpoint(out_dir, seed, dtype, shards, overrides, use_mxfp4=False)
         draw = (lambda rng: k3.a_log_values(config, name, rng)) if name.endswith(".A_log") else None
         weight = RandomTensor(shape, mean, std, seed, index, draw=draw)
         if use_mxfp4 and ".experts." in name:
+            encoding = Mxfp4Encoding(weight)
             for part, suffix in enumerate((mxfp4.PACKED, mxfp4.SCALE)):
-                tensors[name + suffix], dtypes[name + suffix] = Mxfp4Part(weight, part), "U8"
+                tensors[name + suffix], dtypes[name + suffix] = Mxfp4Part(encoding, part), "U8"
             continue
         tensors[name] = weight
         dtypes[name] = "F32" if families.is_f32_tensor(name) else _DTYPES[dtype][0]

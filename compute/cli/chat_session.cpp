@@ -266,7 +266,6 @@ TurnResult ChatSession::turn(const std::string& user_text, const TurnOptions& op
   chat::ReplyParser parser(tokenizer_, format_, {in_reasoning, 0});
   std::unique_ptr<chat::JsonConstraint> constraint;
   SamplingParams sampling = options.sampling;
-  sampling.banned = never_sampled_ids(engine_.config(), tokenizer_.vocab_size());
   if (options.grammar) {
     if (!trie_) trie_ = std::make_shared<const chat::TokenTrie>(tokenizer_);
     constraint = std::make_unique<chat::JsonConstraint>(

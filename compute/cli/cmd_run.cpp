@@ -81,6 +81,8 @@ void run(const RunArgs& args) {
   flags.saved_states = args.session.empty() ? 0 : 1;
   EngineOptions options = flags.options();
   options.prefill_progress = prefill_feedback(args.engine.chunk);
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  options.tokenizer_ids = tok.vocab_size();
   Engine engine(args.model, options);
   RoutingOptions routing_options;
   routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
@@ -88,7 +90,6 @@ void run(const RunArgs& args) {
   PendingOutput trace_file(args.trace_out), dump_file(args.dump_logits);
   routing_options.trace_out = trace_file.temp_path();
   RoutingSession routing(engine, routing_options);
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
   const bool resumed = !args.session.empty() && std::filesystem::exists(args.session);
   if (resumed) load_session(args.session, engine.container().identity(), engine.sequence());
   const uint32_t reused = engine.sequence().position();
@@ -122,7 +123,6 @@ void run(const RunArgs& args) {
   engine.sequence().note_media(media);
   SamplingParams sampling = args.sampling;
   sampling.seed = resolve_seed(args.seed);
-  sampling.banned = never_sampled_ids(engine.config(), tok.vocab_size());
 
   std::ofstream dump;
   if (!args.dump_logits.empty()) {

@@ -1,6 +1,8 @@
 // compute/convert/progress.cpp: the stderr progress reporter. Workers only
 // bump an atomic counter; whoever wins the try_lock redraws, so a slow
-// terminal never stalls encoding.
+// terminal never stalls encoding. The ETA runs on the encoding rate since
+// the first weight was encoded: the reading and codebook training before it
+// advance nothing, and counting them would project hours on a short run.
 #include <unistd.h>
 
 #include <atomic>
@@ -38,7 +40,10 @@ class StderrProgress final : public ConvertProgress {
     draw(true);
   }
   void advance(uint64_t weights) override {
-    done_ += weights;
+    if (done_.fetch_add(weights) == 0) {
+      std::lock_guard lock(mutex_);
+      first_advance_ = Clock::now();
+    }
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (lock.owns_lock()) draw(false);
   }
@@ -65,7 +70,13 @@ class StderrProgress final : public ConvertProgress {
     const uint64_t done = done_.load();
     const double fraction = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
     const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
-    const std::string eta = done > 0 && fraction < 1.0 ? duration_text(elapsed / fraction - elapsed) : "-";
+    // Zero until the first advance has stamped its time (under mutex_, as here).
+    const double encoding = first_advance_ == Clock::time_point{}
+                                ? 0.0
+                                : std::chrono::duration<double>(now - first_advance_).count();
+    const std::string eta = encoding > 0 && fraction < 1.0
+                                ? duration_text(encoding / fraction - encoding)
+                                : "-";
     if (terminal_) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(fraction * kWidth);
@@ -84,7 +95,7 @@ class StderrProgress final : public ConvertProgress {
   std::atomic<uint64_t> done_{0};
   std::mutex mutex_;
   std::string phase_, last_phase_;
-  Clock::time_point start_, last_draw_;
+  Clock::time_point start_, last_draw_, first_advance_;
 };
 
 class QuietProgress final : public ConvertProgress {

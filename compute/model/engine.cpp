@@ -25,8 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace
-
 std::vector<int32_t> never_sampled_ids(const ModelConfig& config, size_t tokenizer_ids) {
   std::vector<int32_t> ids;
   if (config.vision) ids.push_back(static_cast<int32_t>(config.vision->media_pad_id));
@@ -36,6 +34,8 @@ std::vector<int32_t> never_sampled_ids(const ModelConfig& config, size_t tokeniz
   }
   return ids;
 }
+
+}  // namespace
 
 void check_logits_finite(std::span<const float> logits, std::string_view step) {
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -58,7 +58,8 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
           kernels::Exec{kernels::isa_from_environment(), &pool_, kernels::trunk_activations_from_environment()})),
       sequence_(transformer_->new_sequence()),
       prefill_chunk_(options.prefill_chunk),
-      prefill_progress_(options.prefill_progress) {
+      prefill_progress_(options.prefill_progress),
+      never_sampled_(never_sampled_ids(config_, options.tokenizer_ids)) {
   if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
   transformer_->set_hold_next(options.hold_next ? *options.hold_next : hold_from_environment(config_.top_k));
 }
@@ -121,7 +122,7 @@ GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_
         prompt.size(), room, transformer_->context(), config_.max_positions);
   }
   SamplingParams params = sampling;
-  for (int32_t id : never_sampled_ids(config_)) params.banned.push_back(id);
+  params.banned.insert(params.banned.end(), never_sampled_.begin(), never_sampled_.end());
   Sampler sampler(params);
   GenerationStats stats;
   std::vector<float> logits(config_.vocab);

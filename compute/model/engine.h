@@ -51,6 +51,9 @@ struct EngineOptions {
   // Called after each prefill chunk with the prompt tokens done so far and
   // their total; returning false abandons the prefill (and the generation).
   std::function<bool(size_t done, size_t total)> prefill_progress;
+  // The tokenizer's vocab_size(), when the caller has one: the model's ids
+  // above it are padding no text has, so the engine never samples them.
+  size_t tokenizer_ids = 0;
 };
 
 // Why generate() stopped: an end-of-sequence or stop id, max_tokens or the
@@ -98,12 +101,6 @@ class MediaRowCursor {
   size_t used_ = 0;
 };
 
-// The ids no reply may contain, for SamplingParams::banned: a vision
-// model's media pad (its embedding is an image's place, never text) and,
-// given the tokenizer's vocab_size(), the ids above it that the model's
-// vocabulary pads out and no text has. generate() always bans the first.
-std::vector<int32_t> never_sampled_ids(const ModelConfig& config, size_t tokenizer_ids = 0);
-
 // Throws Error naming `step` when any logit is NaN or infinite: damage or a
 // numerical fault upstream, never something to sample from.
 void check_logits_finite(std::span<const float> logits, std::string_view step);
@@ -119,6 +116,11 @@ class Engine {
   const ExpertSource& experts() const { return *source_; }
   ExpertSource& experts() { return *source_; }
   size_t threads() const { return pool_.size(); }
+  // The ids no reply may contain: a vision model's media pad (its embedding
+  // is an image's place, never text) and the ids above EngineOptions::
+  // tokenizer_ids, which the model's vocabulary pads out and no text has.
+  // generate() bans them; a caller sampling step()'s logits bans them too.
+  std::span<const int32_t> never_sampled() const { return never_sampled_; }
   // The kernels and thread pool the model runs on (for the vision tower).
   kernels::Exec exec() { return {kernels::isa_from_environment(), &pool_}; }
 
@@ -175,6 +177,7 @@ class Engine {
   SequenceState sequence_;
   uint32_t prefill_chunk_;
   std::function<bool(size_t, size_t)> prefill_progress_;
+  std::vector<int32_t> never_sampled_;
 };
 
 }  // namespace sluice

@@ -32,7 +32,7 @@ struct SamplingParams {
   float min_p = 0.0f;               // 0: off; keeps tokens with p >= min_p * p_max
   float repetition_penalty = 1.0f;  // 1: off; applied to every token already in the context
   uint64_t seed = 0;
-  // Ids never sampled whatever their logits (never_sampled_ids in engine.h:
+  // Ids never sampled whatever their logits (Engine::never_sampled():
   // a media pad, ids the tokenizer has no text for). A row where every id
   // left is banned, or -infinity, is an Error.
   std::vector<int32_t> banned;

@@ -288,7 +288,7 @@ void Scheduler::start(Slot& slot, std::shared_ptr<Job> job) {
     }
 
     SamplingParams sampling = spec.settings.sampling;
-    sampling.banned = never_sampled_ids(engine_.config(), tokenizer_.vocab_size());
+    sampling.banned.assign(engine_.never_sampled().begin(), engine_.never_sampled().end());
     if (spec.grammar) {
       if (!trie_) trie_ = std::make_shared<const chat::TokenTrie>(tokenizer_);
       g.constraint.emplace(spec.grammar, trie_);
