@@ -44,6 +44,7 @@ struct Options {
   uint32_t readers = 4;
   uint32_t context = 0;
   uint32_t max_clients = 16;
+  uint32_t parallel = 1;  // sequences a client decodes together: rows of its lookahead mailbox
   bool verify = false;
   bool force = false;
 };
@@ -60,6 +61,7 @@ int run(const Options& options) {
   // The floor of one client of one compute thread (`sluice plan --threads 1`).
   PlanRequest shape;
   shape.max_clients = options.max_clients;
+  shape.mailbox_rows = options.parallel;
   shape.force = options.force;
   const MemoryPlan plan = plan_for(container, options.budget, options.context, shape);
   const uint64_t cache_bytes = plan.cache_bytes;
@@ -71,6 +73,7 @@ int run(const Options& options) {
   worker_options.readers = options.readers;
   worker_options.verify_crc = options.verify;
   worker_options.max_clients = options.max_clients;
+  worker_options.mailbox_rows = options.parallel;
   ioworker::Worker worker(container, worker_options);
   const shm::Geometry& geometry = worker.geometry();
   log_line(fmt::format("serving {} (identity {:016x}) on {}", options.model, container.identity(), socket_path));
@@ -147,6 +150,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-clients", options.max_clients, "Compute clients that may attach at once")
       ->capture_default_str()
       ->check(CLI::Range(1u, sluice::shm::kMaxClients));
+  app.add_option("--parallel", options.parallel,
+                 "Sequences a client decodes together (`sluice serve --parallel N`): each client's "
+                 "lookahead mailbox holds N rows, so the router guesses for every sequence")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -227,6 +227,7 @@ class SluiceUpTest(unittest.TestCase):
                              ([self.container, '--serve', '70000', '--instance', self.instance + '-serve'],
                               'not a TCP port'),
                              ([self.container, '--readers', '0', '--instance', self.instance + '-r'], '--readers 0'),
+                             ([self.container, '--parallel', '65', '--instance', self.instance + '-p'], '--parallel 65'),
                              ([self.container, '--budget', '3Q', '--instance', self.instance + '-b'],
                               "--budget '3Q': bad size"),
                              ([self.container, '--lookahead', '-1', '--instance', self.instance + '-l'],
@@ -250,7 +251,7 @@ class SluiceUpTest(unittest.TestCase):
         with socket.socket() as probe:  # a port free a moment ago; sluice serve refuses a taken one
             probe.bind(('127.0.0.1', 0))
             port = probe.getsockname()[1]
-        up = self.sluice_up(self.container, '--instance', instance, '--serve', str(port))
+        up = self.sluice_up(self.container, '--instance', instance, '--serve', str(port), '--parallel', '2')
         try:
             self.assertEqual(up.returncode, 0, up.stderr)
             report = json.loads(self.sluice_up('status', '--json', '--instance', instance).stdout)
@@ -258,6 +259,11 @@ class SluiceUpTest(unittest.TestCase):
             self.assertEqual(len(serve), 1, report)
             self.assertTrue(serve[0]['alive'])
             self.assertIn('--attach', serve[0]['argv'])
+            # Both sides of the mailbox agree on its rows: the server's sequences, the daemon's mailboxes.
+            daemon = [m for m in report['members'] if m['name'] == 'sluice-io'][0]
+            for member in (serve[0], daemon):
+                at = member['argv'].index('--parallel')
+                self.assertEqual(member['argv'][at + 1], '2', member)
             body = json.dumps({'prompt': [5, 6, 7], 'max_tokens': 3, 'temperature': 0}).encode()
             request = urllib.request.Request('http://127.0.0.1:%d/v1/completions' % port, data=body,
                                              headers={'Content-Type': 'application/json'})

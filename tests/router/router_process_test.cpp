@@ -1,7 +1,8 @@
 // tests/router/router_process_test.cpp: sluice-router as a process next to a
 // sluice-io: attached `sluice run` publishes to the segment's mailbox, the
 // router prefetches and scores, and the output is bit-identical with the router
-// alive, SIGKILLed mid-generation, or lookahead off.
+// alive, SIGKILLed mid-generation, or lookahead off; a daemon started with
+// --parallel N gives every client a mailbox of N rows.
 #include <doctest/doctest.h>
 
 #include <csignal>
@@ -11,6 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include "ioworker/rpc_client.h"
+#include "proto/container.h"
+#include "router/lookahead.h"
+#include "shm/client.h"
+#include "shm/segment.h"
+#include "shm/stats.h"
 #include "tests/ctl/tiny_container.h"
 
 using namespace sluice;
@@ -82,4 +89,57 @@ TEST_CASE("a router process prefetches for attached clients and its death change
   CHECK(on.size() > 0);
   CHECK(testing::read_text(dir + "/killed.f32") == on);
   CHECK(testing::read_text(dir + "/off.f32") == on);
+}
+
+TEST_CASE("a daemon started with --parallel 2 gets guesses for both rows of one attached client's decode step") {
+  const Container container = Container::open(testing::tiny_container_or_skip());
+  REQUIRE(container.moe_layers().size() >= 2);
+  testing::Daemon daemon({"--parallel", "2"});
+  std::string why;
+  REQUIRE_MESSAGE(daemon.wait_ready(30, &why), why);
+  ioworker::RpcClient rpc(daemon.socket());
+  const ioworker::Attachment attachment = rpc.attach(container.identity());
+  CHECK(attachment.geometry.mailbox_rows == 2);
+  auto segment = shm::Segment::attach(attachment.segment_name, container.identity());
+  shm::Client client(*segment);
+
+  // The router of the group, run here so the test decides when it reads.
+  const router::Predictor predictor(container);
+  std::vector<std::vector<uint32_t>> sent;
+  router::Lookahead lookahead(predictor, *segment, 3, [&](uint32_t, std::span<const uint32_t> experts) {
+    sent.emplace_back(experts.begin(), experts.end());
+  });
+  router::Publisher publisher(*segment, client.id(), false);
+  const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
+  const uint32_t hidden = predictor.hidden(), top_k = predictor.top_k(), rows = 2;
+  std::vector<float> input(size_t{rows} * hidden);
+  for (uint32_t i = 0; i < hidden; ++i) {
+    input[i] = std::sin(0.37f * static_cast<float>(i));
+    input[hidden + i] = std::cos(1.91f * static_cast<float>(i) + 0.5f);
+  }
+  const auto row = [&](uint32_t r) { return std::span<const float>(input).subspan(size_t{r} * hidden, hidden); };
+  std::vector<uint32_t> ids(size_t{rows} * top_k);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i % top_k);
+
+  publisher.publish(first, rows, true, input, top_k, ids);
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(1000)));
+  REQUIRE(sent.size() == 1);
+  const std::vector<std::vector<uint32_t>> guesses = {predictor.predict(second, row(0), 3),
+                                                      predictor.predict(second, row(1), 3)};
+  CHECK(sent[0] == router::rank_union(guesses));
+
+  // Each row's real routing holds its own rank-1 guess: both rows are scored, both hit.
+  std::vector<uint32_t> real;
+  for (uint32_t r = 0; r < rows; ++r) {
+    real.push_back(guesses[r][0]);
+    for (uint32_t e = 0; real.size() < size_t{r + 1} * top_k; ++e) {
+      if (e != guesses[r][0]) real.push_back(e);
+    }
+  }
+  publisher.publish(second, rows, true, input, top_k, real);
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(1000)));
+  const auto scored = shm::read_stats(*segment).lookahead.layers;
+  REQUIRE(scored.size() == 1);
+  CHECK(scored[0].scored == rows);
+  CHECK(scored[0].rank1_hits == rows);
 }
