@@ -28,9 +28,11 @@ TOLERANCE = 1e-4
 # Int8 activations: the engine and the reference quantize inputs that differ by
 # an ulp or so, and now and then one lands on the other side of a rounding step
 # (a change of amax/127 in one activation). With tokens and experts forced to
-# the engine's, that left 2e-6 where no step flipped and 3.6e-3 where one did
-# (OLMoE, AVX2); a block scale of amax/126 in place of amax/127 gives 1.6e-2.
-INT8_TOLERANCE = 1e-2
+# the engine's, that left 2e-6 (no step flipped) to 1.9e-2 (DeepSeek-V3) over
+# the families (AVX2); the bar is 2.6 times the largest. It is loose: a block
+# scale of amax/126 in place of amax/127 gives only 1.6e-2 on OLMoE, which the
+# bit-exact kernel tests (quant_test) catch instead.
+INT8_TOLERANCE = 5e-2
 
 
 def run(*args, env=None):
