@@ -33,8 +33,12 @@ Logits rows (raw little-endian float32, vocab_size values per row, 1 + N rows):
 Generated token i is chosen from row i-1: greedy (--temp 0) takes the lowest
 id among equal maxima; --temp T>0 samples softmax(row/T) with a torch generator
 seeded by --seed (not the engine's sampler; compare logits at --temp 0 only).
-Routing ties go to the lower expert id. MLA runs in its expanded form (full
-keys and values per head, as HF caches) unless --mla absorbed. Kimi-Linear's
+Routing ties go to the lower expert id. --forced-tokens feeds given tokens
+instead of choosing them (teacher forcing) and --forced-routing takes each MoE
+layer's experts from another run's trace (the weights still come from this
+run's router): together they compare two runs row by row on the same inputs,
+whatever near-tie either would break differently. MLA runs in its expanded
+form (full keys and values per head, as HF caches) unless --mla absorbed. Kimi-Linear's
 KDA runs token by token in f64 (the oracle) unless --kda-chunk N; its routed
 expert weights follow the config's sluice_moe_weights ("biased", the default:
 the released modeling code; "unbiased": vLLM) unless --moe-weights overrides it.
@@ -119,8 +123,10 @@ def with_images(config, weights, prompt, images):
     return expanded, torch.cat(rows)
 
 
-def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None, media_rows=None):
-    """Returns (logits [1 + steps, vocab], generated token ids). `routes`, when a
+def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None, media_rows=None,
+             forced_tokens=None):
+    """Returns (logits [1 + steps, vocab], generated token ids); `forced_tokens`, when
+    a list of `steps` ids, are fed as the generated tokens. `routes`, when a
     list, receives one {"tok": position, "layers": [[expert ids], ...]} per token fed
     (the layout of `sluice run --trace-out`; needs the cache). `media_rows`: the
     prompt's image rows (K3)."""
@@ -145,7 +151,9 @@ def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None
         tokens = []
         for _ in range(steps):
             last = rows[-1]
-            if temp > 0:
+            if forced_tokens is not None:
+                token = forced_tokens[len(tokens)]
+            elif temp > 0:
                 token = int(torch.multinomial(torch.softmax(last / temp, dim=-1), 1, generator=generator))
             else:
                 token = int(torch.argmax(last))  # first index among equal maxima
@@ -155,6 +163,21 @@ def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None
             else:
                 rows.append(model.forward(prompt + tokens, model.new_cache())[-1])
     return torch.stack(rows), tokens
+
+
+def moe_layer_indices(model):
+    is_moe = k3.is_moe_layer if k3.is_k3(model.config) else families.is_moe_layer
+    return [i for i in range(model.layers) if is_moe(model.config, i)]
+
+
+def read_forced_routing(model, path):
+    """A routing.ForcedRouting from a trace file (the JSON lines of --trace-out)."""
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        raise SluiceError(f"--forced-routing {path}: {e}") from None
+    return routing.ForcedRouting(rows, moe_layer_indices(model))
 
 
 def relative_errors(quantized, original):
@@ -199,7 +222,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="checkpoint directory or MODEL.sluice container")
     parser.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
-    parser.add_argument("-n", type=int, default=0, help="decode steps N (logits rows = 1 + N)")
+    parser.add_argument("-n", type=int, help="decode steps N (logits rows = 1 + N; default 0)")
     parser.add_argument("--dump-logits", metavar="FILE", help="write the logits rows as raw f32")
     parser.add_argument("--temp", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -210,6 +233,12 @@ def main(argv=None):
                         help="write the routing as JSON lines, one per token fed: "
                              '{"tok": N, "layers": [[expert ids, largest weight first], ...], '
                              '"weights": [[their routing weights], ...]} (as sluice run)')
+    parser.add_argument("--forced-tokens", metavar="IDS",
+                        help="comma-separated ids fed as the N generated tokens instead of choosing them "
+                             "(teacher forcing; N is their count, -n must be absent or equal)")
+    parser.add_argument("--forced-routing", metavar="FILE",
+                        help="take every token's experts from a trace (sluice run --trace-out, or this "
+                             "script's) instead of choosing them; their weights still come from the router")
     parser.add_argument("--mla", choices=mla.FORMS, default=mla.EXPANDED,
                         help="DeepSeek/K2 attention form (both give the same logits up to rounding)")
     parser.add_argument("--group-exclusion", choices=routing.EXCLUSIONS, default=routing.EXCLUDE_ZERO,
@@ -248,6 +277,18 @@ def main(argv=None):
             prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
         except ValueError:
             raise SluiceError(f"--prompt-ids {args.prompt_ids!r}: expected comma-separated integers") from None
+        forced_tokens = None
+        if args.forced_tokens is not None:
+            try:
+                forced_tokens = [int(x) for x in args.forced_tokens.split(",") if x.strip()]
+            except ValueError:
+                raise SluiceError(f"--forced-tokens {args.forced_tokens!r}: expected comma-separated integers") \
+                    from None
+            if args.n is not None and args.n != len(forced_tokens):
+                raise SluiceError(f"--forced-tokens has {len(forced_tokens)} ids but -n is {args.n}")
+            args.n = len(forced_tokens)
+        if args.n is None:
+            args.n = 0
         if not prompt or args.n < 0:
             raise SluiceError("--prompt-ids needs at least one id and -n must be >= 0")
         if args.kda_chunk is not None and args.kda_chunk < 1:
@@ -263,11 +304,13 @@ def main(argv=None):
         routes = [] if args.trace_out else None
         model = with_engine_experts(build_model(config, weights, **options), args.model, args.f32_experts,
                                     args.decode_crossover, args.int8_activations)
+        if args.forced_routing:
+            model.forced_routing = read_forced_routing(model, args.forced_routing)
         media_rows = None
         if args.image_rgb:
             prompt, media_rows = with_images(config, weights, prompt, [np.load(f) for f in args.image_rgb])
         logits, tokens = generate(model, prompt, args.n, args.temp, args.seed, not args.no_kv_cache, routes,
-                                  media_rows)
+                                  media_rows, forced_tokens)
         if args.trace_out:
             with open(args.trace_out, "w") as f:
                 f.writelines(json.dumps(row) + "\n" for row in routes)

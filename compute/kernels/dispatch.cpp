@@ -101,7 +101,7 @@ const char* trunk_activations_name(TrunkActivations activations) {
 
 TrunkActivations trunk_activations_from_environment() {
   const char* value = std::getenv("SLUICE_TRUNK_ACTIVATIONS");
-  if (value == nullptr || *value == '\0') return TrunkActivations::kF32;
+  if (value == nullptr || *value == '\0') return TrunkActivations::kInt8;
   for (TrunkActivations a : {TrunkActivations::kF32, TrunkActivations::kInt8})
     if (std::string_view(value) == trunk_activations_name(a)) return a;
   fail("SLUICE_TRUNK_ACTIVATIONS={}: unknown trunk activations (expected int8 or f32)", value);

@@ -355,7 +355,7 @@ class Bench {
     constexpr uint32_t kPrefillTokens = 16;
     const std::vector<float> x = random_floats(size_t{t.cols} * kPrefillTokens, 71);
     std::vector<float> y(size_t{t.rows} * kPrefillTokens);
-    // "engine" is what the engine runs by default, f32 activations, "int8
+    // "engine" is what the engine runs by default, int8 activations, "f32
     // activations" the other mode.
     std::vector<std::pair<Isa, TrunkActivations>> runs;
     for (Isa isa : isas()) {
@@ -364,7 +364,7 @@ class Bench {
     }
     for (const auto& [isa, activations] : runs) {
       const Exec exec{isa, &pool_, activations};
-      const char* variant = activations == TrunkActivations::kF32 ? "engine" : "int8 activations";
+      const char* variant = activations == TrunkActivations::kInt8 ? "engine" : "f32 activations";
       time_case(m, fmt::format("{} {}", fmt_name, t.name), fmt::format("[{}x{}]", t.rows, t.cols), variant,
                 isa, weights, bytes, [&] { quant_matvec(view, x.data(), y.data(), exec); });
       if (t.rows <= 8192)

@@ -295,6 +295,7 @@ class K3Model:
         self.act = ((lambda g, u: situ(g, u, self.beta, self.linear_beta)) if situ_on
                     else (lambda g, u: torch.nn.functional.silu(g) * u))
         self.expert_apply = None  # None: f64 matmuls; else f(layer, expert, latent rows) (rvq_int16.py)
+        self.forced_routing = None  # None: the model chooses its experts; else a routing.ForcedRouting
 
     def new_cache(self):
         return Cache(self.layers)
@@ -369,22 +370,26 @@ class K3Model:
             out = out * torch.sigmoid(x @ w[p + "g_proj.weight"].T)
         return out @ w[p + "o_proj.weight"].T
 
-    def route(self, i, b):
-        """σ on the full hidden state; s + bias chooses the top-k (ties to the lower id);
+    def route(self, i, b, positions=None):
+        """σ on the full hidden state; s + bias chooses the top-k (ties to the lower id),
+        unless self.forced_routing names the experts;
         the weights are the unbiased s, renormalised (k > 1) and scaled (k3.md §2.4)."""
         c, m = self.config, f"{PREFIX}model.layers.{i}.block_sparse_moe."
         scores = torch.sigmoid(b @ self.w[m + "gate.weight"].T)
         choice = scores + self.w[m + "gate.e_score_correction_bias"]
         k = c["num_experts_per_token"]
-        ids = torch.sort(choice, dim=-1, descending=True, stable=True).indices[:, :k]
+        if self.forced_routing is None:
+            ids = torch.sort(choice, dim=-1, descending=True, stable=True).indices[:, :k]
+        else:
+            ids = self.forced_routing.chosen(i, positions)
         weights = torch.gather(scores, 1, ids)
         if c["moe_renormalize"] is True and k > 1:
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
         return ids, weights * c["routed_scaling_factor"]
 
-    def _moe(self, i, b, trace):
+    def _moe(self, i, b, trace, positions):
         c, m = self.config, f"{PREFIX}model.layers.{i}.block_sparse_moe."
-        ids, weights = self.route(i, b)
+        ids, weights = self.route(i, b, positions)
         if trace is not None:
             trace.append((i, ids.clone(), weights.clone()))
         latent = b @ self.w[m + "routed_expert_down_proj.weight"].T if c["routed_expert_hidden_size"] else b
@@ -423,6 +428,7 @@ class K3Model:
         if ids.numel() == 0 or ids.min() < 0 or ids.max() >= self.vocab:
             raise SluiceError(f"token ids must be non-empty and in [0, {self.vocab})")
         partial = self.w[PREFIX + "model.embed_tokens.weight"][ids]
+        positions = torch.arange(cache.length, cache.length + ids.numel())
         if media_rows is not None:
             pads = ids == self.media_pad
             if int(pads.sum()) != media_rows.shape[0]:
@@ -442,7 +448,7 @@ class K3Model:
             f = self._mix(blocks, partial, p + "mlp_res")
             b = rms_norm(f, self.w[p + "post_attention_layernorm.weight"], self.eps)
             if is_moe_layer(self.config, i):
-                partial = partial + self._moe(i, b, trace)
+                partial = partial + self._moe(i, b, trace, positions)
             else:
                 partial = partial + self._ffn(b, self.w[p + "mlp.gate_proj.weight"], self.w[p + "mlp.up_proj.weight"],
                                               self.w[p + "mlp.down_proj.weight"])

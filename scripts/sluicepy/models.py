@@ -61,6 +61,7 @@ class MoeModel:
             self.kda = kda.Kda(c, self.w, kda_chunk) if self.family == "kimi_linear" else None
             self.mixer = lambda i, *args: (self.kda if families.is_kda_layer(c, i) else attention)(i, *args)
         self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows) (rvq_int16.py)
+        self.forced_routing = None  # None: the model chooses its experts; else a routing.ForcedRouting
 
     def new_cache(self):
         return Cache(self.layers)
@@ -94,25 +95,28 @@ class MoeModel:
         out = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), values).reshape(T, self.heads * d)
         return out @ self.w[p + "o_proj.weight"].T
 
-    def _route(self, i, b):
+    def _route(self, i, b, positions=None):
         c, m = self.config, families.moe_prefix(self.config, i)
         logits = b @ self.w[m + "gate.weight"].T
+        chosen = None if self.forced_routing is None else self.forced_routing.chosen(i, positions)
         if self.family in families.MLA_FAMILIES:
             return routing.route_sigmoid_grouped(logits, self.w[m + "gate.e_score_correction_bias"],
                                                  c["num_experts_per_tok"], c["n_group"], c["topk_group"],
-                                                 c["norm_topk_prob"], c["routed_scaling_factor"], self.exclusion)
+                                                 c["norm_topk_prob"], c["routed_scaling_factor"], self.exclusion,
+                                                 chosen=chosen)
         if self.family == "kimi_linear":  # the released code renormalises only when k > 1
             k = c["num_experts_per_token"]
             return routing.route_sigmoid_grouped(logits, self.w[m + "gate.e_score_correction_bias"], k,
                                                  c["num_expert_group"], c["topk_group"],
                                                  c["moe_renormalize"] and k > 1, c["routed_scaling_factor"],
                                                  routing.EXCLUDE_ZERO,
-                                                 biased_weights=c[families.MOE_WEIGHTS_KEY] == "biased")
+                                                 biased_weights=c[families.MOE_WEIGHTS_KEY] == "biased",
+                                                 chosen=chosen)
         renormalise = True if self.family == "mixtral" else c["norm_topk_prob"]  # Mixtral always renormalises
-        return routing.route_softmax(logits, c["num_experts_per_tok"], renormalise)
+        return routing.route_softmax(logits, c["num_experts_per_tok"], renormalise, chosen)
 
-    def _moe(self, i, b, trace):
-        ids, weights = self._route(i, b)
+    def _moe(self, i, b, trace, positions):
+        ids, weights = self._route(i, b, positions)
         if trace is not None:
             trace.append((i, ids.clone(), weights.clone()))
         outputs = torch.zeros(b.shape[0], ids.shape[1], b.shape[1], dtype=self.dtype)
@@ -147,7 +151,7 @@ class MoeModel:
             h = h + self.mixer(i, a, positions, cache.layers[i])
             b = rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.eps)
             if families.is_moe_layer(self.config, i):
-                h = h + self._moe(i, b, trace)
+                h = h + self._moe(i, b, trace, positions)
             else:
                 h = h + swiglu(b, self.w[p + "mlp.gate_proj.weight"], self.w[p + "mlp.up_proj.weight"],
                                self.w[p + "mlp.down_proj.weight"])

@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_reference_agreement import TOLERANCE, compare_logits  # noqa: E402
 
 ROOT = os.environ["SLUICE_SOURCE_ROOT"]
+# The reference computes f32 trunk activations: the engine is pinned to them (not its int8 default).
+os.environ["SLUICE_TRUNK_ACTIVATIONS"] = "f32"
 SLUICE = os.environ["SLUICE_BIN"]
 PY = "/usr/bin/python3"
 PROMPT = [5, 17, 200, 3, 88, 41, 9, 300, 12, 77, 150, 6, 250, 33, 101, 64]

@@ -1,6 +1,7 @@
 # tests/scripts/test_reference.py: the PyTorch reference's decode with a KV
 # cache equals recomputing the whole sequence, its output is deterministic and
-# laid out as documented, and routing, tying and dense layers behave as specified.
+# laid out as documented, and routing, tying and dense layers behave as specified;
+# forced tokens and forced routing replay a run exactly and change only what they force.
 import json
 import os
 import unittest
@@ -72,6 +73,51 @@ class ReferenceTest(unittest.TestCase):
         ids, weights = routing.route_softmax(logits, 3, renormalise=True)
         self.assertEqual(ids.tolist(), [[1, 2, 4]])
         self.assertAlmostEqual(float(weights.sum()), 1.0, places=6)
+
+    def test_forced_tokens_and_routing_replay_a_run_and_force_only_the_choice(self):
+        ids = ",".join(map(str, PROMPT))
+        out = {name: os.path.join(self.tmp.name, name) for name in ("free", "trace", "replayed", "other", "moved")}
+        free = json.loads(helpers.run_script("reference.py", self.qwen, "--prompt-ids", ids, "-n", "4", "--json",
+                                             "--dump-logits", out["free"], "--trace-out", out["trace"]).stdout)
+        helpers.run_script("reference.py", self.qwen, "--prompt-ids", ids, "--forced-tokens",
+                           ",".join(map(str, free["tokens"])), "--forced-routing", out["trace"],
+                           "--dump-logits", out["replayed"])
+        with open(out["free"], "rb") as a, open(out["replayed"], "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        # Other tokens are fed as given; a trace whose last token takes other experts changes only that row.
+        other = [t + 1 for t in free["tokens"]]
+        result = helpers.run_script("reference.py", self.qwen, "--prompt-ids", ids, "--forced-tokens",
+                                    ",".join(map(str, other)), "--json", "--dump-logits", out["other"])
+        self.assertEqual(json.loads(result.stdout)["tokens"], other)
+        with open(out["trace"]) as f:
+            rows = [json.loads(line) for line in f]
+        config, weights = reference.load_weights(self.qwen)
+        experts = config["num_experts"]
+        rows[-1]["layers"][0] = [(e + 1) % experts for e in rows[-1]["layers"][0]]
+        with open(out["trace"], "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        helpers.run_script("reference.py", self.qwen, "--prompt-ids", ids, "--forced-tokens",
+                           ",".join(map(str, free["tokens"])), "--forced-routing", out["trace"],
+                           "--dump-logits", out["moved"])
+        free_rows, moved = (np.fromfile(out[n], dtype="<f4").reshape(-1, 512) for n in ("free", "moved"))
+        np.testing.assert_array_equal(free_rows[:-1], moved[:-1])
+        self.assertGreater(float(np.abs(free_rows[-1] - moved[-1]).max()), 1e-4)
+        # The weights of forced experts are the router's own probabilities for them.
+        model = load(self.qwen)
+        b = torch.randn(2, config["hidden_size"])
+        logits = b @ model.w["model.layers.0.mlp.gate.weight"].T
+        chosen = torch.tensor([[3, 0], [1, 6]])
+        ids_, w = routing.route_softmax(logits, 2, True, chosen)
+        self.assertEqual(ids_.tolist(), chosen.tolist())
+        p = torch.softmax(logits, -1).gather(1, chosen)
+        torch.testing.assert_close(w, p / p.sum(-1, keepdim=True))
+        # A trace that lacks a position is an error naming it, not a silent free choice.
+        with open(out["trace"], "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows[:-1])
+        result = helpers.run_script("reference.py", self.qwen, "--prompt-ids", ids, "--forced-tokens",
+                                    ",".join(map(str, free["tokens"])), "--forced-routing", out["trace"], check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"at position {len(PROMPT) + 3}", result.stderr)
 
     def test_rope_rotates_pairs_i_and_i_plus_half(self):
         x = torch.zeros(1, 1, 8)

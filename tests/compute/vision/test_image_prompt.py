@@ -19,6 +19,8 @@ import tempfile
 import numpy as np
 
 ROOT = os.environ["SLUICE_SOURCE_ROOT"]
+# The reference computes f32 trunk activations: the engine is pinned to them (not its int8 default).
+os.environ["SLUICE_TRUNK_ACTIVATIONS"] = "f32"
 SLUICE = os.environ["SLUICE_BIN"]
 PY = "/usr/bin/python3"
 STEPS = 8
