@@ -207,6 +207,12 @@ class Bench {
     report_.cases.push_back(std::move(c));
   }
 
+  // As the engine builds a layer's shared tables: both in one call.
+  void build_gate_up(const ExpertBank& bank, const float* x, uint32_t tokens, const Exec& exec) {
+    const RvqTableBuild builds[] = {{&gate_table_, &bank.books[0]}, {&up_table_, &bank.books[1]}};
+    build_rvq_tables(builds, x, bank.hidden, tokens, exec);
+  }
+
   // The engine's instruction set first, then (when asked) every other one this CPU runs.
   std::vector<Isa> isas() const {
     std::vector<Isa> out{options_.isa};
@@ -221,7 +227,6 @@ class Bench {
     const std::vector<float> x = random_floats(m.hidden, 41);
     std::vector<float> g(m.width), u(m.width), h(m.width), out(m.hidden);
     std::vector<float> gk(size_t{m.width} * m.top_k), uk(size_t{m.width} * m.top_k);
-    RvqTable gate_table, up_table, down_table;
     const uint32_t token = 0;
     uint32_t next_expert = 0;
     const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
@@ -238,36 +243,30 @@ class Bench {
       const Exec exec{run.isa, &pool_};
       time_case(m, "rvq expert", fmt::format("3x[{}x{}] top-{}", m.width, m.hidden, m.top_k),
                 run.name, run.isa, expert_weights * m.top_k, expert_bytes * m.top_k, [&] {
-                  if (run.shared_tables) {
-                    gate_table.build(bank.books[0], x.data(), m.hidden, 1, exec);
-                    up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
-                  }
+                  if (run.shared_tables) build_gate_up(bank, x.data(), 1, exec);
                   const uint32_t first = next_expert;
                   next_expert += m.top_k;
                   if (run.by_matrix) {
                     for (uint32_t k = 0; k < m.top_k; ++k)
-                      rvq_matmul(gate_table, {&token, 1}, bank.view(0, first + k),
+                      rvq_matmul(gate_table_, {&token, 1}, bank.view(0, first + k),
                                  gk.data() + k * m.width, exec);
                     for (uint32_t k = 0; k < m.top_k; ++k)
-                      rvq_matmul(up_table, {&token, 1}, bank.view(1, first + k),
+                      rvq_matmul(up_table_, {&token, 1}, bank.view(1, first + k),
                                  uk.data() + k * m.width, exec);
                   }
                   for (uint32_t k = 0; k < m.top_k; ++k) {
                     const uint32_t e = first + k;
                     float* gate_out = run.by_matrix ? gk.data() + k * m.width : g.data();
                     float* up_out = run.by_matrix ? uk.data() + k * m.width : u.data();
-                    if (!run.shared_tables) {
-                      gate_table.build(bank.books[0], x.data(), m.hidden, 1, exec);
-                      up_table.build(bank.books[1], x.data(), m.hidden, 1, exec);
-                    }
+                    if (!run.shared_tables) build_gate_up(bank, x.data(), 1, exec);
                     if (!run.by_matrix) {
-                      rvq_matmul(gate_table, {&token, 1}, bank.view(0, e), gate_out, exec);
-                      rvq_matmul(up_table, {&token, 1}, bank.view(1, e), up_out, exec);
+                      rvq_matmul(gate_table_, {&token, 1}, bank.view(0, e), gate_out, exec);
+                      rvq_matmul(up_table_, {&token, 1}, bank.view(1, e), up_out, exec);
                     }
                     for (uint32_t i = 0; i < m.width; ++i)
                       h[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
-                    down_table.build(bank.books[2], h.data(), m.width, 1, exec);
-                    rvq_matmul(down_table, {&token, 1}, bank.view(2, e), out.data(), exec);
+                    down_table_.build(bank.books[2], h.data(), m.width, 1, exec);
+                    rvq_matmul(down_table_, {&token, 1}, bank.view(2, e), out.data(), exec);
                   }
                 });
     }
@@ -276,7 +275,7 @@ class Bench {
       const Exec exec{isa, &pool_};
       for (int kind = 0; kind < 3; ++kind) {
         const RvqMatrixShape s = bank.shapes[kind];
-        RvqTable& table = kind == 2 ? down_table : kind == 0 ? gate_table : up_table;
+        RvqTable& table = kind == 2 ? down_table_ : kind == 0 ? gate_table_ : up_table_;
         table.build(bank.books[kind], kind == 2 ? h.data() : x.data(), s.cols, 1, exec);
         float* y = kind == 2 ? out.data() : g.data();
         time_case(m, names[kind], fmt::format("[{}x{}]", s.rows, s.cols), "engine", isa,
@@ -286,7 +285,7 @@ class Bench {
       for (const uint32_t cols : {m.hidden, m.width}) {
         const std::vector<float> in = random_floats(cols, 51);
         time_case(m, "rvq table build", fmt::format("{} inputs", cols), "engine", isa, 0, 0,
-                  [&] { gate_table.build(bank.books[0], in.data(), cols, 1, exec); });
+                  [&] { gate_table_.build(bank.books[0], in.data(), cols, 1, exec); });
       }
     }
   }
@@ -303,7 +302,6 @@ class Bench {
         out(size_t{m.hidden} * kMaxTokens);
     std::vector<uint32_t> all(kMaxTokens);
     for (uint32_t t = 0; t < kMaxTokens; ++t) all[t] = t;
-    RvqTable gate_table, up_table, down_table;
     uint32_t expert = 0;
     const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
     const uint64_t expert_bytes =
@@ -315,18 +313,17 @@ class Bench {
     for (Isa isa : isas()) {
       const Exec exec{isa, &pool_};
       for (const uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 64u}) {
-        gate_table.build(bank.books[0], x.data(), m.hidden, n, exec);
-        up_table.build(bank.books[1], x.data(), m.hidden, n, exec);
+        build_gate_up(bank, x.data(), n, exec);
         const std::span<const uint32_t> tokens(all.data(), n);
         const std::string shape = fmt::format("3x[{}x{}] x{} tokens", m.width, m.hidden, n);
         time_case(m, "rvq prefill expert", shape, "tables", isa, expert_weights * n, expert_bytes,
                   [&] {
                     const uint32_t e = expert++;
-                    rvq_matmul(gate_table, tokens, bank.view(0, e), g.data(), exec);
-                    rvq_matmul(up_table, tokens, bank.view(1, e), u.data(), exec);
+                    rvq_matmul(gate_table_, tokens, bank.view(0, e), g.data(), exec);
+                    rvq_matmul(up_table_, tokens, bank.view(1, e), u.data(), exec);
                     swiglu(n);
-                    down_table.build(bank.books[2], h.data(), m.width, n, exec);
-                    rvq_matmul(down_table, tokens, bank.view(2, e), out.data(), exec);
+                    down_table_.build(bank.books[2], h.data(), m.width, n, exec);
+                    rvq_matmul(down_table_, tokens, bank.view(2, e), out.data(), exec);
                   });
         time_case(m, "rvq prefill expert", shape, "decode once", isa, expert_weights * n,
                   expert_bytes, [&] {
@@ -378,6 +375,7 @@ class Bench {
   KernelBenchOptions options_;
   ThreadPool pool_;
   KernelBenchReport report_;
+  RvqTable gate_table_, up_table_, down_table_;
 };
 
 }  // namespace

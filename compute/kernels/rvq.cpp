@@ -119,8 +119,7 @@ void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
 
 }  // namespace detail
 
-void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
-                     const Exec& exec) {
+void RvqTable::resize(uint32_t cols, uint32_t tokens, Isa isa) {
   if (cols == 0 || cols % kRvqVecDim != 0)
     fail("rvq table: {} inputs is not a positive multiple of 8", cols);
   if (cols > kRvqMaxCols)
@@ -130,51 +129,91 @@ void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t col
   tokens_ = tokens;
   const size_t per_token = codes_per_token();
   const uint32_t nv = cols / kRvqVecDim;
-  const size_t grains_per_token = (nv + kBuildGrainVectors - 1) / kBuildGrainVectors;
-  has_planes_ = exec.isa == Isa::kAvx512;
+  has_planes_ = isa == Isa::kAvx512;
   // Capacity never shrinks: a rebuild at the same or a smaller size allocates nothing.
   // The f32 table is one token's: it stays in L2 between the two passes.
   resize_discarding(exact_, per_token);
   resize_discarding(codes_, tokens * per_token + kGatherPadCodes);
   if (has_planes_) resize_discarding(planes_, tokens * per_token * 2);
-  resize_discarding(grain_max_, grains_per_token);
+  resize_discarding(grain_max_, (nv + kBuildGrainVectors - 1) / kBuildGrainVectors);
   resize_discarding(scales_, size_t{tokens});
-  auto grain_range = [&](size_t g) {
-    const uint32_t v0 = static_cast<uint32_t>(g) * kBuildGrainVectors;
-    return std::pair<uint32_t, uint32_t>{v0, std::min(nv, v0 + kBuildGrainVectors)};
-  };
-  for (uint32_t t = 0; t < tokens; ++t) {
-    const float* xt = x + size_t{t} * cols;
-    split(exec, grains_per_token, 1, [&](size_t begin, size_t end) {
-      for (size_t g = begin; g < end; ++g) {
-        const auto [v0, v1] = grain_range(g);
-        grain_max_[g] = exec.isa == Isa::kAvx512
-                            ? detail::rvq_build_avx512(codebooks, xt, v0, v1, exact_.data())
-                        : exec.isa == Isa::kAvx2
-                            ? detail::rvq_build_avx2(codebooks, xt, v0, v1, exact_.data())
-                            : detail::rvq_build_scalar(codebooks, xt, v0, v1, exact_.data());
+}
+
+void RvqTable::build_exact(const RvqCodebooks& codebooks, const float* token_x, size_t begin,
+                           size_t end, Isa isa) {
+  const uint32_t nv = cols_ / kRvqVecDim;
+  for (size_t g = begin; g < end; ++g) {
+    const auto v0 = static_cast<uint32_t>(g) * kBuildGrainVectors;
+    const uint32_t v1 = std::min(nv, v0 + kBuildGrainVectors);
+    grain_max_[g] = isa == Isa::kAvx512 ? detail::rvq_build_avx512(codebooks, token_x, v0, v1, exact_.data())
+                    : isa == Isa::kAvx2 ? detail::rvq_build_avx2(codebooks, token_x, v0, v1, exact_.data())
+                                        : detail::rvq_build_scalar(codebooks, token_x, v0, v1, exact_.data());
+  }
+}
+
+void RvqTable::finish_scale(uint32_t token) {
+  float amax = 0.0f;
+  for (float m : grain_max_) amax = std::max(amax, m);
+  scales_[token] = amax > 0.0f ? amax / static_cast<float>(detail::kRvqCodeMax) : 0.0f;
+  inv_ = amax > 0.0f ? static_cast<float>(detail::kRvqCodeMax) / amax : 0.0f;
+}
+
+void RvqTable::quantize(uint32_t token, size_t begin, size_t end, Isa isa) {
+  const uint32_t nv = cols_ / kRvqVecDim;
+  const size_t per_token = codes_per_token();
+  const size_t first = begin * kBuildGrainVectors * kRvqStages * kRvqEntries;
+  const size_t last =
+      std::min<size_t>(nv, end * kBuildGrainVectors) * kRvqStages * kRvqEntries;
+  const float* exact = exact_.data() + first;
+  int16_t* codes = codes_.data() + size_t{token} * per_token + first;
+  uint8_t* planes = has_planes_ ? planes_.data() + (size_t{token} * per_token + first) * 2 : nullptr;
+  if (isa == Isa::kAvx512)
+    detail::rvq_quantize_avx512(exact, last - first, inv_, codes, planes);
+  else if (isa == Isa::kAvx2)
+    detail::rvq_quantize_avx2(exact, last - first, inv_, codes, planes);
+  else
+    detail::rvq_quantize_scalar(exact, last - first, inv_, codes, planes);
+}
+
+void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
+                     const Exec& exec) {
+  const RvqTableBuild only{this, &codebooks};
+  build_rvq_tables(std::span<const RvqTableBuild>(&only, 1), x, cols, tokens, exec);
+}
+
+void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uint32_t cols,
+                      uint32_t tokens, const Exec& exec) {
+  for (const RvqTableBuild& b : builds) b.table->resize(cols, tokens, exec.isa);
+  if (builds.empty()) return;
+  // A token's scale is the max over its grains, which no split changes, so
+  // both ways give the same bits.
+  const size_t threads = exec.pool != nullptr ? exec.pool->size() : 1;
+  if (threads <= builds.size()) {
+    split(exec, builds.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        RvqTable& table = *builds[i].table;
+        const size_t grains = table.build_grains();
+        for (uint32_t t = 0; t < tokens; ++t) {
+          table.build_exact(*builds[i].codebooks, x + size_t{t} * cols, 0, grains, exec.isa);
+          table.finish_scale(t);
+          table.quantize(t, 0, grains, exec.isa);
+        }
       }
     });
-    float amax = 0.0f;
-    for (float m : grain_max_) amax = std::max(amax, m);
-    scales_[t] = amax > 0.0f ? amax / static_cast<float>(detail::kRvqCodeMax) : 0.0f;
-    const float inv = amax > 0.0f ? static_cast<float>(detail::kRvqCodeMax) / amax : 0.0f;
-    split(exec, grains_per_token, 1, [&](size_t begin, size_t end) {
-      for (size_t g = begin; g < end; ++g) {
-        const auto [v0, v1] = grain_range(g);
-        const size_t first = size_t{v0} * kRvqStages * kRvqEntries;
-        const size_t count = size_t{v1 - v0} * kRvqStages * kRvqEntries;
-        const float* exact = exact_.data() + first;
-        int16_t* codes = codes_.data() + size_t{t} * per_token + first;
-        uint8_t* planes =
-            has_planes_ ? planes_.data() + (size_t{t} * per_token + first) * 2 : nullptr;
-        if (exec.isa == Isa::kAvx512)
-          detail::rvq_quantize_avx512(exact, count, inv, codes, planes);
-        else if (exec.isa == Isa::kAvx2)
-          detail::rvq_quantize_avx2(exact, count, inv, codes, planes);
-        else
-          detail::rvq_quantize_scalar(exact, count, inv, codes, planes);
-      }
+    return;
+  }
+  const size_t grains = builds[0].table->build_grains();
+  for (uint32_t t = 0; t < tokens; ++t) {
+    const float* xt = x + size_t{t} * cols;
+    split(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {
+      for (size_t g = begin; g < end; ++g)
+        builds[g / grains].table->build_exact(*builds[g / grains].codebooks, xt, g % grains,
+                                              g % grains + 1, exec.isa);
+    });
+    for (const RvqTableBuild& b : builds) b.table->finish_scale(t);
+    split(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {
+      for (size_t g = begin; g < end; ++g)
+        builds[g / grains].table->quantize(t, g % grains, g % grains + 1, exec.isa);
     });
   }
 }

@@ -62,6 +62,8 @@ struct RvqMatrixView {
 // The largest `cols` a table accepts: keeps every integer row sum inside 32 bits.
 inline constexpr uint32_t kRvqMaxCols = 65536;
 
+struct RvqTableBuild;
+
 // Lookup tables for `tokens` input vectors of `cols` values against one codebook
 // set, as int16 codes (above) with one f32 scale per token. The engine builds
 // the gate and up tables once per token per layer and shares them among that
@@ -71,6 +73,7 @@ class RvqTable {
  public:
   // x holds `tokens` rows of `cols` f32 values (row stride `cols`). Built with
   // Isa::kAvx512 it also keeps the codes as byte planes for vpermi2b lookups.
+  // Same as build_rvq_tables with this table alone.
   void build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
              const Exec& exec);
   uint32_t cols() const { return cols_; }
@@ -84,15 +87,41 @@ class RvqTable {
   size_t codes_per_token() const { return size_t{cols_ / kRvqVecDim} * kRvqStages * kRvqEntries; }
 
  private:
+  friend void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x,
+                               uint32_t cols, uint32_t tokens, const Exec& exec);
+  void resize(uint32_t cols, uint32_t tokens, Isa isa);
+  size_t build_grains() const { return grain_max_.size(); }
+  // The f32 entries of build grains [begin, end) of one token's input.
+  void build_exact(const RvqCodebooks& codebooks, const float* token_x, size_t begin, size_t end,
+                   Isa isa);
+  // The token's scale from every grain's max, and the factor its codes take.
+  void finish_scale(uint32_t token);
+  void quantize(uint32_t token, size_t begin, size_t end, Isa isa);
+
   std::vector<float> exact_;      // one token's f32 table f, kept between the two build passes
   std::vector<float> grain_max_;  // max |f| per build grain of that token
   std::vector<int16_t> codes_;    // + padding: AVX2 gathers read 4 bytes at the last code
   std::vector<uint8_t> planes_;
   std::vector<float> scales_;
+  float inv_ = 0.0f;  // the token being built: its codes are round(f · inv_)
   bool has_planes_ = false;
   uint32_t cols_ = 0;
   uint32_t tokens_ = 0;
 };
+
+// One table to build and the codebooks it is built against.
+struct RvqTableBuild {
+  RvqTable* table;
+  const RvqCodebooks* codebooks;
+};
+
+// Builds every table of `builds` from the same input x (a layer's gate and up
+// tables), each with the same bits as its own build(). With no more pool
+// threads than tables, each thread builds whole tables: one parallel region
+// for all of them and every token. Otherwise each token's grains are split
+// over the pool, two regions per token for all tables together.
+void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uint32_t cols,
+                      uint32_t tokens, const Exec& exec);
 
 // y[0..rows) = W · x for the table's token `token`.
 void rvq_matvec(const RvqTable& table, uint32_t token, const RvqMatrixView& matrix, float* y,

@@ -64,39 +64,122 @@ void rvq_quantize_avx2(const float* exact, size_t count, float inv, int16_t* cod
 
 namespace {
 
-// 16 codes at the bytes `indices` points to, sign-extended from a gather that
-// reads 4 bytes at each code (the table is padded for the last one).
-inline __m256i lookup8(const int16_t* codes, __m128i bytes8) {
-  const __m256i at = _mm256_cvtepu8_epi32(bytes8);
-  const __m256i pair = _mm256_i32gather_epi32(reinterpret_cast<const int*>(codes), at, 2);
-  return _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
+// Rows one pass accumulates: the caller's largest chunk (rvq.cpp).
+constexpr uint32_t kChunkBlocks = 64;
+// Tokens whose tables one pass reads against each loaded index vector.
+constexpr int kMaxPassTokens = 4;
+// Vector positions per span: K tokens' spans of tables (K · 3 · 512 B per
+// vector) stay in L1 while every row block of the chunk reads them.
+constexpr uint32_t span_vectors(int tokens) {
+  return tokens == 1 ? 16 : tokens == 2 ? 8 : 4;
+}
+
+inline __m256i lanes_of(const uint8_t* bytes) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
+}
+
+// The dwords a gather reads at code `at` of `codes`: code[at] in the low word.
+inline __m256i gather_pairs(const int16_t* codes, __m256i at) {
+  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(codes), at, 2);
+}
+
+// Rows of blocks [chunk_begin, chunk_end) for K tokens. Vector positions are
+// swept in spans so that every block of the chunk reads the same span of
+// tables from L1. Two (vector, stage) steps are summed per madd: the second
+// step's gather reads one code earlier, so its code lands in the high word
+// and one blend pairs both codes of a row for an exact sign-extending sum.
+template <int K>
+void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixView& m,
+               uint32_t chunk_begin, uint32_t chunk_end, float* const y[K]) {
+  const uint32_t nv = m.shape.vectors_per_row();
+  const size_t steps = size_t{nv} * kRvqStages;
+  const size_t block_bytes = steps * kRowBlock;
+  const size_t span = size_t{span_vectors(K)} * kRvqStages;
+  const int16_t* codes[K];
+  for (int k = 0; k < K; ++k) codes[k] = table.token_codes(tokens[k]);
+  const uint32_t blocks = chunk_end - chunk_begin;
+  alignas(32) int32_t sums[K][kChunkBlocks * kRowBlock] = {};
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low_word = _mm256_set1_epi32(1);
+  for (size_t s0 = 0; s0 < steps; s0 += span) {
+    const size_t s1 = std::min(steps, s0 + span);
+    for (uint32_t bi = 0; bi < blocks; ++bi) {
+      const uint8_t* base = m.indices + (chunk_begin + bi) * block_bytes;
+      // The next span of this block is read one sweep later: have it in cache by then.
+      for (size_t at = s1 * kRowBlock; at < std::min(steps, s1 + span) * kRowBlock; at += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(base + at), _MM_HINT_T0);
+      __m256i lo[K], hi[K];
+      for (int k = 0; k < K; ++k) {
+        lo[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(&sums[k][bi * kRowBlock]));
+        hi[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(&sums[k][bi * kRowBlock + 8]));
+      }
+      size_t s = s0;
+      for (; s + 2 <= s1; s += 2) {
+        const uint8_t* at = base + s * kRowBlock;
+        const __m256i a0 = lanes_of(at), a1 = lanes_of(at + 8);
+        const __m256i b0 = lanes_of(at + 16), b1 = lanes_of(at + 24);
+        for (int k = 0; k < K; ++k) {
+          const int16_t* first = codes[k] + s * kRvqEntries;
+          const int16_t* second = first + kRvqEntries - 1;  // code[i] in the high word
+          const __m256i p0 = _mm256_blend_epi16(gather_pairs(first, a0), gather_pairs(second, b0), 0xaa);
+          const __m256i p1 = _mm256_blend_epi16(gather_pairs(first, a1), gather_pairs(second, b1), 0xaa);
+          lo[k] = _mm256_add_epi32(lo[k], _mm256_madd_epi16(p0, ones));
+          hi[k] = _mm256_add_epi32(hi[k], _mm256_madd_epi16(p1, ones));
+        }
+      }
+      if (s < s1) {  // an odd last step: its code alone, the high word weighted 0
+        const uint8_t* at = base + s * kRowBlock;
+        const __m256i a0 = lanes_of(at), a1 = lanes_of(at + 8);
+        for (int k = 0; k < K; ++k) {
+          const int16_t* first = codes[k] + s * kRvqEntries;
+          lo[k] = _mm256_add_epi32(lo[k], _mm256_madd_epi16(gather_pairs(first, a0), low_word));
+          hi[k] = _mm256_add_epi32(hi[k], _mm256_madd_epi16(gather_pairs(first, a1), low_word));
+        }
+      }
+      for (int k = 0; k < K; ++k) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&sums[k][bi * kRowBlock]), lo[k]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(&sums[k][bi * kRowBlock + 8]), hi[k]);
+      }
+    }
+  }
+  const uint32_t row0 = chunk_begin * kRowBlock;
+  const uint32_t rows = std::min(m.shape.rows, chunk_end * kRowBlock) - row0;
+  for (int k = 0; k < K; ++k) {
+    const float scale = table.token_scale(tokens[k]);
+    for (uint32_t r = 0; r < rows; ++r)
+      y[k][row0 + r] = rvq_row_output(sums[k][r], scale, m.scales[row0 + r]);
+  }
+}
+
+template <int K>
+void rows_chunk(const RvqTable& table, std::span<const uint32_t> tokens, size_t first_token,
+                const RvqMatrixView& m, uint32_t chunk_begin, uint32_t chunk_end, float* y) {
+  float* outputs[K];
+  for (int k = 0; k < K; ++k) outputs[k] = y + (first_token + k) * m.shape.rows;
+  rows_pass<K>(table, tokens.data() + first_token, m, chunk_begin, chunk_end, outputs);
 }
 
 }  // namespace
 
 void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& m,
                    uint32_t block_begin, uint32_t block_end, float* y) {
-  const uint32_t nv = m.shape.vectors_per_row();
-  const size_t block_bytes = size_t{nv} * kRvqStages * kRowBlock;
-  for (uint32_t b = block_begin; b < block_end; ++b) {
-    const uint8_t* base = m.indices + b * block_bytes;
-    const uint32_t row0 = b * kRowBlock, rows = std::min(m.shape.rows, row0 + kRowBlock) - row0;
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      const int16_t* codes = table.token_codes(tokens[t]);
-      __m256i acc_lo = _mm256_setzero_si256(), acc_hi = _mm256_setzero_si256();
-      for (size_t vs = 0; vs < size_t{nv} * kRvqStages; ++vs) {
-        const __m128i bytes =
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + vs * kRowBlock));
-        const int16_t* table_vs = codes + vs * kRvqEntries;
-        acc_lo = _mm256_add_epi32(acc_lo, lookup8(table_vs, bytes));
-        acc_hi = _mm256_add_epi32(acc_hi, lookup8(table_vs, _mm_srli_si128(bytes, 8)));
-      }
-      alignas(32) int32_t totals[kRowBlock];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(totals), acc_lo);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(totals + 8), acc_hi);
-      const float scale = table.token_scale(tokens[t]);
-      for (uint32_t r = 0; r < rows; ++r)
-        y[t * m.shape.rows + row0 + r] = rvq_row_output(totals[r], scale, m.scales[row0 + r]);
+  for (uint32_t c0 = block_begin; c0 < block_end; c0 += kChunkBlocks) {
+    const uint32_t c1 = std::min(block_end, c0 + kChunkBlocks);
+    size_t t = 0;
+    for (; t + kMaxPassTokens <= tokens.size(); t += kMaxPassTokens)
+      rows_chunk<kMaxPassTokens>(table, tokens, t, m, c0, c1, y);
+    switch (tokens.size() - t) {
+      case 3:
+        rows_chunk<3>(table, tokens, t, m, c0, c1, y);
+        break;
+      case 2:
+        rows_chunk<2>(table, tokens, t, m, c0, c1, y);
+        break;
+      case 1:
+        rows_chunk<1>(table, tokens, t, m, c0, c1, y);
+        break;
+      default:
+        break;
     }
   }
 }

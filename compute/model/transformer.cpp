@@ -245,8 +245,9 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
       }
       input = table_input_.data();
     }
-    gate_table_.build(*lw.codebooks[0], input, expert_hidden, rows, exec_);
-    up_table_.build(*lw.codebooks[1], input, expert_hidden, rows, exec_);
+    const kernels::RvqTableBuild builds[] = {{&gate_table_, lw.codebooks[0].get()},
+                                             {&up_table_, lw.codebooks[1].get()}};
+    kernels::build_rvq_tables(builds, input, expert_hidden, rows, exec_);
   }
 
   // One parallel region for the whole block: each worker takes the next record

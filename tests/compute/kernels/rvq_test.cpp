@@ -125,10 +125,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Odd sizes, one to many 64-row groups, and nv beyond the AVX-512 kernel's
-// 64-vector 16-bit span (cols 520, 1032).
+// Odd sizes, one to many 64-row groups, nv beyond the AVX-512 kernel's
+// 64-vector 16-bit span (cols 520, 1032), and (vector, stage) counts both odd
+// (odd nv) and even (cols 16, 784) around the AVX2 kernel's spans.
 const uint32_t kRows[] = {1, 15, 16, 17, 63, 64, 65, 100, 200};
-const uint32_t kCols[] = {8, 24, 136, 520, 1032};
+const uint32_t kCols[] = {8, 16, 24, 136, 520, 784, 1032};
 
 }  // namespace
 
@@ -201,8 +202,8 @@ TEST_CASE("batched rvq equals one call per token, bit for bit, tokens in any ord
 TEST_CASE(
     "rvq over 1 to 9 tokens equals the documented arithmetic per token, many chunks included") {
   uint32_t seed = 300;
-  for (const auto& [rows, cols] :
-       {std::pair{1100u, 136u}, std::pair{2063u, 24u}, std::pair{77u, 520u}})
+  for (const auto& [rows, cols] : {std::pair{1100u, 136u}, std::pair{2063u, 24u},
+                                   std::pair{77u, 520u}, std::pair{130u, 784u}})
     for (uint32_t tokens = 1; tokens <= 9; ++tokens) {
       const Fixture f(rows, cols, tokens, seed++);
       std::vector<float> documented(size_t{tokens} * rows);
@@ -222,6 +223,39 @@ TEST_CASE(
           y.resize(documented.size());
           CHECK(same_bits(y, documented));
         }
+    }
+}
+
+// Each row body this machine runs, called directly over block ranges longer
+// than one 1024-row chunk and starting off a chunk boundary, for 1 to 5 tokens.
+TEST_CASE("every rvq row body equals the documented arithmetic over multi-chunk block ranges") {
+  using Rows = void (*)(const RvqTable&, std::span<const uint32_t>, const RvqMatrixView&, uint32_t,
+                        uint32_t, float*);
+  std::vector<std::pair<const char*, Rows>> bodies = {{"scalar", detail::rvq_rows_scalar}};
+  if (isa_supported(Isa::kAvx2)) bodies.emplace_back("avx2", detail::rvq_rows_avx2);
+  uint32_t seed = 500;
+  for (const auto& [rows, cols] : {std::pair{2400u, 48u}, std::pair{1500u, 200u}})
+    for (uint32_t tokens = 1; tokens <= 5; ++tokens) {
+      const Fixture f(rows, cols, tokens, seed++);
+      RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
+      RvqTable table;
+      table.build(books, f.x.data(), f.cols, tokens, Exec{Isa::kScalar, nullptr});
+      std::vector<uint32_t> order(tokens);
+      for (uint32_t t = 0; t < tokens; ++t) order[t] = tokens - 1 - t;  // not the identity
+      const uint32_t begin = 4, end = f.rows_padded / 16;
+      std::vector<float> documented(size_t{tokens} * rows, kSentinel);
+      for (uint32_t i = 0; i < tokens; ++i) {
+        const DocumentedTable t(f, f.x.data() + size_t{order[i]} * cols);
+        for (uint32_t r = begin * 16; r < rows; ++r) documented[size_t{i} * rows + r] = t.row(f, r);
+      }
+      for (const auto& [name, body] : bodies) {
+        CAPTURE(rows);
+        CAPTURE(tokens);
+        CAPTURE(name);
+        std::vector<float> y(documented.size(), kSentinel);
+        body(table, order, f.view(), begin, end, y.data());
+        CHECK(same_bits(y, documented));
+      }
     }
 }
 
@@ -265,6 +299,38 @@ TEST_CASE("codes round half to even and clamp, NaN and infinities included, at e
     CHECK(codes[255] == 0);
     CHECK(planes[255] == 0x00);
     CHECK(planes[511] == 0x80);
+  }
+}
+
+// Whole tables per thread (threads <= tables) and grains split over the pool
+// (more threads) must both give each table's own bits.
+TEST_CASE("tables built together equal each table built alone, at any thread count") {
+  const Fixture f(16, 1032, 3, 11);
+  std::vector<float> other_books(3 * 256 * 8);
+  for (size_t i = 0; i < other_books.size(); ++i) other_books[i] = f.codebooks[(i * 7) % other_books.size()] * 0.5f;
+  const RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
+  const RvqCodebooks second(other_books.data(), other_books.data() + 2048, other_books.data() + 4096);
+  for (Isa isa : supported_isas()) {
+    RvqTable alone_first, alone_second;
+    alone_first.build(books, f.x.data(), f.cols, f.tokens, Exec{isa, nullptr});
+    alone_second.build(second, f.x.data(), f.cols, f.tokens, Exec{isa, nullptr});
+    for (size_t threads : {1, 2, 3, 5}) {
+      CAPTURE(isa_name(isa));
+      CAPTURE(threads);
+      ThreadPool pool(threads);
+      RvqTable together_first, together_second;
+      const RvqTableBuild builds[] = {{&together_first, &books}, {&together_second, &second}};
+      build_rvq_tables(builds, f.x.data(), f.cols, f.tokens, Exec{isa, &pool});
+      for (uint32_t t = 0; t < f.tokens; ++t) {
+        const size_t n = alone_first.codes_per_token();
+        CHECK(std::memcmp(together_first.token_codes(t), alone_first.token_codes(t), n * 2) == 0);
+        CHECK(std::memcmp(together_second.token_codes(t), alone_second.token_codes(t), n * 2) == 0);
+        CHECK(together_first.token_scale(t) == alone_first.token_scale(t));
+        CHECK(together_second.token_scale(t) == alone_second.token_scale(t));
+        if (isa == Isa::kAvx512)
+          CHECK(std::memcmp(together_second.token_planes(t), alone_second.token_planes(t), n * 2) == 0);
+      }
+    }
   }
 }
 
