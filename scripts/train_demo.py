@@ -210,9 +210,9 @@ class _TrainableMoe(MoeModel):
         super().__init__(config, weights)
         self.router_logits = []
 
-    def _moe(self, i, b, trace):
+    def _moe(self, i, b, trace, positions):
         self.router_logits.append(b @ self.w[f"model.layers.{i}.mlp.gate.weight"].T)
-        return super()._moe(i, b, trace)
+        return super()._moe(i, b, trace, positions)
 
 
 def initial_weights(config, seed):

@@ -111,9 +111,9 @@ void run(const ChatArgs& args) {
   flags.saved_states = 1;                // /save and /load hold a copy of the state
   EngineOptions options = flags.options();
   options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
-  options.tokenizer_ids = tok.vocab_size();
   Engine engine(args.model, options);
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  engine.set_tokenizer_ids(tok.vocab_size());
   const auto format = chat::chat_format_for(engine.container(), tok);
   if (!format) {
     fail(

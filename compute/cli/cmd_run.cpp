@@ -81,9 +81,9 @@ void run(const RunArgs& args) {
   flags.saved_states = args.session.empty() ? 0 : 1;
   EngineOptions options = flags.options();
   options.prefill_progress = prefill_feedback(args.engine.chunk);
+  Engine engine(args.model, options);  // first: its errors say what a path that is no container is
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
-  options.tokenizer_ids = tok.vocab_size();
-  Engine engine(args.model, options);
+  engine.set_tokenizer_ids(tok.vocab_size());
   RoutingOptions routing_options;
   routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
   // Both outputs appear under their names only when the run ends well.

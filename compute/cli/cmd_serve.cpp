@@ -99,10 +99,9 @@ void run(const ServeArgs& args) {
   flags.saved_states = args.parallel;  // each slot keeps its prompt's state for the next request
   // Any request may bring images, and the tower loaded for the first stays.
   flags.images = has_vision_tower(args.model);
+  Engine engine(args.model, flags.options());
   const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::load_from_container(args.model);
-  EngineOptions engine_options = flags.options();
-  engine_options.tokenizer_ids = tokenizer.vocab_size();
-  Engine engine(args.model, engine_options);
+  engine.set_tokenizer_ids(tokenizer.vocab_size());
   serve::Server server(engine, tokenizer, options);
   const int port = server.bind();
   signals.start(server);

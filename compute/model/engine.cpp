@@ -59,9 +59,13 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
       sequence_(transformer_->new_sequence()),
       prefill_chunk_(options.prefill_chunk),
       prefill_progress_(options.prefill_progress),
-      never_sampled_(never_sampled_ids(config_, options.tokenizer_ids)) {
+      never_sampled_(never_sampled_ids(config_, 0)) {
   if (prefill_chunk_ == 0) fail("--chunk must be at least 1");
   transformer_->set_hold_next(options.hold_next ? *options.hold_next : hold_from_environment(config_.top_k));
+}
+
+void Engine::set_tokenizer_ids(size_t tokenizer_ids) {
+  never_sampled_ = never_sampled_ids(config_, tokenizer_ids);
 }
 
 uint32_t hold_from_environment(uint32_t top_k) {

@@ -51,9 +51,6 @@ struct EngineOptions {
   // Called after each prefill chunk with the prompt tokens done so far and
   // their total; returning false abandons the prefill (and the generation).
   std::function<bool(size_t done, size_t total)> prefill_progress;
-  // The tokenizer's vocab_size(), when the caller has one: the model's ids
-  // above it are padding no text has, so the engine never samples them.
-  size_t tokenizer_ids = 0;
 };
 
 // Why generate() stopped: an end-of-sequence or stop id, max_tokens or the
@@ -117,10 +114,12 @@ class Engine {
   ExpertSource& experts() { return *source_; }
   size_t threads() const { return pool_.size(); }
   // The ids no reply may contain: a vision model's media pad (its embedding
-  // is an image's place, never text) and the ids above EngineOptions::
-  // tokenizer_ids, which the model's vocabulary pads out and no text has.
-  // generate() bans them; a caller sampling step()'s logits bans them too.
+  // is an image's place, never text) and, once the caller has said how many
+  // ids its tokenizer has (set_tokenizer_ids), the ids above them, which the
+  // model's vocabulary pads out and no text has. generate() bans them; a
+  // caller sampling step()'s logits bans them too.
   std::span<const int32_t> never_sampled() const { return never_sampled_; }
+  void set_tokenizer_ids(size_t tokenizer_ids);
   // The kernels and thread pool the model runs on (for the vision tower).
   kernels::Exec exec() { return {kernels::isa_from_environment(), &pool_}; }
 

@@ -1,5 +1,5 @@
 // tests/compute/model/never_sampled_test.cpp: the engine's never-sampled
-// ids (EngineOptions::tokenizer_ids): the ids past the tokenizer are listed
+// ids (Engine::set_tokenizer_ids): the ids past the tokenizer are listed
 // once, and generate() never returns one of them, greedy or sampled.
 #include <doctest/doctest.h>
 
@@ -38,9 +38,8 @@ TEST_CASE("ids past the tokenizer are never sampled, and are listed once") {
   REQUIRE(std::any_of(free_tokens.begin(), free_tokens.end(), [](int32_t t) { return t >= 3; }));
   CHECK(unrestricted.never_sampled().empty());
 
-  EngineOptions options = small_options();
-  options.tokenizer_ids = 3;
-  Engine engine(model, options);
+  Engine engine(model, small_options());
+  engine.set_tokenizer_ids(3);
   const std::span<const int32_t> banned = engine.never_sampled();
   REQUIRE(banned.size() == engine.config().vocab - 3);
   CHECK(banned.front() == 3);
