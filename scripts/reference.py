@@ -165,6 +165,13 @@ def generate(model, prompt, steps, temp=0.0, seed=0, use_cache=True, routes=None
     return torch.stack(rows), tokens
 
 
+def parse_ids(text, flag):
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SluiceError(f"{flag} {text!r}: expected comma-separated integers") from None
+
+
 def moe_layer_indices(model):
     is_moe = k3.is_moe_layer if k3.is_k3(model.config) else families.is_moe_layer
     return [i for i in range(model.layers) if is_moe(model.config, i)]
@@ -273,17 +280,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
-        try:
-            prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
-        except ValueError:
-            raise SluiceError(f"--prompt-ids {args.prompt_ids!r}: expected comma-separated integers") from None
+        prompt = parse_ids(args.prompt_ids, "--prompt-ids")
         forced_tokens = None
         if args.forced_tokens is not None:
-            try:
-                forced_tokens = [int(x) for x in args.forced_tokens.split(",") if x.strip()]
-            except ValueError:
-                raise SluiceError(f"--forced-tokens {args.forced_tokens!r}: expected comma-separated integers") \
-                    from None
+            forced_tokens = parse_ids(args.forced_tokens, "--forced-tokens")
             if args.n is not None and args.n != len(forced_tokens):
                 raise SluiceError(f"--forced-tokens has {len(forced_tokens)} ids but -n is {args.n}")
             args.n = len(forced_tokens)
