@@ -17,6 +17,7 @@
 #include "shm/mailbox.h"
 #include "shm/stats.h"
 #include "tests/ctl/tiny_container.h"
+#include "tests/router/rank1_routing.h"
 
 using namespace sluice;
 using namespace sluice::router;
@@ -202,13 +203,7 @@ TEST_CASE(
   CHECK(segment->client(0).lookahead_guesses == sent[0].second.size());
 
   // Each row's next layer holds its own rank-1 guess: every row is scored, all at rank 1.
-  std::vector<uint32_t> real;
-  for (uint32_t r = 0; r < rows; ++r) {
-    real.push_back(guesses[r][0]);
-    for (uint32_t e = 0; real.size() < size_t{r + 1} * top_k; ++e) {
-      if (e != guesses[r][0]) real.push_back(e);
-    }
-  }
+  const std::vector<uint32_t> real = testing::routing_holding_rank1(guesses, top_k);
   publisher.publish(second, rows, true, input, top_k, real);
   REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
   const auto scored = shm::read_stats(*segment).lookahead.layers;

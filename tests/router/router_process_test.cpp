@@ -19,6 +19,7 @@
 #include "shm/segment.h"
 #include "shm/stats.h"
 #include "tests/ctl/tiny_container.h"
+#include "tests/router/rank1_routing.h"
 
 using namespace sluice;
 
@@ -129,13 +130,7 @@ TEST_CASE("a daemon started with --parallel 2 gets guesses for both rows of one 
   CHECK(sent[0] == router::rank_union(guesses));
 
   // Each row's real routing holds its own rank-1 guess: both rows are scored, both hit.
-  std::vector<uint32_t> real;
-  for (uint32_t r = 0; r < rows; ++r) {
-    real.push_back(guesses[r][0]);
-    for (uint32_t e = 0; real.size() < size_t{r + 1} * top_k; ++e) {
-      if (e != guesses[r][0]) real.push_back(e);
-    }
-  }
+  const std::vector<uint32_t> real = testing::routing_holding_rank1(guesses, top_k);
   publisher.publish(second, rows, true, input, top_k, real);
   REQUIRE(lookahead.poll(std::chrono::milliseconds(1000)));
   const auto scored = shm::read_stats(*segment).lookahead.layers;

@@ -15,17 +15,12 @@
 #include <vector>
 
 #include "proto/error.h"
+#include "tests/proto/pinned_environment.h"
 
 using namespace sluice;
 using namespace sluice::kernels;
 
 namespace {
-
-// Sets SLUICE_RVQ_CROSSOVER for one scope.
-struct PinnedCrossover {
-  explicit PinnedCrossover(const char* value) { setenv("SLUICE_RVQ_CROSSOVER", value, 1); }
-  ~PinnedCrossover() { unsetenv("SLUICE_RVQ_CROSSOVER"); }
-};
 
 // Points XDG_CACHE_HOME at a fresh directory for one scope (and removes it).
 struct TemporaryCache {
@@ -80,17 +75,17 @@ TEST_CASE("when the tables always win, the crossover is one past the last candid
 TEST_CASE("SLUICE_RVQ_CROSSOVER pins the crossover; a bad value is an error naming it") {
   const Exec exec{best_isa(), nullptr};
   {
-    const PinnedCrossover pin("7");
+    const testing::PinnedEnvironment pin("SLUICE_RVQ_CROSSOVER", "7");
     CHECK(rvq_decode_crossover(exec, 2048, 1024) == 7);
     CHECK(rvq_decode_crossover(exec, 64, 32) == 7);
   }
   {
-    const PinnedCrossover pin("17");  // kRvqCrossoverMax: tables up to 16 tokens
+    const testing::PinnedEnvironment pin("SLUICE_RVQ_CROSSOVER", "17");  // kRvqCrossoverMax: tables up to 16 tokens
     CHECK(rvq_decode_crossover(exec, 64, 32) == 17);
   }
   for (const char* bad : {"0", "abc", "-3", "4x", "18", "12345678"}) {
     CAPTURE(bad);
-    const PinnedCrossover pin(bad);
+    const testing::PinnedEnvironment pin("SLUICE_RVQ_CROSSOVER", bad);
     CHECK_THROWS_WITH_AS(rvq_decode_crossover(exec, 64, 32),
                          doctest::Contains("SLUICE_RVQ_CROSSOVER"), Error);
   }

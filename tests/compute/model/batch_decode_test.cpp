@@ -8,8 +8,6 @@
 // of the step's experts once; misuse is refused.
 #include <doctest/doctest.h>
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -21,6 +19,7 @@
 #include "proto/error.h"
 #include "tests/compute/model/tiny_models.h"
 #include "tests/proto/container_fixture.h"
+#include "tests/proto/pinned_environment.h"
 
 using namespace sluice;
 using namespace sluice::testing;
@@ -33,18 +32,6 @@ const std::vector<std::vector<int32_t>> kPrompts = {
     {400, 2, 33, 17, 210, 9, 71, 5, 120, 66, 8, 250},
 };
 constexpr int kSteps = 6;
-
-// Sets an environment variable for the engines built in its scope.
-class PinnedEnvironment {
- public:
-  PinnedEnvironment(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
-  ~PinnedEnvironment() { unsetenv(name_); }
-  PinnedEnvironment(const PinnedEnvironment&) = delete;
-  PinnedEnvironment& operator=(const PinnedEnvironment&) = delete;
-
- private:
-  const char* name_;
-};
 
 float max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
