@@ -4,6 +4,7 @@
 // last top-k unpinned slots, and a request drops what it did not ask for.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "ioworker/worker.h"
@@ -114,7 +115,9 @@ TEST_CASE("a batch that finds every slot pinned takes a held one: a hold never s
   // batch's misses, and before the worker has given them slots, holds the
   // next layer's cached records, pinning every slot its own batch could
   // have had. Here a second client's batch keeps every slot pinned until
-  // the hold is in place, so the order is the same on every run.
+  // the hold is in place. It lets go of the lowest-ranked guesses first, and
+  // the client releases nothing before both records land, so whenever the
+  // worker looks, the slots it can take back are 8's, then 7's.
   FixtureContainer fc;
   Worker worker(fc.container, options_for(fc.container, 4));  // the minimum: 2 × top-k
   shm::Client filler(worker.segment());
@@ -131,15 +134,18 @@ TEST_CASE("a batch that finds every slot pinned takes a held one: a hold never s
   client.request(0, std::vector<uint32_t>{2, 3});  // two misses, no unpinned slot for them
   client.hold(1, cached);                           // all four cached: pinned at once
   CHECK(worker.stats().held == 4);
-  for (const shm::LandedSlot& l : landed) blocker.release(l);
+  std::sort(landed.begin(), landed.end(),
+            [](const shm::LandedSlot& a, const shm::LandedSlot& b) { return a.index > b.index; });
+  for (const shm::LandedSlot& l : landed) blocker.release(l);  // 8, 7, 9, 5
 
   // The batch takes the slots of the two lowest-ranked guesses (8, then 7).
+  std::vector<shm::LandedSlot> batch;
   for (int i = 0; i < 2; ++i) {
-    const shm::LandedSlot l = client.next();
-    const auto problem = header_problem(fc.container, 0, l.index == 0 ? 2 : 3, l.data);
+    batch.push_back(client.next());
+    const auto problem = header_problem(fc.container, 0, batch.back().index == 0 ? 2 : 3, batch.back().data);
     REQUIRE_MESSAGE(!problem, *problem);
-    client.release(l);
   }
+  for (const shm::LandedSlot& l : batch) client.release(l);
   CHECK(worker.stats().held_revoked == 2);
   const uint64_t hits_before = client.counters().hits;
   consume(client, fc.container, 1, {9, 5});  // the guesses still held
