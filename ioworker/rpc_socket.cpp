@@ -96,6 +96,17 @@ bool socket_answers(const std::string& path) {
   return answered;
 }
 
+void check_socket_free(const std::string& path) {
+  struct stat existing{};
+  // A socket in someone else's runtime directory is not ours to probe.
+  if (parent_dir(path) == runtime_dir() && ::lstat(runtime_dir().c_str(), &existing) == 0) {
+    check_private_dir(runtime_dir());
+  }
+  if (::lstat(path.c_str(), &existing) != 0) return;
+  if (!S_ISSOCK(existing.st_mode)) fail("{}: exists and is not a socket; refusing to replace it", path);
+  if (socket_answers(path)) fail("{}: another sluice-io is already serving on this socket", path);
+}
+
 ListeningSocket::ListeningSocket(const std::string& path) : path_(path) {
   const sockaddr_un address = socket_address(path);
   if (parent_dir(path) == runtime_dir()) {
@@ -103,12 +114,8 @@ ListeningSocket::ListeningSocket(const std::string& path) : path_(path) {
   } else {
     make_dir(parent_dir(path));
   }
-  struct stat existing{};
-  if (::lstat(path.c_str(), &existing) == 0) {
-    if (!S_ISSOCK(existing.st_mode)) fail("{}: exists and is not a socket; refusing to replace it", path);
-    if (socket_answers(path)) fail("{}: another sluice-io is already serving on this socket", path);
-    ::unlink(path.c_str());  // left by a daemon that died
-  }
+  check_socket_free(path);
+  ::unlink(path.c_str());  // left by a daemon that died, if anything is there
   fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) fail("{}: socket: {}", path, std::strerror(errno));
   // The umask makes the socket 0600 from the moment it exists; chmod repeats

@@ -34,6 +34,11 @@ std::string resolve_socket(const std::string& path_or_instance);
 // True when something accepts connections at `path` right now.
 bool socket_answers(const std::string& path);
 
+// Throws Error naming `path` when something other than a socket is there or
+// a live daemon answers on it. A daemon checks this before it builds its
+// segment, and ListeningSocket again when it binds.
+void check_socket_free(const std::string& path);
+
 class ListeningSocket {
  public:
   // Creates the parent directory (mode 0700) when missing (the runtime

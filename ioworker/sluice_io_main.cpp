@@ -66,7 +66,7 @@ int run(const Options& options) {
   const MemoryPlan plan = plan_for(container, options.budget, options.context, shape);
   const uint64_t cache_bytes = plan.cache_bytes;
 
-  ioworker::ListeningSocket socket(socket_path);
+  ioworker::check_socket_free(socket_path);  // a second daemon is refused before it builds anything
   ioworker::WorkerOptions worker_options;
   worker_options.instance = options.instance;
   worker_options.cache_bytes = cache_bytes;
@@ -75,6 +75,9 @@ int run(const Options& options) {
   worker_options.max_clients = options.max_clients;
   worker_options.mailbox_rows = options.parallel;
   ioworker::Worker worker(container, worker_options);
+  // Bound once the worker serves: a client that finds the socket is answered
+  // at once, however long the segment took to build.
+  ioworker::ListeningSocket socket(socket_path);
   const shm::Geometry& geometry = worker.geometry();
   log_line(fmt::format("serving {} (identity {:016x}) on {}", options.model, container.identity(), socket_path));
   log_line(fmt::format(
