@@ -1,6 +1,6 @@
 // router/lookahead.cpp: the publisher's step numbering and the router loop.
-// A guess is sent as soon as the message is read; scoring happens when the
-// real routing of the guessed layer arrives in a later message.
+// Guesses are sent as soon as the message is read; the next layer's is
+// scored when its real routing arrives in a later message.
 #include "router/lookahead.h"
 
 #include <algorithm>
@@ -16,6 +16,14 @@ namespace sluice::router {
 uint32_t lookahead_from_environment() {
   return count_from_environment("SLUICE_LOOKAHEAD", 4096, "a number of experts (0 turns lookahead off)")
       .value_or(kDefaultLookahead);
+}
+
+uint32_t layers_ahead_from_environment() {
+  const uint32_t layers =
+      count_from_environment("SLUICE_LOOKAHEAD_LAYERS", kMaxLayersAhead, "a number of MoE layers from 1 to 8")
+          .value_or(kDefaultLayersAhead);
+  if (layers == 0) fail("SLUICE_LOOKAHEAD_LAYERS='0': expected a number of MoE layers from 1 to 8");
+  return layers;
 }
 
 Publisher::Publisher(const shm::Segment& segment, uint32_t client, bool prefill)
@@ -69,13 +77,18 @@ std::vector<uint32_t> rank_union(std::span<const std::vector<uint32_t>> guesses)
   return ranked;
 }
 
-Lookahead::Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink)
+Lookahead::Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink,
+                     uint32_t layers_ahead)
     : predictor_(predictor),
       segment_(segment),
       counters_(segment.stats().lookahead),
       k_(k),
+      layers_ahead_(layers_ahead),
       sink_(std::move(sink)) {
   if (k_ == 0) fail("router: lookahead of 0 experts (use no router instead)");
+  if (layers_ahead_ == 0 || layers_ahead_ > kMaxLayersAhead) {
+    fail("router: lookahead of {} layers ahead (expected 1 to {})", layers_ahead_, kMaxLayersAhead);
+  }
   const uint32_t width = shm::Mailbox(segment, 0).shape().width;
   if (width != predictor_.hidden()) {
     fail("router: the segment's mailbox holds rows of {} values, the model's hidden size is {}", width,
@@ -144,22 +157,29 @@ void Lookahead::recover_if_stuck(Box& box) {
 void Lookahead::handle(Box& box, const shm::MailboxMessage& message) {
   score(box, message);
   box.pending = false;
-  const std::optional<uint32_t> next = predictor_.next_moe_layer(message.layer);
-  if (!next) return;
   const uint32_t hidden = predictor_.hidden();
-  box.guesses.resize(message.rows);
-  for (uint32_t r = 0; r < message.rows; ++r) {
-    box.guesses[r] = predictor_.predict(
-        *next, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
+  std::vector<std::vector<uint32_t>> further;
+  std::optional<uint32_t> target = predictor_.next_moe_layer(message.layer);
+  for (uint32_t ahead = 1; target && ahead <= layers_ahead_; ++ahead) {
+    // Layers further on are guessed from the same input: the residual stream
+    // changes little from one layer to the next.
+    std::vector<std::vector<uint32_t>>& guesses = ahead == 1 ? box.guesses : further;
+    guesses.resize(message.rows);
+    for (uint32_t r = 0; r < message.rows; ++r) {
+      guesses[r] = predictor_.predict(*target, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
+    }
+    const std::vector<uint32_t> merged = message.rows == 1 ? guesses[0] : rank_union(guesses);
+    if (ahead == 1) {
+      box.pending = true;
+      box.pending_step = message.step;
+      box.pending_layer = *target;
+    }
+    sink_(*target, merged);
+    counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
+    counters_.prefetched.fetch_add(merged.size(), std::memory_order_relaxed);
+    segment_.client(box.client).lookahead_guesses.fetch_add(merged.size(), std::memory_order_relaxed);
+    target = predictor_.next_moe_layer(*target);
   }
-  const std::vector<uint32_t> merged = message.rows == 1 ? box.guesses[0] : rank_union(box.guesses);
-  box.pending = true;
-  box.pending_step = message.step;
-  box.pending_layer = *next;
-  sink_(*next, merged);
-  counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
-  counters_.prefetched.fetch_add(merged.size(), std::memory_order_relaxed);
-  segment_.client(box.client).lookahead_guesses.fetch_add(merged.size(), std::memory_order_relaxed);
 }
 
 void Lookahead::score(const Box& box, const shm::MailboxMessage& message) {

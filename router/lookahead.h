@@ -28,6 +28,18 @@ inline constexpr uint32_t kDefaultLookahead = 6;
 // anything but a non-negative integer.
 uint32_t lookahead_from_environment();
 
+// How many MoE layers past the published one the router guesses, to start
+// reads earlier than the engine's own hold of the next layer (SLUICE_HOLD).
+// One by default: guessing two ahead measured no faster on OLMoE-1B-7B at
+// the floor (the disk is saturated) and at one working set above it (the
+// guesses find few cold slots to fill).
+inline constexpr uint32_t kDefaultLayersAhead = 1;
+inline constexpr uint32_t kMaxLayersAhead = 8;
+
+// From SLUICE_LOOKAHEAD_LAYERS (unset: kDefaultLayersAhead). Throws Error on
+// anything but an integer from 1 to kMaxLayersAhead.
+uint32_t layers_ahead_from_environment();
+
 // The compute client's side: numbers forward calls and publishes each MoE
 // layer's input and real routing while a router serves the segment. Decode
 // steps always, batched ones too (one row per sequence; the first rows the
@@ -54,8 +66,9 @@ class Publisher {
   bool started_ = false;
 };
 
-// Called with a guess: the next MoE layer and its experts (distinct, best
-// first; for several rows, their guesses ranked together by rank_union).
+// Called with a guess: a coming MoE layer and its experts (distinct, best
+// first; for several rows, their guesses ranked together by rank_union),
+// nearest layer first.
 using PrefetchSink = std::function<void(uint32_t layer, std::span<const uint32_t> experts)>;
 
 // The union of several rows' guesses (each distinct, best first), best
@@ -66,9 +79,12 @@ std::vector<uint32_t> rank_union(std::span<const std::vector<uint32_t>> guesses)
 
 class Lookahead {
  public:
-  // `k` experts per token (>0). `predictor` and `segment` must outlive it.
-  // Registers this process as the segment's router until destroyed.
-  Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink);
+  // `k` experts per token (>0) of each of the `layers_ahead` MoE layers
+  // after a published one (1 to kMaxLayersAhead). `predictor` and `segment`
+  // must outlive it. Registers this process as the segment's router until
+  // destroyed.
+  Lookahead(const Predictor& predictor, const shm::Segment& segment, uint32_t k, PrefetchSink sink,
+            uint32_t layers_ahead);
   ~Lookahead();
   Lookahead(const Lookahead&) = delete;
   Lookahead& operator=(const Lookahead&) = delete;
@@ -88,7 +104,8 @@ class Lookahead {
     shm::Mailbox mailbox;
     uint32_t client;
     uint32_t seen = 0;
-    // The guesses made for (pending_step, pending_layer), one per row.
+    // The guesses made for (pending_step, pending_layer), the next MoE
+    // layer, one per row; guesses further ahead are sent, not scored.
     bool pending = false;
     uint64_t pending_step = 0;
     uint32_t pending_layer = 0;
@@ -108,6 +125,7 @@ class Lookahead {
   std::vector<Box> boxes_;
   shm::LookaheadCounters& counters_;
   uint32_t k_;
+  uint32_t layers_ahead_;
   PrefetchSink sink_;
   shm::MailboxMessage message_;
   std::thread thread_;

@@ -50,9 +50,11 @@ int serve(const Options& options) {
   const ioworker::Attachment attachment = rpc.attach(container.identity());
   const auto segment = shm::Segment::attach(attachment.segment_name, container.identity());
   const uint32_t k = options.lookahead ? *options.lookahead : router::lookahead_from_environment();
+  const uint32_t layers_ahead = router::layers_ahead_from_environment();
   // Said once the router reads the mailbox (clients publish from then on).
   const auto ready = [&] {
-    log_line(fmt::format("lookahead {} for {} via {}, mailbox in /dev/shm/{}", k, model, socket, attachment.segment_name));
+    log_line(fmt::format("lookahead {} over {} layers for {} via {}, mailbox in /dev/shm/{}", k, layers_ahead, model,
+                         socket, attachment.segment_name));
   };
 
   if (k == 0) {
@@ -64,9 +66,12 @@ int serve(const Options& options) {
     }
   } else {
     const router::Predictor predictor(container);
-    router::Lookahead lookahead(predictor, *segment, k, [&](uint32_t layer, std::span<const uint32_t> experts) {
-      rpc.prefetch(layer, experts, ioworker::RpcPrefetchOrigin::kRouter);
-    });
+    router::Lookahead lookahead(
+        predictor, *segment, k,
+        [&](uint32_t layer, std::span<const uint32_t> experts) {
+          rpc.prefetch(layer, experts, ioworker::RpcPrefetchOrigin::kRouter);
+        },
+        layers_ahead);
     ready();
     while (!g_stop && segment->owner_alive()) {
       beat(*segment);

@@ -23,7 +23,8 @@ RoutingSession::RoutingSession(Engine& engine, const RoutingOptions& options)
       lookahead_ = std::make_unique<router::Lookahead>(
           *predictor_, cache_->segment(), options.lookahead, [worker](uint32_t layer, std::span<const uint32_t> experts) {
             worker->prefetch(layer, experts, ioworker::PrefetchOrigin::kRouter);
-          });
+          },
+          router::layers_ahead_from_environment());
       lookahead_->start();
     }
     publish_prefill_ = options.in_prefill;

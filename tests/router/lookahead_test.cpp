@@ -1,10 +1,11 @@
 // tests/router/lookahead_test.cpp: the router loop sends the predictor's guess
-// for the next MoE layer and scores it against the real routing; and the
+// for the next MoE layers and scores the next one's against the real routing; and the
 // model's output (OLMoE's and Kimi-Linear's) is bit-identical with lookahead
 // off, on, and stopped mid-generation, on a cache smaller than the model.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -33,9 +34,12 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
   const auto accuracy = [&] { return shm::read_stats(*segment).lookahead; };
   CHECK(accuracy().router_pid == 0);
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
-  Lookahead lookahead(predictor, *segment, 3, [&](uint32_t layer, std::span<const uint32_t> experts) {
-    sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
-  });
+  Lookahead lookahead(
+      predictor, *segment, 3,
+      [&](uint32_t layer, std::span<const uint32_t> experts) {
+        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
+      },
+      1);
   CHECK(accuracy().router_pid == ::getpid());
   CHECK(accuracy().k == 3);
   CHECK_FALSE(lookahead.poll(std::chrono::milliseconds(0)));
@@ -73,6 +77,70 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
   CHECK(accuracy().messages == 3);
 }
 
+TEST_CASE("two layers ahead: the next MoE layer and the one after are guessed, nearest first, the next scored") {
+  const Container container =
+      Container::open(testing::make_tiny_container_or_skip("four", {"--set", "num_hidden_layers=4"}));
+  REQUIRE(container.moe_layers().size() >= 3);
+  const Predictor predictor(container);
+  const uint32_t last = container.moe_layers().back().layer;
+  std::vector<uint32_t> layers;  // the MoE layers in order
+  for (const MoeLayerInfo& info : container.moe_layers()) layers.push_back(info.layer);
+  auto segment = shm::Segment::create_anonymous(
+      ioworker::plan_cache_geometry(container, ioworker::min_cache_bytes(container, 2), 2), container.identity());
+  shm::Mailbox mailbox(*segment, 0);
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
+  Lookahead lookahead(
+      predictor, *segment, 3,
+      [&](uint32_t layer, std::span<const uint32_t> experts) {
+        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
+      },
+      2);
+  std::vector<float> hidden(predictor.hidden());
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::cos(0.53f * static_cast<float>(i));
+  std::vector<uint32_t> ids(predictor.top_k());
+  for (uint32_t i = 0; i < predictor.top_k(); ++i) ids[i] = i;
+
+  REQUIRE(mailbox.publish(1, layers[0], 1, hidden, predictor.top_k(), ids));
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
+  REQUIRE(sent.size() == 2);
+  CHECK(sent[0].first == layers[1]);
+  CHECK(sent[0].second == predictor.predict(layers[1], hidden, 3));
+  CHECK(sent[1].first == layers[2]);
+  CHECK(sent[1].second == predictor.predict(layers[2], hidden, 3));
+  CHECK(segment->client(0).lookahead_guesses == sent[0].second.size() + sent[1].second.size());
+
+  // Only the next layer's guess is scored: its real routing holds the rank-1 guess.
+  const std::vector<uint32_t> real = testing::routing_holding_rank1({sent[0].second}, predictor.top_k());
+  REQUIRE(mailbox.publish(1, layers[1], 1, hidden, predictor.top_k(), real));
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
+  auto scored = shm::read_stats(*segment).lookahead.layers;
+  REQUIRE(scored.size() == 1);
+  CHECK(scored[0].layer == layers[1]);
+  CHECK(scored[0].rank1_hits == 1);
+
+  // The guesses stop at the model's last MoE layer.
+  sent.clear();
+  REQUIRE(mailbox.publish(1, layers[layers.size() - 2], 1, hidden, predictor.top_k(), ids));
+  REQUIRE(lookahead.poll(std::chrono::milliseconds(100)));
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0].first == last);
+  CHECK_THROWS_WITH_AS(Lookahead(predictor, *segment, 3, [](uint32_t, std::span<const uint32_t>) {}, 0),
+                       doctest::Contains("0 layers ahead"), Error);
+}
+
+TEST_CASE("SLUICE_LOOKAHEAD_LAYERS takes 1 to 8 layers, one when unset, and names itself otherwise") {
+  ::unsetenv("SLUICE_LOOKAHEAD_LAYERS");
+  CHECK(layers_ahead_from_environment() == kDefaultLayersAhead);
+  ::setenv("SLUICE_LOOKAHEAD_LAYERS", "3", 1);
+  CHECK(layers_ahead_from_environment() == 3);
+  for (const char* bad : {"0", "9", "two", "-1"}) {
+    CAPTURE(bad);
+    ::setenv("SLUICE_LOOKAHEAD_LAYERS", bad, 1);
+    CHECK_THROWS_WITH_AS(layers_ahead_from_environment(), doctest::Contains("SLUICE_LOOKAHEAD_LAYERS='"), Error);
+  }
+  ::unsetenv("SLUICE_LOOKAHEAD_LAYERS");
+}
+
 TEST_CASE("two attached clients publishing at once each get guesses, scored against their own routing") {
   const Container container = Container::open(testing::tiny_container_or_skip());
   REQUIRE(container.moe_layers().size() >= 2);
@@ -89,9 +157,12 @@ TEST_CASE("two attached clients publishing at once each get guesses, scored agai
   shm::Client client_a(*segment_a), client_b(*segment_b);
   REQUIRE(client_a.id() != client_b.id());
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
-  Lookahead lookahead(predictor, worker.segment(), 3, [&](uint32_t layer, std::span<const uint32_t> experts) {
-    sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
-  });
+  Lookahead lookahead(
+      predictor, worker.segment(), 3,
+      [&](uint32_t layer, std::span<const uint32_t> experts) {
+        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
+      },
+      1);
   Publisher publisher_a(*segment_a, client_a.id(), false), publisher_b(*segment_b, client_b.id(), false);
 
   // Different hidden states, so a guess made from one cannot pass for the other's.
@@ -167,9 +238,11 @@ TEST_CASE(
       container.identity());
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
   Lookahead lookahead(
-      predictor, *segment, 3, [&](uint32_t layer, std::span<const uint32_t> experts) {
+      predictor, *segment, 3,
+      [&](uint32_t layer, std::span<const uint32_t> experts) {
         sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
-      });
+      },
+      1);
   Publisher publisher(*segment, 0, false);
   const uint32_t hidden = predictor.hidden(), top_k = predictor.top_k();
   std::vector<float> input(size_t{rows} * hidden);
@@ -223,7 +296,7 @@ TEST_CASE("a batch wider than the mailbox publishes its first sequences") {
                                     ioworker::min_cache_bytes(container, clients, mailbox_rows),
                                     clients, mailbox_rows),
       container.identity());
-  Lookahead lookahead(predictor, *segment, 3, [](uint32_t, std::span<const uint32_t>) {});
+  Lookahead lookahead(predictor, *segment, 3, [](uint32_t, std::span<const uint32_t>) {}, 1);
   Publisher publisher(*segment, 0, false);
   const uint32_t hidden = predictor.hidden(), top_k = predictor.top_k();
   std::vector<float> input(size_t{batch} * hidden);

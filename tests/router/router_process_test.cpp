@@ -107,9 +107,9 @@ TEST_CASE("a daemon started with --parallel 2 gets guesses for both rows of one 
   // The router of the group, run here so the test decides when it reads.
   const router::Predictor predictor(container);
   std::vector<std::vector<uint32_t>> sent;
-  router::Lookahead lookahead(predictor, *segment, 3, [&](uint32_t, std::span<const uint32_t> experts) {
-    sent.emplace_back(experts.begin(), experts.end());
-  });
+  router::Lookahead lookahead(
+      predictor, *segment, 3,
+      [&](uint32_t, std::span<const uint32_t> experts) { sent.emplace_back(experts.begin(), experts.end()); }, 1);
   router::Publisher publisher(*segment, client.id(), false);
   const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
   const uint32_t hidden = predictor.hidden(), top_k = predictor.top_k(), rows = 2;
