@@ -23,6 +23,19 @@
 using namespace sluice;
 using namespace sluice::router;
 
+namespace {
+
+// What a router sent: (layer, experts) per guess, in order.
+using Sent = std::vector<std::pair<uint32_t, std::vector<uint32_t>>>;
+
+PrefetchSink keep_in(Sent& sent) {
+  return [&sent](uint32_t layer, std::span<const uint32_t> experts) {
+    sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
+  };
+}
+
+}  // namespace
+
 TEST_CASE("the router guesses the next MoE layer and scores the guess when its real routing arrives") {
   const Container container = Container::open(testing::tiny_container_or_skip());
   REQUIRE(container.moe_layers().size() >= 2);
@@ -33,13 +46,8 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
   shm::Mailbox mailbox(*segment, 0);
   const auto accuracy = [&] { return shm::read_stats(*segment).lookahead; };
   CHECK(accuracy().router_pid == 0);
-  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
-  Lookahead lookahead(
-      predictor, *segment, 3,
-      [&](uint32_t layer, std::span<const uint32_t> experts) {
-        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
-      },
-      1);
+  Sent sent;
+  Lookahead lookahead(predictor, *segment, 3, keep_in(sent), 1);
   CHECK(accuracy().router_pid == ::getpid());
   CHECK(accuracy().k == 3);
   CHECK_FALSE(lookahead.poll(std::chrono::milliseconds(0)));
@@ -88,13 +96,8 @@ TEST_CASE("two layers ahead: the next MoE layer and the one after are guessed, n
   auto segment = shm::Segment::create_anonymous(
       ioworker::plan_cache_geometry(container, ioworker::min_cache_bytes(container, 2), 2), container.identity());
   shm::Mailbox mailbox(*segment, 0);
-  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
-  Lookahead lookahead(
-      predictor, *segment, 3,
-      [&](uint32_t layer, std::span<const uint32_t> experts) {
-        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
-      },
-      2);
+  Sent sent;
+  Lookahead lookahead(predictor, *segment, 3, keep_in(sent), 2);
   std::vector<float> hidden(predictor.hidden());
   for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::cos(0.53f * static_cast<float>(i));
   std::vector<uint32_t> ids(predictor.top_k());
@@ -156,13 +159,8 @@ TEST_CASE("two attached clients publishing at once each get guesses, scored agai
   auto segment_b = shm::Segment::attach(worker.segment_name(), container.identity());
   shm::Client client_a(*segment_a), client_b(*segment_b);
   REQUIRE(client_a.id() != client_b.id());
-  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
-  Lookahead lookahead(
-      predictor, worker.segment(), 3,
-      [&](uint32_t layer, std::span<const uint32_t> experts) {
-        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
-      },
-      1);
+  Sent sent;
+  Lookahead lookahead(predictor, worker.segment(), 3, keep_in(sent), 1);
   Publisher publisher_a(*segment_a, client_a.id(), false), publisher_b(*segment_b, client_b.id(), false);
 
   // Different hidden states, so a guess made from one cannot pass for the other's.
@@ -236,13 +234,8 @@ TEST_CASE(
       ioworker::plan_cache_geometry(container, ioworker::min_cache_bytes(container, clients, rows),
                                     clients, rows),
       container.identity());
-  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> sent;
-  Lookahead lookahead(
-      predictor, *segment, 3,
-      [&](uint32_t layer, std::span<const uint32_t> experts) {
-        sent.emplace_back(layer, std::vector<uint32_t>(experts.begin(), experts.end()));
-      },
-      1);
+  Sent sent;
+  Lookahead lookahead(predictor, *segment, 3, keep_in(sent), 1);
   Publisher publisher(*segment, 0, false);
   const uint32_t hidden = predictor.hidden(), top_k = predictor.top_k();
   std::vector<float> input(size_t{rows} * hidden);
