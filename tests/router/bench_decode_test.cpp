@@ -108,6 +108,21 @@ TEST_CASE("bench decode --compare-hold runs the next batch not held and held on 
   CHECK(output.find("pick one comparison") != std::string::npos);
 }
 
+TEST_CASE("bench decode --warm: with a cache of every expert the measured prefill reads nothing") {
+  const std::string& model = four_layer_container();
+  const auto prefill_bytes = [&](bool warm) {
+    std::vector<std::string> argv = {testing::sluice_bin(), "bench", "decode", model, "--budget", "4G",
+                                     "--lookahead", "0", "-n", "2", "--prompt-tokens", "8", "--threads", "1",
+                                     "--disk-seconds", "0.1", "--json"};
+    if (warm) argv.push_back("--warm");
+    const nlohmann::json out = run_json(argv);
+    CHECK(out.at("warm").get<bool>() == warm);
+    return out.at("arms")[0].at("runs")[0].at("prefill").at("bytes_read").get<uint64_t>();
+  };
+  CHECK(prefill_bytes(false) > 0);  // a fresh cache: the prompt's experts are read
+  CHECK(prefill_bytes(true) == 0);
+}
+
 TEST_CASE("bench decode refuses zero rounds and a budget under the floor") {
   const std::string& model = four_layer_container();
   std::string output;
