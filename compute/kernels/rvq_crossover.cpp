@@ -23,6 +23,7 @@
 #include "compute/kernels/rvq_decoded.h"
 #include "proto/error.h"
 #include "proto/f16.h"
+#include "sluice_build_id.h"
 
 namespace sluice::kernels {
 
@@ -197,7 +198,7 @@ std::string rvq_crossover_cache_path(Isa isa, uint32_t hidden, uint32_t width) {
     root = std::string(home) + "/.cache";
   else
     return {};
-  return fmt::format("{}/sluice/rvq-crossover-{}-{}x{}", root, isa_name(isa), hidden, width);
+  return fmt::format("{}/sluice/rvq-crossover-{}-{}x{}-{}", root, isa_name(isa), hidden, width, SLUICE_BUILD_ID);
 }
 
 uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width) {

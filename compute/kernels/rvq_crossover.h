@@ -40,16 +40,18 @@ uint32_t rvq_crossover_from(std::span<const uint32_t> candidates,
 // experts of gate/up [width × hidden] and down [hidden × width] at exec.isa.
 // The two paths round differently, so the choice changes logits slightly:
 //   - SLUICE_RVQ_CROSSOVER=N (N >= 1) pins it;
-//   - else the machine's cache file (rvq_crossover_cache_path) gives it, so
-//     every run on one machine takes the same paths;
+//   - else the machine's cache file for this build (rvq_crossover_cache_path)
+//     gives it, so every run of one build on one machine takes the same paths;
 //   - else it is measured (single-threaded, a fraction of a second at real
 //     shapes) and written there; an unwritable cache only loses the reuse.
 // A cache file that does not hold a count is measured again and replaced. An
 // unparsable SLUICE_RVQ_CROSSOVER is an Error naming the variable.
 uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width);
 
-// $XDG_CACHE_HOME/sluice/rvq-crossover-ISA-HIDDENxWIDTH, or under $HOME/.cache
-// when XDG_CACHE_HOME is unset; empty when neither is set.
+// $XDG_CACHE_HOME/sluice/rvq-crossover-ISA-HIDDENxWIDTH-BUILD (BUILD: the
+// commit of this build, sluice_build_id.h, since other kernels cross over
+// elsewhere), or under $HOME/.cache when XDG_CACHE_HOME is unset; empty when
+// neither is set.
 std::string rvq_crossover_cache_path(Isa isa, uint32_t hidden, uint32_t width);
 
 // What rvq_decode_crossover returns for shapes too small to measure.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "proto/error.h"
+#include "sluice_build_id.h"
 #include "tests/proto/pinned_environment.h"
 
 using namespace sluice;
@@ -100,16 +101,18 @@ TEST_CASE("small experts take the instruction set's default; a bad shape is an e
   CHECK_THROWS_WITH_AS(rvq_decode_crossover(Exec{}, 64, 0), doctest::Contains("64"), Error);
 }
 
-TEST_CASE("the cache file lives under XDG_CACHE_HOME, else HOME/.cache, and names isa and shape") {
+TEST_CASE("the cache file lives under XDG_CACHE_HOME, else HOME/.cache, and names isa, shape and build") {
   const char* home = std::getenv("HOME");
   const std::string saved_home = home != nullptr ? home : "";
+  const std::string build = SLUICE_BUILD_ID;
+  REQUIRE(!build.empty());
   setenv("XDG_CACHE_HOME", "/x/cache", 1);
   CHECK(rvq_crossover_cache_path(Isa::kAvx2, 2048, 1024) ==
-        "/x/cache/sluice/rvq-crossover-avx2-2048x1024");
+        "/x/cache/sluice/rvq-crossover-avx2-2048x1024-" + build);
   unsetenv("XDG_CACHE_HOME");
   setenv("HOME", "/h", 1);
   CHECK(rvq_crossover_cache_path(Isa::kScalar, 8, 16) ==
-        "/h/.cache/sluice/rvq-crossover-scalar-8x16");
+        "/h/.cache/sluice/rvq-crossover-scalar-8x16-" + build);
   unsetenv("HOME");
   CHECK(rvq_crossover_cache_path(Isa::kScalar, 8, 16).empty());
   if (home != nullptr) setenv("HOME", saved_home.c_str(), 1);
