@@ -14,15 +14,16 @@
 
 namespace sluice {
 
-// Unset or empty: nullopt. Anything but a decimal count of at most `max`
+// Unset or empty: nullopt. Anything but a decimal count from `min` to `max`
 // fails, the message ending with `expected`.
-inline std::optional<uint32_t> count_from_environment(const char* name, uint32_t max, std::string_view expected) {
+inline std::optional<uint32_t> count_from_environment(const char* name, uint32_t min, uint32_t max,
+                                                      std::string_view expected) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   uint32_t count = 0;
   const char* end = value + std::strlen(value);
   const auto [ptr, error] = std::from_chars(value, end, count);
-  if (error != std::errc() || ptr != end || count > max) fail("{}='{}': expected {}", name, value, expected);
+  if (error != std::errc() || ptr != end || count < min || count > max) fail("{}='{}': expected {}", name, value, expected);
   return count;
 }
 

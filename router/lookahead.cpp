@@ -3,10 +3,11 @@
 // scored when its real routing arrives in a later message.
 #include "router/lookahead.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <unistd.h>
 
 #include "proto/env_count.h"
 #include "proto/error.h"
@@ -14,16 +15,14 @@
 namespace sluice::router {
 
 uint32_t lookahead_from_environment() {
-  return count_from_environment("SLUICE_LOOKAHEAD", 4096, "a number of experts (0 turns lookahead off)")
+  return count_from_environment("SLUICE_LOOKAHEAD", 0, 4096, "a number of experts (0 turns lookahead off)")
       .value_or(kDefaultLookahead);
 }
 
 uint32_t layers_ahead_from_environment() {
-  const uint32_t layers =
-      count_from_environment("SLUICE_LOOKAHEAD_LAYERS", kMaxLayersAhead, "a number of MoE layers from 1 to 8")
-          .value_or(kDefaultLayersAhead);
-  if (layers == 0) fail("SLUICE_LOOKAHEAD_LAYERS='0': expected a number of MoE layers from 1 to 8");
-  return layers;
+  return count_from_environment("SLUICE_LOOKAHEAD_LAYERS", 1, kMaxLayersAhead,
+                                fmt::format("a number of MoE layers from 1 to {}", kMaxLayersAhead))
+      .value_or(kDefaultLayersAhead);
 }
 
 Publisher::Publisher(const shm::Segment& segment, uint32_t client, bool prefill)

@@ -69,7 +69,7 @@ void Engine::set_tokenizer_ids(size_t tokenizer_ids) {
 }
 
 uint32_t hold_from_environment(uint32_t top_k) {
-  return count_from_environment("SLUICE_HOLD", 4096, "a number of experts (0 turns holding the next batch off)")
+  return count_from_environment("SLUICE_HOLD", 0, 4096, "a number of experts (0 turns holding the next batch off)")
       .value_or(top_k);
 }
 
