@@ -156,29 +156,34 @@ void Lookahead::recover_if_stuck(Box& box) {
 void Lookahead::handle(Box& box, const shm::MailboxMessage& message) {
   score(box, message);
   box.pending = false;
+  const std::optional<uint32_t> next = predictor_.next_moe_layer(message.layer);
+  if (!next) return;
+  // The next layer's guesses stay in the box until its routing scores them.
+  box.pending = true;
+  box.pending_step = message.step;
+  box.pending_layer = *next;
+  send(box, *next, guess(*next, message, box.guesses));
+  // Layers further on are guessed from the same input (the residual stream
+  // changes little from one layer to the next), and never scored.
+  std::optional<uint32_t> later = predictor_.next_moe_layer(*next);
+  for (uint32_t ahead = 2; later && ahead <= layers_ahead_; ++ahead, later = predictor_.next_moe_layer(*later))
+    send(box, *later, guess(*later, message, further_rows_));
+}
+
+std::vector<uint32_t> Lookahead::guess(uint32_t layer, const shm::MailboxMessage& message,
+                                       std::vector<std::vector<uint32_t>>& rows) const {
   const uint32_t hidden = predictor_.hidden();
-  std::vector<std::vector<uint32_t>> further;
-  std::optional<uint32_t> target = predictor_.next_moe_layer(message.layer);
-  for (uint32_t ahead = 1; target && ahead <= layers_ahead_; ++ahead) {
-    // Layers further on are guessed from the same input: the residual stream
-    // changes little from one layer to the next.
-    std::vector<std::vector<uint32_t>>& guesses = ahead == 1 ? box.guesses : further;
-    guesses.resize(message.rows);
-    for (uint32_t r = 0; r < message.rows; ++r) {
-      guesses[r] = predictor_.predict(*target, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
-    }
-    const std::vector<uint32_t> merged = message.rows == 1 ? guesses[0] : rank_union(guesses);
-    if (ahead == 1) {
-      box.pending = true;
-      box.pending_step = message.step;
-      box.pending_layer = *target;
-    }
-    sink_(*target, merged);
-    counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
-    counters_.prefetched.fetch_add(merged.size(), std::memory_order_relaxed);
-    segment_.client(box.client).lookahead_guesses.fetch_add(merged.size(), std::memory_order_relaxed);
-    target = predictor_.next_moe_layer(*target);
-  }
+  rows.resize(message.rows);
+  for (uint32_t r = 0; r < message.rows; ++r)
+    rows[r] = predictor_.predict(layer, std::span<const float>(&message.values[size_t{r} * hidden], hidden), k_);
+  return message.rows == 1 ? rows[0] : rank_union(rows);
+}
+
+void Lookahead::send(const Box& box, uint32_t layer, const std::vector<uint32_t>& experts) {
+  sink_(layer, experts);
+  counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
+  counters_.prefetched.fetch_add(experts.size(), std::memory_order_relaxed);
+  segment_.client(box.client).lookahead_guesses.fetch_add(experts.size(), std::memory_order_relaxed);
 }
 
 void Lookahead::score(const Box& box, const shm::MailboxMessage& message) {

@@ -115,6 +115,12 @@ class Lookahead {
   };
   bool poll_box(Box& box);
   void handle(Box& box, const shm::MailboxMessage& message);
+  // `layer`'s guess for every row of `message`, kept in `rows`; the rows'
+  // union (rank_union) when there are several.
+  std::vector<uint32_t> guess(uint32_t layer, const shm::MailboxMessage& message,
+                              std::vector<std::vector<uint32_t>>& rows) const;
+  // Hands a guess to the sink and counts it.
+  void send(const Box& box, uint32_t layer, const std::vector<uint32_t>& experts);
   // A sequence left odd this long belongs to a writer that died mid-message.
   static constexpr std::chrono::seconds kDeadWriterAfter{1};
   void recover_if_stuck(Box& box);
@@ -128,6 +134,7 @@ class Lookahead {
   uint32_t layers_ahead_;
   PrefetchSink sink_;
   shm::MailboxMessage message_;
+  std::vector<std::vector<uint32_t>> further_rows_;  // the rows' guesses past the next layer
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::exception_ptr failure_;
