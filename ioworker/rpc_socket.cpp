@@ -46,6 +46,14 @@ void make_dir(const std::string& dir) {
   }
 }
 
+// Only a private runtime directory proves a daemon there is our own; one
+// not made yet proves nothing either way.
+void check_runtime_dir_if_present() {
+  const std::string dir = runtime_dir();
+  struct stat info{};
+  if (::lstat(dir.c_str(), &info) == 0) check_private_dir(dir);
+}
+
 }  // namespace
 
 std::string runtime_dir() {
@@ -80,10 +88,7 @@ std::string default_socket_path(const std::string& instance) { return runtime_di
 
 std::string resolve_socket(const std::string& path_or_instance) {
   if (path_or_instance.find('/') != std::string::npos) return path_or_instance;
-  // Only a private runtime directory proves the daemon there is our own.
-  const std::string dir = runtime_dir();
-  struct stat info{};
-  if (::lstat(dir.c_str(), &info) == 0) check_private_dir(dir);
+  check_runtime_dir_if_present();
   return default_socket_path(path_or_instance);
 }
 
@@ -97,11 +102,8 @@ bool socket_answers(const std::string& path) {
 }
 
 void check_socket_free(const std::string& path) {
+  if (parent_dir(path) == runtime_dir()) check_runtime_dir_if_present();
   struct stat existing{};
-  // A socket in someone else's runtime directory is not ours to probe.
-  if (parent_dir(path) == runtime_dir() && ::lstat(runtime_dir().c_str(), &existing) == 0) {
-    check_private_dir(runtime_dir());
-  }
   if (::lstat(path.c_str(), &existing) != 0) return;
   if (!S_ISSOCK(existing.st_mode)) fail("{}: exists and is not a socket; refusing to replace it", path);
   if (socket_answers(path)) fail("{}: another sluice-io is already serving on this socket", path);
