@@ -162,7 +162,7 @@ TrunkTensorInfo parse_trunk_tensor(const Fields& f, const json& t, const std::st
   const std::string format_name = f.string(t, named, "format");
   const auto format = parse_trunk_format(format_name);
   if (!format)
-    f.bad(named + ".format", fmt::format("\"{}\" is not one of f32, q8g128, q4g128", format_name));
+    f.bad(named + ".format", fmt::format("\"{}\" is not one of f32, q8g128, q6g128, q4g128", format_name));
   info.format = *format;
   const json& shape = f.array(t, named, "shape");
   if (shape.size() < 1 || shape.size() > 4) {

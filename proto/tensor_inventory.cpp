@@ -328,8 +328,8 @@ std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& c) {
 }
 
 void set_lm_head_format(std::vector<TensorSpec>& trunk, TrunkFormat format) {
-  if (format != TrunkFormat::kQ8G128 && format != TrunkFormat::kQ4G128) {
-    fail("the LM head can be stored as q8g128 or q4g128, not {}", trunk_format_name(format));
+  if (format == TrunkFormat::kF32) {
+    fail("the LM head can be stored as q8g128, q6g128 or q4g128, not {}", trunk_format_name(format));
   }
   for (TensorSpec& tensor : trunk) {
     if (tensor.role == TensorRole::kLmHead) tensor.format = format;

@@ -73,7 +73,7 @@ inline constexpr TrunkFormat kDefaultLmHeadFormat = TrunkFormat::kQ8G128;
 // the LM head in kDefaultLmHeadFormat.
 std::vector<TensorSpec> trunk_inventory(const ModelConfig& config);
 // Stores lm_head.weight of `trunk` (when it has one) as `format`, which must
-// be q8g128 or q4g128; embeddings a tied head reads stay q8g128.
+// be q8g128, q6g128 or q4g128; embeddings a tied head reads stay q8g128.
 void set_lm_head_format(std::vector<TensorSpec>& trunk, TrunkFormat format);
 std::vector<MoeLayerSpec> moe_inventory(const ModelConfig& config);
 // K3's vision tower and projector, stored after the trunk in trunk.bin

@@ -20,6 +20,8 @@ const char* trunk_format_name(TrunkFormat format) {
       return "f32";
     case TrunkFormat::kQ8G128:
       return "q8g128";
+    case TrunkFormat::kQ6G128:
+      return "q6g128";
     case TrunkFormat::kQ4G128:
       return "q4g128";
   }
@@ -29,6 +31,7 @@ const char* trunk_format_name(TrunkFormat format) {
 std::optional<TrunkFormat> parse_trunk_format(std::string_view name) {
   if (name == "f32") return TrunkFormat::kF32;
   if (name == "q8g128") return TrunkFormat::kQ8G128;
+  if (name == "q6g128") return TrunkFormat::kQ6G128;
   if (name == "q4g128") return TrunkFormat::kQ4G128;
   return std::nullopt;
 }
@@ -38,16 +41,78 @@ uint64_t TrunkTensorInfo::padded_cols() const {
   return (cols + kTrunkGroup - 1) / kTrunkGroup * kTrunkGroup;
 }
 
-uint64_t TrunkTensorInfo::expected_bytes() const {
+uint64_t trunk_row_bytes(TrunkFormat format, uint64_t padded_cols) {
   switch (format) {
     case TrunkFormat::kF32:
-      return rows * cols * sizeof(float);
+      return padded_cols * sizeof(float);
     case TrunkFormat::kQ8G128:
-      return rows * padded_cols();
+      return padded_cols;
+    case TrunkFormat::kQ6G128:
+      return padded_cols / 4 * 3;
     case TrunkFormat::kQ4G128:
-      return rows * padded_cols() / 2;
+      return padded_cols / 2;
   }
   return 0;
+}
+
+namespace {
+
+// q6g128: 24 bytes per block of 32 columns. Byte i < 16 holds the low four
+// bits of column i (low nibble) and of column 16 + i (high nibble); byte
+// 16 + j holds the top two bits of columns j, j + 8, j + 16 and j + 24 at
+// bits 0-1, 2-3, 4-5 and 6-7. Stored: q + 32.
+constexpr uint64_t kQ6Block = 32, kQ6BlockBytes = 24;
+
+}  // namespace
+
+int trunk_integer(TrunkFormat format, const uint8_t* row, uint64_t column) {
+  switch (format) {
+    case TrunkFormat::kQ8G128:
+      return static_cast<int8_t>(row[column]);
+    case TrunkFormat::kQ6G128: {
+      const uint8_t* block = row + column / kQ6Block * kQ6BlockBytes;
+      const uint64_t p = column % kQ6Block;
+      const int low = (block[p % 16] >> (p < 16 ? 0 : 4)) & 0x0f;
+      const int high = (block[16 + p % 8] >> (2 * (p / 8))) & 0x03;
+      return (low | high << 4) - 32;
+    }
+    case TrunkFormat::kQ4G128:
+      return ((row[column / 2] >> (column % 2 == 0 ? 0 : 4)) & 0x0f) - 8;
+    case TrunkFormat::kF32:
+      break;
+  }
+  fail("trunk_integer: f32 holds no integers");
+}
+
+void set_trunk_integer(TrunkFormat format, uint8_t* row, uint64_t column, int q) {
+  switch (format) {
+    case TrunkFormat::kQ8G128:
+      row[column] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      return;
+    case TrunkFormat::kQ6G128: {
+      uint8_t* block = row + column / kQ6Block * kQ6BlockBytes;
+      const uint64_t p = column % kQ6Block;
+      const auto u = static_cast<unsigned>(q + 32);
+      const unsigned low_shift = p < 16 ? 0 : 4, high_shift = 2 * (p / 8);
+      block[p % 16] = static_cast<uint8_t>((block[p % 16] & ~(0x0fu << low_shift)) | (u & 0x0f) << low_shift);
+      block[16 + p % 8] =
+          static_cast<uint8_t>((block[16 + p % 8] & ~(0x03u << high_shift)) | (u >> 4) << high_shift);
+      return;
+    }
+    case TrunkFormat::kQ4G128: {
+      const unsigned shift = column % 2 == 0 ? 0 : 4;
+      row[column / 2] = static_cast<uint8_t>((row[column / 2] & ~(0x0fu << shift)) | static_cast<unsigned>(q + 8) << shift);
+      return;
+    }
+    case TrunkFormat::kF32:
+      break;
+  }
+  fail("set_trunk_integer: f32 holds no integers");
+}
+
+uint64_t TrunkTensorInfo::expected_bytes() const {
+  if (format == TrunkFormat::kF32) return rows * cols * sizeof(float);
+  return rows * trunk_row_bytes(format, padded_cols());
 }
 
 uint64_t TrunkTensorInfo::expected_scale_bytes() const {
@@ -117,15 +182,14 @@ std::optional<std::string> q8_problem(const TrunkTensorInfo& info, const uint8_t
   return std::nullopt;
 }
 
-std::optional<std::string> q4_problem(const TrunkTensorInfo& info, const uint8_t* data) {
-  if (info.cols == info.padded_cols()) return std::nullopt;  // every nibble is a valid value
-  const uint64_t padded = info.padded_cols();
+// q6g128 and q4g128 pad with q = 0; every stored pattern is a valid value.
+std::optional<std::string> padding_problem(const TrunkTensorInfo& info, const uint8_t* data) {
+  const uint64_t padded = info.padded_cols(), row_bytes = trunk_row_bytes(info.format, padded);
+  if (info.cols == padded) return std::nullopt;
   for (uint64_t r = 0; r < info.rows; ++r) {
     for (uint64_t c = info.cols; c < padded; ++c) {
-      const uint64_t index = r * padded + c;
-      const uint8_t byte = data[index / 2];
-      const int nibble = index % 2 == 0 ? (byte & 0x0f) : (byte >> 4);
-      if (nibble != 8) return fmt::format("row {} padding column {} has nibble {}, not 8", r, c, nibble);
+      const int q = trunk_integer(info.format, data + r * row_bytes, c);
+      if (q != 0) return fmt::format("row {} padding column {} holds {}, not 0", r, c, q);
     }
   }
   return std::nullopt;
@@ -141,8 +205,9 @@ std::optional<std::string> trunk_values_problem(const TrunkTensorInfo& info, con
     case TrunkFormat::kQ8G128:
       if (auto problem = q8_problem(info, data)) return problem;
       break;
+    case TrunkFormat::kQ6G128:
     case TrunkFormat::kQ4G128:
-      if (auto problem = q4_problem(info, data)) return problem;
+      if (auto problem = padding_problem(info, data)) return problem;
       break;
   }
   // An amax-derived scale is finite and never negative.
@@ -163,31 +228,16 @@ std::optional<std::string> trunk_values_problem(const TrunkTensorInfo& info, con
 std::vector<float> dequantize(const TrunkTensor& tensor) {
   const TrunkTensorInfo& info = tensor.info();
   std::vector<float> out(info.rows * info.cols);
-  const uint64_t padded = info.padded_cols();
-  const uint64_t groups = info.groups_per_row();
+  if (info.format == TrunkFormat::kF32) {
+    std::memcpy(out.data(), tensor.data(), out.size() * sizeof(float));
+    return out;
+  }
+  const uint64_t groups = info.groups_per_row(), row_bytes = trunk_row_bytes(info.format, info.padded_cols());
   for (uint64_t r = 0; r < info.rows; ++r) {
+    const uint8_t* row = tensor.data() + r * row_bytes;
     for (uint64_t c = 0; c < info.cols; ++c) {
-      float value = 0.0f;
-      switch (info.format) {
-        case TrunkFormat::kF32: {
-          value = reinterpret_cast<const float*>(tensor.data())[r * info.cols + c];
-          break;
-        }
-        case TrunkFormat::kQ8G128: {
-          const auto q = static_cast<int8_t>(tensor.data()[r * padded + c]);
-          value = static_cast<float>(q) * f16_to_f32(tensor.scales()[r * groups + c / kTrunkGroup]);
-          break;
-        }
-        case TrunkFormat::kQ4G128: {
-          const uint64_t index = r * padded + c;
-          const uint8_t byte = tensor.data()[index / 2];
-          const int nibble = (index % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-          value = static_cast<float>(nibble - 8) *
-                  f16_to_f32(tensor.scales()[r * groups + c / kTrunkGroup]);
-          break;
-        }
-      }
-      out[r * info.cols + c] = value;
+      out[r * info.cols + c] = static_cast<float>(trunk_integer(info.format, row, c)) *
+                               f16_to_f32(tensor.scales()[r * groups + c / kTrunkGroup]);
     }
   }
   return out;

@@ -13,12 +13,21 @@
 
 namespace sluice {
 
-enum class TrunkFormat { kF32, kQ8G128, kQ4G128 };
+enum class TrunkFormat { kF32, kQ8G128, kQ6G128, kQ4G128 };
 inline constexpr uint64_t kTrunkGroup = 128;
 inline constexpr uint64_t kTrunkAlign = 64;
 
 const char* trunk_format_name(TrunkFormat format);
 std::optional<TrunkFormat> parse_trunk_format(std::string_view name);
+
+// Bytes of one stored row of a grouped format (q8g128, q6g128, q4g128).
+uint64_t trunk_row_bytes(TrunkFormat format, uint64_t padded_cols);
+// The stored integer q of `column` in a row of a grouped format, and its
+// inverse (q within the format's range). The one statement of each layout
+// in code; kernels unpack the same bytes their own way and are tested
+// against this.
+int trunk_integer(TrunkFormat format, const uint8_t* row, uint64_t column);
+void set_trunk_integer(TrunkFormat format, uint8_t* row, uint64_t column, int q);
 
 // One entry of the manifest's trunk table, validated. A 1-D tensor of n
 // values is stored as rows = 1, cols = n (shape keeps the manifest's form).
@@ -34,7 +43,7 @@ struct TrunkTensorInfo {
   uint64_t scale_bytes = 0;
   uint32_t crc32 = 0;  // of the data bytes followed by the scale bytes
 
-  // cols rounded up to the 128-wide group for q8g128/q4g128; cols for f32.
+  // cols rounded up to the 128-wide group for the grouped formats; cols for f32.
   uint64_t padded_cols() const;
   uint64_t groups_per_row() const {
     return format == TrunkFormat::kF32 ? 0 : padded_cols() / kTrunkGroup;
@@ -45,9 +54,8 @@ struct TrunkTensorInfo {
 };
 
 // A trunk tensor loaded into RAM in its stored form. data() is 64-byte
-// aligned: f32 values, or int8 q values rows × padded_cols, or packed nibbles
-// rows × padded_cols/2. scales() holds f16 group scales [rows][groups_per_row]
-// (empty for f32).
+// aligned: f32 values, or rows of trunk_row_bytes() (FORMAT.md). scales()
+// holds f16 group scales [rows][groups_per_row] (empty for f32).
 class TrunkTensor {
  public:
   TrunkTensor(TrunkTensorInfo info, AlignedBuffer data, AlignedBuffer scales)

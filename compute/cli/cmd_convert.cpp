@@ -44,10 +44,8 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("--kmeans-iters", flags->options.kmeans_iterations, "maximum Lloyd iterations per codebook")
       ->default_val(12)
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--head-quant", flags->head_quant,
-                  "how the LM head is stored: q8 (q8g128) or q4 (q4g128: about half the head's "
-                  "bytes per token, +2% perplexity on the demo model)")
-      ->check(CLI::IsMember({"q4", "q8"}))
+  cmd->add_option("--head-quant", flags->head_quant, convert::kHeadQuantHelp)
+      ->check(CLI::IsMember({"q4", "q6", "q8"}))
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print a JSON summary on stdout (speed, quantization error, sizes)");
   cmd->add_flag("-q,--quiet", flags->quiet, "no progress on stderr");

@@ -59,10 +59,8 @@ void add_synth_command(CLI::App& app) {
                   "routing (router/routing_profile.h)")
       ->check(CLI::IsMember({"random", "realistic"}))
       ->capture_default_str();
-  cmd->add_option("--head-quant", flags->head_quant,
-                  "how the LM head is stored: q8 (q8g128) or q4 (q4g128: about half the head's "
-                  "bytes per token, +2% perplexity on the demo model)")
-      ->check(CLI::IsMember({"q4", "q8"}))
+  cmd->add_option("--head-quant", flags->head_quant, convert::kHeadQuantHelp)
+      ->check(CLI::IsMember({"q4", "q6", "q8"}))
       ->capture_default_str();
   cmd->add_flag("--force", flags->options.force,
                 "start over when OUT holds another container or another run");

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,10 +93,11 @@ class CheckpointTrunkValues final : public TrunkValues {
 };
 
 // Writes trunk.bin, quantizing chunk by chunk (the bytes are the same for
-// any thread count); returns the relative-error sums of the q8g128 and
-// q4g128 tensors.
-std::array<ErrorSums, 2> write_trunk(TrunkValues& values, const std::vector<TrunkEntry>& entries, uint64_t total,
-                                     const std::string& path, int threads, ConvertProgress& progress);
+// any thread count); returns the relative-error sums of the tensors of
+// each grouped format it wrote.
+std::map<TrunkFormat, ErrorSums> write_trunk(TrunkValues& values, const std::vector<TrunkEntry>& entries,
+                                             uint64_t total, const std::string& path, int threads,
+                                             ConvertProgress& progress);
 
 // Reads the layer's source bytes once (holding them until each expert is
 // encoded), samples, trains the layer's 9 codebooks, writes them to

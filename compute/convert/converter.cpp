@@ -166,10 +166,9 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
     progress.phase("trunk");
     CheckpointTrunkValues values(source.checkpoint);
     const auto errors = write_trunk(values, trunk, trunk_bytes, (out / "trunk.bin").string(), options.threads, progress);
-    write_file_atomically((work / "trunk.json").string(),
-                          Json{{"q8g128", sums_json(errors[0])}, {"q4g128", sums_json(errors[1])},
-                               {"source_crc32", values.source_crc32()}}
-                              .dump());
+    Json stats{{"source_crc32", values.source_crc32()}};
+    for (const auto& [format, sums] : errors) stats[trunk_format_name(format)] = sums_json(sums);
+    write_file_atomically((work / "trunk.json").string(), stats.dump());
   }
   const auto trunk_stats = read_json_file(work / "trunk.json");
   if (!trunk_stats || !trunk_stats->is_object()) fail("{}: unreadable; rerun with --force to start over", (work / "trunk.json").string());
@@ -241,8 +240,12 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   relative["experts"] = all.relative();
   summary["relative_error"] = relative;
   summary["layers"] = layer_summaries;
-  summary["trunk_relative_error"] = {{"q8g128", sums_from(trunk_stats->value("q8g128", Json())).relative()},
-                                     {"q4g128", sums_from(trunk_stats->value("q4g128", Json())).relative()}};
+  Json trunk_relative = Json::object();
+  for (const TrunkFormat format : {TrunkFormat::kQ8G128, TrunkFormat::kQ6G128, TrunkFormat::kQ4G128}) {
+    if (trunk_stats->contains(trunk_format_name(format)))
+      trunk_relative[trunk_format_name(format)] = sums_from((*trunk_stats)[trunk_format_name(format)]).relative();
+  }
+  summary["trunk_relative_error"] = trunk_relative;
   return summary;
 }
 
@@ -250,8 +253,9 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
 
 TrunkFormat parse_head_quant(const std::string& value) {
   if (value == "q4") return TrunkFormat::kQ4G128;
+  if (value == "q6") return TrunkFormat::kQ6G128;
   if (value == "q8") return TrunkFormat::kQ8G128;
-  fail("--head-quant {}: expected q4 or q8", value);
+  fail("--head-quant {}: expected q4, q6 or q8", value);
 }
 
 Json convert_checkpoint(const ConvertOptions& options, ConvertProgress& progress) {

@@ -28,7 +28,7 @@ struct SynthOptions {
   uint64_t seed = 1;
   int threads = 1;  // results never depend on it
   bool force = false;
-  TrunkFormat lm_head_format = kDefaultLmHeadFormat;  // q8g128 or q4g128 (--head-quant)
+  TrunkFormat lm_head_format = kDefaultLmHeadFormat;  // --head-quant
   // --routing realistic: the routing shape fitted for the config (called
   // only when trunk.bin is still to be written); empty: plain random weights.
   std::function<RoutingShape(const ModelConfig&)> fit_routing;

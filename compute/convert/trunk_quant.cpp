@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "proto/error.h"
 #include "proto/f16.h"
@@ -36,65 +37,55 @@ void quantize_row(const float* row, size_t cols, int hi, int lo, uint16_t* scale
   }
 }
 
-template <typename Decode>
-std::vector<float> dequantize(const GroupQuantized& q, size_t rows, size_t cols, Decode decode) {
-  const size_t padded = padded_cols(cols), groups = padded / kTrunkGroup;
-  std::vector<float> out(rows * cols);
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) {
-      out[r * cols + c] = static_cast<float>(decode(r * padded + c)) * f16_to_f32(q.scales[r * groups + c / kTrunkGroup]);
-    }
+// The format's q range: symmetric but for the one extra negative value the
+// packed formats have room for.
+std::pair<int, int> q_range(TrunkFormat format) {
+  switch (format) {
+    case TrunkFormat::kQ8G128:
+      return {-127, 127};
+    case TrunkFormat::kQ6G128:
+      return {-32, 31};
+    case TrunkFormat::kQ4G128:
+      return {-8, 7};
+    case TrunkFormat::kF32:
+      break;
   }
-  return out;
+  fail("trunk quantization: {} is not a grouped format", trunk_format_name(format));
 }
+
+size_t row_bytes(TrunkFormat format, size_t cols) { return trunk_row_bytes(format, padded_cols(cols)); }
 
 }  // namespace
 
-GroupQuantized allocate_q8g128(size_t rows, size_t cols) {
-  return {std::vector<uint8_t>(rows * padded_cols(cols)), std::vector<uint16_t>(rows * padded_cols(cols) / kTrunkGroup)};
-}
-
-GroupQuantized allocate_q4g128(size_t rows, size_t cols) {
-  return {std::vector<uint8_t>(rows * padded_cols(cols) / 2),
+GroupQuantized allocate_grouped(TrunkFormat format, size_t rows, size_t cols) {
+  q_range(format);
+  return {std::vector<uint8_t>(rows * row_bytes(format, cols)),
           std::vector<uint16_t>(rows * padded_cols(cols) / kTrunkGroup)};
 }
 
-ErrorSums quantize_q8g128_rows(const float* w, size_t cols, size_t row_begin, size_t row_end,
-                               GroupQuantized& out, std::string_view tensor) {
+ErrorSums quantize_grouped_rows(TrunkFormat format, const float* w, size_t cols, size_t row_begin, size_t row_end,
+                                GroupQuantized& out, std::string_view tensor) {
+  const auto [lo, hi] = q_range(format);
   ErrorSums err;
-  const size_t padded = padded_cols(cols), groups = padded / kTrunkGroup;
+  const size_t bytes = row_bytes(format, cols), groups = padded_cols(cols) / kTrunkGroup;
   for (size_t r = row_begin; r < row_end; ++r) {
-    uint8_t* dst = out.data.data() + r * padded;
-    quantize_row(w + r * cols, cols, 127, -127, out.scales.data() + r * groups, tensor, err,
-                 [&](size_t i, int q) { dst[i] = static_cast<uint8_t>(static_cast<int8_t>(q)); });
+    uint8_t* dst = out.data.data() + r * bytes;
+    quantize_row(w + r * cols, cols, hi, lo, out.scales.data() + r * groups, tensor, err,
+                 [&](size_t i, int q) { set_trunk_integer(format, dst, i, q); });
   }
   return err;
 }
 
-ErrorSums quantize_q4g128_rows(const float* w, size_t cols, size_t row_begin, size_t row_end,
-                               GroupQuantized& out, std::string_view tensor) {
-  ErrorSums err;
-  const size_t padded = padded_cols(cols), groups = padded / kTrunkGroup;
-  for (size_t r = row_begin; r < row_end; ++r) {
-    uint8_t* dst = out.data.data() + r * padded / 2;
-    quantize_row(w + r * cols, cols, 7, -8, out.scales.data() + r * groups, tensor, err, [&](size_t i, int q) {
-      const uint8_t nibble = static_cast<uint8_t>(q + 8);
-      if (i % 2 == 0) {
-        dst[i / 2] = nibble;
-      } else {
-        dst[i / 2] = static_cast<uint8_t>(dst[i / 2] | nibble << 4);
-      }
-    });
+std::vector<float> dequantize_grouped(TrunkFormat format, const GroupQuantized& q, size_t rows, size_t cols) {
+  const size_t bytes = row_bytes(format, cols), groups = padded_cols(cols) / kTrunkGroup;
+  std::vector<float> out(rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; ++c) {
+      out[r * cols + c] = static_cast<float>(trunk_integer(format, q.data.data() + r * bytes, c)) *
+                          f16_to_f32(q.scales[r * groups + c / kTrunkGroup]);
+    }
   }
-  return err;
-}
-
-std::vector<float> dequantize_q8g128(const GroupQuantized& q, size_t rows, size_t cols) {
-  return dequantize(q, rows, cols, [&](size_t i) { return static_cast<int8_t>(q.data[i]); });
-}
-
-std::vector<float> dequantize_q4g128(const GroupQuantized& q, size_t rows, size_t cols) {
-  return dequantize(q, rows, cols, [&](size_t i) { return ((q.data[i / 2] >> (4 * (i % 2))) & 0xf) - 8; });
+  return out;
 }
 
 }  // namespace sluice::convert

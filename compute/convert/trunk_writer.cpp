@@ -34,28 +34,28 @@ void CheckpointTrunkValues::rows(const TrunkTensorPlan& tensor, uint64_t first, 
             out);
 }
 
-std::array<ErrorSums, 2> write_trunk(TrunkValues& values, const std::vector<TrunkEntry>& entries, uint64_t total,
-                                     const std::string& path, int threads, ConvertProgress& progress) {
+std::map<TrunkFormat, ErrorSums> write_trunk(TrunkValues& values, const std::vector<TrunkEntry>& entries,
+                                             uint64_t total, const std::string& path, int threads,
+                                             ConvertProgress& progress) {
   AtomicFile file(path);
-  std::array<ErrorSums, 2> errors{};
+  std::map<TrunkFormat, ErrorSums> errors;
   for (const auto& entry : entries) {
     values.begin(entry.plan);
     const uint64_t cols = entry.plan.shape.back(), rows = entry.plan.elements() / cols;
-    const bool q8 = entry.plan.format == TrunkFormat::kQ8G128;
+    const TrunkFormat format = entry.plan.format;
     const size_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     std::vector<ErrorSums> chunk_errors(chunks);
     parallel_for(chunks, threads, [&](size_t chunk) {
       const uint64_t first = chunk * kRowChunk, last = std::min<uint64_t>(rows, first + kRowChunk), n = last - first;
       std::vector<float> w(n * cols);
       values.rows(entry.plan, first, last, w.data());
-      if (entry.plan.format == TrunkFormat::kF32) {
+      if (format == TrunkFormat::kF32) {
         file.write_at(entry.offset + first * cols * sizeof(float), w.data(), w.size() * sizeof(float));
       } else {
         // Quantization is row by row, so a chunk quantized on its own gives
         // the bytes of the same rows of the whole tensor.
-        GroupQuantized q = q8 ? allocate_q8g128(n, cols) : allocate_q4g128(n, cols);
-        chunk_errors[chunk] = q8 ? quantize_q8g128_rows(w.data(), cols, 0, n, q, entry.plan.name)
-                                 : quantize_q4g128_rows(w.data(), cols, 0, n, q, entry.plan.name);
+        GroupQuantized q = allocate_grouped(format, n, cols);
+        chunk_errors[chunk] = quantize_grouped_rows(format, w.data(), cols, 0, n, q, entry.plan.name);
         const uint64_t row_bytes = q.data.size() / n, row_scales = q.scales.size() / n;
         file.write_at(entry.offset + first * row_bytes, q.data.data(), q.data.size());
         file.write_at(entry.scale_offset + first * row_scales * sizeof(uint16_t), q.scales.data(),
@@ -63,7 +63,8 @@ std::array<ErrorSums, 2> write_trunk(TrunkValues& values, const std::vector<Trun
       }
       progress.advance(n * cols);
     });
-    for (const auto& e : chunk_errors) errors[q8 ? 0 : 1].add(e);
+    if (format != TrunkFormat::kF32)
+      for (const auto& e : chunk_errors) errors[format].add(e);
   }
   // Pads the file to its recorded size when the last tensor ends unaligned.
   uint64_t data_end = 0;

@@ -37,7 +37,7 @@ struct TrunkShape {
 struct ModelShape {
   const char* name;
   uint32_t hidden, width, top_k;
-  TrunkShape trunk[2];
+  TrunkShape trunk[3];
 };
 
 constexpr ModelShape kModels[] = {
@@ -46,19 +46,22 @@ constexpr ModelShape kModels[] = {
      1024,
      8,
      {{"q_proj", QuantFormat::kQ4G128, 2048, 2048},
-      {"lm_head", QuantFormat::kQ8G128, 50304, 2048}}},
+      {"lm_head", QuantFormat::kQ8G128, 50304, 2048},
+      {"lm_head", QuantFormat::kQ6G128, 50304, 2048}}},
     {"qwen3-30b-a3b",
      2048,
      768,
      8,
      {{"q_proj", QuantFormat::kQ4G128, 4096, 2048},
-      {"lm_head", QuantFormat::kQ8G128, 151936, 2048}}},
+      {"lm_head", QuantFormat::kQ8G128, 151936, 2048},
+      {"lm_head", QuantFormat::kQ6G128, 151936, 2048}}},
     {"kimi-linear-48b",
      2304,
      1024,
      8,
      {{"q_proj", QuantFormat::kQ4G128, 4096, 2304},
-      {"lm_head", QuantFormat::kQ8G128, 163840, 2304}}},
+      {"lm_head", QuantFormat::kQ8G128, 163840, 2304},
+      {"lm_head", QuantFormat::kQ6G128, 163840, 2304}}},
 };
 
 void fill_random(uint8_t* out, size_t n, uint64_t seed) {
@@ -346,7 +349,9 @@ class Bench {
       for (uint8_t& b : data) b = b == 0x80 ? 0 : b;
     std::vector<uint16_t> scales(size_t{t.rows} * shape.groups(), f32_to_f16(0.01f));
     const QuantMatrixView view{t.format, t.rows, t.cols, data.data(), scales.data()};
-    const char* fmt_name = t.format == QuantFormat::kQ8G128 ? "q8g128" : "q4g128";
+    const char* fmt_name = t.format == QuantFormat::kQ8G128   ? "q8g128"
+                           : t.format == QuantFormat::kQ6G128 ? "q6g128"
+                                                              : "q4g128";
     const uint64_t bytes = data.size() + scales.size() * 2;
     const uint64_t weights = uint64_t{t.rows} * t.cols;
     constexpr uint32_t kPrefillTokens = 16;

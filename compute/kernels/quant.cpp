@@ -12,6 +12,7 @@
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 #include "proto/f16.h"
+#include "proto/trunk_format.h"
 
 namespace sluice::kernels {
 
@@ -36,10 +37,10 @@ void check(const QuantMatrixView& m) {
 }
 
 float weight(const QuantMatrixView& m, const uint8_t* row, uint32_t k) {
-  if (m.format == QuantFormat::kQ8G128) return static_cast<float>(static_cast<int8_t>(row[k]));
-  const uint8_t byte = row[k / 2];
-  const int nibble = (k % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-  return static_cast<float>(nibble - 8);
+  const TrunkFormat stored = m.format == QuantFormat::kQ8G128   ? TrunkFormat::kQ8G128
+                             : m.format == QuantFormat::kQ6G128 ? TrunkFormat::kQ6G128
+                                                                : TrunkFormat::kQ4G128;
+  return static_cast<float>(trunk_integer(stored, row, k));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // compute/kernels/quant.h: matvec and prefill matmul over the resident trunk
-// formats q8g128 and q4g128 (FORMAT.md, "Trunk tensor formats"), and a plain f32
+// formats q8g128, q6g128 and q4g128 (FORMAT.md, "Trunk tensor formats"), and a plain f32
 // matvec (routers). Weights stay quantized; activations stay f32 or are
 // quantized to int8 (Exec::trunk). Never reads x past `cols` nor weights past
 // the stored padded row.
@@ -11,11 +11,12 @@
 
 namespace sluice::kernels {
 
-enum class QuantFormat { kQ8G128, kQ4G128 };
+enum class QuantFormat { kQ8G128, kQ6G128, kQ4G128 };
 inline constexpr uint32_t kQuantGroup = 128;
 
-// One trunk tensor as stored. data: rows × padded_cols int8 (q8g128) or
-// rows × padded_cols/2 nibble bytes (q4g128); scales: f16 [rows][padded_cols/128].
+// One trunk tensor as stored. data: rows of row_bytes() (q8g128: int8 per
+// column; q6g128: 24 bytes per 32 columns; q4g128: a nibble per column);
+// scales: f16 [rows][padded_cols/128].
 struct QuantMatrixView {
   QuantFormat format = QuantFormat::kQ8G128;
   uint32_t rows = 0;
@@ -25,7 +26,9 @@ struct QuantMatrixView {
 
   uint32_t padded_cols() const { return (cols + kQuantGroup - 1) / kQuantGroup * kQuantGroup; }
   uint32_t groups() const { return padded_cols() / kQuantGroup; }
-  size_t row_bytes() const { return format == QuantFormat::kQ8G128 ? padded_cols() : padded_cols() / 2; }
+  size_t row_bytes() const {
+    return format == QuantFormat::kQ8G128 ? padded_cols() : format == QuantFormat::kQ6G128 ? padded_cols() / 4 * 3 : padded_cols() / 2;
+  }
 };
 
 // Int8 activations (TrunkActivations::kInt8), the same on every instruction
@@ -34,7 +37,7 @@ struct QuantMatrixView {
 // [0, cols) (blocks wholly beyond cols are skipped); in f32:
 //   amax_b = max |x|, d_b = amax_b / 127, xq = round_half_even(x · (127 / amax_b))
 //   (xq = 0 when amax_b = 0). The block's 32 positions p hold column 32b + p
-//   (q8g128), or for q4g128 column 32b + (p < 16 ? 2p : 2(p − 16) + 1). Lane l
+//   (q8g128, q6g128), or for q4g128 column 32b + (p < 16 ? 2p : 2(p − 16) + 1). Lane l
 //   in 0..7 takes the positions 4l..4l + 3: P_b[l] = Σ q·xq there, in int32 (exact).
 //   For each group g: part[l] = 0; for its blocks b ascending:
 //   part[l] = fma(d_b, float(P_b[l]), part[l]); then acc[l] = fma(f16_to_f32(scale_g),

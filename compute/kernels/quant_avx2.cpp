@@ -1,4 +1,4 @@
-// compute/kernels/quant_avx2.cpp: AVX2+FMA bodies for q8g128, q4g128 and f32
+// compute/kernels/quant_avx2.cpp: AVX2+FMA bodies for q8g128, q6g128, q4g128 and f32
 // matvec/matmul, with f32 or int8 activations, and the AVX2 activation
 // quantizer. Each output is summed in the order quant.h documents whatever the
 // tile shape, so tiles only change speed. Called only after dispatch.
@@ -39,6 +39,8 @@ template <QuantFormat F>
 __m256 load_w(const uint8_t* row, uint32_t k) {
   if constexpr (F == QuantFormat::kQ8G128) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k))));
+  } else if constexpr (F == QuantFormat::kQ6G128) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(q6_columns8(row, k)))));
   } else {
     int32_t packed;
     std::memcpy(&packed, row + k / 2, sizeof(packed));
@@ -103,6 +105,8 @@ void quant_rows_avx2(const QuantMatrixView& m, const float* x, uint32_t tokens, 
                      uint32_t row_end, float* y) {
   if (m.format == QuantFormat::kQ8G128)
     quant_rows<QuantFormat::kQ8G128>(m, x, tokens, row_begin, row_end, y);
+  else if (m.format == QuantFormat::kQ6G128)
+    quant_rows<QuantFormat::kQ6G128>(m, x, tokens, row_begin, row_end, y);
   else
     quant_rows<QuantFormat::kQ4G128>(m, x, tokens, row_begin, row_end, y);
 }

@@ -1,4 +1,4 @@
-// compute/kernels/quant_avx512_f32.cpp: the AVX-512 q8g128/q4g128 bodies with
+// compute/kernels/quant_avx512_f32.cpp: the AVX-512 q8g128/q6g128/q4g128 bodies with
 // f32 activations: 16 lanes, each output summed in quant.h's avx512 order
 // whatever the tile shape. Called only after dispatch chose Isa::kAvx512.
 #include <immintrin.h>
@@ -27,6 +27,10 @@ inline __m512 load_w(const uint8_t* row, uint32_t k) {
   if constexpr (F == QuantFormat::kQ8G128) {
     return _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k))));
+  } else if constexpr (F == QuantFormat::kQ6G128) {
+    const __m128i q = _mm_set_epi64x(static_cast<int64_t>(q6_columns8(row, k + 8)),
+                                     static_cast<int64_t>(q6_columns8(row, k)));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
   } else {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k / 2));
     const __m128i nibble = _mm_set1_epi8(0x0f);
@@ -103,6 +107,8 @@ void quant_rows_avx512(const QuantMatrixView& m, const float* x, uint32_t tokens
                        uint32_t row_begin, uint32_t row_end, float* y) {
   if (m.format == QuantFormat::kQ8G128)
     quant_rows<QuantFormat::kQ8G128>(m, x, tokens, row_begin, row_end, y);
+  else if (m.format == QuantFormat::kQ6G128)
+    quant_rows<QuantFormat::kQ6G128>(m, x, tokens, row_begin, row_end, y);
   else
     quant_rows<QuantFormat::kQ4G128>(m, x, tokens, row_begin, row_end, y);
 }

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "compute/kernels/quant_kernels.h"
 #include "proto/f16.h"
@@ -29,6 +30,19 @@ template <QuantFormat F>
 inline __m256i int8_block_weights(const uint8_t* row, uint32_t block) {
   if constexpr (F == QuantFormat::kQ8G128) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + size_t{block} * kInt8Block));
+  } else if constexpr (F == QuantFormat::kQ6G128) {
+    // Low nibbles of bytes 0-15 are columns 0-15, high nibbles 16-31; qword
+    // lane L of the broadcast top bits, shifted by 2L, holds columns 8L..8L+7.
+    const uint8_t* at = row + size_t{block} * kQ6BlockBytes;
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+    const __m256i low = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(bytes), _mm_srli_epi16(bytes, 4), 1), _mm256_set1_epi8(0x0f));
+    uint64_t top;
+    std::memcpy(&top, at + 16, sizeof top);
+    const __m256i high = _mm256_and_si256(
+        _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<int64_t>(top)), _mm256_setr_epi64x(0, 2, 4, 6)),
+        _mm256_set1_epi8(0x03));
+    return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
   } else {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + size_t{block} * kInt8Block / 2));
     const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(bytes), _mm_srli_epi16(bytes, 4), 1);
@@ -106,6 +120,8 @@ void int8_rows_dispatch(const QuantMatrixView& m, const Int8Activations& x, uint
                         float* y) {
   if (m.format == QuantFormat::kQ8G128)
     int8_rows_with<QuantFormat::kQ8G128, Dot>(m, x, row_begin, row_end, y);
+  else if (m.format == QuantFormat::kQ6G128)
+    int8_rows_with<QuantFormat::kQ6G128, Dot>(m, x, row_begin, row_end, y);
   else
     int8_rows_with<QuantFormat::kQ4G128, Dot>(m, x, row_begin, row_end, y);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "compute/kernels/quant.h"
@@ -11,9 +12,10 @@
 namespace sluice::kernels::detail {
 
 inline constexpr uint32_t kInt8Block = 32;
+inline constexpr uint32_t kQ6BlockBytes = 24;  // a q6g128 block of 32 columns
 
 // Block b of token t holds positions p = 0..31 of columns [32b, 32b + 32):
-// column 32b + p for q8g128, and for q4g128 the block's even columns first,
+// column 32b + p for q8g128 and q6g128, and for q4g128 the block's even columns first,
 // column 32b + (p < 16 ? 2p : 2(p − 16) + 1), the order its nibbles unpack in.
 // Columns at or beyond cols hold 0. scales[t][b] = amax/127 of the block.
 struct Int8Activations {
@@ -31,8 +33,23 @@ struct Int8Activations {
   void prepare(QuantFormat format, uint32_t tokens_, uint32_t cols_);
 };
 
+// The eight q6g128 integers of columns k..k+7 (k a multiple of 8) as int8
+// bytes, column k in the lowest.
+inline uint64_t q6_columns8(const uint8_t* row, uint32_t k) {
+  const uint8_t* block = row + size_t{k / kInt8Block} * kQ6BlockBytes;
+  const uint32_t p = k % kInt8Block;
+  uint64_t low, top;
+  std::memcpy(&low, block + p % 16, sizeof low);
+  std::memcpy(&top, block + 16, sizeof top);
+  low = (p < 16 ? low : low >> 4) & 0x0f0f0f0f0f0f0f0full;
+  top = (top >> (2 * (p / 8))) & 0x0303030303030303ull;
+  // Each byte u = q + 32 lies in 0..63: (u + 96) ^ 128 is u − 32 as a two's
+  // complement byte, and no byte carries into the next.
+  return ((low | top << 4) + 0x6060606060606060ull) ^ 0x8080808080808080ull;
+}
+
 inline uint32_t int8_column_at(QuantFormat order, uint32_t position) {
-  if (order == QuantFormat::kQ8G128) return position;
+  if (order != QuantFormat::kQ4G128) return position;
   return position < 16 ? 2 * position : 2 * (position - 16) + 1;
 }
 

@@ -134,6 +134,13 @@ void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixVie
       const uint8_t* base[kGroupBlocks];
       for (uint32_t b = 0; b < kGroupBlocks; ++b)
         base[b] = m.indices + (g + std::min(b, blocks - 1)) * block_bytes;
+      // The next group's blocks are read after this one: start their span's lines now.
+      if (gi + 1 < groups) {
+        const uint32_t next = g + kGroupBlocks, next_blocks = std::min(kGroupBlocks, chunk_end - next);
+        for (uint32_t b = 0; b < next_blocks; ++b)
+          for (size_t at = vs_begin * kRowBlock; at < vs_end * kRowBlock; at += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(m.indices + (next + b) * block_bytes + at), _MM_HINT_T0);
+      }
       // Word sums: [0] even low bytes, [1] odd low, [2] even high, [3] odd high.
       // A span adds at most 3 · 32 lookups of 255 per word: no overflow.
       __m512i words[K][4];

@@ -44,8 +44,9 @@ void load_moe(TensorLoader& t, const Container& container, const Codebooks& code
 Linear::Linear(TrunkTensor tensor) : rows_(static_cast<uint32_t>(tensor.rows())), cols_(static_cast<uint32_t>(tensor.cols())) {
   tensor_.emplace(std::move(tensor));
   if (tensor_->format() != TrunkFormat::kF32) {
-    view_.format = tensor_->format() == TrunkFormat::kQ8G128 ? kernels::QuantFormat::kQ8G128
-                                                             : kernels::QuantFormat::kQ4G128;
+    view_.format = tensor_->format() == TrunkFormat::kQ8G128   ? kernels::QuantFormat::kQ8G128
+                   : tensor_->format() == TrunkFormat::kQ6G128 ? kernels::QuantFormat::kQ6G128
+                                                               : kernels::QuantFormat::kQ4G128;
     view_.rows = rows_;
     view_.cols = cols_;
     view_.data = tensor_->data();
@@ -66,30 +67,16 @@ void Linear::apply(const float* x, uint32_t tokens, float* y, const kernels::Exe
 
 void Linear::row(uint32_t row, float* out) const {
   if (row >= rows_) fail("tensor {}: row {} out of range ({} rows)", tensor_->name(), row, rows_);
-  const uint8_t* data = tensor_->data();
-  const uint64_t padded = tensor_->padded_cols();
-  switch (tensor_->format()) {
-    case TrunkFormat::kF32: {
-      const auto* w = reinterpret_cast<const float*>(data) + size_t{row} * cols_;
-      std::copy(w, w + cols_, out);
-      return;
-    }
-    case TrunkFormat::kQ8G128: {
-      const auto* q = reinterpret_cast<const int8_t*>(data) + row * padded;
-      const uint16_t* scales = tensor_->scales() + row * (padded / kTrunkGroup);
-      for (uint32_t c = 0; c < cols_; ++c) out[c] = static_cast<float>(q[c]) * f16_to_f32(scales[c / kTrunkGroup]);
-      return;
-    }
-    case TrunkFormat::kQ4G128: {
-      const uint8_t* q = data + row * (padded / 2);
-      const uint16_t* scales = tensor_->scales() + row * (padded / kTrunkGroup);
-      for (uint32_t c = 0; c < cols_; ++c) {
-        const int nibble = c % 2 == 0 ? q[c / 2] & 0x0f : q[c / 2] >> 4;
-        out[c] = static_cast<float>(nibble - 8) * f16_to_f32(scales[c / kTrunkGroup]);
-      }
-      return;
-    }
+  if (tensor_->format() == TrunkFormat::kF32) {
+    const auto* w = reinterpret_cast<const float*>(tensor_->data()) + size_t{row} * cols_;
+    std::copy(w, w + cols_, out);
+    return;
   }
+  const uint64_t padded = tensor_->padded_cols();
+  const uint8_t* q = tensor_->data() + row * trunk_row_bytes(tensor_->format(), padded);
+  const uint16_t* scales = tensor_->scales() + row * (padded / kTrunkGroup);
+  for (uint32_t c = 0; c < cols_; ++c)
+    out[c] = static_cast<float>(trunk_integer(tensor_->format(), q, c)) * f16_to_f32(scales[c / kTrunkGroup]);
 }
 
 size_t Linear::bytes() const {

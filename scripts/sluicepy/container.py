@@ -23,6 +23,9 @@ STAGES, ENTRIES, VEC_DIM, ROW_BLOCK = 3, 256, 8, 16
 CODEBOOK_BYTES = ENTRIES * VEC_DIM * 4
 KINDS = ("gate", "up", "down")
 GROUP = 128
+# Bytes of one stored row of each grouped trunk format, from its padded width.
+_ROW_BYTES = {"q8g128": lambda padded: padded, "q6g128": lambda padded: padded // 4 * 3,
+              "q4g128": lambda padded: padded // 2}
 _LIMITS = {"layers": 256, "experts": 4096, "top_k": 64, "hidden": 65536, "expert_width": 65536,
            "vocab": 1048576, "record_stride": 1 << 30}
 _EXPERT_QUANT = {"method": "rvq", "stages": STAGES, "entries": ENTRIES, "vec_dim": VEC_DIM,
@@ -162,8 +165,8 @@ class Container:
                 want, want_scales = 4 * int(np.prod(shape, dtype=np.int64)), 0
                 if soff != 0:
                     raise SluiceError(f"{w}: f32 tensor has scale_offset {soff}, must be 0")
-            elif fmt in ("q8g128", "q4g128") and len(shape) == 2:
-                want = rows * padded if fmt == "q8g128" else rows * padded // 2
+            elif fmt in _ROW_BYTES and len(shape) == 2:
+                want = rows * _ROW_BYTES[fmt](padded)
                 want_scales = 2 * rows * (padded // GROUP)
             else:
                 raise SluiceError(f"{w}: format {fmt!r} with shape {shape} is not allowed")
@@ -235,6 +238,14 @@ class Container:
         raw = np.frombuffer(data, dtype=np.uint8).reshape(rows, -1)
         if fmt == "q8g128":
             q = raw.view(np.int8).astype(np.float32)
+        elif fmt == "q6g128":
+            # Blocks of 32 columns in 24 bytes: byte i < 16 holds the low nibbles of
+            # columns i and 16 + i, byte 16 + j the top two bits of columns j + 8s at bit 2s.
+            blocks = raw.reshape(rows, padded // 32, 24)
+            low = np.concatenate([blocks[:, :, :16] & 0x0F, blocks[:, :, :16] >> 4], axis=2)
+            top = blocks[:, :, 16:24]
+            high = np.concatenate([(top >> (2 * s)) & 0x03 for s in range(4)], axis=2)
+            q = ((low | (high << 4)).astype(np.float32) - 32).reshape(rows, padded)
         else:
             q = np.empty((rows, padded), dtype=np.float32)
             q[:, 0::2] = (raw & 0x0F).astype(np.float32) - 8

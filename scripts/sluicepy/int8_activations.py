@@ -1,6 +1,6 @@
 # scripts/sluicepy/int8_activations.py: the engine's int8 trunk activations
 # (compute/kernels/quant.h), modelled in the reference: the input of every
-# product with a q8g128/q4g128 trunk matrix is quantized per block of 32 in f32
+# product with a grouped (q8g128, q6g128, q4g128) trunk matrix is quantized per block of 32 in f32
 # exactly as the engine does. Changes no weight and no other product.
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ def with_int8_activations(model, trunk_formats):
     container (trunk_formats: name -> format) takes int8 activations."""
     weights = {}  # a tied LM head shares the embedding's storage, so it is found through it
     for name, tensor in model.w.items():
-        if trunk_formats.get(name) in ("q8g128", "q4g128") and not name.endswith(ROW_READ_SUFFIXES):
+        if trunk_formats.get(name) in ("q8g128", "q6g128", "q4g128") and not name.endswith(ROW_READ_SUFFIXES):
             weights[tensor.data_ptr()] = tuple(tensor.shape)
     inner = model.forward
 

@@ -5,7 +5,7 @@
 # the plan from config.json alone equals the plan of the converted container;
 # logits after a 16-token prompt and after each of 8 greedy steps agree to
 # 1e-4 (max abs) with scripts/reference.py reading the same container (OLMoE
-# with a q4g128 LM head too), and the greedy tokens are identical; the logits do not depend on the thread count.
+# with q4g128 and q6g128 LM heads too), and the greedy tokens are identical; the logits do not depend on the thread count.
 # Those runs pin f32 trunk activations. The default, int8 activations, is held
 # to the reference's model of it (--int8-activations) by its own bar, fed the
 # engine's tokens and routed to the engine's experts (INT8_TOLERANCE says why).
@@ -177,18 +177,19 @@ def check_int8(name, container, work, vocab, f32_logits, f32_tokens, failures):
             failures.append(f"{name}: int8 trunk activations: logits with --threads 3 differ from the default")
 
 
-def check_q4_head(name, work, failures):
-    """The converted checkpoint `name` again with its LM head in q4g128: the
-    reference reads the head's format from the container too."""
-    container = os.path.join(work, name + ".q4head.sluice")
-    run(SLUICE, "convert", os.path.join(work, name), container, "-q", "--head-quant", "q4")
+def check_head(name, quant, work, failures):
+    """The converted checkpoint `name` again with its LM head in `quant`
+    (q4 or q6): the reference reads the head's format from the container too."""
+    tag, fmt = f"{quant}head", f"{quant}g128"
+    container = os.path.join(work, f"{name}.{tag}.sluice")
+    run(SLUICE, "convert", os.path.join(work, name), container, "-q", "--head-quant", quant)
     vocab = json.load(open(os.path.join(work, name, "config.json")))["vocab_size"]
-    summary = engine_logits(container, os.path.join(work, name + ".q4head.engine"))
-    ours = load(os.path.join(work, name + ".q4head.engine"), vocab)
-    theirs = load(reference_logits(container, os.path.join(work, name + ".q4head.ref"), summary["kernels"]), vocab)
-    compare_logits(name + " (q4g128 LM head)", ours, theirs, failures)
+    summary = engine_logits(container, os.path.join(work, f"{name}.{tag}.engine"))
+    ours = load(os.path.join(work, f"{name}.{tag}.engine"), vocab)
+    theirs = load(reference_logits(container, os.path.join(work, f"{name}.{tag}.ref"), summary["kernels"]), vocab)
+    compare_logits(f"{name} ({fmt} LM head)", ours, theirs, failures)
     q8 = load(os.path.join(work, name + ".engine"), vocab)
-    print(f"{name}: q4g128 vs q8g128 LM head: max |diff| {float(np.max(np.abs(ours - q8))):.3g}")
+    print(f"{name}: {fmt} vs q8g128 LM head: max |diff| {float(np.max(np.abs(ours - q8))):.3g}")
 
 
 def main():
@@ -196,7 +197,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sluice-agreement-") as work:
         for family in ("olmoe", "qwen3_moe", "mixtral", "deepseek_v3", "kimi_k2"):
             check_family(family, family, work, failures)
-        check_q4_head("olmoe", work, failures)
+        check_head("olmoe", "q4", work, failures)
+        check_head("olmoe", "q6", work, failures)
         # fp8 sources with block scales, and a multi-token-prediction layer to skip.
         check_family("deepseek_v3_fp8", "deepseek_v3", work, failures, "--fp8", "--set", "num_nextn_predict_layers=1")
         # KDA and NoPE MLA; the released code's biased routing weights, then the unbiased ones.

@@ -88,12 +88,12 @@ TEST_CASE("damaged or impossible trunk values are refused at load, naming the te
     SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.embed_tokens.weight"),
                                 "row 2 padding column 40 is 5, not 0");
   }
-  SUBCASE("q4 padding nibble that is not 8") {
+  SUBCASE("q4 padding nibble that is not 8 (q = 0)") {
     // Row 0 of q_proj: 136 columns padded to 256; byte 100 holds columns 200, 201.
     overwrite_and_reseal_trunk(fx, 1, 100, std::string(1, '\x87'));
     const Container c = Container::open(tmp.path());
     SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor("model.layers.0.self_attn.q_proj.weight"),
-                                "row 0 padding column 200 has nibble 7, not 8");
+                                "row 0 padding column 200 holds -1, not 0");
   }
   SUBCASE("a NaN in an f32 tensor") {
     overwrite_and_reseal_trunk(fx, 2, 4 * 9, std::string("\x00\x00\xc0\x7f", 4));

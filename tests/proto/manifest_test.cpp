@@ -285,7 +285,7 @@ TEST_CASE("FORMAT.md bounds are enforced") {
   }
   SUBCASE("unknown tensor format") {
     tensor0["format"] = "q3";
-    refused(m, ".format \"q3\" is not one of f32, q8g128, q4g128");
+    refused(m, ".format \"q3\" is not one of f32, q8g128, q6g128, q4g128");
   }
   SUBCASE("repeated tensor name") {
     m["trunk"]["tensors"][1]["name"] = "model.embed_tokens.weight";

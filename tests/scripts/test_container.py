@@ -103,6 +103,24 @@ class Synthetic:
         tensors.append({"name": "model.norm.weight", "format": "f32", "shape": [HIDDEN], "offset": off,
                         "bytes": 4 * HIDDEN, "scale_offset": 0, "scale_bytes": 0})
         self.trunk_expected["model.norm.weight"] = norm
+        # q6g128 [3, 200]: per 32 columns 24 bytes; byte i < 16 holds u = q + 32's low
+        # four bits of column i (low nibble) and 16 + i (high), byte 16 + j the top
+        # two bits of columns j, j + 8, j + 16, j + 24 at bits 0, 2, 4, 6.
+        q6 = rng.integers(-32, 32, size=(3, 256))
+        q6[:, 200:] = 0
+        packed6 = bytearray(3 * 192)
+        for r in range(3):
+            for c in range(256):
+                u, block, p = int(q6[r, c]) + 32, r * 192 + c // 32 * 24, c % 32
+                packed6[block + p % 16] |= (u & 0x0F) << (0 if p < 16 else 4)
+                packed6[block + 16 + p % 8] |= (u >> 4) << (2 * (p // 8))
+        s6 = (rng.random((3, 2)) * 0.01).astype(np.float16)
+        off = place(bytes(packed6))
+        soff = place(s6.astype("<f2").tobytes())
+        tensors.append({"name": "lm_head.weight", "format": "q6g128", "shape": [3, 200],
+                        "offset": off, "bytes": 3 * 192, "scale_offset": soff, "scale_bytes": 12})
+        self.trunk_expected["lm_head.weight"] = np.array(
+            [[np.float32(q6[r, c]) * np.float32(s6[r, c // 128]) for c in range(200)] for r in range(3)], np.float32)
         with open(os.path.join(path, "trunk.bin"), "wb") as f:
             f.write(trunk)
         config = {"model_type": "olmoe", "num_hidden_layers": 2, "num_experts": EXPERTS, "num_experts_per_tok": 2,

@@ -30,7 +30,7 @@ const TrunkTensorPlan* find(const ModelPlan& plan, const std::string& name) {
   return nullptr;
 }
 
-TEST_CASE("set_lm_head_format changes lm_head.weight alone and takes only q8g128 or q4g128") {
+TEST_CASE("set_lm_head_format changes lm_head.weight alone and takes only a grouped format") {
   ModelPlan plan = plan_model(olmoe_tiny(), "config.json");
   const ModelPlan before = plan;
   set_lm_head_format(plan.trunk, TrunkFormat::kQ4G128);
@@ -43,7 +43,7 @@ TEST_CASE("set_lm_head_format changes lm_head.weight alone and takes only q8g128
   set_lm_head_format(plan.trunk, TrunkFormat::kQ8G128);
   CHECK(find(plan, "lm_head.weight")->format == TrunkFormat::kQ8G128);
   CHECK_THROWS_WITH(set_lm_head_format(plan.trunk, TrunkFormat::kF32),
-                    doctest::Contains("LM head can be stored as q8g128 or q4g128, not f32"));
+                    doctest::Contains("LM head can be stored as q8g128, q6g128 or q4g128, not f32"));
 }
 
 TEST_CASE("OLMoE: whole-vector q/k norms, every layer MoE, formats by role") {

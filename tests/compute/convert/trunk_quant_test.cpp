@@ -1,11 +1,13 @@
-// tests/compute/convert/trunk_quant_test.cpp: q8g128 / q4g128 against the
-// FORMAT.md formulas written out here independently: byte layout, nibble
-// order, padding, round-half-even, and the error on Gaussian weights.
+// tests/compute/convert/trunk_quant_test.cpp: q8g128 / q6g128 / q4g128
+// against the FORMAT.md formulas written out here independently: byte layout,
+// nibble and bit order, padding, round-half-even, and the error on Gaussian
+// weights.
 #include "compute/convert/trunk_quant.h"
 
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include <doctest/doctest.h>
 
@@ -32,19 +34,32 @@ double relative_error(const std::vector<float>& w, const std::vector<float>& w_h
   return std::sqrt(e / n);
 }
 
-TEST_CASE("Gaussian weights: q8 under 1%, q4 about 12%") {
+GroupQuantized quantized(TrunkFormat format, const std::vector<float>& w, size_t rows, size_t cols,
+                         ErrorSums* sums = nullptr) {
+  GroupQuantized q = allocate_grouped(format, rows, cols);
+  const ErrorSums e = quantize_grouped_rows(format, w.data(), cols, 0, rows, q, "t");
+  if (sums != nullptr) *sums = e;
+  return q;
+}
+
+TEST_CASE("Gaussian weights: q8 under 1%, q6 about 3%, q4 about 12%") {
   const size_t rows = 64, cols = 1000;
   const auto w = gaussian(rows * cols, 1);
-  GroupQuantized q8 = allocate_q8g128(rows, cols), q4 = allocate_q4g128(rows, cols);
-  const ErrorSums e8 = quantize_q8g128_rows(w.data(), cols, 0, rows, q8, "t");
-  const ErrorSums e4 = quantize_q4g128_rows(w.data(), cols, 0, rows, q4, "t");
-  const double r8 = relative_error(w, dequantize_q8g128(q8, rows, cols));
-  const double r4 = relative_error(w, dequantize_q4g128(q4, rows, cols));
-  MESSAGE("relative error q8g128 " << r8 << ", q4g128 " << r4);
+  ErrorSums e8, e6, e4;
+  const GroupQuantized q8 = quantized(TrunkFormat::kQ8G128, w, rows, cols, &e8);
+  const GroupQuantized q6 = quantized(TrunkFormat::kQ6G128, w, rows, cols, &e6);
+  const GroupQuantized q4 = quantized(TrunkFormat::kQ4G128, w, rows, cols, &e4);
+  const double r8 = relative_error(w, dequantize_grouped(TrunkFormat::kQ8G128, q8, rows, cols));
+  const double r6 = relative_error(w, dequantize_grouped(TrunkFormat::kQ6G128, q6, rows, cols));
+  const double r4 = relative_error(w, dequantize_grouped(TrunkFormat::kQ4G128, q4, rows, cols));
+  MESSAGE("relative error q8g128 " << r8 << ", q6g128 " << r6 << ", q4g128 " << r4);
   CHECK(r8 < 0.01);
+  CHECK(r6 > 0.02);  // 4.4 times q8's step, a quarter of q4's
+  CHECK(r6 < 0.04);
   CHECK(r4 > 0.08);
   CHECK(r4 < 0.16);
   CHECK(e8.relative() == doctest::Approx(r8).epsilon(1e-6));
+  CHECK(e6.relative() == doctest::Approx(r6).epsilon(1e-6));
   CHECK(e4.relative() == doctest::Approx(r4).epsilon(1e-6));
 }
 
@@ -52,8 +67,7 @@ TEST_CASE("q8g128 bytes follow the formula, padding is zero") {
   const size_t rows = 3, cols = 200;  // two groups, the second one padded
   auto w = gaussian(rows * cols, 2);
   std::fill(w.begin() + 2 * cols, w.end(), 0.0f);  // an all-zero row
-  GroupQuantized q = allocate_q8g128(rows, cols);
-  quantize_q8g128_rows(w.data(), cols, 0, rows, q, "t");
+  const GroupQuantized q = quantized(TrunkFormat::kQ8G128, w, rows, cols);
   REQUIRE(q.data.size() == rows * 256);
   REQUIRE(q.scales.size() == rows * 2);
   for (size_t r = 0; r < rows; ++r) {
@@ -71,7 +85,7 @@ TEST_CASE("q8g128 bytes follow the formula, padding is zero") {
     }
   }
   CHECK(q.scales[4] == 0);
-  const auto back = dequantize_q8g128(q, rows, cols);
+  const auto back = dequantize_grouped(TrunkFormat::kQ8G128, q, rows, cols);
   for (size_t c = 0; c < cols; ++c) {
     CHECK(back[c] == static_cast<float>(static_cast<int8_t>(q.data[c])) * f16_to_f32(q.scales[c / 128]));
   }
@@ -85,8 +99,7 @@ TEST_CASE("q4g128 packs element 2i low and 2i+1 high, padding nibble 8") {
   w[2] = 2.5f;
   w[3] = 3.5f;
   w[128] = 0.5f;
-  GroupQuantized q = allocate_q4g128(1, cols);
-  quantize_q4g128_rows(w.data(), cols, 0, 1, q, "t");
+  const GroupQuantized q = quantized(TrunkFormat::kQ4G128, w, 1, cols);
   REQUIRE(q.data.size() == 128);
   const float s = f16_to_f32(f32_to_f16(8.0f / 7.0f));
   CHECK(q.scales[0] == f32_to_f16(8.0f / 7.0f));
@@ -100,6 +113,53 @@ TEST_CASE("q4g128 packs element 2i low and 2i+1 high, padding nibble 8") {
   for (size_t i = 130; i < 256; ++i) REQUIRE(nibble(i) == 8);
 }
 
+TEST_CASE("q6g128: low nibbles of columns i and 16 + i share byte i, the top bits of j, j+8, j+16, j+24 byte 16 + j") {
+  const size_t rows = 2, cols = 200;  // two groups, the second one padded
+  const auto w = gaussian(rows * cols, 3);
+  const GroupQuantized q = quantized(TrunkFormat::kQ6G128, w, rows, cols);
+  REQUIRE(q.data.size() == rows * 256 / 32 * 24);
+  REQUIRE(q.scales.size() == rows * 2);
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t* row = q.data.data() + r * 192;
+    for (size_t c = 0; c < 256; ++c) {
+      const uint8_t* block = row + c / 32 * 24;
+      const size_t p = c % 32;
+      const int low = p < 16 ? block[p] & 0x0f : block[p - 16] >> 4;
+      const int high = (block[16 + p % 8] >> (2 * (p / 8))) & 0x03;
+      const int stored = (low | high << 4) - 32;
+      int expected = 0;
+      if (c < cols) {
+        float amax = 0;
+        for (size_t k = c / 128 * 128; k < std::min(cols, c / 128 * 128 + 128); ++k)
+          amax = std::max(amax, std::fabs(w[r * cols + k]));
+        const uint16_t scale = f32_to_f16(amax / 31.0f);
+        REQUIRE(q.scales[r * 2 + c / 128] == scale);
+        expected = static_cast<int>(std::clamp(std::nearbyint(w[r * cols + c] / f16_to_f32(scale)), -32.0f, 31.0f));
+      }
+      REQUIRE(stored == expected);
+    }
+  }
+  const auto back = dequantize_grouped(TrunkFormat::kQ6G128, q, rows, cols);
+  CHECK(back[5] == static_cast<float>(((q.data[5] & 0x0f) | ((q.data[21] >> 0) & 3) << 4) - 32) * f16_to_f32(q.scales[0]));
+}
+
+TEST_CASE("q6g128 and q4g128 store every value of their range without touching a neighbour") {
+  for (const auto& [format, lo, hi] : {std::tuple{TrunkFormat::kQ6G128, -32, 31}, std::tuple{TrunkFormat::kQ4G128, -8, 7}}) {
+    CAPTURE(trunk_format_name(format));
+    std::vector<uint8_t> row(trunk_row_bytes(format, 128));
+    std::vector<int> values(128);
+    for (size_t c = 0; c < 128; ++c) {
+      values[c] = lo + static_cast<int>((c * 37) % static_cast<size_t>(hi - lo + 1));
+      set_trunk_integer(format, row.data(), c, values[c]);
+    }
+    for (size_t c = 0; c < 128; c += 7) {  // overwrite some in place: the others must stay
+      values[c] = hi - (values[c] - lo);
+      set_trunk_integer(format, row.data(), c, values[c]);
+    }
+    for (size_t c = 0; c < 128; ++c) REQUIRE(trunk_integer(format, row.data(), c) == values[c]);
+  }
+}
+
 TEST_CASE("rounding is half to even") {
   std::vector<float> w(128, 0.0f);
   w[0] = 127.0f;  // scale 1.0
@@ -107,8 +167,7 @@ TEST_CASE("rounding is half to even") {
   w[2] = 3.5f;
   w[3] = -2.5f;
   w[4] = 0.5f;
-  GroupQuantized q = allocate_q8g128(1, 128);
-  quantize_q8g128_rows(w.data(), 128, 0, 1, q, "t");
+  const GroupQuantized q = quantized(TrunkFormat::kQ8G128, w, 1, 128);
   CHECK(f16_to_f32(q.scales[0]) == 1.0f);
   CHECK(static_cast<int8_t>(q.data[1]) == 2);
   CHECK(static_cast<int8_t>(q.data[2]) == 4);
@@ -119,8 +178,9 @@ TEST_CASE("rounding is half to even") {
 TEST_CASE("a group maximum that overflows an f16 scale is refused by tensor name") {
   std::vector<float> w(128, 1.0f);
   w[5] = 1e9f;
-  GroupQuantized q = allocate_q4g128(1, 128);
-  const std::string message = test::error_of([&] { quantize_q4g128_rows(w.data(), 128, 0, 1, q, "model.x.weight"); });
+  GroupQuantized q = allocate_grouped(TrunkFormat::kQ4G128, 1, 128);
+  const std::string message =
+      test::error_of([&] { quantize_grouped_rows(TrunkFormat::kQ4G128, w.data(), 128, 0, 1, q, "model.x.weight"); });
   CHECK(test::contains(message, "tensor model.x.weight"));
 }
 

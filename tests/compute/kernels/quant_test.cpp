@@ -1,4 +1,4 @@
-// q8g128 / q4g128 / f32 matvec against a dequantizer written here from
+// q8g128 / q6g128 / q4g128 / f32 matvec against a dequantizer written here from
 // FORMAT.md, against each path's documented order bit for bit (int8
 // activations: one order for every instruction set), and across thread counts
 // and batching.
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compute/kernels/quant.h"
@@ -30,18 +31,30 @@ struct Fixture {
   Fixture(QuantFormat fmt, uint32_t rows_, uint32_t cols_, uint32_t tokens, uint32_t seed)
       : format(fmt), rows(rows_), cols(cols_), padded((cols_ + 127) / 128 * 128), groups(padded / 128) {
     std::mt19937 rng(seed);
-    const int lo = fmt == QuantFormat::kQ8G128 ? -127 : -8;
-    const int hi = fmt == QuantFormat::kQ8G128 ? 127 : 7;
+    const int lo = fmt == QuantFormat::kQ8G128 ? -127 : fmt == QuantFormat::kQ6G128 ? -32 : -8;
+    const int hi = fmt == QuantFormat::kQ8G128 ? 127 : fmt == QuantFormat::kQ6G128 ? 31 : 7;
     std::uniform_int_distribution<int> value(lo, hi);
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
     q.assign(size_t{rows} * padded, 0);
     for (uint32_t r = 0; r < rows; ++r)
       for (uint32_t k = 0; k < cols; ++k) q[size_t{r} * padded + k] = value(rng);
-    // FORMAT.md: q8 is one int8 per element; q4 puts element 2i in the low
-    // nibble and 2i+1 in the high nibble of byte i, nibble = q + 8.
+    // FORMAT.md: q8 is one int8 per element; q6 stores u = q + 32 in blocks
+    // of 32 columns, 24 bytes each: byte i < 16 holds the low four bits of
+    // columns i (low nibble) and 16 + i (high nibble), byte 16 + j the top
+    // two bits of columns j + 8s at bits 2s, 2s + 1; q4 puts element 2i in
+    // the low nibble and 2i+1 in the high nibble of byte i, nibble = q + 8.
     if (fmt == QuantFormat::kQ8G128) {
       data.resize(q.size());
       for (size_t i = 0; i < q.size(); ++i) data[i] = static_cast<uint8_t>(static_cast<int8_t>(q[i]));
+    } else if (fmt == QuantFormat::kQ6G128) {
+      data.assign(q.size() / 32 * 24, 0);
+      for (size_t i = 0; i < q.size(); ++i) {
+        const auto u = static_cast<unsigned>(q[i] + 32);
+        uint8_t* block = data.data() + i / 32 * 24;
+        const size_t p = i % 32;
+        block[p % 16] = static_cast<uint8_t>(block[p % 16] | (u & 0x0f) << (p < 16 ? 0 : 4));
+        block[16 + p % 8] = static_cast<uint8_t>(block[16 + p % 8] | (u >> 4) << (2 * (p / 8)));
+      }
     } else {
       data.resize(q.size() / 2);
       for (size_t i = 0; i < data.size(); ++i)
@@ -118,6 +131,11 @@ float documented_f32(Isa isa, const Fixture& f, const float* x, uint32_t r) {
   return documented_scalar(f, x, r);
 }
 
+constexpr QuantFormat kFormats[] = {QuantFormat::kQ8G128, QuantFormat::kQ6G128, QuantFormat::kQ4G128};
+const char* format_name(QuantFormat f) {
+  return f == QuantFormat::kQ8G128 ? "q8" : f == QuantFormat::kQ6G128 ? "q6" : "q4";
+}
+
 // Every instruction set this machine runs (f32 matvec runs the AVX2 path on AVX-512).
 std::vector<Isa> isas() { return supported_isas(); }
 Exec f32_exec(Isa isa, ThreadPool* pool = nullptr) { return Exec{isa, pool, TrunkActivations::kF32}; }
@@ -126,14 +144,14 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 
 
 }  // namespace
 
-TEST_CASE("q8g128 and q4g128 matvec match dequantize-then-multiply and the documented orders") {
+TEST_CASE("q8g128, q6g128 and q4g128 matvec match dequantize-then-multiply and the documented orders") {
   uint32_t seed = 1;
-  for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
+  for (QuantFormat fmt : kFormats)
     for (uint32_t rows : {1, 3, 4, 5, 9, 65})
       for (uint32_t cols : {8, 24, 128, 136, 200, 300, 1000}) {
         const Fixture f(fmt, rows, cols, 1, seed++);
         for (Isa isa : isas()) {
-          CAPTURE(fmt == QuantFormat::kQ8G128 ? "q8" : "q4");
+          CAPTURE(std::string(format_name(fmt)));
           CAPTURE(rows);
           CAPTURE(cols);
           CAPTURE(isa_name(isa));
@@ -183,7 +201,7 @@ float documented_int8(const Fixture& f, const DocumentedInt8& xq, uint32_t r) {
     for (uint32_t b = 4 * g; b < 4 * g + 4 && 32 * b < f.cols; ++b) {
       int lanes[8] = {};
       for (uint32_t p = 0; p < 32; ++p) {
-        const uint32_t within = f.format == QuantFormat::kQ8G128 ? p : p < 16 ? 2 * p : 2 * (p - 16) + 1;
+        const uint32_t within = f.format != QuantFormat::kQ4G128 ? p : p < 16 ? 2 * p : 2 * (p - 16) + 1;
         const uint32_t k = 32 * b + within;
         if (k < f.cols) lanes[p / 4] += f.q[size_t{r} * f.padded + k] * xq.q[k];
       }
@@ -226,10 +244,10 @@ void check_int8(const Fixture& f, const float* x) {
 
 TEST_CASE("int8 activations: every instruction set computes the documented arithmetic bit for bit") {
   uint32_t seed = 500;
-  for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
+  for (QuantFormat fmt : kFormats)
     for (uint32_t rows : {1, 3, 4, 5, 9, 65})
       for (uint32_t cols : {8, 24, 31, 33, 100, 128, 136, 200, 300, 1000, 2048}) {
-        CAPTURE(fmt == QuantFormat::kQ8G128 ? "q8" : "q4");
+        CAPTURE(std::string(format_name(fmt)));
         CAPTURE(rows);
         CAPTURE(cols);
         const Fixture f(fmt, rows, cols, 1, seed++);
@@ -238,8 +256,8 @@ TEST_CASE("int8 activations: every instruction set computes the documented arith
 }
 
 TEST_CASE("int8 activations round half to even, and an all-zero block has scale 0") {
-  for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128}) {
-    CAPTURE(fmt == QuantFormat::kQ8G128 ? "q8" : "q4");
+  for (QuantFormat fmt : kFormats) {
+    CAPTURE(std::string(format_name(fmt)));
     Fixture f(fmt, 9, 160, 1, 77);
     // amax 127 makes x · 127/amax = x exactly, so every ±k.5 is a tie.
     for (uint32_t k = 0; k < f.cols; ++k) f.x[k] = k % 32 == 5 ? 127.0f : static_cast<float>(int(k % 9) - 4) + 0.5f;
@@ -249,7 +267,7 @@ TEST_CASE("int8 activations round half to even, and an all-zero block has scale 
 }
 
 TEST_CASE("int8 matmul: each token quantized on its own, any tile, rows split over the pool") {
-  for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
+  for (QuantFormat fmt : kFormats)
     for (uint32_t tokens : {1, 2, 3, 4, 7, 9}) {
       // Tokens of very different magnitudes: a scale shared across tokens would
       // show. 300 rows: the pool's workers take rows too (64 per grain).
@@ -271,7 +289,7 @@ TEST_CASE("int8 matmul: each token quantized on its own, any tile, rows split ov
 
 TEST_CASE("quant matmul equals one matvec per token bit for bit, for any thread count") {
   for (TrunkActivations activations : {TrunkActivations::kInt8, TrunkActivations::kF32})
-    for (QuantFormat fmt : {QuantFormat::kQ8G128, QuantFormat::kQ4G128})
+    for (QuantFormat fmt : kFormats)
       for (uint32_t tokens : {1, 2, 4, 5, 9}) {
         const Fixture f(fmt, 150, 300, tokens, 40 + tokens);  // 150 rows: every worker of 3 gets some
         for (Isa isa : isas()) {
