@@ -1,7 +1,7 @@
 // compute/kernels/quant_avx512.cpp: the int8-activation trunk kernel with the
-// AVX-512 VNNI dot product (vpdpbusd on 256-bit vectors, which Zen 4 runs at
-// full rate). Same lanes and order as the AVX2 body, so results are equal bit
-// for bit. Called only when CPUID reports AVX512_VNNI with VL.
+// AVX-512 VNNI dot product. Same lanes and order as the AVX2 body, so results
+// are equal bit for bit. Called only when CPUID reports AVX-512 F/BW/VL (the
+// engine's AVX-512 level, VBMI included) and AVX512_VNNI.
 #include "compute/kernels/quant_int8_tile.h"
 
 namespace sluice::kernels::detail {
@@ -15,11 +15,114 @@ struct VnniDot {
   }
 };
 
+inline __m512 halves(float low, float high) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(low)), _mm256_castps_pd(_mm256_set1_ps(high)), 1));
+}
+
+// The stored bytes (q + 32) of q6g128 block b of two rows, row0's 32
+// positions in bytes 0-31 and row1's in 32-63, unpacked in 512 bits: vpermb
+// brings each position's low-nibble byte, vpmultishiftqb its top two bits.
+inline __m512i q6_pair_stored(const uint8_t* row0, const uint8_t* row1, uint32_t block) {
+  constexpr __mmask32 kBlockBytes = (__mmask32{1} << kQ6BlockBytes) - 1;  // never reads past the block
+  const size_t at = size_t{block} * kQ6BlockBytes;
+  // Bytes 0-15 and 32-47: the rows' low nibbles; 16-23 and 48-55: their top bits.
+  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(kBlockBytes, row0 + at)),
+                                          _mm256_maskz_loadu_epi8(kBlockBytes, row1 + at), 1);
+  // Position p of a row (byte 32·row + p): low-nibble byte p % 16, high nibble when p ≥ 16.
+  alignas(64) static constexpr uint8_t kLowByte[64] = {
+      0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 0,  1,  2,  3,  4,  5,
+      6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+      44, 45, 46, 47, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47};
+  constexpr __mmask64 kHighNibble = 0xffff0000ffff0000ull;
+  const __m512i low_bytes = _mm512_permutexvar_epi8(_mm512_load_si512(kLowByte), both);
+  const __m512i low = _mm512_mask_blend_epi8(kHighNibble, low_bytes, _mm512_srli_epi16(low_bytes, 4));
+  // Qword k of a row's 32 positions (positions 8k..8k+7) takes the row's top-bit
+  // qword; byte j of it wants bits 8j + 2k, 8j + 2k + 1 at bits 4-5.
+  const __m512i tops = _mm512_permutexvar_epi64(_mm512_setr_epi64(2, 2, 2, 2, 6, 6, 6, 6), both);
+  alignas(64) static constexpr uint8_t kTopShift[64] = {
+      60, 4,  12, 20, 28, 36, 44, 52, 62, 6,  14, 22, 30, 38, 46, 54, 0,  8,  16, 24, 32, 40,
+      48, 56, 2,  10, 18, 26, 34, 42, 50, 58, 60, 4,  12, 20, 28, 36, 44, 52, 62, 6,  14, 22,
+      30, 38, 46, 54, 0,  8,  16, 24, 32, 40, 48, 56, 2,  10, 18, 26, 34, 42, 50, 58};
+  const __m512i high = _mm512_multishift_epi64_epi8(_mm512_load_si512(kTopShift), tops);
+  // (low & 0x0f) | (high & 0x30)
+  return _mm512_ternarylogic_epi32(_mm512_and_si512(high, _mm512_set1_epi8(0x30)), low, _mm512_set1_epi8(0x0f), 0xf8);
+}
+
+// One token (decode), two rows per 512-bit vector: lanes 0-7 hold row r's
+// eight documented lanes and 8-15 row r + 1's, so each lane computes what the
+// 256-bit tile computes, bit for bit, with half its dot products,
+// conversions and FMAs. q4g128 and q6g128 multiply the stored q + bias as the
+// unsigned bytes vpdpbusd wants, each lane starting from −bias · Σx over its
+// four positions: the same exact integer as Σ q·x, without abs and sign.
+template <QuantFormat F, int Pairs>
+void decode_pairs(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, float* y) {
+  const uint32_t groups = m.groups(), used = x.used_blocks();
+  const size_t row_bytes = m.row_bytes();
+  const uint8_t* rows[2 * Pairs];
+  for (int i = 0; i < 2 * Pairs; ++i) rows[i] = m.data + size_t{r0 + i} * row_bytes;
+  __m512 acc[Pairs];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (uint32_t g = 0; g < groups; ++g) {
+    __m512 part[Pairs];
+    for (__m512& p : part) p = _mm512_setzero_ps();
+    const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
+    for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
+      const __m512i xs =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.block_values(0, b))));
+      const __m512 d = _mm512_set1_ps(x.scales[b]);
+      __m512i start = _mm512_setzero_si512();
+      if constexpr (kStoredBias<F> != 0)  // |x| ≤ 127, so −x is a byte too
+        start = _mm512_dpbusd_epi32(start, _mm512_set1_epi8(kStoredBias<F>), _mm512_sub_epi8(_mm512_setzero_si512(), xs));
+      for (int p = 0; p < Pairs; ++p) {
+        __m512i w;
+        if constexpr (F == QuantFormat::kQ6G128)
+          w = q6_pair_stored(rows[2 * p], rows[2 * p + 1], b);
+        else
+          w = _mm512_inserti64x4(_mm512_castsi256_si512(int8_block_stored<F>(rows[2 * p], b)),
+                                 int8_block_stored<F>(rows[2 * p + 1], b), 1);
+        __m512i lanes;
+        if constexpr (kStoredBias<F> == 0) {
+          const __m512i signed_x = _mm512_mask_sub_epi8(xs, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xs);
+          lanes = _mm512_dpbusd_epi32(start, _mm512_abs_epi8(w), signed_x);
+        } else {
+          lanes = _mm512_dpbusd_epi32(start, w, xs);
+        }
+        part[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), part[p]);
+      }
+    }
+    for (int p = 0; p < Pairs; ++p) {
+      const uint32_t r = r0 + 2 * p;
+      const __m512 scale = halves(f16_to_f32(m.scales[size_t{r} * groups + g]),
+                                  f16_to_f32(m.scales[size_t{r + 1} * groups + g]));
+      acc[p] = _mm512_fmadd_ps(scale, part[p], acc[p]);
+    }
+  }
+  for (int p = 0; p < Pairs; ++p) {
+    y[r0 + 2 * p] = int8_reduce8(_mm512_castps512_ps256(acc[p]));
+    y[r0 + 2 * p + 1] = int8_reduce8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
+  }
+}
+
+template <QuantFormat F>
+void decode_rows(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end, float* y) {
+  uint32_t r = row_begin;
+  for (; r + 8 <= row_end; r += 8) decode_pairs<F, 4>(m, x, r, y);
+  for (; r + 2 <= row_end; r += 2) decode_pairs<F, 1>(m, x, r, y);
+  if (r < row_end) int8_rows_with<F, VnniDot>(m, x, r, row_end, y);
+}
+
 }  // namespace
 
 void int8_rows_avx512_vnni(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin,
                            uint32_t row_end, float* y) {
-  int8_rows_dispatch<VnniDot>(m, x, row_begin, row_end, y);
+  if (x.tokens != 1) return int8_rows_dispatch<VnniDot>(m, x, row_begin, row_end, y);
+  if (m.format == QuantFormat::kQ8G128)
+    decode_rows<QuantFormat::kQ8G128>(m, x, row_begin, row_end, y);
+  else if (m.format == QuantFormat::kQ6G128)
+    decode_rows<QuantFormat::kQ6G128>(m, x, row_begin, row_end, y);
+  else
+    decode_rows<QuantFormat::kQ4G128>(m, x, row_begin, row_end, y);
 }
 
 }  // namespace sluice::kernels::detail

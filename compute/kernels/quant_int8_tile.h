@@ -24,10 +24,15 @@ inline float int8_reduce8(__m256 v) {
   return _mm_cvtss_f32(one);
 }
 
-// The 32 stored integers of block `block` of a row, in the activations' order
-// (quant_kernels.h: q4 puts the block's even columns first, as the nibbles lie).
+// What q4g128 and q6g128 store is q + bias, never negative; q8g128 stores q.
 template <QuantFormat F>
-inline __m256i int8_block_weights(const uint8_t* row, uint32_t block) {
+inline constexpr int kStoredBias = F == QuantFormat::kQ6G128 ? 32 : F == QuantFormat::kQ4G128 ? 8 : 0;
+
+// The 32 stored bytes of block `block` of a row as they are kept (q + bias),
+// in the activations' order (quant_kernels.h: q4 puts the block's even columns
+// first, as the nibbles lie).
+template <QuantFormat F>
+inline __m256i int8_block_stored(const uint8_t* row, uint32_t block) {
   if constexpr (F == QuantFormat::kQ8G128) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + size_t{block} * kInt8Block));
   } else if constexpr (F == QuantFormat::kQ6G128) {
@@ -42,12 +47,22 @@ inline __m256i int8_block_weights(const uint8_t* row, uint32_t block) {
     const __m256i high = _mm256_and_si256(
         _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<int64_t>(top)), _mm256_setr_epi64x(0, 2, 4, 6)),
         _mm256_set1_epi8(0x03));
-    return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
   } else {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + size_t{block} * kInt8Block / 2));
     const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(bytes), _mm_srli_epi16(bytes, 4), 1);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
   }
+}
+
+// The block's 32 stored integers q, in the activations' order.
+template <QuantFormat F>
+inline __m256i int8_block_weights(const uint8_t* row, uint32_t block) {
+  const __m256i stored = int8_block_stored<F>(row, block);
+  if constexpr (kStoredBias<F> == 0)
+    return stored;
+  else
+    return _mm256_sub_epi8(stored, _mm256_set1_epi8(kStoredBias<F>));
 }
 
 // R rows × T tokens of outputs. Dot::lanes(|w|, x·sign(w)) gives, in int32
