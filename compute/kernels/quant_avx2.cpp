@@ -145,7 +145,6 @@ namespace {
 
 // pmaddubsw pairs, then pmaddwd pairs of those: four products per int32 lane.
 struct MaddubsDot {
-  static constexpr bool kPairRows = false;
   static __m256i lanes(__m256i magnitude, __m256i signed_x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), _mm256_set1_epi16(1));
   }

@@ -9,7 +9,6 @@ namespace {
 
 // vpdpbusd sums the four u8·s8 products of each int32 lane exactly.
 struct VnniDot {
-  static constexpr bool kPairRows = true;
   static __m256i lanes(__m256i magnitude, __m256i signed_x) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude, signed_x);
   }
@@ -49,31 +48,38 @@ inline __m512i q6_pair_stored(const uint8_t* row0, const uint8_t* row1, uint32_t
   return _mm512_ternarylogic_epi32(_mm512_and_si512(high, _mm512_set1_epi8(0x30)), low, _mm512_set1_epi8(0x0f), 0xf8);
 }
 
-// One token (decode), two rows per 512-bit vector: lanes 0-7 hold row r's
-// eight documented lanes and 8-15 row r + 1's, so each lane computes what the
-// 256-bit tile computes, bit for bit, with half its dot products,
-// conversions and FMAs. q4g128 and q6g128 multiply the stored q + bias as the
-// unsigned bytes vpdpbusd wants, each lane starting from −bias · Σx over its
-// four positions: the same exact integer as Σ q·x, without abs and sign.
-template <QuantFormat F, int Pairs>
-void decode_pairs(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, float* y) {
-  const uint32_t groups = m.groups(), used = x.used_blocks();
+// Two rows per 512-bit vector: lanes 0-7 hold row r's eight documented lanes
+// and 8-15 row r + 1's, so each lane computes what the 256-bit tile computes,
+// bit for bit, with half its dot products, conversions and FMAs. q4g128 and
+// q6g128 multiply the stored q + bias as the unsigned bytes vpdpbusd wants,
+// each lane starting from −bias · Σx over its four positions: the same exact
+// integer as Σ q·x, without abs and sign. Pairs × 2 rows, T tokens from t0.
+template <QuantFormat F, int Pairs, int T>
+void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, uint32_t t0, float* y) {
+  const uint32_t groups = m.groups(), blocks = x.blocks(), used = x.used_blocks();
   const size_t row_bytes = m.row_bytes();
   const uint8_t* rows[2 * Pairs];
   for (int i = 0; i < 2 * Pairs; ++i) rows[i] = m.data + size_t{r0 + i} * row_bytes;
-  __m512 acc[Pairs];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
+  __m512 acc[Pairs][T];
+  for (int p = 0; p < Pairs; ++p)
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
   for (uint32_t g = 0; g < groups; ++g) {
-    __m512 part[Pairs];
-    for (__m512& p : part) p = _mm512_setzero_ps();
+    __m512 part[Pairs][T];
+    for (int p = 0; p < Pairs; ++p)
+      for (int t = 0; t < T; ++t) part[p][t] = _mm512_setzero_ps();
     const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
     for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
-      const __m512i xs =
-          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.block_values(0, b))));
-      const __m512 d = _mm512_set1_ps(x.scales[b]);
-      __m512i start = _mm512_setzero_si512();
-      if constexpr (kStoredBias<F> != 0)  // |x| ≤ 127, so −x is a byte too
-        start = _mm512_dpbusd_epi32(start, _mm512_set1_epi8(kStoredBias<F>), _mm512_sub_epi8(_mm512_setzero_si512(), xs));
+      __m512i xs[T], start[T];
+      __m512 d[T];
+      for (int t = 0; t < T; ++t) {
+        const size_t token = t0 + t;
+        xs[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.block_values(token, b))));
+        d[t] = _mm512_set1_ps(x.scales[token * blocks + b]);
+        start[t] = _mm512_setzero_si512();
+        if constexpr (kStoredBias<F> != 0)  // |x| ≤ 127, so −x is a byte too
+          start[t] = _mm512_dpbusd_epi32(start[t], _mm512_set1_epi8(kStoredBias<F>),
+                                         _mm512_sub_epi8(_mm512_setzero_si512(), xs[t]));
+      }
       for (int p = 0; p < Pairs; ++p) {
         __m512i w;
         if constexpr (F == QuantFormat::kQ6G128)
@@ -81,34 +87,48 @@ void decode_pairs(const QuantMatrixView& m, const Int8Activations& x, uint32_t r
         else
           w = _mm512_inserti64x4(_mm512_castsi256_si512(int8_block_stored<F>(rows[2 * p], b)),
                                  int8_block_stored<F>(rows[2 * p + 1], b), 1);
-        __m512i lanes;
         if constexpr (kStoredBias<F> == 0) {
-          const __m512i signed_x = _mm512_mask_sub_epi8(xs, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xs);
-          lanes = _mm512_dpbusd_epi32(start, _mm512_abs_epi8(w), signed_x);
+          const __mmask64 negative = _mm512_movepi8_mask(w);
+          const __m512i magnitude = _mm512_abs_epi8(w);
+          for (int t = 0; t < T; ++t) {
+            const __m512i signed_x = _mm512_mask_sub_epi8(xs[t], negative, _mm512_setzero_si512(), xs[t]);
+            const __m512i lanes = _mm512_dpbusd_epi32(start[t], magnitude, signed_x);
+            part[p][t] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lanes), part[p][t]);
+          }
         } else {
-          lanes = _mm512_dpbusd_epi32(start, w, xs);
+          for (int t = 0; t < T; ++t) {
+            const __m512i lanes = _mm512_dpbusd_epi32(start[t], w, xs[t]);
+            part[p][t] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lanes), part[p][t]);
+          }
         }
-        part[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), part[p]);
       }
     }
     for (int p = 0; p < Pairs; ++p) {
       const uint32_t r = r0 + 2 * p;
       const __m512 scale = halves(f16_to_f32(m.scales[size_t{r} * groups + g]),
                                   f16_to_f32(m.scales[size_t{r + 1} * groups + g]));
-      acc[p] = _mm512_fmadd_ps(scale, part[p], acc[p]);
+      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_fmadd_ps(scale, part[p][t], acc[p][t]);
     }
   }
-  for (int p = 0; p < Pairs; ++p) {
-    y[r0 + 2 * p] = int8_reduce8(_mm512_castps512_ps256(acc[p]));
-    y[r0 + 2 * p + 1] = int8_reduce8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
-  }
+  for (int p = 0; p < Pairs; ++p)
+    for (int t = 0; t < T; ++t) {
+      float* out = y + size_t{t0 + t} * m.rows + r0 + 2 * p;
+      out[0] = int8_reduce8(_mm512_castps512_ps256(acc[p][t]));
+      out[1] = int8_reduce8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][t]), 1)));
+    }
 }
 
 template <QuantFormat F>
-void decode_rows(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end, float* y) {
+void pair_rows(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end, float* y) {
   uint32_t r = row_begin;
-  for (; r + 8 <= row_end; r += 8) decode_pairs<F, 4>(m, x, r, y);
-  for (; r + 2 <= row_end; r += 2) decode_pairs<F, 1>(m, x, r, y);
+  if (x.tokens == 1) {
+    for (; r + 8 <= row_end; r += 8) pair_tile<F, 4, 1>(m, x, r, 0, y);
+  }
+  for (; r + 2 <= row_end; r += 2) {
+    uint32_t t = 0;
+    for (; t + 4 <= x.tokens; t += 4) pair_tile<F, 1, 4>(m, x, r, t, y);
+    for (; t < x.tokens; ++t) pair_tile<F, 1, 1>(m, x, r, t, y);
+  }
   if (r < row_end) int8_rows_with<F, VnniDot>(m, x, r, row_end, y);
 }
 
@@ -116,13 +136,12 @@ void decode_rows(const QuantMatrixView& m, const Int8Activations& x, uint32_t ro
 
 void int8_rows_avx512_vnni(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin,
                            uint32_t row_end, float* y) {
-  if (x.tokens != 1) return int8_rows_dispatch<VnniDot>(m, x, row_begin, row_end, y);
   if (m.format == QuantFormat::kQ8G128)
-    decode_rows<QuantFormat::kQ8G128>(m, x, row_begin, row_end, y);
+    pair_rows<QuantFormat::kQ8G128>(m, x, row_begin, row_end, y);
   else if (m.format == QuantFormat::kQ6G128)
-    decode_rows<QuantFormat::kQ6G128>(m, x, row_begin, row_end, y);
+    pair_rows<QuantFormat::kQ6G128>(m, x, row_begin, row_end, y);
   else
-    decode_rows<QuantFormat::kQ4G128>(m, x, row_begin, row_end, y);
+    pair_rows<QuantFormat::kQ4G128>(m, x, row_begin, row_end, y);
 }
 
 }  // namespace sluice::kernels::detail

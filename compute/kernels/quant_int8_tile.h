@@ -116,13 +116,6 @@ void int8_rows_with(const QuantMatrixView& m, const Int8Activations& x, uint32_t
     return;
   }
   uint32_t r = row_begin;
-  if constexpr (Dot::kPairRows) {  // two rows per tile fit in 32 vector registers, not in 16
-    for (; r + 2 <= row_end; r += 2) {
-      uint32_t t = 0;
-      for (; t + 4 <= x.tokens; t += 4) int8_tile<F, 2, 4, Dot>(m, x, r, t, y);
-      for (; t < x.tokens; ++t) int8_tile<F, 2, 1, Dot>(m, x, r, t, y);
-    }
-  }
   for (; r < row_end; ++r) {
     uint32_t t = 0;
     for (; t + 4 <= x.tokens; t += 4) int8_tile<F, 1, 4, Dot>(m, x, r, t, y);

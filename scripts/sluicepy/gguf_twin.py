@@ -1,8 +1,9 @@
 # scripts/sluicepy/gguf_twin.py: a GGUF of a sluice container for llama.cpp,
 # written with llama.cpp's own gguf-py (from a source tree the caller
 # fetched; never vendored). A container of `sluice synth --routing realistic`
-# gets its trunk copied (embedding Q8_0, attention Q4_0, the LM head Q8_0 or
-# Q4_0 as the container stores it, routers and norms f32), so llama.cpp routes
+# gets its trunk copied (embedding Q8_0, attention Q4_0, the LM head Q8_0,
+# Q6_K or Q4_0 as the container stores it in q8g128, q6g128 or q4g128, routers
+# and norms f32), so llama.cpp routes
 # as sluice does; the routed experts are random Q3_K as small as the
 # container's (their outputs barely reach the residual stream, by design). Any
 # other olmoe container gets random weights of its dimensions: Q4_K matrices,
@@ -58,6 +59,31 @@ def random_blocks(gguf, rng, rows, cols, qtype, d):
         blocks[:, :, -2:] = scale
     else:  # Q3_K: hmask[32], qs[64], scales[12], d
         blocks[:, :, -2:] = scale
+    return blocks.reshape(rows, -1)
+
+
+def quantize_q6_k(values):
+    """rows × cols f32 (cols a multiple of 256) as Q6_K blocks, the layout of
+    gguf-py's Q6_K.dequantize_blocks inverted: per 256 weights ql[128] (low
+    four bits), qh[64] (top two), an int8 scale per 16 and an f16 d. gguf-py
+    has no Q6_K quantizer; this is the plain one (scale = amax/32, no search)."""
+    rows, cols = values.shape
+    x = values.reshape(-1, 16, 16).astype(np.float32)  # blocks of 256 as 16 groups of 16
+    group_scale = np.abs(x).max(axis=2) / 32
+    d = (group_scale.reshape(-1, 16).max(axis=1) / 127).astype(np.float16)
+    d32 = d.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d32[:, None] > 0, np.rint(group_scale.reshape(-1, 16) / d32[:, None]), 0)
+    sc = np.clip(sc, -128, 127).astype(np.int8)
+    step = (d32[:, None] * sc.astype(np.float32)).reshape(-1, 16, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(step > 0, np.rint(x / step), 0)
+    u = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 128)  # two halves of 128
+    low, high = u & 0x0F, u >> 4
+    ql = (low[:, :, :64] | (low[:, :, 64:] << 4)).reshape(-1, 128)
+    high = high.reshape(-1, 2, 4, 32)
+    qh = (high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)).reshape(-1, 64)
+    blocks = np.concatenate([ql, qh, sc.view(np.uint8), d.reshape(-1, 1).view(np.uint8)], axis=1)
     return blocks.reshape(rows, -1)
 
 
@@ -117,7 +143,8 @@ def write_gguf(llama_src, container_path, path):
         w.add_tokenizer_model("none")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q3_K_M)
 
-    head_q4 = c.trunk.get("lm_head.weight", c.trunk["model.embed_tokens.weight"])["format"] == "q4g128"
+    head_format = c.trunk.get("lm_head.weight", c.trunk["model.embed_tokens.weight"])["format"]
+    head_q4 = head_format == "q4g128"
 
     def trunk(hf_name, gguf_name, rows, cols, qtype):
         if not realistic:
@@ -132,12 +159,18 @@ def write_gguf(llama_src, container_path, path):
         values = np.ascontiguousarray(c.trunk_tensor(hf_name), dtype=np.float32)
         if qtype is None:
             w.add_tensor(gguf_name, values)
+        elif qtype == q6k:
+            blocks = quantize_q6_k(values)
+            back = gguf.quants.dequantize(blocks, q6k).reshape(values.shape)
+            if not np.max(np.abs(back - values)) <= np.max(np.abs(values)) / 31:
+                raise SluiceError(f"{hf_name}: the Q6_K copy does not read back within a step")
+            w.add_tensor(gguf_name, blocks, raw_dtype=q6k)
         else:
             w.add_tensor(gguf_name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
 
     trunk("model.embed_tokens.weight", "token_embd.weight", vocab, hidden, q8)
     trunk("model.norm.weight", "output_norm.weight", 1, hidden, None)
-    trunk("lm_head.weight", "output.weight", vocab, hidden, q4 if head_q4 else q8)
+    trunk("lm_head.weight", "output.weight", vocab, hidden, {"q4g128": q4, "q6g128": q6k}.get(head_format, q8))
     for i in range(layers):
         p, hf = f"blk.{i}.", f"{_PREFIX}{i}."
         trunk(hf + "input_layernorm.weight", p + "attn_norm.weight", 1, hidden, None)
