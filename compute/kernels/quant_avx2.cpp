@@ -145,8 +145,8 @@ namespace {
 
 // pmaddubsw pairs, then pmaddwd pairs of those: four products per int32 lane.
 struct MaddubsDot {
-  static __m256i lanes(__m256i magnitude, __m256i signed_x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), _mm256_set1_epi16(1));
+  static __m256i lanes_from(__m256i start, __m256i unsigned_w, __m256i signed_x) {
+    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned_w, signed_x), _mm256_set1_epi16(1)));
   }
 };
 

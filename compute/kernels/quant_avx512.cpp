@@ -9,8 +9,8 @@ namespace {
 
 // vpdpbusd sums the four u8·s8 products of each int32 lane exactly.
 struct VnniDot {
-  static __m256i lanes(__m256i magnitude, __m256i signed_x) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude, signed_x);
+  static __m256i lanes_from(__m256i start, __m256i unsigned_w, __m256i signed_x) {
+    return _mm256_dpbusd_epi32(start, unsigned_w, signed_x);
   }
 };
 

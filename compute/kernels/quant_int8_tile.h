@@ -55,19 +55,12 @@ inline __m256i int8_block_stored(const uint8_t* row, uint32_t block) {
   }
 }
 
-// The block's 32 stored integers q, in the activations' order.
-template <QuantFormat F>
-inline __m256i int8_block_weights(const uint8_t* row, uint32_t block) {
-  const __m256i stored = int8_block_stored<F>(row, block);
-  if constexpr (kStoredBias<F> == 0)
-    return stored;
-  else
-    return _mm256_sub_epi8(stored, _mm256_set1_epi8(kStoredBias<F>));
-}
-
-// R rows × T tokens of outputs. Dot::lanes(|w|, x·sign(w)) gives, in int32
-// lane l, the exact Σ w·x over the block's positions 4l..4l+3 (|w| ≤ 127 and
-// |x| ≤ 127, so not even maddubs's int16 pairs saturate).
+// R rows × T tokens of outputs. Dot::lanes_from(start, u, s) gives, in int32
+// lane l, start + the exact Σ u·s over the block's positions 4l..4l+3, u
+// unsigned and s signed bytes. q8 passes |w| and x·sign(w) from 0; q4 and q6
+// pass their stored q + bias and x from −bias · Σx, the same integer. No
+// product pair reaches maddubs's int16 limit: 127 · 127 · 2 for q8, 63 · 127 · 2
+// for q6.
 template <QuantFormat F, int R, int T, typename Dot>
 void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, uint32_t t0, float* y) {
   const uint32_t groups = m.groups(), blocks = x.blocks(), used = x.used_blocks();
@@ -81,19 +74,30 @@ void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
       for (int t = 0; t < T; ++t) part[r][t] = _mm256_setzero_ps();
     const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
     for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
-      __m256i xs[T];
+      __m256i xs[T], start[T];
       __m256 ds[T];
       for (int t = 0; t < T; ++t) {
         const size_t token = t0 + t;
         xs[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.block_values(token, b)));
         ds[t] = _mm256_broadcast_ss(&x.scales[token * blocks + b]);
+        start[t] = _mm256_setzero_si256();
+        if constexpr (kStoredBias<F> != 0)  // −bias · Σx per lane; |x| ≤ 127, so −x is a byte too
+          start[t] = Dot::lanes_from(start[t], _mm256_set1_epi8(kStoredBias<F>),
+                                     _mm256_sub_epi8(_mm256_setzero_si256(), xs[t]));
       }
       for (int r = 0; r < R; ++r) {
-        const __m256i w = int8_block_weights<F>(m.data + size_t{r0 + r} * row_bytes, b);
-        const __m256i magnitude = _mm256_abs_epi8(w);
-        for (int t = 0; t < T; ++t) {
-          const __m256i lanes = Dot::lanes(magnitude, _mm256_sign_epi8(xs[t], w));
-          part[r][t] = _mm256_fmadd_ps(ds[t], _mm256_cvtepi32_ps(lanes), part[r][t]);
+        const __m256i stored = int8_block_stored<F>(m.data + size_t{r0 + r} * row_bytes, b);
+        if constexpr (kStoredBias<F> == 0) {
+          const __m256i magnitude = _mm256_abs_epi8(stored);
+          for (int t = 0; t < T; ++t) {
+            const __m256i lanes = Dot::lanes_from(start[t], magnitude, _mm256_sign_epi8(xs[t], stored));
+            part[r][t] = _mm256_fmadd_ps(ds[t], _mm256_cvtepi32_ps(lanes), part[r][t]);
+          }
+        } else {  // the stored q + bias is the unsigned operand as it is
+          for (int t = 0; t < T; ++t) {
+            const __m256i lanes = Dot::lanes_from(start[t], stored, xs[t]);
+            part[r][t] = _mm256_fmadd_ps(ds[t], _mm256_cvtepi32_ps(lanes), part[r][t]);
+          }
         }
       }
     }
