@@ -58,7 +58,7 @@ size_t row_bytes(TrunkFormat format, size_t cols) { return trunk_row_bytes(forma
 }  // namespace
 
 GroupQuantized allocate_grouped(TrunkFormat format, size_t rows, size_t cols) {
-  q_range(format);
+  q_range(format);  // refuses f32
   return {std::vector<uint8_t>(rows * row_bytes(format, cols)),
           std::vector<uint16_t>(rows * padded_cols(cols) / kTrunkGroup)};
 }

@@ -349,9 +349,7 @@ class Bench {
       for (uint8_t& b : data) b = b == 0x80 ? 0 : b;
     std::vector<uint16_t> scales(size_t{t.rows} * shape.groups(), f32_to_f16(0.01f));
     const QuantMatrixView view{t.format, t.rows, t.cols, data.data(), scales.data()};
-    const char* fmt_name = t.format == QuantFormat::kQ8G128   ? "q8g128"
-                           : t.format == QuantFormat::kQ6G128 ? "q6g128"
-                                                              : "q4g128";
+    const char* fmt_name = trunk_format_name(stored_format(t.format));
     const uint64_t bytes = data.size() + scales.size() * 2;
     const uint64_t weights = uint64_t{t.rows} * t.cols;
     constexpr uint32_t kPrefillTokens = 16;

@@ -12,7 +12,6 @@
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 #include "proto/f16.h"
-#include "proto/trunk_format.h"
 
 namespace sluice::kernels {
 
@@ -37,10 +36,7 @@ void check(const QuantMatrixView& m) {
 }
 
 float weight(const QuantMatrixView& m, const uint8_t* row, uint32_t k) {
-  const TrunkFormat stored = m.format == QuantFormat::kQ8G128   ? TrunkFormat::kQ8G128
-                             : m.format == QuantFormat::kQ6G128 ? TrunkFormat::kQ6G128
-                                                                : TrunkFormat::kQ4G128;
-  return static_cast<float>(trunk_integer(stored, row, k));
+  return static_cast<float>(trunk_integer(stored_format(m.format), row, k));
 }
 
 }  // namespace

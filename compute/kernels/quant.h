@@ -8,11 +8,19 @@
 #include <cstdint>
 
 #include "compute/kernels/dispatch.h"
+#include "proto/trunk_format.h"
 
 namespace sluice::kernels {
 
 enum class QuantFormat { kQ8G128, kQ6G128, kQ4G128 };
 inline constexpr uint32_t kQuantGroup = 128;
+
+// The container format a kernel format reads, whose layout proto states.
+inline constexpr TrunkFormat stored_format(QuantFormat format) {
+  return format == QuantFormat::kQ8G128   ? TrunkFormat::kQ8G128
+         : format == QuantFormat::kQ6G128 ? TrunkFormat::kQ6G128
+                                          : TrunkFormat::kQ4G128;
+}
 
 // One trunk tensor as stored. data: rows of row_bytes() (q8g128: int8 per
 // column; q6g128: 24 bytes per 32 columns; q4g128: a nibble per column);
@@ -26,9 +34,7 @@ struct QuantMatrixView {
 
   uint32_t padded_cols() const { return (cols + kQuantGroup - 1) / kQuantGroup * kQuantGroup; }
   uint32_t groups() const { return padded_cols() / kQuantGroup; }
-  size_t row_bytes() const {
-    return format == QuantFormat::kQ8G128 ? padded_cols() : format == QuantFormat::kQ6G128 ? padded_cols() / 4 * 3 : padded_cols() / 2;
-  }
+  size_t row_bytes() const { return trunk_row_bytes(stored_format(format), padded_cols()); }
 };
 
 // Int8 activations (TrunkActivations::kInt8), the same on every instruction

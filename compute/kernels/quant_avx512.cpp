@@ -87,19 +87,13 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
         else
           w = _mm512_inserti64x4(_mm512_castsi256_si512(int8_block_stored<F>(rows[2 * p], b)),
                                  int8_block_stored<F>(rows[2 * p + 1], b), 1);
-        if constexpr (kStoredBias<F> == 0) {
-          const __mmask64 negative = _mm512_movepi8_mask(w);
-          const __m512i magnitude = _mm512_abs_epi8(w);
-          for (int t = 0; t < T; ++t) {
-            const __m512i signed_x = _mm512_mask_sub_epi8(xs[t], negative, _mm512_setzero_si512(), xs[t]);
-            const __m512i lanes = _mm512_dpbusd_epi32(start[t], magnitude, signed_x);
-            part[p][t] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lanes), part[p][t]);
-          }
-        } else {
-          for (int t = 0; t < T; ++t) {
-            const __m512i lanes = _mm512_dpbusd_epi32(start[t], w, xs[t]);
-            part[p][t] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lanes), part[p][t]);
-          }
+        // q8 multiplies |w| by x negated where w < 0; the stored q + bias is unsigned as it is.
+        const __mmask64 negative = kStoredBias<F> == 0 ? _mm512_movepi8_mask(w) : 0;
+        const __m512i unsigned_w = kStoredBias<F> == 0 ? _mm512_abs_epi8(w) : w;
+        for (int t = 0; t < T; ++t) {
+          const __m512i signed_x = _mm512_mask_sub_epi8(xs[t], negative, _mm512_setzero_si512(), xs[t]);
+          const __m512i lanes = _mm512_dpbusd_epi32(start[t], unsigned_w, signed_x);
+          part[p][t] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lanes), part[p][t]);
         }
       }
     }
@@ -136,12 +130,7 @@ void pair_rows(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_
 
 void int8_rows_avx512_vnni(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin,
                            uint32_t row_end, float* y) {
-  if (m.format == QuantFormat::kQ8G128)
-    pair_rows<QuantFormat::kQ8G128>(m, x, row_begin, row_end, y);
-  else if (m.format == QuantFormat::kQ6G128)
-    pair_rows<QuantFormat::kQ6G128>(m, x, row_begin, row_end, y);
-  else
-    pair_rows<QuantFormat::kQ4G128>(m, x, row_begin, row_end, y);
+  with_format(m.format, [&]<QuantFormat F>() { pair_rows<F>(m, x, row_begin, row_end, y); });
 }
 
 }  // namespace sluice::kernels::detail

@@ -105,12 +105,7 @@ void quant_rows(const QuantMatrixView& m, const float* x, uint32_t tokens, uint3
 
 void quant_rows_avx512(const QuantMatrixView& m, const float* x, uint32_t tokens,
                        uint32_t row_begin, uint32_t row_end, float* y) {
-  if (m.format == QuantFormat::kQ8G128)
-    quant_rows<QuantFormat::kQ8G128>(m, x, tokens, row_begin, row_end, y);
-  else if (m.format == QuantFormat::kQ6G128)
-    quant_rows<QuantFormat::kQ6G128>(m, x, tokens, row_begin, row_end, y);
-  else
-    quant_rows<QuantFormat::kQ4G128>(m, x, tokens, row_begin, row_end, y);
+  with_format(m.format, [&]<QuantFormat F>() { quant_rows<F>(m, x, tokens, row_begin, row_end, y); });
 }
 
 }  // namespace sluice::kernels::detail

@@ -87,17 +87,12 @@ void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
       }
       for (int r = 0; r < R; ++r) {
         const __m256i stored = int8_block_stored<F>(m.data + size_t{r0 + r} * row_bytes, b);
-        if constexpr (kStoredBias<F> == 0) {
-          const __m256i magnitude = _mm256_abs_epi8(stored);
-          for (int t = 0; t < T; ++t) {
-            const __m256i lanes = Dot::lanes_from(start[t], magnitude, _mm256_sign_epi8(xs[t], stored));
-            part[r][t] = _mm256_fmadd_ps(ds[t], _mm256_cvtepi32_ps(lanes), part[r][t]);
-          }
-        } else {  // the stored q + bias is the unsigned operand as it is
-          for (int t = 0; t < T; ++t) {
-            const __m256i lanes = Dot::lanes_from(start[t], stored, xs[t]);
-            part[r][t] = _mm256_fmadd_ps(ds[t], _mm256_cvtepi32_ps(lanes), part[r][t]);
-          }
+        // q8 multiplies |w| by x·sign(w); the stored q + bias is unsigned as it is.
+        const __m256i unsigned_w = kStoredBias<F> == 0 ? _mm256_abs_epi8(stored) : stored;
+        for (int t = 0; t < T; ++t) {
+          const __m256i signed_x = kStoredBias<F> == 0 ? _mm256_sign_epi8(xs[t], stored) : xs[t];
+          const __m256i lanes = Dot::lanes_from(start[t], unsigned_w, signed_x);
+          part[r][t] = _mm256_fmadd_ps(ds[t], _mm256_cvtepi32_ps(lanes), part[r][t]);
         }
       }
     }
@@ -130,12 +125,7 @@ void int8_rows_with(const QuantMatrixView& m, const Int8Activations& x, uint32_t
 template <typename Dot>
 void int8_rows_dispatch(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
                         float* y) {
-  if (m.format == QuantFormat::kQ8G128)
-    int8_rows_with<QuantFormat::kQ8G128, Dot>(m, x, row_begin, row_end, y);
-  else if (m.format == QuantFormat::kQ6G128)
-    int8_rows_with<QuantFormat::kQ6G128, Dot>(m, x, row_begin, row_end, y);
-  else
-    int8_rows_with<QuantFormat::kQ4G128, Dot>(m, x, row_begin, row_end, y);
+  with_format(m.format, [&]<QuantFormat F>() { int8_rows_with<F, Dot>(m, x, row_begin, row_end, y); });
 }
 
 }  // namespace

@@ -48,6 +48,19 @@ inline uint64_t q6_columns8(const uint8_t* row, uint32_t k) {
   return ((low | top << 4) + 0x6060606060606060ull) ^ 0x8080808080808080ull;
 }
 
+// Calls fn.template operator()<F>() with F the compile-time form of `format`.
+template <typename Fn>
+inline void with_format(QuantFormat format, Fn&& fn) {
+  switch (format) {
+    case QuantFormat::kQ8G128:
+      return fn.template operator()<QuantFormat::kQ8G128>();
+    case QuantFormat::kQ6G128:
+      return fn.template operator()<QuantFormat::kQ6G128>();
+    case QuantFormat::kQ4G128:
+      return fn.template operator()<QuantFormat::kQ4G128>();
+  }
+}
+
 inline uint32_t int8_column_at(QuantFormat order, uint32_t position) {
   if (order != QuantFormat::kQ4G128) return position;
   return position < 16 ? 2 * position : 2 * (position - 16) + 1;
