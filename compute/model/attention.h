@@ -55,7 +55,7 @@ float softmax_unnormalized(float* scores, uint32_t count);
 
 // One query position attending to cached positions [0, position]: for each
 // query head h (reading kv head h / (heads / kv_heads)), softmax over scores
-// q·k · scale computed in f32 (max subtracted, sum in position order), then
+// lane_dot(q, k) · scale (ops.h) in f32 (max subtracted, sum in position order), then
 // the probability-weighted sum of values in position order.
 void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
             uint32_t kv_heads, uint32_t head_dim, float scale, float* output, std::vector<float>& scores);

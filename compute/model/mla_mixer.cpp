@@ -82,11 +82,7 @@ class MlaMixer final : public Mixer {
         const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
         for (uint32_t s = 0; s <= position; ++s) {
           const float* c = entry(cache, layer, s);
-          float dot = 0.0f;
-          for (uint32_t j = 0; j < latent; ++j) dot += q_bar[j] * c[j];
-          float rope_dot = 0.0f;
-          for (uint32_t j = 0; j < rope; ++j) rope_dot += q_rope[j] * c[latent + j];
-          scores_[s] = (dot + rope_dot) * scale_;
+          scores_[s] = (lane_dot(q_bar, c, latent) + lane_dot(q_rope, c + latent, rope)) * scale_;
         }
         const float total = softmax_unnormalized(scores_.data(), position + 1);
         std::fill(read_out_.begin(), read_out_.end(), 0.0f);
@@ -98,10 +94,7 @@ class MlaMixer final : public Mixer {
         // o[h] = W_UV[h] u: the value half of head h's rows.
         float* o = &attn_[(size_t{t} * heads + h) * v_dim];
         for (uint32_t i = 0; i < v_dim; ++i) {
-          const float* row = &value_half_[(size_t{h} * v_dim + i) * latent];
-          float dot = 0.0f;
-          for (uint32_t j = 0; j < latent; ++j) dot += row[j] * read_out_[j];
-          o[i] = dot;
+          o[i] = lane_dot(&value_half_[(size_t{h} * v_dim + i) * latent], read_out_.data(), latent);
         }
       }
     }

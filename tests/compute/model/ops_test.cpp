@@ -1,5 +1,5 @@
-// Op tests of the f32 layer pieces (RMSNorm, RoPE in both pairings, softmax,
-// GQA attention) against plain double-precision versions written here from the
+// Op tests of the f32 layer pieces (RMSNorm, the lane dot, RoPE in both
+// pairings, softmax, GQA attention) against plain double-precision versions written here from the
 // equations, over many shapes and odd sizes, plus the exact f32 orders the
 // engine documents for the reference's sake.
 #include "compute/model/ops.h"
@@ -55,6 +55,26 @@ TEST_CASE("rms_norm matches the double-precision equation and its documented f32
       rms_norm(in_place.data(), w.data(), n, eps, in_place.data());
       CHECK(std::equal(in_place.begin(), in_place.end(), y.begin()));
     }
+}
+
+TEST_CASE("lane_dot sums 16 lanes by index mod 16, folds them as documented, and is near the exact dot") {
+  for (const uint32_t n : {0u, 1u, 5u, 15u, 16u, 17u, 64u, 127u, 128u, 512u, 576u}) {
+    CAPTURE(n);
+    const std::vector<float> a = random_floats(n, 3 + n), b = random_floats(n, 5 + n, 4.0f);
+    std::vector<float> lanes(16, 0.0f);
+    double exact = 0, magnitude = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      lanes[i % 16] += a[i] * b[i];
+      exact += double{a[i]} * b[i];
+      magnitude += std::fabs(double{a[i]} * b[i]);
+    }
+    const float s0 = lanes[0] + lanes[8], s1 = lanes[1] + lanes[9], s2 = lanes[2] + lanes[10],
+                s3 = lanes[3] + lanes[11], s4 = lanes[4] + lanes[12], s5 = lanes[5] + lanes[13],
+                s6 = lanes[6] + lanes[14], s7 = lanes[7] + lanes[15];
+    const float t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
+    CHECK(lane_dot(a.data(), b.data(), n) == (t0 + t2) + (t1 + t3));
+    check_close(lane_dot(a.data(), b.data(), n), exact, magnitude, 1e-6);
+  }
 }
 
 TEST_CASE("RoPE rotates each pair by position × frequency, half-split and adjacent, partial dims") {
