@@ -1,6 +1,7 @@
 // compute/kernels/rvq_avx2.cpp: AVX2 table build, quantization and row kernel
-// for RVQ. Built with -mavx2 -mfma but must not contract mul+add: the table's
-// bits must equal the scalar path's (meson passes -ffp-contract=off).
+// for RVQ, and the decode-once tile. Built with -mavx2 -mfma but must not
+// contract mul+add: the table's bits must equal the scalar path's (meson passes
+// -ffp-contract=off); the tile's fused multiply-adds are written out.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -222,15 +223,14 @@ void decoded_tile(const float* w, uint32_t cols, const float* x, uint32_t t0, fl
     const __m256 w0 = _mm256_loadu_ps(w + k), w1 = _mm256_loadu_ps(w + k + 8);
     for (int t = 0; t < T; ++t) {
       const float* xt = x + size_t{t0 + t} * cols + k;
-      lo[t] = _mm256_add_ps(lo[t], _mm256_mul_ps(w0, _mm256_loadu_ps(xt)));
-      hi[t] = _mm256_add_ps(hi[t], _mm256_mul_ps(w1, _mm256_loadu_ps(xt + 8)));
+      lo[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), lo[t]);
+      hi[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), hi[t]);
     }
   }
   if (k < cols) {  // cols is a multiple of 8: one half chunk, lanes 0-7 only
     const __m256 w0 = _mm256_loadu_ps(w + k);
     for (int t = 0; t < T; ++t)
-      lo[t] =
-          _mm256_add_ps(lo[t], _mm256_mul_ps(w0, _mm256_loadu_ps(x + size_t{t0 + t} * cols + k)));
+      lo[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + size_t{t0 + t} * cols + k), lo[t]);
   }
   for (int t = 0; t < T; ++t) y[(t0 + t) * y_stride] = scale * fold_halves(lo[t], hi[t]);
 }

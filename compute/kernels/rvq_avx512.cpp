@@ -238,7 +238,7 @@ void decoded_tile(const float* tile, uint32_t cols, const float* x, uint32_t r_i
     for (int r = 0; r < R; ++r) w[r] = _mm512_loadu_ps(tile + size_t{r_in_tile + r} * cols + k);
     for (int t = 0; t < T; ++t) {
       const __m512 xs = _mm512_loadu_ps(x + size_t{t0 + t} * cols + k);
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_add_ps(acc[r][t], _mm512_mul_ps(w[r], xs));
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w[r], xs, acc[r][t]);
     }
   }
   if (k < cols) {  // cols is a multiple of 8: lanes 0-7 take the last half chunk, 8-15 nothing
@@ -247,7 +247,7 @@ void decoded_tile(const float* tile, uint32_t cols, const float* x, uint32_t r_i
       const __m512 xs = _mm512_maskz_loadu_ps(kLow, x + size_t{t0 + t} * cols + k);
       for (int r = 0; r < R; ++r) {
         const __m512 w = _mm512_maskz_loadu_ps(kLow, tile + size_t{r_in_tile + r} * cols + k);
-        acc[r][t] = _mm512_mask_add_ps(acc[r][t], kLow, acc[r][t], _mm512_mul_ps(w, xs));
+        acc[r][t] = _mm512_mask3_fmadd_ps(w, xs, acc[r][t], kLow);
       }
     }
   }

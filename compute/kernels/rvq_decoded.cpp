@@ -4,6 +4,7 @@
 #include "compute/kernels/rvq_decoded.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "compute/kernels/rvq_kernels.h"
@@ -47,7 +48,7 @@ void rvq_tile_matmul_scalar(const float* tile, const RvqMatrixView& m, uint32_t 
       const float* w = tile + size_t{r - row_begin} * cols;
       const float* xt = x + size_t{t} * cols;
       float lanes[16] = {};
-      for (uint32_t k = 0; k < cols; ++k) lanes[k % 16] = lanes[k % 16] + w[k] * xt[k];
+      for (uint32_t k = 0; k < cols; ++k) lanes[k % 16] = std::fma(w[k], xt[k], lanes[k % 16]);
       y[size_t{t} * m.shape.rows + r] = f16_to_f32(m.scales[r]) * fold16(lanes);
     }
 }

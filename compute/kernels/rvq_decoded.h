@@ -16,8 +16,8 @@ namespace sluice::kernels {
 //
 //   weights  w[r][8v + j] = (C0[i0][j] + C1[i1][j]) + C2[i2][j] in f32, the
 //            container's reconstruction (FORMAT.md) before the row scale.
-//   rows     16 lanes: a_l = 0; for c ascending: a_l = a_l + w[r][16c + l] · x[16c + l]
-//            (mul then add, no FMA; lanes past cols add nothing);
+//   rows     16 lanes: a_l = 0; for c ascending: a_l = fma(w[r][16c + l], x[16c + l], a_l)
+//            (one rounding per step; lanes past cols add nothing);
 //            s_l = a_l + a_{l+8}, t_l = s_l + s_{l+4}, u_l = t_l + t_{l+2} for the
 //            lower halves, total = u_0 + u_1; y[r] = f16_to_f32(scale[r]) · total.
 //

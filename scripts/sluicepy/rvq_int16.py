@@ -45,15 +45,20 @@ def matvec(codes, scale, indices, row_scales):
 
 def decoded_matvec(books, indices, row_scales, x):
     """The decode-once path (compute/kernels/rvq_decoded.h): w = (C0 + C1) + C2 in f32,
-    16 lanes of mul-then-add in column order, the documented fold, then the row scale."""
+    16 lanes of fused multiply-adds in column order, the documented fold, then the row scale.
+    Each fma is modelled in float64 (the product is exact there) rounded to f32: that
+    rounds twice, which differs from one rounding only when the float64 sum lands on
+    an f32 midpoint, about once in 2^29 steps."""
     rows, nv = indices.shape[0], indices.shape[1]
     idx = indices.astype(np.int64)
     w = ((books[0][idx[:, :, 0]] + books[1][idx[:, :, 1]]) + books[2][idx[:, :, 2]]).reshape(rows, nv * 8)
-    x = np.asarray(x, dtype=np.float32)
+    w = w.astype(np.float64)
+    x = np.asarray(x, dtype=np.float32).astype(np.float64)
     lanes = np.zeros((rows, 16), dtype=np.float32)
     for c in range(0, nv * 8, 16):
         chunk = w[:, c:c + 16] * x[c:c + 16]
-        lanes[:, :chunk.shape[1]] = lanes[:, :chunk.shape[1]] + chunk
+        width = chunk.shape[1]
+        lanes[:, :width] = (lanes[:, :width].astype(np.float64) + chunk).astype(np.float32)
     s = lanes[:, :8] + lanes[:, 8:]
     t = s[:, :4] + s[:, 4:]
     total = (t[:, 0] + t[:, 2]) + (t[:, 1] + t[:, 3])

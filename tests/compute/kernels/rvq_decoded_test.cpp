@@ -56,7 +56,7 @@ struct Fixture {
   float documented(uint32_t t, uint32_t r) const {
     float a[16] = {};
     for (uint32_t k = 0; k < cols; ++k)
-      a[k % 16] = a[k % 16] + weight(r, k) * x[size_t{t} * cols + k];
+      a[k % 16] = std::fma(weight(r, k), x[size_t{t} * cols + k], a[k % 16]);
     float s[8], q[4];
     for (int l = 0; l < 8; ++l) s[l] = a[l] + a[l + 8];
     for (int l = 0; l < 4; ++l) q[l] = s[l] + s[l + 4];
