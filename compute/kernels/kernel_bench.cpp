@@ -268,8 +268,9 @@ class Bench {
                     }
                     for (uint32_t i = 0; i < m.width; ++i)
                       h[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
-                    down_table_.build(bank.books[2], h.data(), m.width, 1, exec);
-                    rvq_matmul(down_table_, {&token, 1}, bank.view(2, e), out.data(), exec);
+                    const RvqMatrixView down = bank.view(2, e);
+                    down_table_.build(bank.books[2], h.data(), m.width, 1, exec, &down);
+                    rvq_matmul(down_table_, {&token, 1}, down, out.data(), exec);
                   }
                 });
     }
@@ -325,8 +326,9 @@ class Bench {
                     rvq_matmul(gate_table_, tokens, bank.view(0, e), g.data(), exec);
                     rvq_matmul(up_table_, tokens, bank.view(1, e), u.data(), exec);
                     swiglu(n);
-                    down_table_.build(bank.books[2], h.data(), m.width, n, exec);
-                    rvq_matmul(down_table_, tokens, bank.view(2, e), out.data(), exec);
+                    const RvqMatrixView down = bank.view(2, e);
+                    down_table_.build(bank.books[2], h.data(), m.width, n, exec, &down);
+                    rvq_matmul(down_table_, tokens, down, out.data(), exec);
                   });
         time_case(m, "rvq prefill expert", shape, "decode once", isa, expert_weights * n,
                   expert_bytes, [&] {

@@ -3,6 +3,8 @@
 // Every path computes exactly what rvq.h documents; never changes the codes.
 #include "compute/kernels/rvq.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -176,13 +178,26 @@ void RvqTable::quantize(uint32_t token, size_t begin, size_t end, Isa isa) {
 }
 
 void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
-                     const Exec& exec) {
+                     const Exec& exec, const RvqMatrixView* then) {
   const RvqTableBuild only{this, &codebooks};
-  build_rvq_tables(std::span<const RvqTableBuild>(&only, 1), x, cols, tokens, exec);
+  build_rvq_tables(std::span<const RvqTableBuild>(&only, 1), x, cols, tokens, exec, then);
 }
 
+namespace {
+
+// Requests slice `part` of `parts` of the matrix's index bytes into L2.
+void prefetch_slice(const RvqMatrixView* matrix, size_t part, size_t parts) {
+  if (matrix == nullptr || matrix->indices == nullptr) return;
+  constexpr size_t kLine = 64;
+  const size_t lines = (matrix->shape.index_bytes() + kLine - 1) / kLine;
+  for (size_t l = part * lines / parts; l < (part + 1) * lines / parts; ++l)
+    _mm_prefetch(reinterpret_cast<const char*>(matrix->indices + l * kLine), _MM_HINT_T1);
+}
+
+}  // namespace
+
 void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uint32_t cols,
-                      uint32_t tokens, const Exec& exec) {
+                      uint32_t tokens, const Exec& exec, const RvqMatrixView* then) {
   for (const RvqTableBuild& b : builds) b.table->resize(cols, tokens, exec.isa);
   if (builds.empty()) return;
   // A token's scale is the max over its grains, which no split changes, so
@@ -194,7 +209,10 @@ void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uin
         RvqTable& table = *builds[i].table;
         const size_t grains = table.build_grains();
         for (uint32_t t = 0; t < tokens; ++t) {
-          table.build_exact(*builds[i].codebooks, x + size_t{t} * cols, 0, grains, exec.isa);
+          for (size_t g = 0; g < grains; ++g) {
+            if (t == 0 && i == begin) prefetch_slice(then, g, grains);
+            table.build_exact(*builds[i].codebooks, x + size_t{t} * cols, g, g + 1, exec.isa);
+          }
           table.finish_scale(t);
           table.quantize(t, 0, grains, exec.isa);
         }
@@ -206,9 +224,11 @@ void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uin
   for (uint32_t t = 0; t < tokens; ++t) {
     const float* xt = x + size_t{t} * cols;
     split(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {
-      for (size_t g = begin; g < end; ++g)
+      for (size_t g = begin; g < end; ++g) {
+        if (t == 0) prefetch_slice(then, g, builds.size() * grains);
         builds[g / grains].table->build_exact(*builds[g / grains].codebooks, xt, g % grains,
                                               g % grains + 1, exec.isa);
+      }
     });
     for (const RvqTableBuild& b : builds) b.table->finish_scale(t);
     split(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {

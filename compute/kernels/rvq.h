@@ -73,9 +73,9 @@ class RvqTable {
  public:
   // x holds `tokens` rows of `cols` f32 values (row stride `cols`). Built with
   // Isa::kAvx512 it also keeps the codes as byte planes for vpermi2b lookups.
-  // Same as build_rvq_tables with this table alone.
+  // Same as build_rvq_tables with this table alone; `then` as there.
   void build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
-             const Exec& exec);
+             const Exec& exec, const RvqMatrixView* then = nullptr);
   uint32_t cols() const { return cols_; }
   uint32_t tokens() const { return tokens_; }
   // Codes q[v][s][c] of one token, (cols/8)·3·256 int16.
@@ -88,7 +88,8 @@ class RvqTable {
 
  private:
   friend void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x,
-                               uint32_t cols, uint32_t tokens, const Exec& exec);
+                               uint32_t cols, uint32_t tokens, const Exec& exec,
+                               const RvqMatrixView* then);
   void resize(uint32_t cols, uint32_t tokens, Isa isa);
   size_t build_grains() const { return grain_max_.size(); }
   // The f32 entries of build grains [begin, end) of one token's input.
@@ -120,8 +121,13 @@ struct RvqTableBuild {
 // threads than tables, each thread builds whole tables: one parallel region
 // for all of them and every token. Otherwise each token's grains are split
 // over the pool, two regions per token for all tables together.
+//
+// `then`, when given, is the matrix the caller reads right after: its index
+// bytes are requested into L2 grain by grain as the first token's tables
+// build, so memory streams while the arithmetic runs instead of idling
+// between one matrix and the next. It changes no result.
 void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uint32_t cols,
-                      uint32_t tokens, const Exec& exec);
+                      uint32_t tokens, const Exec& exec, const RvqMatrixView* then = nullptr);
 
 // y[0..rows) = W · x for the table's token `token`.
 void rvq_matvec(const RvqTable& table, uint32_t token, const RvqMatrixView& matrix, float* y,

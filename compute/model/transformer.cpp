@@ -335,7 +335,7 @@ void Transformer::run_expert(const LandedExpert& landed, ExpertScratch& scratch,
     kernels::rvq_matmul(gate_table_, scratch.rows, gate, scratch.gate.data(), exec);
     kernels::rvq_matmul(up_table_, scratch.rows, up, scratch.up.data(), exec);
     gated_activation(config_.activation, scratch.gate.data(), scratch.up.data(), scratch.hidden.data(), size_t{n} * width);
-    scratch.down_table.build(*lw.codebooks[2], scratch.hidden.data(), width, n, exec);
+    scratch.down_table.build(*lw.codebooks[2], scratch.hidden.data(), width, n, exec, &down);
     std::iota(scratch.rows.begin(), scratch.rows.end(), 0u);
     kernels::rvq_matmul(scratch.down_table, scratch.rows, down, scratch.out.data(), exec);
   }
