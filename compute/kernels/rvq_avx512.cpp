@@ -134,19 +134,19 @@ void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixVie
       const uint8_t* base[kGroupBlocks];
       for (uint32_t b = 0; b < kGroupBlocks; ++b)
         base[b] = m.indices + (g + std::min(b, blocks - 1)) * block_bytes;
-      // The next group's blocks are read after this one: start their span's lines now.
-      if (gi + 1 < groups) {
-        const uint32_t next = g + kGroupBlocks, next_blocks = std::min(kGroupBlocks, chunk_end - next);
-        for (uint32_t b = 0; b < next_blocks; ++b)
-          for (size_t at = vs_begin * kRowBlock; at < vs_end * kRowBlock; at += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(m.indices + (next + b) * block_bytes + at), _MM_HINT_T0);
-      }
+      // The next group's blocks are read after this one: each step requests
+      // the line of theirs it will read, spread over the span instead of in
+      // one burst. Past the chunk's end it asks for lines it never reads.
+      const uint8_t* next_base = m.indices + size_t{g + kGroupBlocks} * block_bytes;
       // Word sums: [0] even low bytes, [1] odd low, [2] even high, [3] odd high.
       // A span adds at most 3 · 32 lookups of 255 per word: no overflow.
       __m512i words[K][4];
       for (int k = 0; k < K; ++k)
         for (__m512i& w : words[k]) w = _mm512_setzero_si512();
       for (size_t vs = vs_begin; vs < vs_end; ++vs) {
+        if ((vs * kRowBlock) % 64 == 0)
+          for (uint32_t b = 0; b < kGroupBlocks; ++b)
+            _mm_prefetch(reinterpret_cast<const char*>(next_base + b * block_bytes + vs * kRowBlock), _MM_HINT_T0);
         const __m512i idx = load_indices(base, vs * kRowBlock);
         const __mmask64 upper = _mm512_movepi8_mask(idx);
         for (int k = 0; k < K; ++k) {
