@@ -73,29 +73,36 @@ class MlaMixer final : public Mixer {
       }
     }
     attn_.resize(size_t{tokens} * heads * v_dim);
-    read_out_.resize(latent);
+    // Positions outside, heads inside, as attend (attention.cpp): each cached
+    // entry is read once per pass instead of once per head.
+    read_out_.resize(size_t{heads} * latent);
     for (uint32_t t = 0; t < tokens; ++t) {
-      const uint32_t position = first_position + t;
-      scores_.resize(size_t{position} + 1);
+      const uint32_t count = first_position + t + 1;
+      scores_.resize(size_t{heads} * count + heads);  // each head's scores, then their totals
+      float* totals = &scores_[size_t{heads} * count];
+      for (uint32_t s = 0; s < count; ++s) {
+        const float* c = entry(cache, layer, s);
+        for (uint32_t h = 0; h < heads; ++h) {
+          const float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
+          const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
+          scores_[size_t{h} * count + s] = (lane_dot(q_bar, c, latent) + lane_dot(q_rope, c + latent, rope)) * scale_;
+        }
+      }
+      for (uint32_t h = 0; h < heads; ++h) totals[h] = softmax_unnormalized(&scores_[size_t{h} * count], count);
+      std::fill(read_out_.begin(), read_out_.end(), 0.0f);
+      for (uint32_t s = 0; s < count; ++s) {
+        const float* c = entry(cache, layer, s);
+        for (uint32_t h = 0; h < heads; ++h) {
+          const float weight = scores_[size_t{h} * count + s] / totals[h];
+          float* u = &read_out_[size_t{h} * latent];
+          for (uint32_t j = 0; j < latent; ++j) u[j] += weight * c[j];
+        }
+      }
+      // o[h] = W_UV[h] u: the value half of head h's rows.
       for (uint32_t h = 0; h < heads; ++h) {
-        const float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
-        const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
-        for (uint32_t s = 0; s <= position; ++s) {
-          const float* c = entry(cache, layer, s);
-          scores_[s] = (lane_dot(q_bar, c, latent) + lane_dot(q_rope, c + latent, rope)) * scale_;
-        }
-        const float total = softmax_unnormalized(scores_.data(), position + 1);
-        std::fill(read_out_.begin(), read_out_.end(), 0.0f);
-        for (uint32_t s = 0; s <= position; ++s) {
-          const float weight = scores_[s] / total;
-          const float* c = entry(cache, layer, s);
-          for (uint32_t j = 0; j < latent; ++j) read_out_[j] += weight * c[j];
-        }
-        // o[h] = W_UV[h] u: the value half of head h's rows.
         float* o = &attn_[(size_t{t} * heads + h) * v_dim];
-        for (uint32_t i = 0; i < v_dim; ++i) {
-          o[i] = lane_dot(&value_half_[(size_t{h} * v_dim + i) * latent], read_out_.data(), latent);
-        }
+        for (uint32_t i = 0; i < v_dim; ++i)
+          o[i] = lane_dot(&value_half_[(size_t{h} * v_dim + i) * latent], &read_out_[size_t{h} * latent], latent);
       }
     }
     if (m_.output_gate) {
