@@ -64,7 +64,7 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
   for (int p = 0; p < Pairs; ++p)
     for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
   for (uint32_t g = 0; g < groups; ++g) {
-    if constexpr (T == 1) prefetch_next_tile(m, r0, 2 * Pairs, g);
+    if constexpr (T == 1 && Pairs > 1) prefetch_next_tile(m, r0, 2 * Pairs, g);
     __m512 part[Pairs][T];
     for (int p = 0; p < Pairs; ++p)
       for (int t = 0; t < T; ++t) part[p][t] = _mm512_setzero_ps();

@@ -57,10 +57,11 @@ inline __m256i int8_block_stored(const uint8_t* row, uint32_t block) {
 
 // Decode reads a matrix tile by tile, each tile's `rows` rows from r0 through
 // every group: while a tile computes group g, the next tile's group g is
-// requested, so no tile starts on cold lines. (One thread, olmoe 4 layers,
-// AVX-512: the q8 LM head 15.2 → 11.0 ms per token, faster than the plain
-// read loop of `bench kernels` reads memory.) Past the last row it asks for
-// lines it never reads, which a prefetch may: it cannot fault.
+// requested, so no tile starts on cold lines (one thread, AVX-512: the q8 LM
+// head 15.2 → 11.0 ms per token). Only the decode tiles (one token, several
+// rows) call it: the prefill tiles reread their rows for every token group.
+// Past the last row it asks for lines it never reads, which a prefetch may:
+// it cannot fault.
 inline void prefetch_next_tile(const QuantMatrixView& m, uint32_t r0, int rows, uint32_t g) {
   const size_t row_bytes = m.row_bytes(), groups = m.groups();
   const uint8_t* next = m.data + size_t{r0 + rows} * row_bytes;

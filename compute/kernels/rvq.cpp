@@ -43,6 +43,15 @@ void resize_discarding(std::vector<T>& v, size_t size) {
   v.resize(size);
 }
 
+// Requests slice `part` of `parts` of the matrix's index bytes into L2.
+void prefetch_slice(const RvqMatrixView* matrix, size_t part, size_t parts) {
+  if (matrix == nullptr || matrix->indices == nullptr) return;
+  constexpr size_t kLine = 64;
+  const size_t lines = (matrix->shape.index_bytes() + kLine - 1) / kLine;
+  for (size_t l = part * lines / parts; l < (part + 1) * lines / parts; ++l)
+    _mm_prefetch(reinterpret_cast<const char*>(matrix->indices + l * kLine), _MM_HINT_T1);
+}
+
 void check_matrix(const RvqTable& table, const RvqMatrixView& m) {
   if (m.shape.cols == 0 || m.shape.cols % kRvqVecDim != 0)
     fail("rvq matvec: matrix cols {} is not a positive multiple of 8", m.shape.cols);
@@ -183,19 +192,6 @@ void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t col
   build_rvq_tables(std::span<const RvqTableBuild>(&only, 1), x, cols, tokens, exec, then);
 }
 
-namespace {
-
-// Requests slice `part` of `parts` of the matrix's index bytes into L2.
-void prefetch_slice(const RvqMatrixView* matrix, size_t part, size_t parts) {
-  if (matrix == nullptr || matrix->indices == nullptr) return;
-  constexpr size_t kLine = 64;
-  const size_t lines = (matrix->shape.index_bytes() + kLine - 1) / kLine;
-  for (size_t l = part * lines / parts; l < (part + 1) * lines / parts; ++l)
-    _mm_prefetch(reinterpret_cast<const char*>(matrix->indices + l * kLine), _MM_HINT_T1);
-}
-
-}  // namespace
-
 void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uint32_t cols,
                       uint32_t tokens, const Exec& exec, const RvqMatrixView* then) {
   for (const RvqTableBuild& b : builds) b.table->resize(cols, tokens, exec.isa);
@@ -210,7 +206,7 @@ void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uin
         const size_t grains = table.build_grains();
         for (uint32_t t = 0; t < tokens; ++t) {
           for (size_t g = 0; g < grains; ++g) {
-            if (t == 0 && i == begin) prefetch_slice(then, g, grains);
+            if (t == 0) prefetch_slice(then, i * grains + g, builds.size() * grains);
             table.build_exact(*builds[i].codebooks, x + size_t{t} * cols, g, g + 1, exec.isa);
           }
           table.finish_scale(t);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "compute/kernels/lanes.h"
 #include "compute/kernels/rvq.h"
 #include "proto/f16.h"
 
@@ -67,13 +68,5 @@ void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t ro
                           uint32_t row_end, const float* x, uint32_t tokens, float* y);
 void rvq_tile_matmul_avx512(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
                             uint32_t row_end, const float* x, uint32_t tokens, float* y);
-
-// The documented 16-lane fold: ((a_l + a_{l+8}), then + 4, then + 2, then the last pair).
-inline float fold16(const float* a) {
-  float s[8], t[4];
-  for (int l = 0; l < 8; ++l) s[l] = a[l] + a[l + 8];
-  for (int l = 0; l < 4; ++l) t[l] = s[l] + s[l + 4];
-  return (t[0] + t[2]) + (t[1] + t[3]);
-}
 
 }  // namespace sluice::kernels::detail

@@ -52,28 +52,25 @@ float softmax_unnormalized(float* scores, uint32_t count) {
   return total;
 }
 
+void HeadScores::softmax() {
+  for (size_t h = 0; h < totals_.size(); ++h) totals_[h] = softmax_unnormalized(&values_[h * count_], count_);
+}
+
 void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
-            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, std::vector<float>& scores) {
-  // Positions outside, heads inside, so each cached row is read once, front to
-  // back: sweeping head by head strode over every row once per head and spent
-  // its time waiting on memory.
+            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores) {
   const uint32_t group = heads / kv_heads, count = position + 1;
-  // Each head's scores, then the heads' softmax totals: scores is reused, so
-  // nothing is allocated once it has grown.
-  scores.resize(size_t{heads} * count + heads);
-  float* totals = &scores[size_t{heads} * count];
+  scores.reset(heads, count);
   for (uint32_t p = 0; p < count; ++p) {
     const float* k = cache.key(layer, p);
     for (uint32_t h = 0; h < heads; ++h)
-      scores[size_t{h} * count + p] =
-          lane_dot(query + size_t{h} * head_dim, k + size_t{h / group} * head_dim, head_dim) * scale;
+      scores.at(h, p) = lane_dot(query + size_t{h} * head_dim, k + size_t{h / group} * head_dim, head_dim) * scale;
   }
-  for (uint32_t h = 0; h < heads; ++h) totals[h] = softmax_unnormalized(&scores[size_t{h} * count], count);
+  scores.softmax();
   std::fill(output, output + size_t{heads} * head_dim, 0.0f);
   for (uint32_t p = 0; p < count; ++p) {
     const float* v = cache.value(layer, p);
     for (uint32_t h = 0; h < heads; ++h) {
-      const float weight = scores[size_t{h} * count + p] / totals[h];
+      const float weight = scores.weight(h, p);
       const float* vh = v + size_t{h / group} * head_dim;
       float* out = output + size_t{h} * head_dim;
       for (uint32_t d = 0; d < head_dim; ++d) out[d] += weight * vh[d];

@@ -53,11 +53,34 @@ class KvCache {
 // position order; returns the sum, the scores hold exp(score − max).
 float softmax_unnormalized(float* scores, uint32_t count);
 
+// The scores of `heads` query heads over positions [0, count), head-major,
+// then their softmax: weight() is exp(score − max) / total for each head. Both
+// attention forms fill it position by position, so each cached row is read
+// once for all heads. Reused across calls: only growing allocates.
+class HeadScores {
+ public:
+  void reset(uint32_t heads, uint32_t count) {
+    count_ = count;
+    values_.resize(size_t{heads} * count);
+    totals_.resize(heads);
+  }
+  float& at(uint32_t head, uint32_t position) { return values_[size_t{head} * count_ + position]; }
+  // softmax_unnormalized over each head's scores.
+  void softmax();
+  float weight(uint32_t head, uint32_t position) const {
+    return values_[size_t{head} * count_ + position] / totals_[head];
+  }
+
+ private:
+  uint32_t count_ = 0;
+  std::vector<float> values_, totals_;
+};
+
 // One query position attending to cached positions [0, position]: for each
 // query head h (reading kv head h / (heads / kv_heads)), softmax over scores
-// lane_dot(q, k) · scale (ops.h) in f32 (max subtracted, sum in position order), then
-// the probability-weighted sum of values in position order.
+// lane_dot(q, k) · scale (ops.h) in f32 (max subtracted, sum in position
+// order), then the probability-weighted sum of values in position order.
 void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
-            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, std::vector<float>& scores);
+            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores);
 
 }  // namespace sluice

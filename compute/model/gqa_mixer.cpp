@@ -99,7 +99,8 @@ class GqaMixer final : public Mixer {
   RopeTable rope_;
   uint32_t context_;
   float scale_;
-  std::vector<float> q_, k_, v_, attn_, scores_;
+  std::vector<float> q_, k_, v_, attn_;
+  HeadScores scores_;
 };
 
 }  // namespace

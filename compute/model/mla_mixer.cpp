@@ -73,27 +73,26 @@ class MlaMixer final : public Mixer {
       }
     }
     attn_.resize(size_t{tokens} * heads * v_dim);
-    // Positions outside, heads inside, as attend (attention.cpp): each cached
-    // entry is read once per pass instead of once per head.
+    // Positions outside, heads inside (HeadScores): each cached entry is read
+    // once per pass instead of once per head.
     read_out_.resize(size_t{heads} * latent);
     for (uint32_t t = 0; t < tokens; ++t) {
       const uint32_t count = first_position + t + 1;
-      scores_.resize(size_t{heads} * count + heads);  // each head's scores, then their totals
-      float* totals = &scores_[size_t{heads} * count];
+      scores_.reset(heads, count);
       for (uint32_t s = 0; s < count; ++s) {
         const float* c = entry(cache, layer, s);
         for (uint32_t h = 0; h < heads; ++h) {
           const float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
           const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
-          scores_[size_t{h} * count + s] = (lane_dot(q_bar, c, latent) + lane_dot(q_rope, c + latent, rope)) * scale_;
+          scores_.at(h, s) = (lane_dot(q_bar, c, latent) + lane_dot(q_rope, c + latent, rope)) * scale_;
         }
       }
-      for (uint32_t h = 0; h < heads; ++h) totals[h] = softmax_unnormalized(&scores_[size_t{h} * count], count);
+      scores_.softmax();
       std::fill(read_out_.begin(), read_out_.end(), 0.0f);
       for (uint32_t s = 0; s < count; ++s) {
         const float* c = entry(cache, layer, s);
         for (uint32_t h = 0; h < heads; ++h) {
-          const float weight = scores_[size_t{h} * count + s] / totals[h];
+          const float weight = scores_.weight(h, s);
           float* u = &read_out_[size_t{h} * latent];
           for (uint32_t j = 0; j < latent; ++j) u[j] += weight * c[j];
         }
@@ -148,7 +147,8 @@ class MlaMixer final : public Mixer {
   float scale_;
   std::vector<uint32_t> slot_;  // model layer → cache slot
   uint32_t slots_ = 0;
-  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, scores_, gate_;
+  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, gate_;
+  HeadScores scores_;
 };
 
 }  // namespace

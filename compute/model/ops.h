@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "compute/kernels/lanes.h"
+
 namespace sluice {
 
 // y = w ⊙ x / sqrt(mean(x²) + eps), the sum of squares in index order; y may be x.
@@ -18,18 +20,15 @@ inline void rms_norm(const float* x, const float* weight, uint32_t n, float eps,
 // a·b over n values in 16 lanes, so the products do not wait on one running
 // sum (a serial f32 sum costs an add's latency per value: attention spent
 // most of its time there). Lane l sums the products at i ≡ l (mod 16) in index
-// order; then s_l = lane_l + lane_{l+8}, t_l = s_l + s_{l+4}, and
-// (t_0 + t_2) + (t_1 + t_3). The same bits at every instruction set.
+// order, then the lanes fold as kernels::fold16. The same bits at every
+// instruction set.
 inline float lane_dot(const float* a, const float* b, uint32_t n) {
   float lanes[16] = {};
   uint32_t i = 0;
   for (; i + 16 <= n; i += 16)
     for (uint32_t l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
   for (uint32_t l = 0; i + l < n; ++l) lanes[l] += a[i + l] * b[i + l];
-  float s[8], t[4];
-  for (int l = 0; l < 8; ++l) s[l] = lanes[l] + lanes[l + 8];
-  for (int l = 0; l < 4; ++l) t[l] = s[l] + s[l + 4];
-  return (t[0] + t[2]) + (t[1] + t[3]);
+  return kernels::fold16(lanes);
 }
 
 inline float silu(float v) { return v / (1.0f + std::exp(-v)); }

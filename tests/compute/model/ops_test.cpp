@@ -1,7 +1,7 @@
 // Op tests of the f32 layer pieces (RMSNorm, the lane dot, RoPE in both
-// pairings, softmax, GQA attention) against plain double-precision versions written here from the
-// equations, over many shapes and odd sizes, plus the exact f32 orders the
-// engine documents for the reference's sake.
+// pairings, softmax, GQA attention) against plain double-precision versions
+// written here from the equations, over many shapes and odd sizes, plus the
+// exact f32 orders the engine documents for the reference's sake.
 #include "compute/model/ops.h"
 
 #include <doctest/doctest.h>
@@ -159,7 +159,7 @@ TEST_CASE("GQA attention equals softmax(q·k·scale)·v in double, every head gr
         std::copy(v.begin(), v.end(), cache.value(layer, p));
       }
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    std::vector<float> scores;
+    HeadScores scores;
     for (uint32_t position : {0u, 1u, 9u, 69u}) {
       CAPTURE(c.heads);
       CAPTURE(c.kv_heads);
