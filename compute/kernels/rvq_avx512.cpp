@@ -60,13 +60,13 @@ constexpr uint32_t kGroupBlocks = 4;  // 64 rows: one index byte per zmm lane
 constexpr uint32_t kChunkGroups = 16;
 // Tokens whose tables one pass reads against each loaded index vector.
 constexpr int kMaxPassTokens = 4;
-// Vector positions per span: one token's span of tables (48 KiB) stays in
-// L1/L2 while every row group of the chunk reads it. Measured on Zen 5 (bench
-// kernels, CPU ms): 32 beat 8, 16, 64 and 80 for one token; 16 beat 8 and 32
-// for a pass of two or four tokens.
-constexpr uint32_t span_vectors(int tokens) {
-  return tokens == 1 ? 32 : 16;
-}
+// Vector positions per span: a token's span of tables (24 KiB) stays in L1
+// while every row group of the chunk reads it, with room left for the index
+// lines streaming past. A span that fills L1 thrashes it: on Zen 5 (48 KiB
+// L1D), bench kernels, one thread, rvq gate and down: 16 to 24 vectors 38-45
+// Gw/s, 32 vectors 27-35 Gw/s; for passes of two to four tokens 8, 12 and 16
+// measured alike.
+constexpr uint32_t kSpanVectors = 16;
 
 // The 64 codes' plane bytes for the 64 indices in idx: bit 7 picks the upper
 // 128 entries, vpermi2b resolves the lower seven bits in registers.
@@ -115,7 +115,6 @@ void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixVie
                uint32_t chunk_begin, uint32_t chunk_end, float* const y[K]) {
   const uint32_t nv = m.shape.vectors_per_row();
   const size_t block_bytes = size_t{nv} * kRvqStages * kRowBlock;
-  constexpr uint32_t span = span_vectors(K);
   const uint8_t* planes[K];
   for (int k = 0; k < K; ++k) planes[k] = table.token_planes(tokens[k]);
   const uint32_t groups = (chunk_end - chunk_begin + kGroupBlocks - 1) / kGroupBlocks;
@@ -124,9 +123,9 @@ void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixVie
     for (int k = 0; k < K; ++k)
       for (__m512i& l : sums[gi][k].lanes) l = _mm512_setzero_si512();
   const __m512i even = _mm512_set1_epi16(0x00ff);
-  for (uint32_t v0 = 0; v0 < nv; v0 += span) {
+  for (uint32_t v0 = 0; v0 < nv; v0 += kSpanVectors) {
     const size_t vs_begin = size_t{v0} * kRvqStages;
-    const size_t vs_end = size_t{std::min(nv, v0 + span)} * kRvqStages;
+    const size_t vs_end = size_t{std::min(nv, v0 + kSpanVectors)} * kRvqStages;
     for (uint32_t gi = 0; gi < groups; ++gi) {
       const uint32_t g = chunk_begin + gi * kGroupBlocks;
       const uint32_t blocks = std::min(kGroupBlocks, chunk_end - g);
@@ -139,7 +138,7 @@ void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixVie
       // one burst. Past the chunk's end it asks for lines it never reads.
       const uint8_t* next_base = m.indices + size_t{g + kGroupBlocks} * block_bytes;
       // Word sums: [0] even low bytes, [1] odd low, [2] even high, [3] odd high.
-      // A span adds at most 3 · 32 lookups of 255 per word: no overflow.
+      // A span adds at most 3 · 16 lookups of 255 per word: no overflow.
       __m512i words[K][4];
       for (int k = 0; k < K; ++k)
         for (__m512i& w : words[k]) w = _mm512_setzero_si512();
