@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <string_view>
 #include <utility>
@@ -14,6 +15,38 @@
 #include "proto/error.h"
 
 namespace sluice::kernels {
+
+namespace {
+
+// A decode step posts a few dozen short jobs with a little serial work between
+// them. A worker asleep on the condition variable takes a futex wake-up to
+// start each one, and the caller another to learn that the last chunk is
+// done; so both poll for this long first, and sleep only when the pool has
+// been idle that long.
+constexpr std::chrono::microseconds kPollBeforeSleeping{100};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Whether ready() became true within kPollBeforeSleeping.
+template <typename Ready>
+bool poll_for(Ready&& ready) {
+  const auto until = std::chrono::steady_clock::now() + kPollBeforeSleeping;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
+}  // namespace
 
 size_t available_cores() {
   cpu_set_t set;
@@ -74,11 +107,16 @@ void ThreadPool::work_on_current_job(std::unique_lock<std::mutex>& lock, size_t 
   }
 }
 
+bool ThreadPool::job_posted(uint64_t seen) const {
+  return stopping_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+}
+
 void ThreadPool::worker_loop(size_t worker) {
   uint64_t seen = 0;
-  std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+    poll_for([&] { return job_posted(seen); });
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return job_posted(seen); });
     if (stopping_) return;
     seen = generation_;
     work_on_current_job(lock, worker);
@@ -105,7 +143,12 @@ void ThreadPool::run(size_t count, size_t grain, Trampoline trampoline, void* bo
   ++generation_;
   wake_.notify_all();
   work_on_current_job(lock, 0);
-  done_.wait(lock, [&] { return finished_chunks_ == chunks_; });
+  if (finished_chunks_ != chunks_) {
+    lock.unlock();
+    poll_for([&] { return finished_chunks_.load(std::memory_order_acquire) == chunks; });
+    lock.lock();
+    done_.wait(lock, [&] { return finished_chunks_ == chunks_; });
+  }
   chunks_ = 0;  // late-waking workers find nothing left to claim
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }

@@ -3,6 +3,7 @@
 // a chunk computes, so results cannot depend on the number of threads.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -65,18 +66,22 @@ class ThreadPool {
   void run(size_t count, size_t grain, Trampoline trampoline, void* body);
   void worker_loop(size_t worker);
   void work_on_current_job(std::unique_lock<std::mutex>& lock, size_t worker);
+  bool job_posted(uint64_t seen) const;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  // The current job; guarded by mutex_ except next_chunk_ claims.
+  // The current job, guarded by mutex_. generation_, stopping_ and
+  // finished_chunks_ change only under it too, but are atomic so that a
+  // waiting thread can poll them for a while before it sleeps (thread_pool.cpp).
   Trampoline trampoline_ = nullptr;
   void* body_ = nullptr;
   size_t count_ = 0, grain_ = 1, chunks_ = 0;
-  size_t next_chunk_ = 0, finished_chunks_ = 0;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
+  size_t next_chunk_ = 0;
+  std::atomic<size_t> finished_chunks_ = 0;
+  std::atomic<uint64_t> generation_ = 0;
+  std::atomic<bool> stopping_ = false;
   std::exception_ptr error_;
 };
 
