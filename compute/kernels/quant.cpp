@@ -17,17 +17,26 @@ namespace sluice::kernels {
 
 namespace {
 
+// Rows are split into a few long runs per thread, whole multiples of 64 rows
+// (the kernels' tiles divide it): each run is one sequential stream for the
+// prefetchers, and its first tile is the only one that starts on cold lines.
+// Four per thread still even out a thread that falls behind. Each row's
+// result is its own, so where the runs end changes nothing.
 constexpr uint32_t kRowGrain = 64;
+constexpr size_t kRunsPerThread = 4;
 
 template <typename Body>
 void split_rows(const Exec& exec, uint32_t rows, Body&& body) {
   auto run = [&](size_t begin, size_t end) {
     body(static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
   };
-  if (exec.pool != nullptr)
-    exec.pool->parallel_for(rows, kRowGrain, run);
-  else if (rows > 0)
+  if (exec.pool != nullptr) {
+    const size_t runs = kRunsPerThread * exec.pool->size();
+    const size_t grain = (rows + runs * kRowGrain - 1) / (runs * kRowGrain) * kRowGrain;
+    exec.pool->parallel_for(rows, grain, run);
+  } else if (rows > 0) {
     run(0, rows);
+  }
 }
 
 void check(const QuantMatrixView& m) {
