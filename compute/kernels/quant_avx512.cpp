@@ -19,6 +19,52 @@ inline __m512 halves(float low, float high) {
       _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(low)), _mm256_castps_pd(_mm256_set1_ps(high)), 1));
 }
 
+// Where a pair tile keeps its two rows' lanes. Lanes of a row are the 256-bit
+// tile's lanes 0-7, each over the same four positions, so how they lie in the
+// register changes no result. q8g128 and q6g128 put row r's in 0-7 and row
+// r + 1's in 8-15. q4g128 interleaves them by 128 bits, row r's lanes 0-3,
+// row r + 1's 0-3, row r's 4-7, row r + 1's 4-7: that is how two rows'
+// nibbles lie after one shift, and it saves splitting each row's bytes apart.
+template <QuantFormat F>
+inline constexpr bool kNibbleQuarters = F == QuantFormat::kQ4G128;
+
+// Block b's stored bytes of two q4g128 rows in that interleaved order.
+inline __m512i q4_pair_stored(const uint8_t* row0, const uint8_t* row1, uint32_t block) {
+  const size_t at = size_t{block} * kInt8Block / 2;
+  const __m256i both = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(row1 + at),
+                                           reinterpret_cast<const __m128i*>(row0 + at));
+  const __m512i quarters = _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1);
+  return _mm512_and_si512(quarters, _mm512_set1_epi8(0x0f));
+}
+
+// A token's 32 block values for a pair of rows: both rows' positions 0-31 for
+// the halves layout; for the quarters, positions 0-15 twice, then 16-31 twice.
+template <QuantFormat F>
+inline __m512i pair_activations(const int8_t* values) {
+  const __m256i block = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values));
+  if constexpr (kNibbleQuarters<F>) {
+    const __m512i wide = _mm512_castsi256_si512(block);
+    return _mm512_shuffle_i64x2(wide, wide, _MM_SHUFFLE(1, 1, 0, 0));
+  } else {
+    return _mm512_broadcast_i64x4(block);
+  }
+}
+
+// One scale for each row's lanes, in the pair's layout.
+template <QuantFormat F>
+inline __m512 pair_scales(float row0, float row1) {
+  const __m512 h = halves(row0, row1);
+  if constexpr (kNibbleQuarters<F>) return _mm512_shuffle_f32x4(h, h, _MM_SHUFFLE(2, 0, 2, 0));
+  return h;
+}
+
+// Row r's eight lanes in 0-7 and row r + 1's in 8-15, from the pair's layout.
+template <QuantFormat F>
+inline __m512 rows_in_halves(__m512 pair) {
+  if constexpr (kNibbleQuarters<F>) return _mm512_shuffle_f32x4(pair, pair, _MM_SHUFFLE(3, 1, 2, 0));
+  return pair;
+}
+
 // The stored bytes (q + 32) of q6g128 block b of two rows, row0's 32
 // positions in bytes 0-31 and row1's in 32-63, unpacked in 512 bits: vpermb
 // brings each position's low-nibble byte, vpmultishiftqb its top two bits.
@@ -48,8 +94,8 @@ inline __m512i q6_pair_stored(const uint8_t* row0, const uint8_t* row1, uint32_t
   return _mm512_ternarylogic_epi32(_mm512_and_si512(high, _mm512_set1_epi8(0x30)), low, _mm512_set1_epi8(0x0f), 0xf8);
 }
 
-// Two rows per 512-bit vector: lanes 0-7 hold row r's eight documented lanes
-// and 8-15 row r + 1's, so each lane computes what the 256-bit tile computes,
+// Two rows per 512-bit vector, each row's eight documented lanes where
+// kNibbleQuarters says, so each lane computes what the 256-bit tile computes,
 // bit for bit, with half its dot products, conversions and FMAs. q4g128 and
 // q6g128 multiply the stored q + bias as the unsigned bytes vpdpbusd wants,
 // each lane starting from −bias · Σx over its four positions: the same exact
@@ -74,7 +120,7 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
       __m512 d[T];
       for (int t = 0; t < T; ++t) {
         const size_t token = t0 + t;
-        xs[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.block_values(token, b))));
+        xs[t] = pair_activations<F>(x.block_values(token, b));
         d[t] = _mm512_set1_ps(x.scales[token * blocks + b]);
         start[t] = _mm512_setzero_si512();
         if constexpr (kStoredBias<F> != 0)  // |x| ≤ 127, so −x is a byte too
@@ -85,6 +131,8 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
         __m512i w;
         if constexpr (F == QuantFormat::kQ6G128)
           w = q6_pair_stored(rows[2 * p], rows[2 * p + 1], b);
+        else if constexpr (F == QuantFormat::kQ4G128)
+          w = q4_pair_stored(rows[2 * p], rows[2 * p + 1], b);
         else
           w = _mm512_inserti64x4(_mm512_castsi256_si512(int8_block_stored<F>(rows[2 * p], b)),
                                  int8_block_stored<F>(rows[2 * p + 1], b), 1);
@@ -100,16 +148,17 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
     }
     for (int p = 0; p < Pairs; ++p) {
       const uint32_t r = r0 + 2 * p;
-      const __m512 scale = halves(f16_to_f32(m.scales[size_t{r} * groups + g]),
-                                  f16_to_f32(m.scales[size_t{r + 1} * groups + g]));
+      const __m512 scale = pair_scales<F>(f16_to_f32(m.scales[size_t{r} * groups + g]),
+                                          f16_to_f32(m.scales[size_t{r + 1} * groups + g]));
       for (int t = 0; t < T; ++t) acc[p][t] = _mm512_fmadd_ps(scale, part[p][t], acc[p][t]);
     }
   }
   for (int p = 0; p < Pairs; ++p)
     for (int t = 0; t < T; ++t) {
       float* out = y + size_t{t0 + t} * m.rows + r0 + 2 * p;
-      out[0] = int8_reduce8(_mm512_castps512_ps256(acc[p][t]));
-      out[1] = int8_reduce8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][t]), 1)));
+      const __m512 rows = rows_in_halves<F>(acc[p][t]);
+      out[0] = int8_reduce8(_mm512_castps512_ps256(rows));
+      out[1] = int8_reduce8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(rows), 1)));
     }
 }
 
