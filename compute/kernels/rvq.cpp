@@ -110,20 +110,45 @@ void rvq_quantize_scalar(const float* exact, size_t count, float inv, int16_t* c
   }
 }
 
+// Rows of 16-row blocks [block_begin, block_end), eight rows at a time so
+// their eight sums stay in registers, with the vector positions swept in spans
+// whose tables (24 KiB) stay in L1 while every block of the chunk reads them
+// (Zen 5, bench kernels, 1 thread: 10.4-11 G weights/s for one token, where
+// row by row over the whole table measured 4.2, and AVX2's gathers 9.3-9.5).
 void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
                      const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y) {
-  const uint32_t nv = m.shape.vectors_per_row();
-  const uint32_t row_end = std::min(m.shape.rows, block_end * kRowBlock);
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    const int16_t* codes = table.token_codes(tokens[t]);
-    const float scale = table.token_scale(tokens[t]);
-    for (uint32_t r = block_begin * kRowBlock; r < row_end; ++r) {
-      const uint8_t* block =
-          m.indices + size_t{r / kRowBlock} * nv * kRvqStages * kRowBlock + r % kRowBlock;
-      int32_t total = 0;
-      for (size_t vs = 0; vs < size_t{nv} * kRvqStages; ++vs)
-        total += codes[vs * kRvqEntries + block[vs * kRowBlock]];
-      y[t * m.shape.rows + r] = rvq_row_output(total, scale, m.scales[r]);
+  constexpr uint32_t kChunkBlocks = 64;
+  constexpr size_t kSpanSteps = size_t{16} * kRvqStages;
+  const size_t steps = size_t{m.shape.vectors_per_row()} * kRvqStages;
+  const size_t block_bytes = steps * kRowBlock;
+  int32_t sums[kChunkBlocks * kRowBlock];
+  for (uint32_t c0 = block_begin; c0 < block_end; c0 += kChunkBlocks) {
+    const uint32_t blocks = std::min(block_end, c0 + kChunkBlocks) - c0;
+    const uint32_t row0 = c0 * kRowBlock;
+    const uint32_t rows = std::min(m.shape.rows, (c0 + blocks) * kRowBlock) - row0;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const int16_t* codes = table.token_codes(tokens[t]);
+      std::fill_n(sums, blocks * kRowBlock, 0);
+      for (size_t s0 = 0; s0 < steps; s0 += kSpanSteps) {
+        const size_t s1 = std::min(steps, s0 + kSpanSteps);
+        for (uint32_t i = 0; i < blocks * 2; ++i) {
+          const uint8_t* eight = m.indices + (c0 + i / 2) * block_bytes + (i % 2) * 8;
+          int32_t* out = sums + i * 8;
+          int32_t a0 = out[0], a1 = out[1], a2 = out[2], a3 = out[3];
+          int32_t a4 = out[4], a5 = out[5], a6 = out[6], a7 = out[7];
+          for (size_t step = s0; step < s1; ++step) {
+            const uint8_t* at = eight + step * kRowBlock;
+            const int16_t* c = codes + step * kRvqEntries;
+            a0 += c[at[0]], a1 += c[at[1]], a2 += c[at[2]], a3 += c[at[3]];
+            a4 += c[at[4]], a5 += c[at[5]], a6 += c[at[6]], a7 += c[at[7]];
+          }
+          out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
+          out[4] = a4, out[5] = a5, out[6] = a6, out[7] = a7;
+        }
+      }
+      const float scale = table.token_scale(tokens[t]);
+      for (uint32_t r = 0; r < rows; ++r)
+        y[t * m.shape.rows + row0 + r] = rvq_row_output(sums[r], scale, m.scales[row0 + r]);
     }
   }
 }
