@@ -33,16 +33,16 @@ inline void cpu_relax() {
 #endif
 }
 
-// Whether ready() became true within kPollBeforeSleeping.
+// Returns once ready() is true or kPollBeforeSleeping has passed; the caller
+// then checks under the lock, and sleeps if it must.
 template <typename Ready>
-bool poll_for(Ready&& ready) {
+void poll_for(Ready&& ready) {
   const auto until = std::chrono::steady_clock::now() + kPollBeforeSleeping;
-  for (;;) {
+  while (std::chrono::steady_clock::now() < until) {
     for (int i = 0; i < 64; ++i) {
-      if (ready()) return true;
+      if (ready()) return;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() >= until) return ready();
   }
 }
 
