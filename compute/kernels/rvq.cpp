@@ -112,13 +112,12 @@ void rvq_quantize_scalar(const float* exact, size_t count, float inv, int16_t* c
 
 // Rows of 16-row blocks [block_begin, block_end), eight rows at a time so
 // their eight sums stay in registers, with the vector positions swept in spans
-// whose tables (24 KiB) stay in L1 while every block of the chunk reads them
-// (Zen 5, bench kernels, 1 thread: 10.4-11 G weights/s for one token, where
+// of kRvqSpanVectors (Zen 5, bench kernels, 1 thread: 10.4-11 G weights/s for one token, where
 // row by row over the whole table measured 4.2, and AVX2's gathers 9.3-9.5).
 void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
                      const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y) {
   constexpr uint32_t kChunkBlocks = 64;
-  constexpr size_t kSpanSteps = size_t{16} * kRvqStages;
+  constexpr size_t kSpanSteps = size_t{kRvqSpanVectors} * kRvqStages;
   const size_t steps = size_t{m.shape.vectors_per_row()} * kRvqStages;
   const size_t block_bytes = steps * kRowBlock;
   int32_t sums[kChunkBlocks * kRowBlock];

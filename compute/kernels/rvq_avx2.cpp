@@ -69,10 +69,10 @@ namespace {
 constexpr uint32_t kChunkBlocks = 64;
 // Tokens whose tables one pass reads against each loaded index vector.
 constexpr int kMaxPassTokens = 4;
-// Vector positions per span: K tokens' spans of tables (K · 3 · 512 B per
-// vector) stay in L1 while every row block of the chunk reads them.
+// Vector positions per span: K tokens' spans of tables together no larger
+// than one token's kRvqSpanVectors, so they stay in L1.
 constexpr uint32_t span_vectors(int tokens) {
-  return tokens == 1 ? 16 : tokens == 2 ? 8 : 4;
+  return tokens == 1 ? kRvqSpanVectors : tokens == 2 ? kRvqSpanVectors / 2 : kRvqSpanVectors / 4;
 }
 
 inline __m256i lanes_of(const uint8_t* bytes) {

@@ -60,13 +60,10 @@ constexpr uint32_t kGroupBlocks = 4;  // 64 rows: one index byte per zmm lane
 constexpr uint32_t kChunkGroups = 16;
 // Tokens whose tables one pass reads against each loaded index vector.
 constexpr int kMaxPassTokens = 4;
-// Vector positions per span: a token's span of tables (24 KiB) stays in L1
-// while every row group of the chunk reads it, with room left for the index
-// lines streaming past. A span that fills L1 thrashes it: on Zen 5 (48 KiB
-// L1D), bench kernels, one thread, rvq gate and down: 16 to 24 vectors 38-45
-// Gw/s, 32 vectors 27-35 Gw/s; for passes of two to four tokens 8, 12 and 16
-// measured alike.
-constexpr uint32_t kSpanVectors = 16;
+// Spans of kRvqSpanVectors for every pass. A span that fills L1 thrashes it:
+// on Zen 5 (48 KiB L1D), bench kernels, one thread, rvq gate and down: 16 to
+// 24 vectors 38-45 Gw/s, 32 vectors 27-35 Gw/s; for passes of two to four
+// tokens 8, 12 and 16 measured alike.
 
 // The 64 codes' plane bytes for the 64 indices in idx: bit 7 picks the upper
 // 128 entries, vpermi2b resolves the lower seven bits in registers.
@@ -123,9 +120,9 @@ void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixVie
     for (int k = 0; k < K; ++k)
       for (__m512i& l : sums[gi][k].lanes) l = _mm512_setzero_si512();
   const __m512i even = _mm512_set1_epi16(0x00ff);
-  for (uint32_t v0 = 0; v0 < nv; v0 += kSpanVectors) {
+  for (uint32_t v0 = 0; v0 < nv; v0 += kRvqSpanVectors) {
     const size_t vs_begin = size_t{v0} * kRvqStages;
-    const size_t vs_end = size_t{std::min(nv, v0 + kSpanVectors)} * kRvqStages;
+    const size_t vs_end = size_t{std::min(nv, v0 + kRvqSpanVectors)} * kRvqStages;
     for (uint32_t gi = 0; gi < groups; ++gi) {
       const uint32_t g = chunk_begin + gi * kGroupBlocks;
       const uint32_t blocks = std::min(kGroupBlocks, chunk_end - g);

@@ -16,6 +16,11 @@ namespace sluice::kernels::detail {
 inline constexpr int32_t kRvqCodeMax = 32767;
 inline constexpr int32_t kRvqPlaneBias = 32768;  // planes hold q + 32768 as unsigned 16 bits
 
+// Vector positions per span of a row body's sweep: one token's tables for
+// them, as codes or as planes (16 · 3 · 512 B = 24 KiB), stay in L1 while every
+// row of a chunk reads them, with room left for the index lines streaming past.
+inline constexpr uint32_t kRvqSpanVectors = 16;
+
 // Fills f[v][s][c] for vectors [v_begin, v_end) of one input vector x and
 // returns max |f| over what it wrote (NaNs ignored).
 float rvq_build_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
