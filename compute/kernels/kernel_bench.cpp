@@ -13,6 +13,7 @@
 
 #include "compute/kernels/quant.h"
 #include "compute/kernels/rvq.h"
+#include "compute/kernels/rvq_crossover.h"
 #include "compute/kernels/rvq_decoded.h"
 #include "compute/kernels/rvq_kernels.h"
 #include "compute/kernels/thread_pool.h"
@@ -173,6 +174,7 @@ struct ExpertRun {
   Isa isa;
   bool shared_tables;
   bool by_matrix;  // all experts' gate, then all up, then each down: the shared table stays in L2
+  bool decoded;    // no tables: rvq_decoded.h, as the engine runs when its crossover is 1
 };
 
 class Bench {
@@ -236,19 +238,38 @@ class Bench {
     const uint64_t expert_bytes =
         bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
 
+    // A decode step's experts serve one token each: the engine takes the
+    // decode-once path for them where its measured crossover is 1.
+    auto engine_decodes = [&](Isa isa) {
+      return rvq_decode_crossover(Exec{isa, nullptr}, m.hidden, m.width) <= 1;
+    };
     std::vector<ExpertRun> runs;
-    for (Isa isa : isas()) runs.push_back({"engine", isa, true, false});
+    for (Isa isa : isas()) runs.push_back({"engine", isa, true, false, engine_decodes(isa)});
     if (options_.alternatives) {
-      runs.push_back({"tables per expert", options_.isa, false, false});
-      runs.push_back({"gate all, up all, then downs", options_.isa, true, true});
+      if (engine_decodes(options_.isa))
+        runs.push_back({"tables", options_.isa, true, false, false});
+      else
+        runs.push_back({"decode once", options_.isa, false, false, true});
+      runs.push_back({"tables per expert", options_.isa, false, false, false});
+      runs.push_back({"gate all, up all, then downs", options_.isa, true, true, false});
     }
     for (const ExpertRun& run : runs) {
       const Exec exec{run.isa, &pool_};
       time_case(m, "rvq expert", fmt::format("3x[{}x{}] top-{}", m.width, m.hidden, m.top_k),
                 run.name, run.isa, expert_weights * m.top_k, expert_bytes * m.top_k, [&] {
-                  if (run.shared_tables) build_gate_up(bank, x.data(), 1, exec);
                   const uint32_t first = next_expert;
                   next_expert += m.top_k;
+                  if (run.decoded) {
+                    for (uint32_t e = first; e < first + m.top_k; ++e) {
+                      rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), 1, g.data(), exec);
+                      rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), 1, u.data(), exec);
+                      for (uint32_t i = 0; i < m.width; ++i)
+                        h[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+                      rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), 1, out.data(), exec);
+                    }
+                    return;
+                  }
+                  if (run.shared_tables) build_gate_up(bank, x.data(), 1, exec);
                   if (run.by_matrix) {
                     for (uint32_t k = 0; k < m.top_k; ++k)
                       rvq_matmul(gate_table_, {&token, 1}, bank.view(0, first + k),

@@ -64,8 +64,7 @@ void check_matrix(const RvqTable& table, const RvqMatrixView& m) {
 
 }  // namespace
 
-RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1, const float* stage2)
-    : transposed_(size_t{kRvqStages} * kRvqVecDim * kRvqEntries), entries_(transposed_.size()) {
+RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1, const float* stage2) {
   const float* stages[kRvqStages] = {stage0, stage1, stage2};
   for (int s = 0; s < kRvqStages; ++s)
     std::copy(stages[s], stages[s] + kRvqEntries * kRvqVecDim,

@@ -46,8 +46,11 @@ class RvqCodebooks {
   }
 
  private:
-  std::vector<float> transposed_;
-  std::vector<float> entries_;
+  // Aligned to cache lines: an entry's 32 bytes then never straddle two lines,
+  // which would cost the decode path's lookups a second load each.
+  static constexpr size_t kFloats = size_t{kRvqStages} * kRvqVecDim * kRvqEntries;
+  alignas(64) std::array<float, kFloats> transposed_;
+  alignas(64) std::array<float, kFloats> entries_;
 };
 
 // One stored matrix: its indices (layout rowblock16.vector.stage.row, exactly

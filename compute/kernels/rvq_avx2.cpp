@@ -5,6 +5,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "compute/kernels/rvq_kernels.h"
 
@@ -235,6 +237,70 @@ void decoded_tile(const float* w, uint32_t cols, const float* x, uint32_t t0, fl
   for (int t = 0; t < T; ++t) y[(t0 + t) * y_stride] = scale * fold_halves(lo[t], hi[t]);
 }
 
+// The indices of R consecutive rows at one (vector, stage), row r in byte r.
+template <int R>
+uint32_t row_indices(const uint8_t* at) {
+  static_assert(R == 2 || R == 4);
+  std::conditional_t<R == 2, uint16_t, uint32_t> word;
+  std::memcpy(&word, at, R);
+  return word;
+}
+
+// Rows [r0, r0 + R) of one row block for tokens [t0, t0 + T): the weights of
+// each vector position are decoded into a register and multiplied there, with
+// the tile's arithmetic lane for lane (even vectors feed lanes 0-7, odd ones
+// lanes 8-15), so the decoded weights never travel through memory.
+template <int R, int T>
+void fused_rows(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t r0, const float* x,
+                uint32_t t0, float* y) {
+  const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
+  const float* e0 = codebooks.entries(0);
+  const float* e1 = codebooks.entries(1);
+  const float* e2 = codebooks.entries(2);
+  const uint8_t* indices = m.indices + m.shape.index_position(r0, 0, 0);
+  __m256 acc[2][R][T];
+  for (auto& half : acc)
+    for (auto& row : half)
+      for (__m256& a : row) a = _mm256_setzero_ps();
+  // The block's first rows request the next block's indices as they sweep, so
+  // the next block starts from cache; its later rows find this one there.
+  const size_t block_bytes = size_t{nv} * kRvqStages * kRowBlock;
+  const bool lead = r0 % kRowBlock == 0 && r0 + kRowBlock < m.shape.rows_padded();
+  auto step = [&](uint32_t v, int half) {
+    const uint8_t* at = indices + size_t{v} * kRvqStages * kRowBlock;
+    if (lead) _mm_prefetch(reinterpret_cast<const char*>(at + block_bytes), _MM_HINT_T0);
+    __m256 xs[T];
+    for (int t = 0; t < T; ++t)
+      xs[t] = _mm256_loadu_ps(x + size_t{t0 + t} * cols + size_t{v} * kRvqVecDim);
+    // One load brings the R rows' indices of a stage; shifts take them apart.
+    uint32_t words[kRvqStages];
+    for (int s = 0; s < kRvqStages; ++s) words[s] = row_indices<R>(at + s * kRowBlock);
+    const char* books[kRvqStages] = {reinterpret_cast<const char*>(e0),
+                                     reinterpret_cast<const char*>(e1),
+                                     reinterpret_cast<const char*>(e2)};
+    auto entry = [&](int s, int r) {
+      constexpr size_t kEntryBytes = kRvqVecDim * sizeof(float);
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(
+          books[s] + size_t{(words[s] >> (8 * r)) & 0xff} * kEntryBytes));
+    };
+    for (int r = 0; r < R; ++r) {
+      const __m256 w = _mm256_add_ps(_mm256_add_ps(entry(0, r), entry(1, r)), entry(2, r));
+      for (int t = 0; t < T; ++t) acc[half][r][t] = _mm256_fmadd_ps(w, xs[t], acc[half][r][t]);
+    }
+  };
+  uint32_t v = 0;
+  for (; v + 2 <= nv; v += 2) {
+    step(v, 0);
+    step(v + 1, 1);
+  }
+  if (v < nv) step(v, 0);
+  for (int r = 0; r < R && r0 + r < m.shape.rows; ++r) {
+    const float scale = f16_to_f32(m.scales[r0 + r]);
+    for (int t = 0; t < T; ++t)
+      y[size_t{t0 + t} * m.shape.rows + r0 + r] = scale * fold_halves(acc[0][r][t], acc[1][r][t]);
+  }
+}
+
 }  // namespace
 
 void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
@@ -247,6 +313,21 @@ void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t ro
     for (; t + 4 <= tokens; t += 4) decoded_tile<4>(w, cols, x, t, scale, y + r, m.shape.rows);
     for (; t < tokens; ++t) decoded_tile<1>(w, cols, x, t, scale, y + r, m.shape.rows);
   }
+}
+
+void rvq_fused_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                         uint32_t block_begin, uint32_t block_end, const float* x, uint32_t tokens,
+                         float* y) {
+  const uint32_t rows_end = std::min(m.shape.rows, block_end * kRowBlock);
+  // Pairs of tokens share each decoded weight between two rows; a last odd
+  // token takes four rows at a time. Either way eight accumulators.
+  uint32_t t = 0;
+  for (; t + 2 <= tokens; t += 2)
+    for (uint32_t r = block_begin * kRowBlock; r < rows_end; r += 2)
+      fused_rows<2, 2>(codebooks, m, r, x, t, y);
+  if (t < tokens)
+    for (uint32_t r = block_begin * kRowBlock; r < rows_end; r += 4)
+      fused_rows<4, 1>(codebooks, m, r, x, t, y);
 }
 
 }  // namespace sluice::kernels::detail

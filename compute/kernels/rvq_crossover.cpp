@@ -175,7 +175,8 @@ uint32_t rvq_crossover_from(std::span<const uint32_t> candidates,
 
 // Measured with `sluice bench kernels --threads 1` ("rvq prefill expert", OLMoE
 // shape) on an AMD EPYC with AVX-512: tables and decode-once cross near 6 to 8
-// tokens with AVX-512, near 2 with AVX2 gathers, near 8 for scalar tables.
+// tokens with AVX-512, near 2 with AVX2 gathers (at 1 on Zen 5, whose gathers
+// are slow), near 8 for scalar tables.
 uint32_t rvq_default_crossover(Isa isa) {
   switch (isa) {
     case Isa::kAvx512:

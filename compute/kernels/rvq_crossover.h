@@ -16,7 +16,7 @@ namespace sluice::kernels {
 
 // Token counts the calibration tries, ascending. Past the last one decoding
 // once always won when measured (bench kernels, "rvq prefill expert").
-inline constexpr uint32_t kRvqCrossoverCandidates[] = {2, 3, 4, 5, 6, 8, 10, 12, 16};
+inline constexpr uint32_t kRvqCrossoverCandidates[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16};
 // The largest crossover rvq_decode_crossover returns, pinned or measured: an
 // expert serves at most kRvqCrossoverMax - 1 tokens through tables, which the
 // memory plan counts (ioworker/memory_plan.h, kPlanTableTokensPerExpert).

@@ -16,6 +16,11 @@ namespace sluice::kernels {
 namespace {
 
 constexpr size_t kTileBytes = size_t{256} << 10;  // a decoded tile stays in L2
+// Up to this many tokens, decoding in registers once per token pair beats a
+// tile's store and reload (Zen 5, one 1024 × 2048 matrix from DRAM: 0.41 against
+// 0.65 ms at 3 tokens, 0.74 against 0.80 at 6, 0.96 against 0.82 at 8).
+constexpr uint32_t kFusedMaxTokens = 6;
+constexpr size_t kFusedGrainBlocks = 4;
 
 uint32_t tile_rows(uint32_t cols) {
   const size_t fit = kTileBytes / (size_t{cols} * sizeof(float));
@@ -62,6 +67,18 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
   if (matrix.indices == nullptr || matrix.scales == nullptr)
     fail("rvq decoded matmul: matrix indices or scales missing");
   if (tokens == 0 || matrix.shape.rows == 0) return;
+  if (exec.isa != Isa::kScalar && tokens <= kFusedMaxTokens) {
+    auto fused = [&](size_t begin, size_t end) {
+      detail::rvq_fused_rows_avx2(codebooks, matrix, static_cast<uint32_t>(begin),
+                                  static_cast<uint32_t>(end), x, tokens, y);
+    };
+    const size_t blocks = matrix.shape.rows_padded() / kRowBlock;
+    if (exec.pool != nullptr)
+      exec.pool->parallel_for(blocks, kFusedGrainBlocks, fused);
+    else
+      fused(0, blocks);
+    return;
+  }
   const uint32_t per_tile = tile_rows(matrix.shape.cols);
   const size_t tiles = (matrix.shape.rows + per_tile - 1) / per_tile;
   auto body = [&](size_t begin, size_t end) {

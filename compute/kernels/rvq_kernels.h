@@ -73,5 +73,12 @@ void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t ro
                           uint32_t row_end, const float* x, uint32_t tokens, float* y);
 void rvq_tile_matmul_avx512(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
                             uint32_t row_end, const float* x, uint32_t tokens, float* y);
+// y[t × m.rows + r] for the real rows of blocks [block_begin, block_end) and
+// every token, decoding each weight in registers once per token pair instead of
+// into a tile: for the few tokens where a tile's round trip costs more than it
+// saves. Same arithmetic as the tile path.
+void rvq_fused_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                         uint32_t block_begin, uint32_t block_end, const float* x, uint32_t tokens,
+                         float* y);
 
 }  // namespace sluice::kernels::detail

@@ -71,7 +71,7 @@ TEST_CASE(
   uint32_t seed = 1;
   for (uint32_t rows : {1, 17, 70, 200})
     for (uint32_t cols : {8, 24, 136, 520})
-      for (uint32_t tokens : {1, 3, 5, 9}) {
+      for (uint32_t tokens : {1, 2, 3, 4, 5, 9}) {
         const Fixture f(rows, cols, tokens, seed++);
         const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
                                  f.codebooks.data() + 4096);
