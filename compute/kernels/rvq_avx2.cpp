@@ -306,13 +306,16 @@ void fused_rows(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t 
 void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
                           uint32_t row_end, const float* x, uint32_t tokens, float* y) {
   const uint32_t cols = m.shape.cols;
-  for (uint32_t r = row_begin; r < row_end; ++r) {
-    const float* w = tile + size_t{r - row_begin} * cols;
-    const float scale = f16_to_f32(m.scales[r]);
-    uint32_t t = 0;
-    for (; t + 4 <= tokens; t += 4) decoded_tile<4>(w, cols, x, t, scale, y + r, m.shape.rows);
-    for (; t < tokens; ++t) decoded_tile<1>(w, cols, x, t, scale, y + r, m.shape.rows);
-  }
+  // Token groups outside, rows inside: a group's inputs stay in L1 while the
+  // tile's rows stream from L2, rather than every row streaming all inputs.
+  auto rows = [&]<int T>(uint32_t t) {
+    for (uint32_t r = row_begin; r < row_end; ++r)
+      decoded_tile<T>(tile + size_t{r - row_begin} * cols, cols, x, t, f16_to_f32(m.scales[r]),
+                      y + r, m.shape.rows);
+  };
+  uint32_t t = 0;
+  for (; t + 4 <= tokens; t += 4) rows.template operator()<4>(t);
+  for (; t < tokens; ++t) rows.template operator()<1>(t);
 }
 
 void rvq_fused_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
