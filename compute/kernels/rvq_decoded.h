@@ -1,7 +1,8 @@
-// compute/kernels/rvq_decoded.h: the decode-once path for prefill. For one
-// expert matrix applied to n tokens, its weights are decoded tile by tile into
-// an L2-sized f32 block and multiplied as a small GEMM, instead of n table
-// lookups. Never reads index or scale bytes outside the matrix the view names.
+// compute/kernels/rvq_decoded.h: the decode-once path. For one expert matrix
+// applied to n tokens, its weights are decoded and multiplied instead of n
+// table lookups: for a few tokens in registers, never stored; for more, tile
+// by tile into an L2-sized f32 block multiplied as a small GEMM. Never reads
+// index or scale bytes outside the matrix the view names.
 #pragma once
 
 #include <cstdint>
