@@ -117,6 +117,11 @@ Timing time_runs(double budget, F&& f) {
 }
 
 // STREAM-style read: sum a buffer larger than the last-level cache.
+// SwiGLU between an expert's up and down matrices: h = silu(gate) · up.
+void swiglu(const float* gate, const float* up, float* h, size_t n) {
+  for (size_t i = 0; i < n; ++i) h[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 double memory_read_bandwidth(ThreadPool& pool, double budget) {
   const size_t words = kMemoryBufferBytes / sizeof(uint64_t);
   std::vector<uint64_t> buffer(words);
@@ -263,8 +268,7 @@ class Bench {
                     for (uint32_t e = first; e < first + m.top_k; ++e) {
                       rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), 1, g.data(), exec);
                       rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), 1, u.data(), exec);
-                      for (uint32_t i = 0; i < m.width; ++i)
-                        h[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+                      swiglu(g.data(), u.data(), h.data(), m.width);
                       rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), 1, out.data(), exec);
                     }
                     return;
@@ -287,8 +291,7 @@ class Bench {
                       rvq_matmul(gate_table_, {&token, 1}, bank.view(0, e), gate_out, exec);
                       rvq_matmul(up_table_, {&token, 1}, bank.view(1, e), up_out, exec);
                     }
-                    for (uint32_t i = 0; i < m.width; ++i)
-                      h[i] = gate_out[i] / (1.0f + std::exp(-gate_out[i])) * up_out[i];
+                    swiglu(gate_out, up_out, h.data(), m.width);
                     const RvqMatrixView down = bank.view(2, e);
                     down_table_.build(bank.books[2], h.data(), m.width, 1, exec, &down);
                     rvq_matmul(down_table_, {&token, 1}, down, out.data(), exec);
@@ -331,10 +334,6 @@ class Bench {
     const uint64_t expert_weights = uint64_t{3} * m.hidden * m.width;
     const uint64_t expert_bytes =
         bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
-    auto swiglu = [&](uint32_t n) {
-      for (size_t i = 0; i < size_t{n} * m.width; ++i)
-        h[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    };
     for (Isa isa : isas()) {
       const Exec exec{isa, &pool_};
       for (const uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 64u}) {
@@ -346,7 +345,7 @@ class Bench {
                     const uint32_t e = expert++;
                     rvq_matmul(gate_table_, tokens, bank.view(0, e), g.data(), exec);
                     rvq_matmul(up_table_, tokens, bank.view(1, e), u.data(), exec);
-                    swiglu(n);
+                    swiglu(g.data(), u.data(), h.data(), size_t{n} * m.width);
                     const RvqMatrixView down = bank.view(2, e);
                     down_table_.build(bank.books[2], h.data(), m.width, n, exec, &down);
                     rvq_matmul(down_table_, tokens, down, out.data(), exec);
@@ -356,7 +355,7 @@ class Bench {
                     const uint32_t e = expert++;
                     rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), n, g.data(), exec);
                     rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), n, u.data(), exec);
-                    swiglu(n);
+                    swiglu(g.data(), u.data(), h.data(), size_t{n} * m.width);
                     rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), n, out.data(),
                                        exec);
                   });

@@ -254,9 +254,8 @@ template <int R, int T>
 void fused_rows(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t r0, const float* x,
                 uint32_t t0, float* y) {
   const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
-  const float* e0 = codebooks.entries(0);
-  const float* e1 = codebooks.entries(1);
-  const float* e2 = codebooks.entries(2);
+  const char* books[kRvqStages];
+  for (int s = 0; s < kRvqStages; ++s) books[s] = reinterpret_cast<const char*>(codebooks.entries(s));
   const uint8_t* indices = m.indices + m.shape.index_position(r0, 0, 0);
   __m256 acc[2][R][T];
   for (auto& half : acc)
@@ -275,9 +274,6 @@ void fused_rows(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t 
     // One load brings the R rows' indices of a stage; shifts take them apart.
     uint32_t words[kRvqStages];
     for (int s = 0; s < kRvqStages; ++s) words[s] = row_indices<R>(at + s * kRowBlock);
-    const char* books[kRvqStages] = {reinterpret_cast<const char*>(e0),
-                                     reinterpret_cast<const char*>(e1),
-                                     reinterpret_cast<const char*>(e2)};
     auto entry = [&](int s, int r) {
       constexpr size_t kEntryBytes = kRvqVecDim * sizeof(float);
       return _mm256_loadu_ps(reinterpret_cast<const float*>(

@@ -67,6 +67,7 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
   if (matrix.indices == nullptr || matrix.scales == nullptr)
     fail("rvq decoded matmul: matrix indices or scales missing");
   if (tokens == 0 || matrix.shape.rows == 0) return;
+  // The in-register path is AVX2 code, which AVX-512 machines run as well.
   if (exec.isa != Isa::kScalar && tokens <= kFusedMaxTokens) {
     auto fused = [&](size_t begin, size_t end) {
       detail::rvq_fused_rows_avx2(codebooks, matrix, static_cast<uint32_t>(begin),

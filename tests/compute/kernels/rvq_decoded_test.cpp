@@ -1,7 +1,8 @@
-// The decode-once prefill path against rvq_decoded.h's arithmetic written out
-// here from the header and FORMAT.md, bit for bit at every instruction set,
-// thread count (1, 2, 3) and token count, over odd shapes and several tiles;
-// and against the table path within their rounding difference.
+// The decode-once path against rvq_decoded.h's arithmetic written out here
+// from the header and FORMAT.md, bit for bit at every instruction set, thread
+// count (1, 2, 3) and token count (the in-register path up to six tokens,
+// tiles from seven), over odd shapes and several tiles; and against the table
+// path within their rounding difference.
 #include "compute/kernels/rvq_decoded.h"
 
 #include <doctest/doctest.h>
@@ -71,7 +72,7 @@ TEST_CASE(
   uint32_t seed = 1;
   for (uint32_t rows : {1, 17, 70, 200})
     for (uint32_t cols : {8, 24, 136, 520})
-      for (uint32_t tokens : {1, 2, 3, 4, 5, 9}) {
+      for (uint32_t tokens : {1, 2, 3, 4, 5, 6, 7, 9}) {
         const Fixture f(rows, cols, tokens, seed++);
         const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
                                  f.codebooks.data() + 4096);
