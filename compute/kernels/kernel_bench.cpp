@@ -116,12 +116,12 @@ Timing time_runs(double budget, F&& f) {
   return {median(wall), median(cpu), wall.size()};
 }
 
-// STREAM-style read: sum a buffer larger than the last-level cache.
 // SwiGLU between an expert's up and down matrices: h = silu(gate) · up.
 void swiglu(const float* gate, const float* up, float* h, size_t n) {
   for (size_t i = 0; i < n; ++i) h[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+// STREAM-style read: sum a buffer larger than the last-level cache.
 double memory_read_bandwidth(ThreadPool& pool, double budget) {
   const size_t words = kMemoryBufferBytes / sizeof(uint64_t);
   std::vector<uint64_t> buffer(words);

@@ -30,13 +30,9 @@ void split_rows(const Exec& exec, uint32_t rows, Body&& body) {
   auto run = [&](size_t begin, size_t end) {
     body(static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
   };
-  if (exec.pool != nullptr) {
-    const size_t runs = kRunsPerThread * exec.pool->size();
-    const size_t grain = (rows + runs * kRowGrain - 1) / (runs * kRowGrain) * kRowGrain;
-    exec.pool->parallel_for(rows, grain, run);
-  } else if (rows > 0) {
-    run(0, rows);
-  }
+  const size_t runs = kRunsPerThread * (exec.pool != nullptr ? exec.pool->size() : 1);
+  const size_t grain = (rows + runs * kRowGrain - 1) / (runs * kRowGrain) * kRowGrain;
+  split_over_pool(exec, rows, grain, run);
 }
 
 void check(const QuantMatrixView& m) {

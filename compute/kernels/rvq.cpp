@@ -24,15 +24,6 @@ constexpr uint32_t kRowGrainBlocks = 4;  // 64 rows: the AVX-512 kernel's group
 constexpr size_t kMaxChunkGrains = 16;
 constexpr size_t kGatherPadCodes = 2;
 
-template <typename Body>
-void split(const Exec& exec, size_t count, size_t grain, Body&& body) {
-  if (exec.pool != nullptr) {
-    exec.pool->parallel_for(count, grain, body);
-  } else if (count > 0) {
-    body(size_t{0}, count);
-  }
-}
-
 // Every build overwrites the whole table, so a table that must grow drops its
 // old storage first: growing in place would hold old and new at once, a
 // transient the memory plan does not count (a prefill chunk's down table
@@ -223,7 +214,7 @@ void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uin
   // both ways give the same bits.
   const size_t threads = exec.pool != nullptr ? exec.pool->size() : 1;
   if (threads <= builds.size()) {
-    split(exec, builds.size(), 1, [&](size_t begin, size_t end) {
+    split_over_pool(exec, builds.size(), 1, [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
         RvqTable& table = *builds[i].table;
         const size_t grains = table.build_grains();
@@ -242,7 +233,7 @@ void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uin
   const size_t grains = builds[0].table->build_grains();
   for (uint32_t t = 0; t < tokens; ++t) {
     const float* xt = x + size_t{t} * cols;
-    split(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {
+    split_over_pool(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {
       for (size_t g = begin; g < end; ++g) {
         if (t == 0) prefetch_slice(then, g, builds.size() * grains);
         builds[g / grains].table->build_exact(*builds[g / grains].codebooks, xt, g % grains,
@@ -250,7 +241,7 @@ void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uin
       }
     });
     for (const RvqTableBuild& b : builds) b.table->finish_scale(t);
-    split(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {
+    split_over_pool(exec, builds.size() * grains, 1, [&](size_t begin, size_t end) {
       for (size_t g = begin; g < end; ++g)
         builds[g / grains].table->quantize(t, g % grains, g % grains + 1, exec.isa);
     });
@@ -288,7 +279,7 @@ void rvq_matmul(const RvqTable& table, std::span<const uint32_t> tokens,
   const size_t grains = (blocks + kRowGrainBlocks - 1) / kRowGrainBlocks;
   const size_t threads = exec.pool != nullptr ? exec.pool->size() : 1;
   const size_t chunk = std::clamp<size_t>((grains + threads - 1) / threads, 1, kMaxChunkGrains);
-  split(exec, grains, chunk, [&](size_t begin, size_t end) {
+  split_over_pool(exec, grains, chunk, [&](size_t begin, size_t end) {
     const auto b0 = static_cast<uint32_t>(begin * kRowGrainBlocks);
     const auto b1 = static_cast<uint32_t>(std::min<size_t>(blocks, end * kRowGrainBlocks));
     if (exec.isa == Isa::kAvx512 && planes)

@@ -73,11 +73,7 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
       detail::rvq_fused_rows_avx2(codebooks, matrix, static_cast<uint32_t>(begin),
                                   static_cast<uint32_t>(end), x, tokens, y);
     };
-    const size_t blocks = matrix.shape.rows_padded() / kRowBlock;
-    if (exec.pool != nullptr)
-      exec.pool->parallel_for(blocks, kFusedGrainBlocks, fused);
-    else
-      fused(0, blocks);
+    split_over_pool(exec, matrix.shape.rows_padded() / kRowBlock, kFusedGrainBlocks, fused);
     return;
   }
   const uint32_t per_tile = tile_rows(matrix.shape.cols);
@@ -101,10 +97,7 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
         detail::rvq_tile_matmul_avx2(tile.data(), matrix, r0, r1, x, tokens, y);
     }
   };
-  if (exec.pool != nullptr)
-    exec.pool->parallel_for(tiles, 1, body);
-  else
-    body(0, tiles);
+  split_over_pool(exec, tiles, 1, body);
 }
 
 }  // namespace sluice::kernels

@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "compute/kernels/dispatch.h"
+
 namespace sluice::kernels {
 
 // Cores this process may run on (sched_getaffinity), at least 1.
@@ -84,5 +86,15 @@ class ThreadPool {
   std::atomic<bool> stopping_ = false;
   std::exception_ptr error_;
 };
+
+// body(begin, end) over [0, count): through exec's pool in `grain`-long
+// chunks, or in one call on the caller's thread when exec has no pool.
+template <typename Body>
+void split_over_pool(const Exec& exec, size_t count, size_t grain, Body&& body) {
+  if (exec.pool != nullptr)
+    exec.pool->parallel_for(count, grain, body);
+  else if (count > 0)
+    body(size_t{0}, count);
+}
 
 }  // namespace sluice::kernels
