@@ -10,8 +10,6 @@
 #include <new>
 #include <utility>
 
-#include <sys/mman.h>
-
 namespace sluice {
 
 class AlignedBuffer {
@@ -24,8 +22,7 @@ class AlignedBuffer {
     if (rounded == 0) return;
     data_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded));
     if (data_ == nullptr) throw std::bad_alloc();
-    advise_huge_pages(data_, rounded);
-    std::memset(data_, 0, rounded);  // faults the pages in after the advice
+    std::memset(data_, 0, rounded);
   }
   ~AlignedBuffer() { std::free(data_); }
   AlignedBuffer(AlignedBuffer&& other) noexcept
@@ -46,18 +43,6 @@ class AlignedBuffer {
   size_t size() const { return size_; }
 
  private:
-  // Asks for transparent huge pages over the whole 2 MiB pages inside the
-  // buffer (the edges stay small pages, so nothing is allocated beyond it).
-  // A trunk matrix read once per token then costs a TLB miss per 2 MiB, not
-  // per 4 KiB: olmoe's q8 LM head, one thread, 5.0-5.5 → 4.2-4.9 ms a token.
-  // Advice only: kernels without transparent huge pages refuse it, harmlessly.
-  static void advise_huge_pages(uint8_t* data, size_t size) {
-    constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) & ~(kHugePage - 1);
-    if (begin < end) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <new>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/interprocess/anonymous_shared_memory.hpp>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
@@ -22,28 +22,9 @@ namespace bip = boost::interprocess;
 
 namespace sluice::shm {
 
-// A named segment is a shared memory object and its region; the embedded
-// mode's is private memory, which the kernel may back with transparent huge
-// pages where shared memory gets them only if the administrator set
-// shmem_enabled (Debian's default is "never"). Huge pages spare the kernels'
-// lookups a TLB miss per 4 KiB (olmoe, 4 layers, one thread: experts about
-// 10% faster).
 struct Segment::Mapping {
-  std::unique_ptr<bip::shared_memory_object> object;  // null in the embedded mode
+  std::unique_ptr<bip::shared_memory_object> object;  // null when anonymous
   bip::mapped_region region;
-  void* private_memory = MAP_FAILED;
-  size_t private_bytes = 0;
-
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (private_memory != MAP_FAILED) ::munmap(private_memory, private_bytes);
-  }
-  uint8_t* base() const {
-    return static_cast<uint8_t*>(private_memory != MAP_FAILED ? private_memory : region.get_address());
-  }
-  size_t bytes() const { return private_memory != MAP_FAILED ? private_bytes : region.get_size(); }
 };
 
 namespace {
@@ -89,11 +70,8 @@ Segment::~Segment() {
 
 void Segment::adopt(std::unique_ptr<Mapping> mapping) {
   mapping_ = std::move(mapping);
-  base_ = mapping_->base();
-  bytes_ = mapping_->bytes();
-  // Advice only: refused on kernels without transparent huge pages, and a
-  // no-op on shared memory unless shmem_enabled allows it.
-  ::madvise(base_, bytes_, MADV_HUGEPAGE);
+  base_ = static_cast<uint8_t*>(mapping_->region.get_address());
+  bytes_ = mapping_->region.get_size();
   header_ = reinterpret_cast<SegmentHeader*>(base_);
   if (mapping_->object) fd_ = mapping_->object->get_mapping_handle().handle;
 }
@@ -188,10 +166,11 @@ std::unique_ptr<Segment> Segment::create_anonymous(const Geometry& geometry, uin
   const Layout layout = compute_layout(geometry);
   auto segment = std::unique_ptr<Segment>(new Segment());
   auto mapping = std::make_unique<Mapping>();
-  mapping->private_memory = ::mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapping->private_memory == MAP_FAILED)
-    fail("embedded cache segment of {} bytes: cannot map: {}", layout.total, std::strerror(errno));
-  mapping->private_bytes = layout.total;
+  try {
+    mapping->region = bip::anonymous_shared_memory(layout.total);
+  } catch (const bip::interprocess_exception& e) {
+    fail("anonymous cache segment of {} bytes: cannot map: {}", layout.total, e.what());
+  }
   segment->owner_ = true;
   segment->adopt(std::move(mapping));
   segment->initialize(geometry, identity, "");

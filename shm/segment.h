@@ -1,6 +1,6 @@
 // shm/segment.h: one mapped expert-cache segment: creating it (named, mode
-// 0600, reclaiming the stale segment of a dead owner; or private memory for
-// the embedded mode), attaching to a running daemon's, and bounds-checked access
+// 0600, reclaiming the stale segment of a dead owner; or anonymous for the
+// embedded mode), attaching to a running daemon's, and bounds-checked access
 // to every table in it. It never interprets records and never does I/O on them.
 #pragma once
 
@@ -26,8 +26,8 @@ class Segment {
   // dead owner is removed first; one whose owner lives is refused, naming it.
   static std::unique_ptr<Segment> create(const std::string& instance, const Geometry& geometry,
                                          uint64_t identity);
-  // Private memory for the embedded mode (worker and clients are threads of
-  // one process, never another process); nothing to clean up in /dev/shm.
+  // An anonymous shared mapping for the embedded mode (worker and clients in
+  // one process); nothing to clean up in /dev/shm.
   static std::unique_ptr<Segment> create_anonymous(const Geometry& geometry, uint64_t identity);
   // Maps a running daemon's segment by its name (as segment_name() returns
   // it, or with a leading '/'). Refuses a bad magic, layout version or

@@ -1,13 +1,10 @@
 // tests/proto/trunk_format_test.cpp: trunk tensor geometry and dequantization
-// on tensors built by hand in memory, and the buffers tensors are loaded into.
+// on tensors built by hand in memory.
 #include "proto/trunk_format.h"
 
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cstring>
-
-#include "tests/mapping_flags.h"
 
 namespace sluice {
 namespace {
@@ -82,23 +79,4 @@ TEST_CASE("q8g128 is signed and uses each row's own group scales") {
 }
 
 }  // namespace
-
-TEST_CASE("a buffer of several huge pages asks for them over its inner whole pages only, zeroed") {
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const AlignedBuffer large(3 * kHugePage + 100, 64);
-  REQUIRE(reinterpret_cast<uintptr_t>(large.data()) % 64 == 0);
-  CHECK(std::all_of(large.data(), large.data() + large.size(), [](uint8_t b) { return b == 0; }));
-  const uintptr_t inner = (reinterpret_cast<uintptr_t>(large.data()) + kHugePage - 1) / kHugePage * kHugePage;
-  const auto inner_flags = testing::mapping_flags(reinterpret_cast<const void*>(inner));
-  const auto last_flags = testing::mapping_flags(large.data() + large.size() - 1);
-  REQUIRE(inner_flags.has_value());
-  REQUIRE(last_flags.has_value());
-  CHECK_FALSE(last_flags->has("hg"));  // the edge past the last whole page stays small pages
-  if (!testing::kernel_has_transparent_huge_pages()) {
-    MESSAGE("this kernel has no transparent huge pages: the advice is refused, as it may be");
-    return;
-  }
-  CHECK(inner_flags->has("hg"));
-}
-
 }  // namespace sluice

@@ -14,10 +14,8 @@
 #include "proto/error.h"
 #include "shm/mailbox.h"
 #include "shm/segment.h"
-#include "tests/shm/shm_test_util.h"
 
 using namespace sluice::shm;
-using sluice::testing::ShmGuard;
 
 namespace {
 
@@ -130,13 +128,11 @@ TEST_CASE("a process attached to a named segment reads what its owner's client p
 
 TEST_CASE("a writer killed mid-message: reads give nothing, then the reader ends the message and all resumes") {
   const MailboxShape shape{1u << 20, 1, 1};  // 4 MiB messages: the writer spends its life mid-message
-  // Named: the embedded mode's private memory would not be shared with the child.
-  ShmGuard guard(sluice::testing::unique_instance("killed-writer"));
-  auto segment = Segment::create(guard.instance(), geometry_for_slots(4, 4096, 2, 8, shape), 42);
+  auto segment = segment_with_mailbox(shape);
   Mailbox box(*segment, 0);
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
-  if (child == 0) {
+  if (child == 0) {  // the anonymous mapping is shared with the child
     const std::vector<float> values(shape.width, 1.0f);
     for (uint64_t step = 1;; ++step) box.publish(step, 0, 1, values, 1, std::vector<uint32_t>{1});
   }
