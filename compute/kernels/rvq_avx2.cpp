@@ -243,9 +243,9 @@ void decoded_tile(const float* w, uint32_t cols, const float* x, uint32_t t0, fl
 // through memory. A span of vector positions first has its index bytes
 // widened to byte offsets into the codebooks (index · 32) for all 16 rows at
 // once, so each entry then costs one extraction and no shift: the step is
-// integer-bound otherwise (one Zen 3 core, one token, 1024×2048 from DRAM:
-// 6.5 → 8.2 G weights/s). Groups of 4 / T rows take turns over a span, with
-// eight accumulators each, kept on the stack between spans.
+// integer-bound otherwise (one Zen 3 core, one token, 1024×2048 in cache:
+// 6.5–7.5 → 8.3 G weights/s). Groups of 4 / T rows take turns over a span,
+// with eight accumulators each, kept on the stack between spans.
 template <int T>
 void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t block, const float* x,
                  uint32_t t0, float* y) {
