@@ -247,8 +247,8 @@ void decoded_tile(const float* w, uint32_t cols, const float* x, uint32_t t0, fl
 // 6.5–7.5 → 8.3 G weights/s). Groups of 4 / T rows take turns over a span,
 // with eight accumulators each, kept on the stack between spans.
 template <int T>
-void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t block, const float* x,
-                 uint32_t t0, float* y) {
+void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t block,
+                 const float* x, uint32_t t0, float* y) {
   static_assert(T == 1 || T == 2);
   constexpr uint32_t kSpan = 16;  // vector positions widened at a time: 1.5 KiB of offsets
   constexpr uint32_t kPrefetchSpans = 4;
@@ -276,7 +276,8 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
          ahead < std::min(block_end, at + (kPrefetchSpans + 1) * span_bytes); ahead += 64)
       _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
     for (uint32_t i = 0; i < span * kRvqStages; ++i) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + size_t{i} * kRowBlock));
+      const __m128i bytes =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + size_t{i} * kRowBlock));
       _mm256_store_si256(reinterpret_cast<__m256i*>(&offsets[0][0][0] + size_t{i} * kRowBlock),
                          _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 5));
     }
@@ -286,7 +287,8 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
       std::memcpy(a, acc[g], sizeof a);
       auto step = [&]<int Half>(uint32_t c) {
         __m256 xs[T];
-        for (int t = 0; t < T; ++t) xs[t] = _mm256_loadu_ps(x + size_t{t0 + t} * cols + size_t{v0 + c} * kRvqVecDim);
+        for (int t = 0; t < T; ++t)
+          xs[t] = _mm256_loadu_ps(x + size_t{t0 + t} * cols + size_t{v0 + c} * kRvqVecDim);
         // One 32-bit word holds two rows' offsets of a stage: low half, then high.
         for (int pair = 0; pair < kGroupRows / 2; ++pair) {
           const int row = g * kGroupRows + pair * 2;
@@ -324,7 +326,8 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
       if (row >= m.shape.rows) continue;
       const float scale = f16_to_f32(m.scales[row]);
       for (int t = 0; t < T; ++t)
-        y[size_t{t0 + t} * m.shape.rows + row] = scale * fold_halves(acc[g][0][r][t], acc[g][1][r][t]);
+        y[size_t{t0 + t} * m.shape.rows + row] =
+            scale * fold_halves(acc[g][0][r][t], acc[g][1][r][t]);
     }
 }
 
