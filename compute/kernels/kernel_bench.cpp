@@ -374,7 +374,7 @@ class Bench {
     const char* fmt_name = trunk_format_name(stored_format(t.format));
     const uint64_t bytes = data.size() + scales.size() * 2;
     const uint64_t weights = uint64_t{t.rows} * t.cols;
-    constexpr uint32_t kPrefillTokens = 16;
+    constexpr uint32_t kPrefillTokens = 64;  // the chunk the side by side prefills
     const std::vector<float> x = random_floats(size_t{t.cols} * kPrefillTokens, 71);
     std::vector<float> y(size_t{t.rows} * kPrefillTokens);
     // "engine" is what the engine runs by default, int8 activations, "f32

@@ -186,24 +186,6 @@ void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, cons
   }
 }
 
-void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
-                          uint32_t row_end, float* tile) {
-  const uint32_t nv = m.shape.vectors_per_row();
-  const float* e0 = codebooks.entries(0);
-  const float* e1 = codebooks.entries(1);
-  const float* e2 = codebooks.entries(2);
-  for (uint32_t r = row_begin; r < row_end; ++r) {
-    const uint8_t* idx = m.indices + m.shape.index_position(r, 0, 0);
-    float* out = tile + size_t{r - row_begin} * m.shape.cols;
-    for (uint32_t v = 0; v < nv; ++v, idx += kRvqStages * kRowBlock) {
-      const __m256 c0 = _mm256_loadu_ps(e0 + idx[0] * kRvqVecDim);
-      const __m256 c1 = _mm256_loadu_ps(e1 + idx[kRowBlock] * kRvqVecDim);
-      const __m256 c2 = _mm256_loadu_ps(e2 + idx[2 * kRowBlock] * kRvqVecDim);
-      _mm256_storeu_ps(out + size_t{v} * kRvqVecDim, _mm256_add_ps(_mm256_add_ps(c0, c1), c2));
-    }
-  }
-}
-
 namespace {
 
 // rvq_decoded.h's fold of 16 lanes held as two halves (lanes 0-7, 8-15).
@@ -214,29 +196,60 @@ inline float fold_halves(__m256 lo, __m256 hi) {
   return fold16(lanes);
 }
 
+// Vector positions whose index bytes are widened at a time: 1.5 KiB of offsets.
+constexpr uint32_t kSpan = 16;
+constexpr size_t kVectorBytes = kRvqStages * kRowBlock;  // one vector position of a row block
+constexpr size_t kSpanBytes = kSpan * kVectorBytes;
+// How far ahead of its span a sweep asks for index lines. The hardware
+// prefetcher alone leaves the sequential index stream stalling (one token,
+// 1024×2048 from DRAM: 6.7 → 8.2 G weights/s when the host is quiet). Reaching
+// into the next row block measured no better.
+constexpr uint32_t kPrefetchSpans = 4;
+
+// The codebook byte offsets (index · 32) of vector positions [v0, v0 + span) of
+// the row block whose index bytes start at `indices` and end at `block_end`:
+// offsets[c][s][r] for row r of the block, so that a row's entry then costs one
+// extraction and no shift, while the index lines kPrefetchSpans ahead are requested.
+inline void widen_span(const uint8_t* indices, const uint8_t* block_end, uint32_t v0, uint32_t span,
+                       uint16_t (*offsets)[kRvqStages][kRowBlock]) {
+  const uint8_t* at = indices + v0 * kVectorBytes;
+  for (const uint8_t* ahead = at + kPrefetchSpans * kSpanBytes;
+       ahead < std::min(block_end, at + (kPrefetchSpans + 1) * kSpanBytes); ahead += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+  for (uint32_t i = 0; i < span * kRvqStages; ++i) {
+    const __m128i bytes =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + size_t{i} * kRowBlock));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(&offsets[0][0][0] + size_t{i} * kRowBlock),
+                       _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 5));
+  }
+}
+
+// One vector position's decoded weights, (C0 + C1) + C2, at codebook byte offsets o0-o2.
+inline __m256 decoded_vector(const char* const books[kRvqStages], uint32_t o0, uint32_t o1,
+                             uint32_t o2) {
+  const __m256 e0 = _mm256_loadu_ps(reinterpret_cast<const float*>(books[0] + o0));
+  const __m256 e1 = _mm256_loadu_ps(reinterpret_cast<const float*>(books[1] + o1));
+  const __m256 e2 = _mm256_loadu_ps(reinterpret_cast<const float*>(books[2] + o2));
+  return _mm256_add_ps(_mm256_add_ps(e0, e1), e2);
+}
+
 // Rows [block·16, block·16 + 16) of one row block for tokens [t0, t0 + T), T
 // 1 or 2: the weights of each vector position are decoded into a register and
 // multiplied there, with the tile's arithmetic lane for lane (even vectors
 // feed lanes 0-7, odd ones lanes 8-15), so the decoded weights never travel
-// through memory. A span of vector positions first has its index bytes
-// widened to byte offsets into the codebooks (index · 32) for all 16 rows at
-// once, so each entry then costs one extraction and no shift: the step is
-// integer-bound otherwise (one Zen 3 core, one token, 1024×2048 in cache:
-// 6.5–7.5 → 8.3 G weights/s). Groups of 4 / T rows take turns over a span,
-// with eight accumulators each, kept on the stack between spans.
+// through memory. Each span's index bytes are widened first (widen_span): the
+// step is integer-bound otherwise (one Zen 3 core, one token, 1024×2048 in
+// cache: 6.5–7.5 → 8.3 G weights/s). Groups of 4 / T rows take turns over a
+// span, with eight accumulators each, kept on the stack between spans.
 template <int T>
 void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t block,
                  const float* x, uint32_t t0, float* y) {
   static_assert(T == 1 || T == 2);
-  constexpr uint32_t kSpan = 16;  // vector positions widened at a time: 1.5 KiB of offsets
-  constexpr uint32_t kPrefetchSpans = 4;
   constexpr int kGroupRows = 4 / T, kGroups = kRowBlock / kGroupRows;
   const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
-  const char* book0 = reinterpret_cast<const char*>(codebooks.entries(0));
-  const char* book1 = reinterpret_cast<const char*>(codebooks.entries(1));
-  const char* book2 = reinterpret_cast<const char*>(codebooks.entries(2));
-  constexpr size_t kVectorBytes = kRvqStages * kRowBlock;  // one vector position of a block
-  constexpr size_t kSpanBytes = kSpan * kVectorBytes;
+  const char* const books[kRvqStages] = {reinterpret_cast<const char*>(codebooks.entries(0)),
+                                         reinterpret_cast<const char*>(codebooks.entries(1)),
+                                         reinterpret_cast<const char*>(codebooks.entries(2))};
   const uint8_t* indices = m.indices + m.shape.index_position(block * kRowBlock, 0, 0);
   const uint8_t* block_end = indices + nv * kVectorBytes;
   alignas(32) uint16_t offsets[kSpan][kRvqStages][kRowBlock];
@@ -247,19 +260,7 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
         for (__m256& a : row) a = _mm256_setzero_ps();
   for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
     const uint32_t span = std::min(kSpan, nv - v0);
-    const uint8_t* at = indices + v0 * kVectorBytes;
-    // The hardware prefetcher alone leaves the sequential index stream
-    // stalling (one token, 1024×2048 from DRAM: 6.7 → 8.2 G weights/s when
-    // the host is quiet). Reaching into the next row block measured no better.
-    for (const uint8_t* ahead = at + kPrefetchSpans * kSpanBytes;
-         ahead < std::min(block_end, at + (kPrefetchSpans + 1) * kSpanBytes); ahead += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-    for (uint32_t i = 0; i < span * kRvqStages; ++i) {
-      const __m128i bytes =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + size_t{i} * kRowBlock));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(&offsets[0][0][0] + size_t{i} * kRowBlock),
-                         _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 5));
-    }
+    widen_span(indices, block_end, v0, span, offsets);
     for (int g = 0; g < kGroups; ++g) {
       // Copied out and back so the accumulators live in registers over the span.
       __m256 a[2][kGroupRows][T];
@@ -275,14 +276,8 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
           std::memcpy(&w0, &offsets[c][0][row], sizeof w0);
           std::memcpy(&w1, &offsets[c][1][row], sizeof w1);
           std::memcpy(&w2, &offsets[c][2][row], sizeof w2);
-          auto weights = [&](uint32_t o0, uint32_t o1, uint32_t o2) {
-            const __m256 e0 = _mm256_loadu_ps(reinterpret_cast<const float*>(book0 + o0));
-            const __m256 e1 = _mm256_loadu_ps(reinterpret_cast<const float*>(book1 + o1));
-            const __m256 e2 = _mm256_loadu_ps(reinterpret_cast<const float*>(book2 + o2));
-            return _mm256_add_ps(_mm256_add_ps(e0, e1), e2);
-          };
-          const __m256 low = weights(w0 & 0xffff, w1 & 0xffff, w2 & 0xffff);
-          const __m256 high = weights(w0 >> 16, w1 >> 16, w2 >> 16);
+          const __m256 low = decoded_vector(books, w0 & 0xffff, w1 & 0xffff, w2 & 0xffff);
+          const __m256 high = decoded_vector(books, w0 >> 16, w1 >> 16, w2 >> 16);
           for (int t = 0; t < T; ++t) {
             a[Half][pair * 2][t] = _mm256_fmadd_ps(low, xs[t], a[Half][pair * 2][t]);
             a[Half][pair * 2 + 1][t] = _mm256_fmadd_ps(high, xs[t], a[Half][pair * 2 + 1][t]);
@@ -365,6 +360,44 @@ void tile_tokens(const float* tile, const RvqMatrixView& m, uint32_t row_begin, 
 }
 
 }  // namespace
+
+void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
+                          uint32_t row_end, float* tile) {
+  const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
+  const char* const books[kRvqStages] = {reinterpret_cast<const char*>(codebooks.entries(0)),
+                                         reinterpret_cast<const char*>(codebooks.entries(1)),
+                                         reinterpret_cast<const char*>(codebooks.entries(2))};
+  alignas(32) uint16_t offsets[kSpan][kRvqStages][kRowBlock];
+  // A row block at a time, a span of its vector positions at a time, two rows
+  // at a time: one 32-bit word holds both rows' offsets of a stage.
+  for (uint32_t b0 = row_begin / kRowBlock * kRowBlock; b0 < row_end; b0 += kRowBlock) {
+    const uint8_t* indices = m.indices + m.shape.index_position(b0, 0, 0);
+    const uint8_t* block_end = indices + nv * kVectorBytes;
+    const uint32_t first = std::max(row_begin, b0) - b0,
+                   last = std::min(row_end, b0 + kRowBlock) - b0;
+    for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
+      const uint32_t span = std::min(kSpan, nv - v0);
+      widen_span(indices, block_end, v0, span, offsets);
+      // Pairs start on even rows, so a word never reaches past the offsets.
+      for (uint32_t r = first & ~1u; r < last; r += 2) {
+        float* out = tile + (size_t{b0} + r - row_begin) * cols + size_t{v0} * kRvqVecDim;
+        const bool low_row = r >= first, high_row = r + 1 < last;
+        for (uint32_t c = 0; c < span; ++c) {
+          uint32_t w0, w1, w2;
+          std::memcpy(&w0, &offsets[c][0][r], sizeof w0);
+          std::memcpy(&w1, &offsets[c][1][r], sizeof w1);
+          std::memcpy(&w2, &offsets[c][2][r], sizeof w2);
+          if (low_row)
+            _mm256_storeu_ps(out + size_t{c} * kRvqVecDim,
+                             decoded_vector(books, w0 & 0xffff, w1 & 0xffff, w2 & 0xffff));
+          if (high_row)
+            _mm256_storeu_ps(out + cols + size_t{c} * kRvqVecDim,
+                             decoded_vector(books, w0 >> 16, w1 >> 16, w2 >> 16));
+        }
+      }
+    }
+  }
+}
 
 void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
                           uint32_t row_end, const float* x, uint32_t tokens, float* y) {
