@@ -14,6 +14,7 @@
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 #include "proto/f16.h"
+#include "tests/compute/kernels/isas_under_test.h"
 
 using namespace sluice;
 using namespace sluice::kernels;
@@ -137,7 +138,7 @@ const char* format_name(QuantFormat f) {
 }
 
 // Every instruction set this machine runs (f32 matvec runs the AVX2 path on AVX-512).
-std::vector<Isa> isas() { return supported_isas(); }
+std::vector<Isa> isas() { return testing::isas_under_test(); }
 Exec f32_exec(Isa isa, ThreadPool* pool = nullptr) { return Exec{isa, pool, TrunkActivations::kF32}; }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
@@ -348,7 +349,7 @@ TEST_CASE("f32 matvec matches double and the documented orders, any thread count
 }
 
 TEST_CASE("scalar and AVX2 quant paths with f32 activations agree to the summation-order tolerance") {
-  if (!isa_supported(Isa::kAvx2)) return;
+  if (!testing::isa_under_test(Isa::kAvx2)) return;
   const Fixture f(QuantFormat::kQ4G128, 64, 2048, 1, 3);
   std::vector<float> a(64), b(64);
   quant_matvec(f.view(), f.x.data(), a.data(), f32_exec(Isa::kScalar));

@@ -17,6 +17,7 @@
 #include "proto/error.h"
 #include "sluice_build_id.h"
 #include "tests/proto/pinned_environment.h"
+#include "tests/compute/kernels/isas_under_test.h"
 
 using namespace sluice;
 using namespace sluice::kernels;
@@ -93,7 +94,7 @@ TEST_CASE("SLUICE_RVQ_CROSSOVER pins the crossover; a bad value is an error nami
 }
 
 TEST_CASE("small experts take the instruction set's default; a bad shape is an error naming it") {
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : testing::isas_under_test()) {
     CAPTURE(isa_name(isa));
     CHECK(rvq_decode_crossover(Exec{isa, nullptr}, 64, 32) == rvq_default_crossover(isa));
   }

@@ -16,6 +16,7 @@
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 #include "proto/f16.h"
+#include "tests/compute/kernels/isas_under_test.h"
 
 using namespace sluice;
 using namespace sluice::kernels;
@@ -79,7 +80,7 @@ TEST_CASE(
         std::vector<float> documented(size_t{tokens} * rows);
         for (uint32_t t = 0; t < tokens; ++t)
           for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = f.documented(t, r);
-        for (Isa isa : supported_isas())
+        for (Isa isa : testing::isas_under_test())
           for (size_t threads : {1, 2, 3}) {
             CAPTURE(rows);
             CAPTURE(cols);

@@ -16,6 +16,7 @@
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 #include "proto/f16.h"
+#include "tests/compute/kernels/isas_under_test.h"
 
 using namespace sluice;
 using namespace sluice::kernels;
@@ -143,7 +144,7 @@ TEST_CASE("rvq matvec equals the documented int16-code arithmetic at every ISA a
         const DocumentedTable table(f, f.x.data() + t * cols);
         for (uint32_t r = 0; r < rows; ++r) documented[t * rows + r] = table.row(f, r);
       }
-      for (Isa isa : supported_isas())
+      for (Isa isa : testing::isas_under_test())
         for (size_t threads : {1, 2, 3}) {
           CAPTURE(rows);
           CAPTURE(cols);
@@ -180,7 +181,7 @@ TEST_CASE("batched rvq equals one call per token, bit for bit, tokens in any ord
   const uint32_t tokens = 5;
   const Fixture f(70, 24, tokens, 99);
   const std::vector<uint32_t> chosen = {4, 0, 2, 2};
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : testing::isas_under_test()) {
     ThreadPool pool(2);
     const Exec exec{isa, &pool};
     RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
@@ -211,7 +212,7 @@ TEST_CASE(
         const DocumentedTable table(f, f.x.data() + size_t{t} * cols);
         for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = table.row(f, r);
       }
-      for (Isa isa : supported_isas())
+      for (Isa isa : testing::isas_under_test())
         for (size_t threads : {1, 3}) {
           CAPTURE(rows);
           CAPTURE(tokens);
@@ -232,7 +233,7 @@ TEST_CASE("every rvq row body equals the documented arithmetic over multi-chunk 
   using Rows = void (*)(const RvqTable&, std::span<const uint32_t>, const RvqMatrixView&, uint32_t,
                         uint32_t, float*);
   std::vector<std::pair<const char*, Rows>> bodies = {{"scalar", detail::rvq_rows_scalar}};
-  if (isa_supported(Isa::kAvx2)) bodies.emplace_back("avx2", detail::rvq_rows_avx2);
+  if (testing::isa_under_test(Isa::kAvx2)) bodies.emplace_back("avx2", detail::rvq_rows_avx2);
   uint32_t seed = 500;
   for (const auto& [rows, cols] : {std::pair{2400u, 48u}, std::pair{1500u, 200u}})
     for (uint32_t tokens = 1; tokens <= 5; ++tokens) {
@@ -263,8 +264,8 @@ TEST_CASE("a table built at one ISA gives the same bits when applied at another"
   const Fixture f(100, 136, 1, 7);
   const std::vector<float> base = run_all(f, Exec{Isa::kScalar, nullptr});
   RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
-  for (Isa build : supported_isas())
-    for (Isa apply : supported_isas()) {
+  for (Isa build : testing::isas_under_test())
+    for (Isa apply : testing::isas_under_test()) {
       RvqTable table;
       table.build(books, f.x.data(), f.cols, 1, Exec{build, nullptr});
       std::vector<float> y(f.rows + 4, kSentinel);
@@ -283,8 +284,8 @@ TEST_CASE("codes round half to even and clamp, NaN and infinities included, at e
   std::copy(std::begin(inputs), std::end(inputs), exact.begin());
   using Quantize = void (*)(const float*, size_t, float, int16_t*, uint8_t*);
   std::vector<Quantize> paths = {detail::rvq_quantize_scalar};
-  if (isa_supported(Isa::kAvx2)) paths.push_back(detail::rvq_quantize_avx2);
-  if (isa_supported(Isa::kAvx512)) paths.push_back(detail::rvq_quantize_avx512);
+  if (testing::isa_under_test(Isa::kAvx2)) paths.push_back(detail::rvq_quantize_avx2);
+  if (testing::isa_under_test(Isa::kAvx512)) paths.push_back(detail::rvq_quantize_avx512);
   for (Quantize quantize : paths) {
     std::vector<int16_t> codes(256, 99);
     std::vector<uint8_t> planes(512, 7);
@@ -310,7 +311,7 @@ TEST_CASE("tables built together equal each table built alone, at any thread cou
   for (size_t i = 0; i < other_books.size(); ++i) other_books[i] = f.codebooks[(i * 7) % other_books.size()] * 0.5f;
   const RvqCodebooks books(f.stage(0), f.stage(1), f.stage(2));
   const RvqCodebooks second(other_books.data(), other_books.data() + 2048, other_books.data() + 4096);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : testing::isas_under_test()) {
     RvqTable alone_first, alone_second;
     alone_first.build(books, f.x.data(), f.cols, f.tokens, Exec{isa, nullptr});
     alone_second.build(second, f.x.data(), f.cols, f.tokens, Exec{isa, nullptr});
@@ -337,7 +338,7 @@ TEST_CASE("tables built together equal each table built alone, at any thread cou
 TEST_CASE("an all-zero input gives exact zeros") {
   Fixture f(33, 136, 1, 3);
   std::fill(f.x.begin(), f.x.end(), 0.0f);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : testing::isas_under_test()) {
     std::vector<float> y = run_all(f, Exec{isa, nullptr});
     y.resize(f.rows);
     CHECK(y == std::vector<float>(f.rows, 0.0f));
