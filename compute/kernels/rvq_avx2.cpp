@@ -68,12 +68,32 @@ namespace {
 
 // Rows one pass accumulates: the caller's largest chunk (rvq.cpp).
 constexpr uint32_t kChunkBlocks = 64;
-// Tokens whose tables one pass reads against each loaded index vector.
-constexpr int kMaxPassTokens = 4;
 // Vector positions per span: K tokens' spans of tables together no larger
 // than one token's kRvqSpanVectors, so they stay in L1.
 constexpr uint32_t span_vectors(int tokens) {
   return tokens == 1 ? kRvqSpanVectors : tokens == 2 ? kRvqSpanVectors / 2 : kRvqSpanVectors / 4;
+}
+
+// body.template operator()<K>(t) for tokens [t, t + K) of n: groups of four
+// (the most tokens whose tables one pass reads against each loaded index
+// vector, and whose inputs a tile pass holds), then one group of what remains.
+template <typename Body>
+void in_groups_of_four(size_t n, Body&& body) {
+  size_t t = 0;
+  for (; t + 4 <= n; t += 4) body.template operator()<4>(t);
+  switch (n - t) {
+    case 3:
+      body.template operator()<3>(t);
+      break;
+    case 2:
+      body.template operator()<2>(t);
+      break;
+    case 1:
+      body.template operator()<1>(t);
+      break;
+    default:
+      break;
+  }
 }
 
 inline __m256i lanes_of(const uint8_t* bytes) {
@@ -167,22 +187,8 @@ void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, cons
                    uint32_t block_begin, uint32_t block_end, float* y) {
   for (uint32_t c0 = block_begin; c0 < block_end; c0 += kChunkBlocks) {
     const uint32_t c1 = std::min(block_end, c0 + kChunkBlocks);
-    size_t t = 0;
-    for (; t + kMaxPassTokens <= tokens.size(); t += kMaxPassTokens)
-      rows_chunk<kMaxPassTokens>(table, tokens, t, m, c0, c1, y);
-    switch (tokens.size() - t) {
-      case 3:
-        rows_chunk<3>(table, tokens, t, m, c0, c1, y);
-        break;
-      case 2:
-        rows_chunk<2>(table, tokens, t, m, c0, c1, y);
-        break;
-      case 1:
-        rows_chunk<1>(table, tokens, t, m, c0, c1, y);
-        break;
-      default:
-        break;
-    }
+    in_groups_of_four(tokens.size(),
+                      [&]<int K>(size_t t) { rows_chunk<K>(table, tokens, t, m, c0, c1, y); });
   }
 }
 
@@ -405,21 +411,9 @@ void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t ro
   for (uint32_t r0 = row_begin; r0 < row_end; r0 += kTilePassRows) {
     const uint32_t r1 = std::min(row_end, r0 + kTilePassRows);
     const float* rows = tile + size_t{r0 - row_begin} * cols;
-    uint32_t t = 0;
-    for (; t + 4 <= tokens; t += 4) tile_tokens<4>(rows, m, r0, r1, x, t, y);
-    switch (tokens - t) {
-      case 3:
-        tile_tokens<3>(rows, m, r0, r1, x, t, y);
-        break;
-      case 2:
-        tile_tokens<2>(rows, m, r0, r1, x, t, y);
-        break;
-      case 1:
-        tile_tokens<1>(rows, m, r0, r1, x, t, y);
-        break;
-      default:
-        break;
-    }
+    in_groups_of_four(tokens, [&]<int T>(size_t t) {
+      tile_tokens<T>(rows, m, r0, r1, x, static_cast<uint32_t>(t), y);
+    });
   }
 }
 
