@@ -239,6 +239,22 @@ inline __m256 decoded_vector(const char* const books[kRvqStages], uint32_t o0, u
   return _mm256_add_ps(_mm256_add_ps(e0, e1), e2);
 }
 
+// Rows `row` and `row` + 1 of a widened span's vector position (offsets[s][r])
+// decoded: one 32-bit word holds both rows' offsets of a stage, row's in its
+// low half.
+struct RowPair {
+  __m256 low, high;
+};
+inline RowPair decoded_rows(const char* const books[kRvqStages],
+                            const uint16_t (&offsets)[kRvqStages][kRowBlock], int row) {
+  uint32_t w0, w1, w2;
+  std::memcpy(&w0, &offsets[0][row], sizeof w0);
+  std::memcpy(&w1, &offsets[1][row], sizeof w1);
+  std::memcpy(&w2, &offsets[2][row], sizeof w2);
+  return {decoded_vector(books, w0 & 0xffff, w1 & 0xffff, w2 & 0xffff),
+          decoded_vector(books, w0 >> 16, w1 >> 16, w2 >> 16)};
+}
+
 // Rows [block·16, block·16 + 16) of one row block for tokens [t0, t0 + T), T
 // 1 or 2: the weights of each vector position are decoded into a register and
 // multiplied there, with the tile's arithmetic lane for lane (even vectors
@@ -275,15 +291,8 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
         __m256 xs[T];
         for (int t = 0; t < T; ++t)
           xs[t] = _mm256_loadu_ps(x + size_t{t0 + t} * cols + size_t{v0 + c} * kRvqVecDim);
-        // One 32-bit word holds two rows' offsets of a stage: low half, then high.
         for (int pair = 0; pair < kGroupRows / 2; ++pair) {
-          const int row = g * kGroupRows + pair * 2;
-          uint32_t w0, w1, w2;
-          std::memcpy(&w0, &offsets[c][0][row], sizeof w0);
-          std::memcpy(&w1, &offsets[c][1][row], sizeof w1);
-          std::memcpy(&w2, &offsets[c][2][row], sizeof w2);
-          const __m256 low = decoded_vector(books, w0 & 0xffff, w1 & 0xffff, w2 & 0xffff);
-          const __m256 high = decoded_vector(books, w0 >> 16, w1 >> 16, w2 >> 16);
+          const auto [low, high] = decoded_rows(books, offsets[c], g * kGroupRows + pair * 2);
           for (int t = 0; t < T; ++t) {
             a[Half][pair * 2][t] = _mm256_fmadd_ps(low, xs[t], a[Half][pair * 2][t]);
             a[Half][pair * 2 + 1][t] = _mm256_fmadd_ps(high, xs[t], a[Half][pair * 2 + 1][t]);
@@ -375,7 +384,7 @@ void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
                                          reinterpret_cast<const char*>(codebooks.entries(2))};
   alignas(32) uint16_t offsets[kSpan][kRvqStages][kRowBlock];
   // A row block at a time, a span of its vector positions at a time, two rows
-  // at a time: one 32-bit word holds both rows' offsets of a stage.
+  // at a time.
   for (uint32_t b0 = row_begin / kRowBlock * kRowBlock; b0 < row_end; b0 += kRowBlock) {
     const uint8_t* indices = m.indices + m.shape.index_position(b0, 0, 0);
     const uint8_t* block_end = indices + nv * kVectorBytes;
@@ -389,16 +398,9 @@ void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
         float* out = tile + (size_t{b0} + r - row_begin) * cols + size_t{v0} * kRvqVecDim;
         const bool low_row = r >= first, high_row = r + 1 < last;
         for (uint32_t c = 0; c < span; ++c) {
-          uint32_t w0, w1, w2;
-          std::memcpy(&w0, &offsets[c][0][r], sizeof w0);
-          std::memcpy(&w1, &offsets[c][1][r], sizeof w1);
-          std::memcpy(&w2, &offsets[c][2][r], sizeof w2);
-          if (low_row)
-            _mm256_storeu_ps(out + size_t{c} * kRvqVecDim,
-                             decoded_vector(books, w0 & 0xffff, w1 & 0xffff, w2 & 0xffff));
-          if (high_row)
-            _mm256_storeu_ps(out + cols + size_t{c} * kRvqVecDim,
-                             decoded_vector(books, w0 >> 16, w1 >> 16, w2 >> 16));
+          const auto [low, high] = decoded_rows(books, offsets[c], static_cast<int>(r));
+          if (low_row) _mm256_storeu_ps(out + size_t{c} * kRvqVecDim, low);
+          if (high_row) _mm256_storeu_ps(out + cols + size_t{c} * kRvqVecDim, high);
         }
       }
     }

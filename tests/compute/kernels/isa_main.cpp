@@ -18,22 +18,23 @@ using kernels::Isa;
 
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
-
-// The set SLUICE_TEST_ISA names: nothing when unset, kAllIsas's end when unknown.
-std::optional<const Isa*> named_isa() {
+// The set SLUICE_TEST_ISA names, if it is set; an unknown name ends the run.
+std::optional<Isa> named_isa() {
   const char* value = std::getenv("SLUICE_TEST_ISA");
   if (value == nullptr) return std::nullopt;
-  return std::find_if(std::begin(kAllIsas), std::end(kAllIsas),
-                      [&](Isa isa) { return std::string_view(value) == kernels::isa_name(isa); });
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (std::string_view(value) == kernels::isa_name(isa)) return isa;
+  std::fprintf(stderr, "SLUICE_TEST_ISA=%s: unknown kernel set (expected scalar, avx2 or avx512)\n",
+               value);
+  std::exit(1);
 }
 
 }  // namespace
 
 std::vector<Isa> isas_under_test() {
   std::vector<Isa> isas = kernels::supported_isas();
-  if (const auto named = named_isa())
-    std::erase_if(isas, [limit = **named](Isa isa) { return isa > limit; });
+  if (const std::optional<Isa> named = named_isa())
+    std::erase_if(isas, [&](Isa isa) { return isa > *named; });
   return isas;
 }
 
@@ -46,20 +47,13 @@ bool isa_under_test(Isa isa) {
 
 int main(int argc, char** argv) {
   using namespace sluice;
-  if (const auto named = testing::named_isa()) {
-    if (*named == std::end(testing::kAllIsas)) {
-      std::fprintf(stderr,
-                   "SLUICE_TEST_ISA=%s: unknown kernel set (expected scalar, avx2 or avx512)\n",
-                   std::getenv("SLUICE_TEST_ISA"));
-      return 1;
-    }
-    if (!kernels::isa_supported(**named)) {
-      std::printf(
-          "skipped: this CPU does not run the %s kernels, so this run would execute none of "
-          "their bodies\n",
-          kernels::isa_name(**named));
-      return 77;
-    }
+  if (const std::optional<kernels::Isa> named = testing::named_isa();
+      named && !kernels::isa_supported(*named)) {
+    std::printf(
+        "skipped: this CPU does not run the %s kernels, so this run would execute none of "
+        "their bodies\n",
+        kernels::isa_name(*named));
+    return 77;
   }
   doctest::Context context(argc, argv);
   return context.run();
