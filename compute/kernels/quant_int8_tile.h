@@ -130,7 +130,15 @@ void int8_rows_with(const QuantMatrixView& m, const Int8Activations& x, uint32_t
     for (; r < row_end; ++r) int8_tile<F, 1, 1, Dot>(m, x, r, 0, y);
     return;
   }
+  // Two rows share each token's activation loads and bias sums; three tokens
+  // share each row's weight unpacking (one Zen 3 core, q4 [2048x2048] × 64
+  // tokens: 12.9–14.3 → 11.5 ms, against 11.6–11.7 for four rows by two).
   uint32_t r = row_begin;
+  for (; r + 2 <= row_end; r += 2) {
+    uint32_t t = 0;
+    for (; t + 3 <= x.tokens; t += 3) int8_tile<F, 2, 3, Dot>(m, x, r, t, y);
+    for (; t < x.tokens; ++t) int8_tile<F, 2, 1, Dot>(m, x, r, t, y);
+  }
   for (; r < row_end; ++r) {
     uint32_t t = 0;
     for (; t + 4 <= x.tokens; t += 4) int8_tile<F, 1, 4, Dot>(m, x, r, t, y);
