@@ -3,6 +3,7 @@
 // use rvq.h. No bounds checks here; rvq.cpp checks before calling.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -59,14 +60,34 @@ void rvq_rows_avx512(const RvqTable& table, std::span<const uint32_t> tokens,
 
 namespace sluice::kernels::detail {
 
-// Decode-once path (rvq_decoded.h). Decodes rows [row_begin, row_end) of m
-// into tile (row stride cols), before the row scale.
+// Decode-once path (rvq_decoded.h). A tile holds rows [row_begin, row_end) of
+// m decoded, before the row scale, in panels of P rows: tile rows [iP, iP + P)
+// (the last panel may hold fewer, Q rows) take Q · cols floats from row iP's
+// row-major place, holding their columns 16 at a time, row after row (a final
+// 8-column position 8 at a time). A sweep over a panel's columns then reads
+// one sequential stream; with P = 1 the tile is row-major.
+inline constexpr uint32_t kTilePanelRowsAvx2 = 3;
+inline constexpr uint32_t kTilePanelRowsAvx512 = 1;
+// Where one row's columns lie in a panel layout: columns 16p..16p+15 at
+// first + p · step, except a final 8-column position's, tail_shift floats before.
+struct TilePanelRow {
+  float* first;
+  uint32_t step;
+  uint32_t tail_shift;
+};
+inline TilePanelRow tile_panel_row(float* tile, uint32_t tile_rows, uint32_t cols,
+                                   uint32_t panel_rows, uint32_t row) {
+  const uint32_t first = row / panel_rows * panel_rows, slot = row - first;
+  const uint32_t rows = std::min(panel_rows, tile_rows - first);
+  return {tile + size_t{first} * cols + slot * 16, rows * 16, slot * 8};
+}
 void rvq_decode_rows_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& m,
                             uint32_t row_begin, uint32_t row_end, float* tile);
 void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
-                          uint32_t row_end, float* tile);
+                          uint32_t row_end, uint32_t panel_rows, float* tile);
 // y[t × m.rows + r] for r in [row_begin, row_end) and every token, from a tile
-// holding exactly those rows.
+// holding exactly those rows: row-major for scalar, in kTilePanelRows* panels
+// for the others.
 void rvq_tile_matmul_scalar(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
                             uint32_t row_end, const float* x, uint32_t tokens, float* y);
 void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
