@@ -17,9 +17,13 @@ namespace {
 
 constexpr size_t kTileBytes = size_t{256} << 10;  // a decoded tile stays in L2
 // Up to this many tokens, decoding in registers once per token pair beats a
-// tile's store and reload (Zen 5, one 1024 × 2048 matrix from DRAM: 0.41 against
-// 0.65 ms at 3 tokens, 0.74 against 0.80 at 6, 0.96 against 0.82 at 8).
-constexpr uint32_t kFusedMaxTokens = 6;
+// tile's store and reload, which depends on the tile matmul's instruction set:
+// - AVX-512 (Zen 5, one 1024 × 2048 matrix from DRAM: 0.41 against 0.65 ms at
+//   3 tokens, 0.74 against 0.80 at 6, 0.96 against 0.82 at 8);
+// - AVX2 (Zen 3, bench kernels, one OLMoE expert: 1.88 ms at 4 tokens in
+//   registers, 2.7–2.8 at 8 through the tile, which adds 0.19 ms a token: so
+//   about 2.0 at 4, 2.2 at 5 against 2.7 in registers).
+uint32_t fused_max_tokens(Isa isa) { return isa == Isa::kAvx512 ? 6 : 4; }
 constexpr size_t kFusedGrainBlocks = 4;
 
 uint32_t tile_rows(uint32_t cols) {
@@ -68,7 +72,7 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
     fail("rvq decoded matmul: matrix indices or scales missing");
   if (tokens == 0 || matrix.shape.rows == 0) return;
   // The in-register path is AVX2 code, which AVX-512 machines run as well.
-  if (exec.isa != Isa::kScalar && tokens <= kFusedMaxTokens) {
+  if (exec.isa != Isa::kScalar && tokens <= fused_max_tokens(exec.isa)) {
     auto fused = [&](size_t begin, size_t end) {
       detail::rvq_fused_rows_avx2(codebooks, matrix, static_cast<uint32_t>(begin),
                                   static_cast<uint32_t>(end), x, tokens, y);
