@@ -419,20 +419,22 @@ void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
       widen_span(indices, block_end, v0, span, offsets);
       // Pairs start on even rows, so a word never reaches past the offsets.
       for (uint32_t r = first & ~1u; r < last; r += 2) {
-        const bool low_row = r >= first, high_row = r + 1 < last;
         const uint32_t in_tile = b0 + r - row_begin;
-        // A row outside the tile borrows its partner's place and never writes there.
-        const TilePanelRow low = tile_panel_row(tile, tile_rows, cols, panel_rows,
-                                                low_row ? in_tile : in_tile + 1),
-                           high = tile_panel_row(tile, tile_rows, cols, panel_rows,
-                                                 high_row ? in_tile + 1 : in_tile);
+        // A row outside the tile writes every position to a scratch one instead,
+        // which keeps the loop free of branches.
+        alignas(32) float scratch[2 * kRvqVecDim];
+        const TilePanelRow outside{scratch, 0, 0};
+        const TilePanelRow low =
+            r >= first ? tile_panel_row(tile, tile_rows, cols, panel_rows, in_tile) : outside;
+        const TilePanelRow high =
+            r + 1 < last ? tile_panel_row(tile, tile_rows, cols, panel_rows, in_tile + 1) : outside;
         float* low_at = low.first + size_t{v0 / 2} * low.step;
         float* high_at = high.first + size_t{v0 / 2} * high.step;
         auto store = [&](uint32_t c, float* low_to, float* high_to) {
           const auto [low_weights, high_weights] =
               decoded_rows(books, offsets[c], static_cast<int>(r));
-          if (low_row) _mm256_storeu_ps(low_to, low_weights);
-          if (high_row) _mm256_storeu_ps(high_to, high_weights);
+          _mm256_storeu_ps(low_to, low_weights);
+          _mm256_storeu_ps(high_to, high_weights);
         };
         // v0 is even: vectors c and c + 1 share a 16-column position.
         uint32_t c = 0;
