@@ -364,6 +364,21 @@ void tile_pass(const float* panel, uint32_t cols, const float* x, uint32_t k0, u
   }
 }
 
+// Where one tile row's columns lie in a panel layout (rvq_kernels.h): columns
+// 16p..16p+15 at first + p · step, except a final 8-column position's,
+// tail_shift floats before.
+struct TilePanelRow {
+  float* first;
+  uint32_t step;
+  uint32_t tail_shift;
+};
+TilePanelRow tile_panel_row(float* tile, uint32_t tile_rows, uint32_t cols, uint32_t panel_rows,
+                            uint32_t row) {
+  const uint32_t first = row / panel_rows * panel_rows, slot = row - first;
+  const uint32_t rows = std::min(panel_rows, tile_rows - first);
+  return {tile + size_t{first} * cols + slot * 16, rows * 16, slot * 8};
+}
+
 // Rows [row_begin, row_end) (at most kTilePassRows) for tokens [t0, t0 + T).
 template <int T>
 void tile_tokens(const float* tile, const RvqMatrixView& m, uint32_t row_begin, uint32_t row_end,

@@ -94,15 +94,14 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
         detail::rvq_tile_matmul_scalar(tile.data(), matrix, r0, r1, x, tokens, y);
         continue;
       }
-      if (exec.isa == Isa::kAvx512) {
-        detail::rvq_decode_rows_avx2(codebooks, matrix, r0, r1, detail::kTilePanelRowsAvx512,
-                                     tile.data());
+      const bool avx512 = exec.isa == Isa::kAvx512;
+      detail::rvq_decode_rows_avx2(
+          codebooks, matrix, r0, r1,
+          avx512 ? detail::kTilePanelRowsAvx512 : detail::kTilePanelRowsAvx2, tile.data());
+      if (avx512)
         detail::rvq_tile_matmul_avx512(tile.data(), matrix, r0, r1, x, tokens, y);
-      } else {
-        detail::rvq_decode_rows_avx2(codebooks, matrix, r0, r1, detail::kTilePanelRowsAvx2,
-                                     tile.data());
+      else
         detail::rvq_tile_matmul_avx2(tile.data(), matrix, r0, r1, x, tokens, y);
-      }
     }
   };
   split_over_pool(exec, tiles, 1, body);

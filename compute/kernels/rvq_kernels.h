@@ -3,7 +3,6 @@
 // use rvq.h. No bounds checks here; rvq.cpp checks before calling.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -68,19 +67,6 @@ namespace sluice::kernels::detail {
 // one sequential stream; with P = 1 the tile is row-major.
 inline constexpr uint32_t kTilePanelRowsAvx2 = 3;
 inline constexpr uint32_t kTilePanelRowsAvx512 = 1;
-// Where one row's columns lie in a panel layout: columns 16p..16p+15 at
-// first + p · step, except a final 8-column position's, tail_shift floats before.
-struct TilePanelRow {
-  float* first;
-  uint32_t step;
-  uint32_t tail_shift;
-};
-inline TilePanelRow tile_panel_row(float* tile, uint32_t tile_rows, uint32_t cols,
-                                   uint32_t panel_rows, uint32_t row) {
-  const uint32_t first = row / panel_rows * panel_rows, slot = row - first;
-  const uint32_t rows = std::min(panel_rows, tile_rows - first);
-  return {tile + size_t{first} * cols + slot * 16, rows * 16, slot * 8};
-}
 void rvq_decode_rows_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& m,
                             uint32_t row_begin, uint32_t row_end, float* tile);
 void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
