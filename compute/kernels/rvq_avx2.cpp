@@ -74,6 +74,24 @@ constexpr uint32_t span_vectors(int tokens) {
   return tokens == 1 ? kRvqSpanVectors : tokens == 2 ? kRvqSpanVectors / 2 : kRvqSpanVectors / 4;
 }
 
+// body.template operator()<K>() for K = k, a run-time count of 1 to 3; nothing for 0.
+template <typename Body>
+void with_count_up_to_three(size_t k, Body&& body) {
+  switch (k) {
+    case 3:
+      body.template operator()<3>();
+      break;
+    case 2:
+      body.template operator()<2>();
+      break;
+    case 1:
+      body.template operator()<1>();
+      break;
+    default:
+      break;
+  }
+}
+
 // body.template operator()<K>(t) for tokens [t, t + K) of n: groups of four
 // (the most tokens whose tables one pass reads against each loaded index
 // vector, and whose inputs a tile pass holds), then one group of what remains.
@@ -81,19 +99,7 @@ template <typename Body>
 void in_groups_of_four(size_t n, Body&& body) {
   size_t t = 0;
   for (; t + 4 <= n; t += 4) body.template operator()<4>(t);
-  switch (n - t) {
-    case 3:
-      body.template operator()<3>(t);
-      break;
-    case 2:
-      body.template operator()<2>(t);
-      break;
-    case 1:
-      body.template operator()<1>(t);
-      break;
-    default:
-      break;
-  }
+  with_count_up_to_three(n - t, [&]<int K>() { body.template operator()<K>(t); });
 }
 
 inline __m256i lanes_of(const uint8_t* bytes) {
@@ -326,11 +332,6 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
 // and every row re-read them from L2 (bench kernels, one OLMoE expert, each
 // further token: 0.274 → 0.229 ms; 64 tokens: 18.7 → 15.8 ms).
 constexpr uint32_t kTilePassCols = 512;
-// Rows whose partial sums one pass keeps: the tile's most (rvq_decoded.cpp),
-// in whole panels, so that a longer tile would still split on a panel's start.
-constexpr uint32_t kTilePassRows =
-    (4 * kRowBlock + kTilePanelRowsAvx2 - 1) / kTilePanelRowsAvx2 * kTilePanelRowsAvx2;
-
 // Half h of a panel of R rows × T tokens over columns [k0, k1): lane l of half
 // h accumulates columns 16c + 8h + l, so the halves are independent chains and
 // one is swept at a time, with R · T accumulators in registers, reading the
@@ -379,30 +380,21 @@ TilePanelRow tile_panel_row(float* tile, uint32_t tile_rows, uint32_t cols, uint
   return {tile + size_t{first} * cols + slot * 16, rows * 16, slot * 8};
 }
 
-// Rows [row_begin, row_end) (at most kTilePassRows) for tokens [t0, t0 + T).
+// The tile's rows [row_begin, row_end) (at most kTileMaxRows) for tokens [t0, t0 + T).
 template <int T>
 void tile_tokens(const float* tile, const RvqMatrixView& m, uint32_t row_begin, uint32_t row_end,
                  const float* x, uint32_t t0, float* y) {
-  static_assert(kTilePanelRowsAvx2 == 3);
+  static_assert(kTilePanelRowsAvx2 <= 3);
   const uint32_t cols = m.shape.cols, rows = row_end - row_begin;
-  alignas(32) float partial[kTilePassRows][4][16];
+  alignas(32) float partial[kTileMaxRows][4][16];
   std::memset(partial, 0, sizeof partial[0] * rows);
   const float* xt = x + size_t{t0} * cols;
   for (uint32_t k0 = 0; k0 < cols; k0 += kTilePassCols) {
     const uint32_t k1 = std::min(cols, k0 + kTilePassCols);
     for (uint32_t r = 0; r < rows; r += kTilePanelRowsAvx2) {
-      const float* panel = tile + size_t{r} * cols;
-      switch (std::min(kTilePanelRowsAvx2, rows - r)) {
-        case 3:
-          tile_pass<3, T>(panel, cols, xt, k0, k1, &partial[r]);
-          break;
-        case 2:
-          tile_pass<2, T>(panel, cols, xt, k0, k1, &partial[r]);
-          break;
-        default:
-          tile_pass<1, T>(panel, cols, xt, k0, k1, &partial[r]);
-          break;
-      }
+      with_count_up_to_three(std::min(kTilePanelRowsAvx2, rows - r), [&]<int R>() {
+        tile_pass<R, T>(tile + size_t{r} * cols, cols, xt, k0, k1, &partial[r]);
+      });
     }
   }
   for (uint32_t r = 0; r < rows; ++r) {
@@ -465,14 +457,9 @@ void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
 
 void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
                           uint32_t row_end, const float* x, uint32_t tokens, float* y) {
-  const uint32_t cols = m.shape.cols;
-  for (uint32_t r0 = row_begin; r0 < row_end; r0 += kTilePassRows) {
-    const uint32_t r1 = std::min(row_end, r0 + kTilePassRows);
-    const float* rows = tile + size_t{r0 - row_begin} * cols;
-    in_groups_of_four(tokens, [&]<int T>(size_t t) {
-      tile_tokens<T>(rows, m, r0, r1, x, static_cast<uint32_t>(t), y);
-    });
-  }
+  in_groups_of_four(tokens, [&]<int T>(size_t t) {
+    tile_tokens<T>(tile, m, row_begin, row_end, x, static_cast<uint32_t>(t), y);
+  });
 }
 
 void rvq_fused_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,

@@ -29,7 +29,7 @@ constexpr size_t kFusedGrainBlocks = 4;
 uint32_t tile_rows(uint32_t cols) {
   const size_t fit = kTileBytes / (size_t{cols} * sizeof(float));
   return static_cast<uint32_t>(
-      std::clamp<size_t>(fit / kRowBlock * kRowBlock, kRowBlock, 4 * kRowBlock));
+      std::clamp<size_t>(fit / kRowBlock * kRowBlock, kRowBlock, detail::kTileMaxRows));
 }
 
 }  // namespace

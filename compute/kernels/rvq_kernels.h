@@ -65,6 +65,8 @@ namespace sluice::kernels::detail {
 // row-major place, holding their columns 16 at a time, row after row (a final
 // 8-column position 8 at a time). A sweep over a panel's columns then reads
 // one sequential stream; with P = 1 the tile is row-major.
+// The most rows a tile holds (rvq_decoded.cpp sizes tiles to L2 within this).
+inline constexpr uint32_t kTileMaxRows = 4 * kRowBlock;
 inline constexpr uint32_t kTilePanelRowsAvx2 = 3;
 inline constexpr uint32_t kTilePanelRowsAvx512 = 1;
 void rvq_decode_rows_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& m,

@@ -16,8 +16,8 @@
 
 #include "proto/error.h"
 #include "sluice_build_id.h"
-#include "tests/proto/pinned_environment.h"
 #include "tests/compute/kernels/isas_under_test.h"
+#include "tests/proto/pinned_environment.h"
 
 using namespace sluice;
 using namespace sluice::kernels;
