@@ -20,6 +20,7 @@ CpuFeatures detect_cpu_features() {
   __cpuid_count(1, 0, eax, ebx, ecx, edx);
   const bool osxsave = (ecx & bit_OSXSAVE) != 0;
   features.fma = (ecx & bit_FMA) != 0;
+  features.f16c = (ecx & bit_F16C) != 0;
   if (osxsave) {
     uint32_t xcr0_lo = 0, xcr0_hi = 0;
     __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
@@ -50,7 +51,7 @@ const char* isa_name(Isa isa) {
 
 bool isa_supported(Isa isa) {
   const CpuFeatures f = detect_cpu_features();
-  const bool avx2 = f.avx2 && f.fma && f.os_saves_ymm;
+  const bool avx2 = f.avx2 && f.fma && f.f16c && f.os_saves_ymm;
   switch (isa) {
     case Isa::kScalar:
       return true;

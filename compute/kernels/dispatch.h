@@ -18,6 +18,7 @@ enum class Isa { kScalar, kAvx2, kAvx512 };
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
+  bool f16c = false;  // the vector bodies widen f16 scales with it
   bool os_saves_ymm = false;  // XGETBV says the OS preserves the upper halves of ymm
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vbmi = false, avx512vnni = false;
   bool os_saves_zmm = false;  // XGETBV: opmask, upper zmm0-15 and zmm16-31 state too

@@ -152,8 +152,8 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
     }
     for (int p = 0; p < Pairs; ++p) {
       const uint32_t r = r0 + 2 * p;
-      const __m512 scale = pair_scales<F, T>(f16_to_f32(m.scales[size_t{r} * groups + g]),
-                                          f16_to_f32(m.scales[size_t{r + 1} * groups + g]));
+      const __m512 scale = pair_scales<F, T>(f16c_to_f32(m.scales[size_t{r} * groups + g]),
+                                          f16c_to_f32(m.scales[size_t{r + 1} * groups + g]));
       for (int t = 0; t < T; ++t) acc[p][t] = _mm512_fmadd_ps(scale, part[p][t], acc[p][t]);
     }
   }

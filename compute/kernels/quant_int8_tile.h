@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "compute/kernels/f16c.h"
 #include "compute/kernels/quant_kernels.h"
-#include "proto/f16.h"
 
 namespace sluice::kernels::detail {
 namespace {
@@ -113,7 +113,7 @@ void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
       }
     }
     for (int r = 0; r < R; ++r) {
-      const __m256 scale = _mm256_set1_ps(f16_to_f32(m.scales[size_t{r0 + r} * groups + g]));
+      const __m256 scale = _mm256_set1_ps(f16c_to_f32(m.scales[size_t{r0 + r} * groups + g]));
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(scale, part[r][t], acc[r][t]);
     }
   }
