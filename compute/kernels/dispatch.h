@@ -10,9 +10,11 @@ namespace sluice::kernels {
 
 class ThreadPool;
 
-// kAvx512 means AVX-512 F/BW/VL with VBMI (Ice Lake, Zen 4 and later): the
-// RVQ kernel needs vpermi2b. The trunk kernels take the VNNI dot product
-// there when CPUID has it, and their AVX2 path otherwise.
+// kAvx2 means AVX2 with FMA and F16C (every AVX2 CPU has both; the trunk
+// kernels widen their f16 scales with F16C). kAvx512 means AVX-512 F/BW/VL
+// with VBMI (Ice Lake, Zen 4 and later): the RVQ kernel needs vpermi2b. The
+// trunk kernels take the VNNI dot product there when CPUID has it, and their
+// AVX2 path otherwise.
 enum class Isa { kScalar, kAvx2, kAvx512 };
 
 struct CpuFeatures {
