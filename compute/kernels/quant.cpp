@@ -72,26 +72,28 @@ void Int8Activations::prepare(QuantFormat format, uint32_t tokens_, uint32_t col
   tokens = tokens_;
   cols = cols_;
   stride = (cols_ + kQuantGroup - 1) / kQuantGroup * kQuantGroup;
-  const size_t values_needed = size_t{tokens} * stride, scales_needed = size_t{tokens} * blocks();
+  const size_t values_needed = size_t{tokens} * stride, scales_needed = size_t{tokens} * groups();
   if (values.size() < values_needed) values.resize(values_needed);
   if (scales.size() < scales_needed) scales.resize(scales_needed);
 }
 
 void quantize_activations_scalar(const float* x, Int8Activations& out) {
-  const uint32_t blocks = out.blocks();
+  const uint32_t groups = out.groups();
   for (uint32_t t = 0; t < out.tokens; ++t) {
     const float* row = x + size_t{t} * out.cols;
-    for (uint32_t b = 0; b < blocks; ++b) {
-      const uint32_t begin = b * kInt8Block;
-      const uint32_t n = begin < out.cols ? std::min(kInt8Block, out.cols - begin) : 0;
+    for (uint32_t g = 0; g < groups; ++g) {
+      const uint32_t begin = g * kQuantGroup;
+      const uint32_t end = std::min(out.cols, begin + kQuantGroup);
       float amax = 0.0f;
-      for (uint32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(row[begin + i]));
-      out.scales[size_t{t} * blocks + b] = amax / 127.0f;
+      for (uint32_t k = begin; k < end; ++k) amax = std::max(amax, std::fabs(row[k]));
+      out.scales[size_t{t} * groups + g] = amax / 127.0f;
       const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int8_t* q = out.values.data() + size_t{t} * out.stride + begin;
-      for (uint32_t p = 0; p < kInt8Block; ++p) {
-        const uint32_t column = int8_column_at(out.order, p);
-        q[p] = column < n ? static_cast<int8_t>(round_clamped(row[begin + column] * inverse, 127)) : 0;
+      for (uint32_t b = begin; b < begin + kQuantGroup; b += kInt8Block) {
+        int8_t* q = out.values.data() + size_t{t} * out.stride + b;
+        for (uint32_t p = 0; p < kInt8Block; ++p) {
+          const uint32_t column = b + int8_column_at(out.order, p);
+          q[p] = column < end ? static_cast<int8_t>(round_clamped(row[column] * inverse, 127)) : 0;
+        }
       }
     }
   }
@@ -99,26 +101,23 @@ void quantize_activations_scalar(const float* x, Int8Activations& out) {
 
 void int8_rows_scalar(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
                       float* y) {
-  const uint32_t groups = m.groups(), blocks = x.blocks(), used = x.used_blocks();
+  const uint32_t groups = m.groups(), used = x.used_blocks();
   for (uint32_t t = 0; t < x.tokens; ++t) {
     for (uint32_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = m.data + size_t{r} * m.row_bytes();
       float acc[8] = {};
       for (uint32_t g = 0; g < groups; ++g) {
-        float part[8] = {};
+        int32_t lanes[8] = {};
         const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
         for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
-          int32_t lanes[8] = {};
           const int8_t* xb = x.block_values(t, b);
           for (uint32_t p = 0; p < kInt8Block; ++p) {
             const uint32_t column = b * kInt8Block + int8_column_at(x.order, p);
             lanes[p / 4] += static_cast<int32_t>(weight(m, row, column)) * xb[p];
           }
-          const float scale = x.scales[size_t{t} * blocks + b];
-          for (int l = 0; l < 8; ++l) part[l] = std::fma(scale, static_cast<float>(lanes[l]), part[l]);
         }
-        const float scale = f16_to_f32(m.scales[size_t{r} * groups + g]);
-        for (int l = 0; l < 8; ++l) acc[l] = std::fma(scale, part[l], acc[l]);
+        const float d = x.group_scale(t, g), scale = f16_to_f32(m.scales[size_t{r} * groups + g]);
+        for (int l = 0; l < 8; ++l) acc[l] = std::fma(scale, d * static_cast<float>(lanes[l]), acc[l]);
       }
       y[size_t{t} * m.rows + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
     }

@@ -39,15 +39,19 @@ struct QuantMatrixView {
 
 // Int8 activations (TrunkActivations::kInt8), the same on every instruction
 // set, so the result is bit-identical across scalar, AVX2 and AVX-512. Each
-// token's x is cut into blocks of 32 columns, b covering [32b, 32b + 32) ∩
-// [0, cols) (blocks wholly beyond cols are skipped); in f32:
-//   amax_b = max |x|, d_b = amax_b / 127, xq = round_half_even(x · (127 / amax_b))
-//   (xq = 0 when amax_b = 0). The block's 32 positions p hold column 32b + p
-//   (q8g128, q6g128), or for q4g128 column 32b + (p < 16 ? 2p : 2(p − 16) + 1). Lane l
-//   in 0..7 takes the positions 4l..4l + 3: P_b[l] = Σ q·xq there, in int32 (exact).
-//   For each group g: part[l] = 0; for its blocks b ascending:
-//   part[l] = fma(d_b, float(P_b[l]), part[l]); then acc[l] = fma(f16_to_f32(scale_g),
-//   part[l], acc[l]), acc from 0, groups ascending; y = the reduction below.
+// token's x is quantized per group g of 128 columns, [128g, 128g + 128) ∩
+// [0, cols), the weights' group; in f32:
+//   amax_g = max |x|, d_g = amax_g / 127, xq = round_half_even(x · (127 / amax_g))
+//   (xq = 0 when amax_g = 0). The group is cut into blocks of 32 columns, b
+//   covering [32b, 32b + 32) (blocks wholly beyond cols are skipped), whose 32
+//   positions p hold column 32b + p (q8g128, q6g128), or for q4g128 column
+//   32b + (p < 16 ? 2p : 2(p − 16) + 1). Lane l in 0..7 takes the positions
+//   4l..4l + 3 of every block of the group: L_g[l] = Σ q·xq there, in int32
+//   (exact). Then acc[l] = fma(f16_to_f32(scale_g), d_g · float(L_g[l]), acc[l])
+//   (the product rounded to f32 first), acc from 0, groups ascending; y = the
+//   reduction below. One scale per 128 rather than per 32 columns lets the
+//   kernels convert once per group (q4 [2048x2048] × 64 tokens on one Zen 3
+//   core: 10.0–10.4 → 7.8–8.1 ms).
 //
 // F32 activations (TrunkActivations::kF32), summation order per instruction
 // set. w = the stored integer q converted to f32 (exact); group g covers

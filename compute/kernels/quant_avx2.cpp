@@ -152,22 +152,20 @@ __m256 load_partial(const float* x, uint32_t k, uint32_t n) {
   return _mm256_maskload_ps(x + k, lane_mask(n - k));
 }
 
-// The block's 32 values as int8 in column order: round(x·id) half to even.
-__m256i quantize_block(const float* x, uint32_t n, float& scale) {
-  __m256 v[4];
+// max |x| over the n real columns of a group, read eight at a time.
+float group_max(const float* x, uint32_t n) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   __m256 amax = _mm256_setzero_ps();
-  for (int i = 0; i < 4; ++i) {
-    v[i] = load_partial(x, 8 * i, n);
-    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[i]));
-  }
+  for (uint32_t k = 0; k < n; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, load_partial(x, k, n)));
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  const float block_max = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
-  scale = block_max / 127.0f;
-  const __m256 inverse = _mm256_set1_ps(block_max > 0.0f ? 127.0f / block_max : 0.0f);
+  return _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+}
+
+// A block's 32 values (n real) as int8 in column order: round(x·inverse) half to even.
+__m256i quantize_block(const float* x, uint32_t n, __m256 inverse) {
   __m256i q[4];
-  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inverse));
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(load_partial(x, 8 * i, n), inverse));
   // packs work within 128-bit halves; the dword permute puts columns back in order.
   const __m256i words = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
   const __m256i ordered = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -185,15 +183,21 @@ __m256i to_q4_order(__m256i v) {
 }  // namespace
 
 void quantize_activations_avx2(const float* x, Int8Activations& out) {
-  const uint32_t blocks = out.blocks();
+  const uint32_t groups = out.groups();
   for (uint32_t t = 0; t < out.tokens; ++t) {
     const float* row = x + size_t{t} * out.cols;
-    for (uint32_t b = 0; b < blocks; ++b) {
-      const uint32_t begin = b * kInt8Block;
-      const uint32_t n = begin < out.cols ? std::min(kInt8Block, out.cols - begin) : 0;
-      __m256i q = quantize_block(row + begin, n, out.scales[size_t{t} * blocks + b]);
-      if (out.order == QuantFormat::kQ4G128) q = to_q4_order(q);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.values.data() + size_t{t} * out.stride + begin), q);
+    for (uint32_t g = 0; g < groups; ++g) {
+      const uint32_t begin = g * kQuantGroup;
+      const uint32_t n = begin < out.cols ? std::min(kQuantGroup, out.cols - begin) : 0;
+      const float amax = group_max(row + begin, n);
+      out.scales[size_t{t} * groups + g] = amax / 127.0f;
+      const __m256 inverse = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      for (uint32_t b = 0; b < kQuantGroup; b += kInt8Block) {
+        const uint32_t in_block = n > b ? std::min(kInt8Block, n - b) : 0;
+        __m256i q = quantize_block(row + begin + b, in_block, inverse);
+        if (out.order == QuantFormat::kQ4G128) q = to_q4_order(q);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.values.data() + size_t{t} * out.stride + begin + b), q);
+      }
     }
   }
 }

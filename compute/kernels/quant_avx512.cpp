@@ -102,11 +102,11 @@ inline __m512i q6_pair_stored(const uint8_t* row0, const uint8_t* row1, uint32_t
 // kNibbleQuarters says, so each lane computes what the 256-bit tile computes,
 // bit for bit, with half its dot products, conversions and FMAs. q4g128 and
 // q6g128 multiply the stored q + bias as the unsigned bytes vpdpbusd wants,
-// each lane starting from −bias · Σx over its four positions: the same exact
-// integer as Σ q·x, without abs and sign. Pairs × 2 rows, T tokens from t0.
+// each lane's group sum taking −bias · Σx over its positions too: the same
+// exact integer as Σ q·x, without abs and sign. Pairs × 2 rows, T tokens from t0.
 template <QuantFormat F, int Pairs, int T>
 void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, uint32_t t0, float* y) {
-  const uint32_t groups = m.groups(), blocks = x.blocks(), used = x.used_blocks();
+  const uint32_t groups = m.groups(), used = x.used_blocks();
   const size_t row_bytes = m.row_bytes();
   const uint8_t* rows[2 * Pairs];
   for (int i = 0; i < 2 * Pairs; ++i) rows[i] = m.data + size_t{r0 + i} * row_bytes;
@@ -115,21 +115,18 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
     for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
   for (uint32_t g = 0; g < groups; ++g) {
     if constexpr (T == 1 && Pairs > 1) prefetch_next_tile(m, r0, 2 * Pairs, g);
-    __m512 part[Pairs][T];
+    __m512i sum[Pairs][T], bias_sum[T];
+    for (int t = 0; t < T; ++t) bias_sum[t] = _mm512_setzero_si512();
     for (int p = 0; p < Pairs; ++p)
-      for (int t = 0; t < T; ++t) part[p][t] = _mm512_setzero_ps();
+      for (int t = 0; t < T; ++t) sum[p][t] = _mm512_setzero_si512();
     const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
     for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
-      __m512i xs[T], start[T];
-      __m512 d[T];
+      __m512i xs[T];
       for (int t = 0; t < T; ++t) {
-        const size_t token = t0 + t;
-        xs[t] = pair_activations<F, T>(x.block_values(token, b));
-        d[t] = _mm512_set1_ps(x.scales[token * blocks + b]);
-        start[t] = _mm512_setzero_si512();
+        xs[t] = pair_activations<F, T>(x.block_values(t0 + t, b));
         if constexpr (kStoredBias<F> != 0)  // |x| ≤ 127, so −x is a byte too
-          start[t] = _mm512_dpbusd_epi32(start[t], _mm512_set1_epi8(kStoredBias<F>),
-                                         _mm512_sub_epi8(_mm512_setzero_si512(), xs[t]));
+          bias_sum[t] = _mm512_dpbusd_epi32(bias_sum[t], _mm512_set1_epi8(kStoredBias<F>),
+                                            _mm512_sub_epi8(_mm512_setzero_si512(), xs[t]));
       }
       for (int p = 0; p < Pairs; ++p) {
         __m512i w;
@@ -145,8 +142,7 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
         const __m512i unsigned_w = kStoredBias<F> == 0 ? _mm512_abs_epi8(w) : w;
         for (int t = 0; t < T; ++t) {
           const __m512i signed_x = _mm512_mask_sub_epi8(xs[t], negative, _mm512_setzero_si512(), xs[t]);
-          const __m512i lanes = _mm512_dpbusd_epi32(start[t], unsigned_w, signed_x);
-          part[p][t] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lanes), part[p][t]);
+          sum[p][t] = _mm512_dpbusd_epi32(sum[p][t], unsigned_w, signed_x);
         }
       }
     }
@@ -154,7 +150,11 @@ void pair_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
       const uint32_t r = r0 + 2 * p;
       const __m512 scale = pair_scales<F, T>(f16c_to_f32(m.scales[size_t{r} * groups + g]),
                                           f16c_to_f32(m.scales[size_t{r + 1} * groups + g]));
-      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_fmadd_ps(scale, part[p][t], acc[p][t]);
+      for (int t = 0; t < T; ++t) {
+        const __m512 d = _mm512_set1_ps(x.group_scale(t0 + t, g));
+        const __m512 lanes = _mm512_cvtepi32_ps(_mm512_add_epi32(sum[p][t], bias_sum[t]));
+        acc[p][t] = _mm512_fmadd_ps(scale, _mm512_mul_ps(d, lanes), acc[p][t]);
+      }
     }
   }
   for (int p = 0; p < Pairs; ++p)

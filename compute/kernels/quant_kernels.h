@@ -17,14 +17,17 @@ inline constexpr uint32_t kQ6BlockBytes = 24;  // a q6g128 block of 32 columns
 // Block b of token t holds positions p = 0..31 of columns [32b, 32b + 32):
 // column 32b + p for q8g128 and q6g128, and for q4g128 the block's even columns first,
 // column 32b + (p < 16 ? 2p : 2(p − 16) + 1), the order its nibbles unpack in.
-// Columns at or beyond cols hold 0. scales[t][b] = amax/127 of the block.
+// Columns at or beyond cols hold 0. The scale is per group of 128 columns,
+// the weights' group: scales[t][g] = amax/127 of group g's columns.
 struct Int8Activations {
   QuantFormat order = QuantFormat::kQ8G128;
   uint32_t tokens = 0, cols = 0, stride = 0;  // stride: cols rounded up to 128
   std::vector<int8_t> values;                 // tokens × stride
-  std::vector<float> scales;                  // tokens × stride/32
+  std::vector<float> scales;                  // tokens × stride/128
 
   uint32_t blocks() const { return stride / kInt8Block; }
+  uint32_t groups() const { return stride / kQuantGroup; }
+  float group_scale(size_t token, uint32_t group) const { return scales[token * groups() + group]; }
   uint32_t used_blocks() const { return (cols + kInt8Block - 1) / kInt8Block; }
   const int8_t* block_values(size_t token, uint32_t block) const {
     return values.data() + token * stride + size_t{block} * kInt8Block;

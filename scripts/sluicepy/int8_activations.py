@@ -1,12 +1,12 @@
 # scripts/sluicepy/int8_activations.py: the engine's int8 trunk activations
 # (compute/kernels/quant.h), modelled in the reference: the input of every
-# product with a grouped (q8g128, q6g128, q4g128) trunk matrix is quantized per block of 32 in f32
-# exactly as the engine does. Changes no weight and no other product.
+# product with a grouped (q8g128, q6g128, q4g128) trunk matrix is quantized per group of 128
+# columns (the weights' group) in f32 exactly as the engine does. Changes no weight and no other product.
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-BLOCK = 32
+BLOCK = 128
 # Matrices the engine reads row by row (Linear::row, never quant_matmul): MLA's
 # kv_b is applied in its absorbed form, on f32 rows.
 ROW_READ_SUFFIXES = ("kv_b_proj.weight",)
@@ -14,7 +14,7 @@ ROW_READ_SUFFIXES = ("kv_b_proj.weight",)
 
 def quantize_dequantize(x):
     """x [..., cols] -> the values the engine multiplies with, in x's dtype:
-    per block of 32 columns, in f32, d = amax/127, q = rint(x * (127/amax))
+    per group of 128 columns, in f32, d = amax/127, q = rint(x * (127/amax))
     (round half to even; 0 where amax is 0), value = q * d."""
     x32 = np.asarray(x.detach().to(torch.float32).numpy(), dtype=np.float32)
     cols = x32.shape[-1]

@@ -1,5 +1,5 @@
 # tests/scripts/test_int8_activations.py: sluicepy.int8_activations models
-# quant.h's int8 activations: per block of 32, d = amax/127 and round half to
+# quant.h's int8 activations: per group of 128, d = amax/127 and round half to
 # even, and only products with a registered trunk matrix are quantized.
 import unittest
 
@@ -11,23 +11,23 @@ from sluicepy.int8_activations import quantize_dequantize, with_int8_activations
 
 
 class QuantizeTest(unittest.TestCase):
-    def test_ties_round_to_even_and_zero_blocks_stay_zero(self):
-        # Block 0: amax 127, so x · 127/amax = x and every k.5 is a tie.
-        block = [127.0, 2.5, 3.5, -2.5, -0.5, 0.5, 1.25] + [0.0] * 25
-        x = torch.tensor([block + [0.0] * 32 + [4.0, -2.0]], dtype=torch.float32)  # 66 columns: a partial block
+    def test_ties_round_to_even_and_zero_groups_stay_zero(self):
+        # Group 0: amax 127, so x · 127/amax = x and every k.5 is a tie.
+        group = [127.0, 2.5, 3.5, -2.5, -0.5, 0.5, 1.25] + [0.0] * 121
+        x = torch.tensor([group + [0.0] * 128 + [4.0, -2.0]], dtype=torch.float32)  # 258 columns: a partial group
         out = quantize_dequantize(x)[0].numpy()
         np.testing.assert_array_equal(out[:7], [127.0, 2.0, 4.0, -2.0, 0.0, 0.0, 1.0])
-        np.testing.assert_array_equal(out[32:64], np.zeros(32))
-        # Block 2 holds 4 and -2 only: d = 4/127, -2 · 127/4 = -63.5 rounds to -64.
+        np.testing.assert_array_equal(out[128:256], np.zeros(128))
+        # Group 2 holds 4 and -2 only: d = 4/127, -2 · 127/4 = -63.5 rounds to -64.
         d = np.float32(4.0) / np.float32(127.0)
-        self.assertEqual(out.shape, (66,))
-        np.testing.assert_allclose(out[64:], [127 * float(d), -64 * float(d)], rtol=1e-7)  # x's f32
+        self.assertEqual(out.shape, (258,))
+        np.testing.assert_allclose(out[256:], [127 * float(d), -64 * float(d)], rtol=1e-7)  # x's f32
 
     def test_each_row_has_its_own_scales(self):
-        x = torch.tensor([[1.0] * 32, [1000.0] + [1.0] * 31])
+        x = torch.tensor([[1.0] * 128, [1000.0] + [1.0] * 127])
         out = quantize_dequantize(x).numpy()
-        np.testing.assert_array_equal(out[0], np.ones(32))
-        np.testing.assert_array_equal(out[1, 1:], np.zeros(31))  # 1 · 127/1000 rounds to 0
+        np.testing.assert_array_equal(out[0], np.ones(128))
+        np.testing.assert_array_equal(out[1, 1:], np.zeros(127))  # 1 · 127/1000 rounds to 0
         self.assertEqual(out[1, 0], np.float32(1000.0))
 
 

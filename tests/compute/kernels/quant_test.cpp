@@ -183,17 +183,17 @@ TEST_CASE("q8g128, q6g128 and q4g128 matvec match dequantize-then-multiply and t
 // columns, d = amax/127 and xq = round_half_even(x · 127/amax).
 struct DocumentedInt8 {
   std::vector<int> q;    // per column
-  std::vector<float> d;  // per block
+  std::vector<float> d;  // per group of 128 columns
 };
 
 DocumentedInt8 documented_quantize(const float* x, uint32_t cols) {
-  DocumentedInt8 out{std::vector<int>(cols), std::vector<float>((cols + 31) / 32)};
-  for (uint32_t b = 0; b < out.d.size(); ++b) {
+  DocumentedInt8 out{std::vector<int>(cols), std::vector<float>((cols + 127) / 128)};
+  for (uint32_t g = 0; g < out.d.size(); ++g) {
     float amax = 0.0f;
-    for (uint32_t k = 32 * b; k < std::min(cols, 32 * b + 32); ++k) amax = std::max(amax, std::fabs(x[k]));
-    out.d[b] = amax / 127.0f;
+    for (uint32_t k = 128 * g; k < std::min(cols, 128 * g + 128); ++k) amax = std::max(amax, std::fabs(x[k]));
+    out.d[g] = amax / 127.0f;
     const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (uint32_t k = 32 * b; k < std::min(cols, 32 * b + 32); ++k)
+    for (uint32_t k = 128 * g; k < std::min(cols, 128 * g + 128); ++k)
       out.q[k] = static_cast<int>(std::nearbyint(x[k] * inverse));
   }
   return out;
@@ -202,17 +202,15 @@ DocumentedInt8 documented_quantize(const float* x, uint32_t cols) {
 float documented_int8(const Fixture& f, const DocumentedInt8& xq, uint32_t r) {
   float acc[8] = {};
   for (uint32_t g = 0; g < f.groups; ++g) {
-    float part[8] = {};
+    int lanes[8] = {};
     for (uint32_t b = 4 * g; b < 4 * g + 4 && 32 * b < f.cols; ++b) {
-      int lanes[8] = {};
       for (uint32_t p = 0; p < 32; ++p) {
         const uint32_t within = f.format != QuantFormat::kQ4G128 ? p : p < 16 ? 2 * p : 2 * (p - 16) + 1;
         const uint32_t k = 32 * b + within;
         if (k < f.cols) lanes[p / 4] += f.q[size_t{r} * f.padded + k] * xq.q[k];
       }
-      for (int l = 0; l < 8; ++l) part[l] = std::fma(xq.d[b], static_cast<float>(lanes[l]), part[l]);
     }
-    for (int l = 0; l < 8; ++l) acc[l] = std::fma(f.scale(r, g), part[l], acc[l]);
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(f.scale(r, g), xq.d[g] * static_cast<float>(lanes[l]), acc[l]);
   }
   return reduce8(acc);
 }
@@ -231,14 +229,14 @@ void check_int8(const Fixture& f, const float* x) {
       CHECK(same_bits(y[r], documented_int8(f, xq, r)));
       double dequantized = 0.0, magnitude = 0.0, exact = 0.0, half_steps = 0.0;
       for (uint32_t k = 0; k < f.cols; ++k) {
-        const double term = double{f.weight(r, k)} * xq.q[k] * xq.d[k / 32];
+        const double term = double{f.weight(r, k)} * xq.q[k] * xq.d[k / 128];
         dequantized += term;
         magnitude += std::fabs(term);
         exact += double{f.weight(r, k)} * x[k];
-        half_steps += std::fabs(double{f.weight(r, k)}) * xq.d[k / 32] * 0.5;
+        half_steps += std::fabs(double{f.weight(r, k)}) * xq.d[k / 128] * 0.5;
       }
-      // The f32 sums: at most 4 blocks, then one term per group, then 3 adds.
-      const double rounding = (8.0 + f.groups + 4.0) * std::ldexp(1.0, -23) * magnitude;
+      // The f32 sums: one product and one term per group, then 3 adds.
+      const double rounding = (2.0 + f.groups + 4.0) * std::ldexp(1.0, -23) * magnitude;
       CHECK(std::fabs(y[r] - dequantized) <= rounding + 1e-30);
       // |x − q·d| ≤ d/2 + 3·2^-24·|x| (rounding of x·127/amax, 127/amax and amax/127).
       CHECK(std::fabs(y[r] - exact) <= half_steps + rounding + 4 * std::ldexp(1.0, -24) * magnitude + 1e-30);
@@ -260,13 +258,13 @@ TEST_CASE("int8 activations: every instruction set computes the documented arith
       }
 }
 
-TEST_CASE("int8 activations round half to even, and an all-zero block has scale 0") {
+TEST_CASE("int8 activations round half to even, and an all-zero group has scale 0") {
   for (QuantFormat fmt : kFormats) {
     CAPTURE(std::string(format_name(fmt)));
     Fixture f(fmt, 9, 160, 1, 77);
     // amax 127 makes x · 127/amax = x exactly, so every ±k.5 is a tie.
     for (uint32_t k = 0; k < f.cols; ++k) f.x[k] = k % 32 == 5 ? 127.0f : static_cast<float>(int(k % 9) - 4) + 0.5f;
-    for (uint32_t k = 64; k < 96; ++k) f.x[k] = 0.0f;  // block 2: all zero
+    for (uint32_t k = 128; k < f.cols; ++k) f.x[k] = 0.0f;  // group 1: all zero
     check_int8(f, f.x.data());
   }
 }
