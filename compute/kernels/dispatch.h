@@ -46,9 +46,10 @@ bool avx512_has_vnni();
 Isa isa_from_environment();
 Isa parse_isa(std::string_view name, std::string_view what);
 
-// What the trunk's q8g128/q4g128 kernels multiply the weights with (quant.h):
-// the input quantized to int8 per block of 32 (integer dot products, the
-// default: faster, and +0.014–0.03% perplexity on the demo model), or f32 inputs.
+// What the trunk's q8g128/q6g128/q4g128 kernels multiply the weights with
+// (quant.h): the input quantized to int8 per group of 128 columns (integer dot
+// products, the default: faster, and +0.035% perplexity on the demo model), or
+// f32 inputs.
 // f32 is what scripts/reference.py matches to 1e-4; int8 rounding turns a
 // one-ulp difference into a step of amax/127, so the int8 engine is held to
 // the reference's model of it by its own, looser bar (test_reference_agreement.py).

@@ -179,7 +179,7 @@ TEST_CASE("q8g128, q6g128 and q4g128 matvec match dequantize-then-multiply and t
       }
 }
 
-// quant.h's int8 activations, written from its comment: per block of 32
+// quant.h's int8 activations, written from its comment: per group of 128
 // columns, d = amax/127 and xq = round_half_even(x · 127/amax).
 struct DocumentedInt8 {
   std::vector<int> q;    // per column
