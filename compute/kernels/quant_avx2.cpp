@@ -139,9 +139,15 @@ void f32_rows_avx2(const float* w, uint32_t cols, const float* x, uint32_t row_b
 namespace {
 
 // pmaddubsw pairs, then pmaddwd pairs of those: four products per int32 lane.
+// The int16 pair sums can also be added up first and widened once.
 struct MaddubsDot {
+  static constexpr bool kInt16Pairs = true;
+  static __m256i pairs(__m256i unsigned_w, __m256i signed_x) {
+    return _mm256_maddubs_epi16(unsigned_w, signed_x);
+  }
+  static __m256i widen(__m256i pairs) { return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)); }
   static __m256i lanes_from(__m256i start, __m256i unsigned_w, __m256i signed_x) {
-    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned_w, signed_x), _mm256_set1_epi16(1)));
+    return _mm256_add_epi32(start, widen(pairs(unsigned_w, signed_x)));
   }
 };
 

@@ -9,6 +9,7 @@ namespace {
 
 // vpdpbusd sums the four u8·s8 products of each int32 lane exactly.
 struct VnniDot {
+  static constexpr bool kInt16Pairs = false;
   static __m256i lanes_from(__m256i start, __m256i unsigned_w, __m256i signed_x) {
     return _mm256_dpbusd_epi32(start, unsigned_w, signed_x);
   }
