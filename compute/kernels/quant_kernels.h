@@ -25,7 +25,6 @@ struct Int8Activations {
   std::vector<int8_t> values;                 // tokens × stride
   std::vector<float> scales;                  // tokens × stride/128
 
-  uint32_t blocks() const { return stride / kInt8Block; }
   uint32_t groups() const { return stride / kQuantGroup; }
   float group_scale(size_t token, uint32_t group) const { return scales[token * groups() + group]; }
   uint32_t used_blocks() const { return (cols + kInt8Block - 1) / kInt8Block; }
