@@ -94,10 +94,12 @@ void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (uint32_t g = 0; g < groups; ++g) {
     if constexpr (T == 1 && R > 1) prefetch_next_tile(m, r0, R, g);
-    __m256i sum[R][T], pairs[R][T], bias_sum[T];
+    // Each row and token's group sum: int16 pairs until the group's end for
+    // kQ4Int16, int32 lanes otherwise.
+    __m256i sum[R][T], bias_sum[T];
     for (int t = 0; t < T; ++t) bias_sum[t] = _mm256_setzero_si256();
     for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) sum[r][t] = pairs[r][t] = _mm256_setzero_si256();
+      for (int t = 0; t < T; ++t) sum[r][t] = _mm256_setzero_si256();
     const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
     for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
       __m256i xs[T];
@@ -114,7 +116,7 @@ void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
         for (int t = 0; t < T; ++t) {
           const __m256i signed_x = kStoredBias<F> == 0 ? _mm256_sign_epi8(xs[t], stored) : xs[t];
           if constexpr (kQ4Int16<F, Dot>)
-            pairs[r][t] = _mm256_add_epi16(pairs[r][t], Dot::pairs(unsigned_w, signed_x));
+            sum[r][t] = _mm256_add_epi16(sum[r][t], Dot::pairs(unsigned_w, signed_x));
           else
             sum[r][t] = Dot::lanes_from(sum[r][t], unsigned_w, signed_x);
         }
@@ -122,7 +124,7 @@ void int8_tile(const QuantMatrixView& m, const Int8Activations& x, uint32_t r0, 
     }
     if constexpr (kQ4Int16<F, Dot>)
       for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t) sum[r][t] = Dot::widen(pairs[r][t]);
+        for (int t = 0; t < T; ++t) sum[r][t] = Dot::widen(sum[r][t]);
     for (int t = 0; t < T; ++t) {
       const __m256 d = _mm256_set1_ps(x.group_scale(t0 + t, g));
       for (int r = 0; r < R; ++r) {
