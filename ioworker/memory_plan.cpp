@@ -207,11 +207,19 @@ uint64_t rvq_table_build_bytes(uint64_t cols) {
   return cols / kRvqVecDim * kRvqStages * kRvqEntries * sizeof(float);
 }
 
-// A decode-once tile (compute/kernels/rvq_decoded.cpp): about 256 KiB of
-// decoded rows, 16 to 64 rows whole.
+// A decode-once f32 tile (compute/kernels/rvq_decoded.cpp): about 256 KiB of
+// decoded rows, 16 to 64 rows whole. An int8 tile is never larger.
 uint64_t decoded_tile_bytes(uint64_t cols) {
   const uint64_t fit = (uint64_t{256} << 10) / (cols * sizeof(float)) / kRowBlock * kRowBlock;
   return std::clamp<uint64_t>(fit, kRowBlock, 4 * kRowBlock) * cols * sizeof(float);
+}
+
+// The int8 inputs one decode-once call quantizes for its int8 tiles
+// (rvq_decoded.cpp): a byte per column, up to whole 128-column groups, and
+// each group's f32 scale, for every row.
+uint64_t decoded_inputs_bytes(uint64_t rows, uint64_t cols) {
+  const uint64_t groups = (cols + 127) / 128;
+  return rows * groups * (128 + sizeof(float));
 }
 
 }  // namespace
@@ -245,7 +253,8 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context,
       rows * (2 * expert_in + 3 * width) * sizeof(float) + rows * sizeof(uint32_t) +
       std::min(rows, kPlanTableTokensPerExpert) * rvq_table_bytes_per_token(width) +
       rvq_table_build_bytes(width) +
-      std::max(decoded_tile_bytes(expert_in), decoded_tile_bytes(width));
+      std::max(decoded_tile_bytes(expert_in), decoded_tile_bytes(width)) +
+      decoded_inputs_bytes(rows, std::max(expert_in, width));
   const uint64_t logits = (rows + shape.sequences) * uint64_t{config.vocab} * sizeof(float);
   return shared + threads * per_thread + logits;
 }

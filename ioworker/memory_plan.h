@@ -111,7 +111,8 @@ struct ScratchShape {
 //   same to sluice-io as to its clients); each table also keeps one token's
 //   f32 table;
 // - per thread: one expert's rows (rows × (2e + 3w)), its down table for
-//   kPlanTableTokensPerExpert rows, and a decode-once tile (rvq_decoded.cpp);
+//   kPlanTableTokensPerExpert rows, and a decode-once tile and the int8
+//   inputs of one decode-once call (rvq_decoded.cpp);
 // - logits: a chunk's rows (eval scores every position) and one row per sequence.
 uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context, const ScratchShape& shape);
 // K3's vision tower as the converter stores it plus its activations at

@@ -350,15 +350,21 @@ class Bench {
                     down_table_.build(bank.books[2], h.data(), m.width, n, exec, &down);
                     rvq_matmul(down_table_, tokens, down, out.data(), exec);
                   });
-        time_case(m, "rvq prefill expert", shape, "decode once", isa, expert_weights * n,
-                  expert_bytes, [&] {
-                    const uint32_t e = expert++;
-                    rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), n, g.data(), exec);
-                    rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), n, u.data(), exec);
-                    swiglu(g.data(), u.data(), h.data(), size_t{n} * m.width);
-                    rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), n, out.data(),
-                                       exec);
-                  });
+        // "decode once" as the engine runs it by default, with int8
+        // activations (int8 tiles), and with f32 activations (f32 tiles).
+        for (const TrunkActivations activations : {TrunkActivations::kInt8, TrunkActivations::kF32}) {
+          const Exec decoded{isa, &pool_, activations};
+          time_case(m, "rvq prefill expert", shape,
+                    activations == TrunkActivations::kInt8 ? "decode once" : "decode once, f32",
+                    isa, expert_weights * n, expert_bytes, [&] {
+                      const uint32_t e = expert++;
+                      rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), n, g.data(), decoded);
+                      rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), n, u.data(), decoded);
+                      swiglu(g.data(), u.data(), h.data(), size_t{n} * m.width);
+                      rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), n, out.data(),
+                                         decoded);
+                    });
+        }
       }
     }
   }

@@ -65,6 +65,20 @@ RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1, const float
       for (int j = 0; j < kRvqVecDim; ++j)
         transposed_[(size_t{static_cast<size_t>(s)} * kRvqVecDim + j) * kRvqEntries + c] =
             stages[s][c * kRvqVecDim + j];
+  // rvq_decoded.h's integer entries: bound = (m0 + m1) + m2, m_s = max |C_s|.
+  constexpr size_t kStageFloats = size_t{kRvqEntries} * kRvqVecDim;
+  float bound = 0.0f;
+  for (int s = 0; s < kRvqStages; ++s) {
+    float stage_max = 0.0f;
+    for (size_t i = 0; i < kStageFloats; ++i) stage_max = std::max(stage_max, std::fabs(stages[s][i]));
+    bound += stage_max;
+  }
+  const float inverse = bound > 0.0f ? kRvqIntegerBound / bound : 0.0f;
+  integer_scale_ = bound / kRvqIntegerBound;
+  for (int s = 0; s < kRvqStages; ++s)
+    for (size_t i = 0; i < kStageFloats; ++i)
+      byte_entries_[s * kStageFloats + i] =
+          static_cast<int8_t>(detail::round_clamped(stages[s][i] * inverse, 127));
 }
 
 namespace detail {

@@ -14,6 +14,10 @@
 
 namespace sluice::kernels {
 
+// The int8 tiles' integer entries span ±kRvqIntegerBound per stage sum
+// (rvq_decoded.h), under 127 so that three rounded stages still fit a byte.
+inline constexpr float kRvqIntegerBound = 125.0f;
+
 // The three stage codebooks of one (layer, matrix kind), prepared once at load.
 //
 // Arithmetic of everything below (scripts/sluicepy/rvq_int16.py models it
@@ -44,6 +48,12 @@ class RvqCodebooks {
   const float* entries(int stage) const {
     return entries_.data() + stage * kRvqVecDim * kRvqEntries;
   }
+  // The int8 tiles' integer entries q, [stage][entry][dim], and their step σ
+  // (rvq_decoded.h): a weight of the int8 tiles is σ · (q0 + q1 + q2).
+  const int8_t* byte_entries(int stage) const {
+    return byte_entries_.data() + stage * kRvqVecDim * kRvqEntries;
+  }
+  float integer_scale() const { return integer_scale_; }
 
  private:
   // Aligned to cache lines: an entry's 32 bytes then never straddle two lines,
@@ -51,6 +61,8 @@ class RvqCodebooks {
   static constexpr size_t kFloats = size_t{kRvqStages} * kRvqVecDim * kRvqEntries;
   alignas(64) std::array<float, kFloats> transposed_;
   alignas(64) std::array<float, kFloats> entries_;
+  alignas(64) std::array<int8_t, kFloats> byte_entries_;
+  float integer_scale_ = 0.0f;
 };
 
 // One stored matrix: its indices (layout rowblock16.vector.stage.row, exactly

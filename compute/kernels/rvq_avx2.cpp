@@ -219,10 +219,12 @@ constexpr size_t kSpanBytes = kSpan * kVectorBytes;
 // into the next row block measured no better.
 constexpr uint32_t kPrefetchSpans = 4;
 
-// The codebook byte offsets (index · 32) of vector positions [v0, v0 + span) of
-// the row block whose index bytes start at `indices` and end at `block_end`:
-// offsets[c][s][r] for row r of the block, so that a row's entry then costs one
-// extraction and no shift, while the index lines kPrefetchSpans ahead are requested.
+// The codebook byte offsets (index << Shift: 5 for f32 entries, 3 for int8
+// ones) of vector positions [v0, v0 + span) of the row block whose index bytes
+// start at `indices` and end at `block_end`: offsets[c][s][r] for row r of the
+// block, so that a row's entry then costs one extraction and no shift, while
+// the index lines kPrefetchSpans ahead are requested.
+template <int Shift>
 inline void widen_span(const uint8_t* indices, const uint8_t* block_end, uint32_t v0, uint32_t span,
                        uint16_t (*offsets)[kRvqStages][kRowBlock]) {
   const uint8_t* at = indices + v0 * kVectorBytes;
@@ -233,7 +235,7 @@ inline void widen_span(const uint8_t* indices, const uint8_t* block_end, uint32_
     const __m128i bytes =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + size_t{i} * kRowBlock));
     _mm256_store_si256(reinterpret_cast<__m256i*>(&offsets[0][0][0] + size_t{i} * kRowBlock),
-                       _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 5));
+                       _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), Shift));
   }
 }
 
@@ -296,7 +298,7 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
         for (__m256& a : row) a = _mm256_setzero_ps();
   for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
     const uint32_t span = std::min(kSpan, nv - v0);
-    widen_span(indices, block_end, v0, span, offsets);
+    widen_span<5>(indices, block_end, v0, span, offsets);
     for (int g = 0; g < kGroups; ++g) {
       // Copied out and back so the accumulators live in registers over the span.
       __m256 a[2][kGroupRows][T];
@@ -428,7 +430,7 @@ void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
                    last = std::min(row_end, b0 + kRowBlock) - b0;
     for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
       const uint32_t span = std::min(kSpan, nv - v0);
-      widen_span(indices, block_end, v0, span, offsets);
+      widen_span<5>(indices, block_end, v0, span, offsets);
       // Pairs start on even rows, so a word never reaches past the offsets.
       for (uint32_t r = first & ~1u; r < last; r += 2) {
         const uint32_t in_tile = b0 + r - row_begin;
@@ -464,6 +466,139 @@ void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t ro
   in_groups_of_four(tokens, [&]<int T>(size_t t) {
     tile_tokens<T>(tile, m, row_begin, row_end, x, static_cast<uint32_t>(t), y);
   });
+}
+
+namespace {
+
+// [Σ v0, Σ v1, Σ v2, Σ v3] over each vector's eight int32 lanes.
+inline __m128i lane_sums(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// R rows (at most 4) of an int8 tile from tile row r_in_tile, by T tokens
+// from t0, into y[t · y_stride + r]. Each block's products: maddubs of |w| and
+// x · sign(w), pairs at most 2 · 127 · 127 (no saturation), widened by madd. A
+// group's blocks sum in int32, then fold to one exact sum per output.
+template <int R, int T>
+void int8_tile(const int8_t* tile, uint32_t stride, uint32_t r_in_tile, const Int8Activations& x,
+               uint32_t t0, float sigma, const uint16_t* scales, float* y, size_t y_stride) {
+  const uint32_t used = x.used_blocks();
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m128 acc[T];
+  for (__m128& a : acc) a = _mm_setzero_ps();
+  for (uint32_t g = 0; g < x.groups(); ++g) {
+    __m256i sum[4][T];
+    for (auto& row : sum)
+      for (__m256i& lanes : row) lanes = _mm256_setzero_si256();
+    const uint32_t b_end = std::min(used, (g + 1) * kQuantGroup / kInt8Block);
+    for (uint32_t b = g * kQuantGroup / kInt8Block; b < b_end; ++b) {
+      __m256i xs[T];
+      for (int t = 0; t < T; ++t)
+        xs[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.block_values(t0 + t, b)));
+      for (int r = 0; r < R; ++r) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+            tile + size_t{r_in_tile + r} * stride + size_t{b} * kInt8Block));
+        const __m256i magnitude = _mm256_abs_epi8(w);
+        for (int t = 0; t < T; ++t) {
+          const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xs[t], w));
+          sum[r][t] = _mm256_add_epi32(sum[r][t], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m128 totals = _mm_cvtepi32_ps(lane_sums(sum[0][t], sum[1][t], sum[2][t], sum[3][t]));
+      acc[t] = _mm_add_ps(acc[t], _mm_mul_ps(_mm_set1_ps(x.group_scale(t0 + t, g)), totals));
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, acc[t]);
+    for (int r = 0; r < R; ++r)
+      y[(t0 + t) * y_stride + r] = f16_to_f32(scales[r]) * (sigma * lanes[r]);
+  }
+}
+
+}  // namespace
+
+void rvq_decode_rows_int8_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                               uint32_t row_begin, uint32_t row_end, int8_t* tile) {
+  const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
+  const uint32_t stride = int8_tile_stride(cols);
+  const char* const books[kRvqStages] = {reinterpret_cast<const char*>(codebooks.byte_entries(0)),
+                                         reinterpret_cast<const char*>(codebooks.byte_entries(1)),
+                                         reinterpret_cast<const char*>(codebooks.byte_entries(2))};
+  alignas(32) uint16_t offsets[kSpan][kRvqStages][kRowBlock];
+  // Rows outside the tile (a word's four rows reach past it) write here
+  // instead, which keeps the loop free of branches.
+  alignas(16) int8_t scratch[kSpan * kRvqVecDim];
+  // A row block at a time, a span of its vector positions at a time, four rows
+  // at a time, their offsets one 64-bit word per stage.
+  for (uint32_t b0 = row_begin / kRowBlock * kRowBlock; b0 < row_end; b0 += kRowBlock) {
+    const uint8_t* indices = m.indices + m.shape.index_position(b0, 0, 0);
+    const uint8_t* block_end = indices + nv * kVectorBytes;
+    const uint32_t first = std::max(row_begin, b0) - b0,
+                   last = std::min(row_end, b0 + kRowBlock) - b0;
+    for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
+      const uint32_t span = std::min(kSpan, nv - v0);
+      widen_span<3>(indices, block_end, v0, span, offsets);
+      for (uint32_t r = first & ~3u; r < last; r += 4) {
+        int8_t* to[4];
+        for (uint32_t k = 0; k < 4; ++k)
+          to[k] = r + k >= first && r + k < last
+                      ? tile + size_t{b0 + r + k - row_begin} * stride + size_t{v0} * kRvqVecDim
+                      : scratch;
+        for (uint32_t c = 0; c < span; ++c) {
+          uint64_t words[kRvqStages];
+          for (int s = 0; s < kRvqStages; ++s)
+            std::memcpy(&words[s], &offsets[c][s][r], sizeof words[s]);
+          for (int k = 0; k < 4; ++k) {
+            const auto entry = [&](int s) {
+              return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+                  books[s] + ((words[s] >> 16 * k) & 0xffff)));
+            };
+            // Wrapping byte sums: the total lies within ±127 whatever the order.
+            const __m128i w = _mm_add_epi8(_mm_add_epi8(entry(0), entry(1)), entry(2));
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(to[k] + c * kRvqVecDim), w);
+          }
+        }
+      }
+    }
+  }
+  if (stride > cols)
+    for (uint32_t r = 0; r < row_end - row_begin; ++r)
+      std::memset(tile + size_t{r} * stride + cols, 0, stride - cols);
+}
+
+void rvq_int8_tile_matmul_avx2(const int8_t* tile, float sigma, const RvqMatrixView& m,
+                               uint32_t row_begin, uint32_t row_end, const Int8Activations& x,
+                               float* y) {
+  const uint32_t stride = int8_tile_stride(m.shape.cols);
+  // Four rows share each token's input loads; two tokens share each row's
+  // weight loads and magnitudes.
+  for (uint32_t r = row_begin; r < row_end; r += 4) {
+    auto outputs = [&]<int R>() {
+      uint32_t t = 0;
+      for (; t + 2 <= x.tokens; t += 2)
+        int8_tile<R, 2>(tile, stride, r - row_begin, x, t, sigma, m.scales + r, y + r, m.shape.rows);
+      if (t < x.tokens)
+        int8_tile<R, 1>(tile, stride, r - row_begin, x, t, sigma, m.scales + r, y + r, m.shape.rows);
+    };
+    switch (std::min(4u, row_end - r)) {
+      case 4:
+        outputs.template operator()<4>();
+        break;
+      case 3:
+        outputs.template operator()<3>();
+        break;
+      case 2:
+        outputs.template operator()<2>();
+        break;
+      default:
+        outputs.template operator()<1>();
+        break;
+    }
+  }
 }
 
 void rvq_fused_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,

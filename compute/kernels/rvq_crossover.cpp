@@ -55,8 +55,10 @@ std::vector<float> signed_floats(size_t n, uint64_t seed) {
 // token's experts), the down table built per expert.
 class SyntheticExpert {
  public:
-  SyntheticExpert(uint32_t hidden, uint32_t width, uint32_t max_tokens, Isa isa)
-      : hidden_(hidden), width_(width), exec_{isa, nullptr} {
+  // Runs serially with exec's other settings (the activations pick the tiles).
+  SyntheticExpert(uint32_t hidden, uint32_t width, uint32_t max_tokens, const Exec& exec)
+      : hidden_(hidden), width_(width), exec_(exec) {
+    exec_.pool = nullptr;
     const RvqMatrixShape shapes[3] = {{width, hidden}, {width, hidden}, {hidden, width}};
     for (int k = 0; k < 3; ++k) {
       indices_[k].resize(shapes[k].index_bytes());
@@ -189,7 +191,8 @@ uint32_t rvq_default_crossover(Isa isa) {
   return 8;
 }
 
-std::string rvq_crossover_cache_path(Isa isa, uint32_t hidden, uint32_t width) {
+std::string rvq_crossover_cache_path(Isa isa, TrunkActivations activations, uint32_t hidden,
+                                     uint32_t width) {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
   std::string root;
@@ -199,7 +202,8 @@ std::string rvq_crossover_cache_path(Isa isa, uint32_t hidden, uint32_t width) {
     root = std::string(home) + "/.cache";
   else
     return {};
-  return fmt::format("{}/sluice/rvq-crossover-{}-{}x{}-{}", root, isa_name(isa), hidden, width, SLUICE_BUILD_ID);
+  return fmt::format("{}/sluice/rvq-crossover-{}-{}-{}x{}-{}", root, isa_name(isa),
+                     trunk_activations_name(activations), hidden, width, SLUICE_BUILD_ID);
 }
 
 uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width) {
@@ -210,14 +214,14 @@ uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width)
          kRvqMaxCols);
   if (uint64_t{hidden} * width < kRvqCalibrateFromWeights) return rvq_default_crossover(exec.isa);
   static std::mutex mutex;
-  static std::map<std::tuple<Isa, uint32_t, uint32_t>, uint32_t> measured;
+  static std::map<std::tuple<Isa, TrunkActivations, uint32_t, uint32_t>, uint32_t> measured;
   std::lock_guard lock(mutex);
-  const auto key = std::tuple{exec.isa, hidden, width};
+  const auto key = std::tuple{exec.isa, exec.trunk, hidden, width};
   if (const auto found = measured.find(key); found != measured.end()) return found->second;
-  const std::string cache = rvq_crossover_cache_path(exec.isa, hidden, width);
+  const std::string cache = rvq_crossover_cache_path(exec.isa, exec.trunk, hidden, width);
   uint32_t crossover = cache.empty() ? 0 : read_cached(cache);
   if (crossover == 0) {
-    SyntheticExpert expert(hidden, width, std::end(kRvqCrossoverCandidates)[-1], exec.isa);
+    SyntheticExpert expert(hidden, width, std::end(kRvqCrossoverCandidates)[-1], exec);
     crossover =
         rvq_crossover_from(kRvqCrossoverCandidates, [&](uint32_t n) { return expert.measure(n); });
     if (!cache.empty()) write_cached(cache, crossover);

@@ -37,7 +37,8 @@ uint32_t rvq_crossover_from(std::span<const uint32_t> candidates,
                             const std::function<RvqPathSeconds(uint32_t tokens)>& measure);
 
 // Tokens per expert from which the caller decodes once (n >= the result) for
-// experts of gate/up [width × hidden] and down [hidden × width] at exec.isa.
+// experts of gate/up [width × hidden] and down [hidden × width] at exec.isa
+// with exec.trunk's activations.
 // The two paths round differently, so the choice changes logits slightly:
 //   - SLUICE_RVQ_CROSSOVER=N (N >= 1) pins it;
 //   - else the machine's cache file for this build (rvq_crossover_cache_path)
@@ -48,11 +49,13 @@ uint32_t rvq_crossover_from(std::span<const uint32_t> candidates,
 // unparsable SLUICE_RVQ_CROSSOVER is an Error naming the variable.
 uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width);
 
-// $XDG_CACHE_HOME/sluice/rvq-crossover-ISA-HIDDENxWIDTH-BUILD (BUILD: the
+// $XDG_CACHE_HOME/sluice/rvq-crossover-ISA-ACTIVATIONS-HIDDENxWIDTH-BUILD
+// (ACTIVATIONS: f32 or int8, which picks the decode-once tiles; BUILD: the
 // commit of this build, sluice_build_id.h, since other kernels cross over
 // elsewhere), or under $HOME/.cache when XDG_CACHE_HOME is unset; empty when
 // neither is set.
-std::string rvq_crossover_cache_path(Isa isa, uint32_t hidden, uint32_t width);
+std::string rvq_crossover_cache_path(Isa isa, TrunkActivations activations, uint32_t hidden,
+                                     uint32_t width);
 
 // What rvq_decode_crossover returns for shapes too small to measure.
 uint32_t rvq_default_crossover(Isa isa);

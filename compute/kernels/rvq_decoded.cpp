@@ -16,6 +16,7 @@ namespace sluice::kernels {
 namespace {
 
 constexpr size_t kTileBytes = size_t{256} << 10;  // a decoded tile stays in L2
+constexpr size_t kInt8TileBytes = size_t{128} << 10;  // with room for the inputs' bytes
 // Up to this many tokens, decoding in registers once per token pair beats a
 // tile's store and reload, which depends on the tile matmul's instruction set:
 // - AVX-512 (Zen 5, one 1024 × 2048 matrix from DRAM: 0.41 against 0.65 ms at
@@ -62,7 +63,81 @@ void rvq_tile_matmul_scalar(const float* tile, const RvqMatrixView& m, uint32_t 
     }
 }
 
+void rvq_decode_rows_int8_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                                 uint32_t row_begin, uint32_t row_end, int8_t* tile) {
+  const uint32_t nv = m.shape.vectors_per_row(), stride = int8_tile_stride(m.shape.cols);
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    int8_t* out = tile + size_t{r - row_begin} * stride;
+    for (uint32_t v = 0; v < nv; ++v) {
+      const int8_t* c[kRvqStages];
+      for (int s = 0; s < kRvqStages; ++s)
+        c[s] = codebooks.byte_entries(s) + m.indices[m.shape.index_position(r, v, s)] * kRvqVecDim;
+      for (int j = 0; j < kRvqVecDim; ++j)
+        out[v * kRvqVecDim + j] = static_cast<int8_t>(c[0][j] + c[1][j] + c[2][j]);
+    }
+    std::fill(out + m.shape.cols, out + stride, int8_t{0});
+  }
+}
+
+void rvq_int8_tile_matmul_scalar(const int8_t* tile, float sigma, const RvqMatrixView& m,
+                                 uint32_t row_begin, uint32_t row_end, const Int8Activations& x,
+                                 float* y) {
+  const uint32_t cols = m.shape.cols, stride = int8_tile_stride(cols);
+  for (uint32_t t = 0; t < x.tokens; ++t)
+    for (uint32_t r = row_begin; r < row_end; ++r) {
+      const int8_t* w = tile + size_t{r - row_begin} * stride;
+      const int8_t* xq = x.values.data() + size_t{t} * x.stride;
+      float acc = 0.0f;
+      for (uint32_t g = 0; g * kQuantGroup < cols; ++g) {
+        int32_t sum = 0;
+        for (uint32_t k = g * kQuantGroup; k < std::min(cols, (g + 1) * kQuantGroup); ++k)
+          sum += int32_t{w[k]} * int32_t{xq[k]};
+        acc = acc + x.group_scale(t, g) * static_cast<float>(sum);
+      }
+      y[size_t{t} * m.shape.rows + r] = f16_to_f32(m.scales[r]) * (sigma * acc);
+    }
+}
+
 }  // namespace detail
+
+namespace {
+
+// The tile path with int8 activations (rvq_decoded.h).
+void int8_tiles(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, const float* x,
+                uint32_t tokens, float* y, const Exec& exec) {
+  // The calling thread's, which the pool's threads read while this call
+  // waits: through a reference, since a thread_local their lambdas named would
+  // be their own.
+  thread_local detail::Int8Activations calling_thread_inputs;
+  const detail::Int8Activations& inputs = calling_thread_inputs;
+  calling_thread_inputs.prepare(QuantFormat::kQ8G128, tokens, matrix.shape.cols);
+  if (exec.isa == Isa::kScalar)
+    detail::quantize_activations_scalar(x, calling_thread_inputs);
+  else
+    detail::quantize_activations_avx2(x, calling_thread_inputs);
+  const uint32_t stride = detail::int8_tile_stride(matrix.shape.cols);
+  const uint32_t per_tile = static_cast<uint32_t>(
+      std::clamp<size_t>(kInt8TileBytes / stride / kRowBlock * kRowBlock, kRowBlock, detail::kTileMaxRows));
+  const size_t tiles = (matrix.shape.rows + per_tile - 1) / per_tile;
+  const float sigma = codebooks.integer_scale();
+  split_over_pool(exec, tiles, 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<int8_t> tile;
+    if (tile.size() < size_t{per_tile} * stride) tile.resize(size_t{per_tile} * stride);
+    for (size_t i = begin; i < end; ++i) {
+      const auto r0 = static_cast<uint32_t>(i * per_tile);
+      const uint32_t r1 = std::min(matrix.shape.rows, r0 + per_tile);
+      if (exec.isa == Isa::kScalar) {
+        detail::rvq_decode_rows_int8_scalar(codebooks, matrix, r0, r1, tile.data());
+        detail::rvq_int8_tile_matmul_scalar(tile.data(), sigma, matrix, r0, r1, inputs, y);
+      } else {  // AVX-512 machines run the AVX2 body
+        detail::rvq_decode_rows_int8_avx2(codebooks, matrix, r0, r1, tile.data());
+        detail::rvq_int8_tile_matmul_avx2(tile.data(), sigma, matrix, r0, r1, inputs, y);
+      }
+    }
+  });
+}
+
+}  // namespace
 
 void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, const float* x,
                         uint32_t tokens, float* y, const Exec& exec) {
@@ -71,6 +146,8 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
   if (matrix.indices == nullptr || matrix.scales == nullptr)
     fail("rvq decoded matmul: matrix indices or scales missing");
   if (tokens == 0 || matrix.shape.rows == 0) return;
+  if (exec.trunk == TrunkActivations::kInt8 && tokens >= kRvqInt8TilesFrom)
+    return int8_tiles(codebooks, matrix, x, tokens, y, exec);
   // The in-register path is AVX2 code, which AVX-512 machines run as well.
   if (exec.isa != Isa::kScalar && tokens <= fused_max_tokens(exec.isa)) {
     auto fused = [&](size_t begin, size_t end) {

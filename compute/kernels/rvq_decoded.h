@@ -1,7 +1,7 @@
 // compute/kernels/rvq_decoded.h: the decode-once path. For one expert matrix
 // applied to n tokens, its weights are decoded and multiplied instead of n
 // table lookups: for a few tokens in registers, never stored; for more, tile
-// by tile into an L2-sized f32 block multiplied as a small GEMM. Never reads
+// by tile into an L2-sized f32 or int8 block multiplied as a small GEMM. Never reads
 // index or scale bytes outside the matrix the view names.
 #pragma once
 
@@ -11,6 +11,13 @@
 #include "compute/kernels/rvq.h"
 
 namespace sluice::kernels {
+
+// With int8 activations, the fewest tokens of one call that take int8 tiles,
+// on every instruction set, so that which arithmetic a call gets never
+// depends on the machine. Below it the in-register path is faster on AVX2,
+// and int8 tiles beat f32 ones from there (bench kernels, one Zen 3 core, an
+// OLMoE expert: 8 tokens 2.53–2.61 → 1.98–1.99 ms, 64 tokens 13.3–13.8 → 10.6–10.9).
+inline constexpr uint32_t kRvqInt8TilesFrom = 5;
 
 // Arithmetic (every instruction set, bit for bit; it differs from the table
 // path's int16 codes by rounding only, about 1e-6 relative):
@@ -22,7 +29,28 @@ namespace sluice::kernels {
 //            s_l = a_l + a_{l+8}, t_l = s_l + s_{l+4}, u_l = t_l + t_{l+2} for the
 //            lower halves, total = u_0 + u_1; y[r] = f16_to_f32(scale[r]) · total.
 //
-// Results do not depend on the thread count or on how many tokens share a call.
+// With int8 activations (Exec::trunk) and at least kRvqInt8TilesFrom tokens,
+// the weights and inputs are integers instead (every instruction set, bit for
+// bit), which the tiles multiply with integer dot products:
+//
+//   weights  m_s = max |C_s| over the stage's entries, bound = (m0 + m1) + m2,
+//            inv = kRvqIntegerBound / bound, σ = bound / kRvqIntegerBound (f32;
+//            both 0 when bound is 0); q_s = round_half_even(C_s · inv) per value;
+//            w[r][8v + j] = q0[i0][j] + q1[i1][j] + q2[i2][j], at most 127 in magnitude.
+//   inputs   each token's x as quant.h's int8 activations: d_g and xq per
+//            group g of 128 columns.
+//   rows     acc = 0; for each group g ascending: L_g = Σ w[r][k] · xq[k] over
+//            the group's columns (exact); acc = acc + d_g · f32(L_g) (each
+//            operation rounded to f32); y[r] = f16_to_f32(scale[r]) · (σ · acc).
+//
+// Against the f32 arithmetic that costs the rounding of each weight to σ steps
+// and of each input to its group's step (about 1e-2 relative; on the demo
+// model's perplexity, see the prefill section of the README). So with int8
+// activations an expert's outputs depend, that much, on whether it served
+// fewer tokens than kRvqInt8TilesFrom in one call, as they do on the crossover.
+//
+// Results do not depend on the thread count; apart from that threshold, not
+// on how many tokens share a call.
 // x: tokens × cols f32 (row stride cols); y: tokens × rows (row stride rows).
 // Each thread decodes into its own tile, which grows once and is then reused.
 void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, const float* x,

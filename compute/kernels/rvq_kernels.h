@@ -8,6 +8,7 @@
 #include <span>
 
 #include "compute/kernels/lanes.h"
+#include "compute/kernels/quant_kernels.h"
 #include "compute/kernels/rvq.h"
 #include "proto/f16.h"
 
@@ -82,6 +83,23 @@ void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t ro
                           uint32_t row_end, const float* x, uint32_t tokens, float* y);
 void rvq_tile_matmul_avx512(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
                             uint32_t row_end, const float* x, uint32_t tokens, float* y);
+// With int8 activations (rvq_decoded.h): a tile of rows [row_begin, row_end)
+// as int8 weights q0 + q1 + q2, row-major, int8_tile_stride(cols) bytes a row
+// (cols up to a whole int8 block, those past cols 0), and its products with x
+// (column order) into y[t × m.rows + r]; sigma is the codebooks' integer_scale().
+inline uint32_t int8_tile_stride(uint32_t cols) {
+  return (cols + kInt8Block - 1) / kInt8Block * kInt8Block;
+}
+void rvq_decode_rows_int8_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                                 uint32_t row_begin, uint32_t row_end, int8_t* tile);
+void rvq_decode_rows_int8_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
+                               uint32_t row_begin, uint32_t row_end, int8_t* tile);
+void rvq_int8_tile_matmul_scalar(const int8_t* tile, float sigma, const RvqMatrixView& m,
+                                 uint32_t row_begin, uint32_t row_end, const Int8Activations& x,
+                                 float* y);
+void rvq_int8_tile_matmul_avx2(const int8_t* tile, float sigma, const RvqMatrixView& m,
+                               uint32_t row_begin, uint32_t row_end, const Int8Activations& x,
+                               float* y);
 // y[t × m.rows + r] for the real rows of blocks [block_begin, block_end) and
 // every token, decoding each weight in registers once per token pair instead of
 // into a tile: for the few tokens where a tile's round trip costs more than it

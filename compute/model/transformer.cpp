@@ -257,7 +257,8 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
   const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
   expert_scratch_.resize(workers);
   if (workers > 1 && n_experts >= workers && experts_.records_held_at_once() >= workers) {
-    const kernels::Exec serial{exec_.isa, nullptr};
+    kernels::Exec serial = exec_;  // every setting but the pool, which the experts share out
+    serial.pool = nullptr;
     std::mutex source;
     exec_.pool->parallel_for_workers(n_experts, 1, [&](size_t worker, size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {

@@ -12,11 +12,10 @@ BLOCK = 128
 ROW_READ_SUFFIXES = ("kv_b_proj.weight",)
 
 
-def quantize_dequantize(x):
-    """x [..., cols] -> the values the engine multiplies with, in x's dtype:
-    per group of 128 columns, in f32, d = amax/127, q = rint(x * (127/amax))
-    (round half to even; 0 where amax is 0), value = q * d."""
-    x32 = np.asarray(x.detach().to(torch.float32).numpy(), dtype=np.float32)
+def quantize_groups(x32):
+    """x32: f32 [..., cols] -> (q int64 [..., cols], d f32 [..., groups]): per
+    group of 128 columns, in f32, d = amax/127, q = rint(x * (127/amax))
+    (round half to even; 0 where amax is 0)."""
     cols = x32.shape[-1]
     padded = -(-cols // BLOCK) * BLOCK
     blocks = np.zeros(x32.shape[:-1] + (padded,), dtype=np.float32)
@@ -26,8 +25,17 @@ def quantize_dequantize(x):
     scale = amax / np.float32(127)
     with np.errstate(divide="ignore"):
         inverse = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-    q = np.clip(np.rint(blocks * inverse), -127, 127)
-    values = (q.astype(np.float64) * scale.astype(np.float64)).reshape(x32.shape[:-1] + (padded,))[..., :cols]
+    q = np.clip(np.rint(blocks * inverse), -127, 127).astype(np.int64)
+    return q.reshape(x32.shape[:-1] + (padded,))[..., :cols], scale[..., 0]
+
+
+def quantize_dequantize(x):
+    """x [..., cols] -> the values the engine multiplies with, in x's dtype:
+    q * d per group (quantize_groups)."""
+    x32 = np.asarray(x.detach().to(torch.float32).numpy(), dtype=np.float32)
+    q, scale = quantize_groups(x32)
+    per_column = np.repeat(scale.astype(np.float64), BLOCK, axis=-1)[..., :x32.shape[-1]]
+    values = q.astype(np.float64) * per_column
     return torch.from_numpy(np.ascontiguousarray(values)).to(x.dtype)
 
 

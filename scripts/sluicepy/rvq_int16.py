@@ -1,5 +1,6 @@
 # scripts/sluicepy/rvq_int16.py: the engine's RVQ expert arithmetic
-# (compute/kernels/rvq.h: f32 tables, int16 codes, exact integer row sums),
+# (compute/kernels/rvq.h: f32 tables, int16 codes, exact integer row sums;
+# rvq_decoded.h: f32 decoded weights, or integer weights and int8 inputs),
 # modelled bit for bit in numpy so the reference computes what the engine does.
 # Reads a container only through sluicepy.container; never writes anything.
 import numpy as np
@@ -65,6 +66,37 @@ def decoded_matvec(books, indices, row_scales, x):
     return np.asarray(row_scales, dtype=np.float32) * total
 
 
+# compute/kernels/rvq_decoded.h's kRvqInt8TilesFrom and kRvqIntegerBound.
+INT8_TILES_FROM = 5
+INTEGER_BOUND = np.float32(125)
+
+
+def decoded_int8_matvec(books, indices, row_scales, x):
+    """The int8 tiles (compute/kernels/rvq_decoded.h, with int8 activations):
+    integer weights q0 + q1 + q2 of step sigma, x as int8 per 128-column group
+    (quant.h), exact integer group sums, acc = acc + d_g * L_g in f32, then
+    y = rowscale * (sigma * acc)."""
+    from .int8_activations import BLOCK, quantize_groups
+    books = np.asarray(books, dtype=np.float32)
+    bound = np.float32(0)
+    for s in range(3):
+        bound = np.float32(bound + np.max(np.abs(books[s])))
+    inverse = INTEGER_BOUND / bound if bound > 0 else np.float32(0)
+    sigma = np.float32(bound / INTEGER_BOUND)
+    integers = np.clip(np.rint(books * inverse), -127, 127).astype(np.int64)
+    rows, nv = indices.shape[0], indices.shape[1]
+    idx = indices.astype(np.int64)
+    w = (integers[0][idx[:, :, 0]] + integers[1][idx[:, :, 1]] + integers[2][idx[:, :, 2]]).reshape(rows, nv * 8)
+    q, d = quantize_groups(np.asarray(x, dtype=np.float32)[None, :])
+    cols = nv * 8
+    acc = np.zeros(rows, dtype=np.float32)
+    for g in range(d.shape[1]):
+        lo, hi = g * BLOCK, min(cols, (g + 1) * BLOCK)
+        sums = (w[:, lo:hi] * q[0, lo:hi]).sum(axis=1).astype(np.float32)
+        acc = (acc + d[0, g] * sums).astype(np.float32)
+    return np.asarray(row_scales, dtype=np.float32) * (sigma * acc)
+
+
 def silu(v):
     """The engine's silu: v / (1 + exp(-v)) in f32."""
     v = np.asarray(v, dtype=np.float32)
@@ -76,13 +108,16 @@ class ContainerExperts:
     """Applies a container's experts the way the engine does: per token, one table
     per matrix from that token's input, then integer lookups."""
 
-    def __init__(self, c, decode_crossover=None, activation=None):
+    def __init__(self, c, decode_crossover=None, activation=None, int8_tiles_from=None):
         """decode_crossover: from this many tokens per expert and call on, model
         the decode-once path (rvq_decode_crossover()) instead of the tables; None
         models the tables only, which is what the engine runs today. activation:
-        f(gate, up) in f32 (K3's SiTU); None: silu(gate) * up."""
+        f(gate, up) in f32 (K3's SiTU); None: silu(gate) * up. int8_tiles_from:
+        with int8 activations, INT8_TILES_FROM: decode-once calls of that many
+        tokens or more take the int8 tiles' arithmetic."""
         self.c = c
         self.decode_crossover = decode_crossover
+        self.int8_tiles_from = int8_tiles_from
         self.activation = activation or (lambda gate, up: silu(gate) * up)
         self._cache = {}
 
@@ -106,6 +141,8 @@ class ContainerExperts:
 
     def _apply(self, layer, expert, kind, x, decoded):
         idx, books, scales = self._matrix(layer, expert, kind)
+        if decoded == "int8":
+            return decoded_int8_matvec(books, idx, scales, x)
         if decoded:
             return decoded_matvec(books, idx, scales, x)
         codes, scale = table_codes(x, books)
@@ -115,6 +152,8 @@ class ContainerExperts:
         """rows: torch [n, expert width in] -> torch [n, same], token by token."""
         out = []
         decoded = self.decode_crossover is not None and rows.shape[0] >= self.decode_crossover
+        if decoded and self.int8_tiles_from is not None and rows.shape[0] >= self.int8_tiles_from:
+            decoded = "int8"
         for x in rows.detach().numpy().astype(np.float32):
             gate, up = (self._apply(layer, expert, k, x, decoded) for k in ("gate", "up"))
             out.append(self._apply(layer, expert, "down", self.activation(gate, up), decoded))

@@ -98,8 +98,11 @@ uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences
                           2 * rows * gate_up_table + 2 * table_build;
   const uint64_t down_table = (32 / 8) * 3 * 256 * (2 + 4), down_build = (32 / 8) * 3 * 256 * 4;
   const uint64_t tile = 64 * 64 * 4;  // 64 rows (the most) of 64 decoded columns
-  const uint64_t per_thread =
-      rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 16 * down_table + down_build + tile;
+  // The int8 tiles' inputs: each row's 64 columns as one whole 128-column
+  // group of bytes and its scale.
+  const uint64_t tile_inputs = rows * (128 + 4);
+  const uint64_t per_thread = rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 16 * down_table +
+                              down_build + tile + tile_inputs;
   const uint64_t logits = (rows + sequences) * 1000 * 4;
   return shared + threads * per_thread + logits;
 }

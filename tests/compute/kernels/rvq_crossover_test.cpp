@@ -102,20 +102,20 @@ TEST_CASE("small experts take the instruction set's default; a bad shape is an e
   CHECK_THROWS_WITH_AS(rvq_decode_crossover(Exec{}, 64, 0), doctest::Contains("64"), Error);
 }
 
-TEST_CASE("the cache file lives under XDG_CACHE_HOME, else HOME/.cache, and names isa, shape and build") {
+TEST_CASE("the cache file lives under XDG_CACHE_HOME, else HOME/.cache, and names isa, activations, shape and build") {
   const char* home = std::getenv("HOME");
   const std::string saved_home = home != nullptr ? home : "";
   const std::string build = SLUICE_BUILD_ID;
   REQUIRE(!build.empty());
   setenv("XDG_CACHE_HOME", "/x/cache", 1);
-  CHECK(rvq_crossover_cache_path(Isa::kAvx2, 2048, 1024) ==
-        "/x/cache/sluice/rvq-crossover-avx2-2048x1024-" + build);
+  CHECK(rvq_crossover_cache_path(Isa::kAvx2, TrunkActivations::kInt8, 2048, 1024) ==
+        "/x/cache/sluice/rvq-crossover-avx2-int8-2048x1024-" + build);
   unsetenv("XDG_CACHE_HOME");
   setenv("HOME", "/h", 1);
-  CHECK(rvq_crossover_cache_path(Isa::kScalar, 8, 16) ==
-        "/h/.cache/sluice/rvq-crossover-scalar-8x16-" + build);
+  CHECK(rvq_crossover_cache_path(Isa::kScalar, TrunkActivations::kF32, 8, 16) ==
+        "/h/.cache/sluice/rvq-crossover-scalar-f32-8x16-" + build);
   unsetenv("HOME");
-  CHECK(rvq_crossover_cache_path(Isa::kScalar, 8, 16).empty());
+  CHECK(rvq_crossover_cache_path(Isa::kScalar, TrunkActivations::kF32, 8, 16).empty());
   if (home != nullptr) setenv("HOME", saved_home.c_str(), 1);
 }
 
@@ -123,7 +123,7 @@ TEST_CASE("a cached crossover is used as it is, without measuring") {
   const TemporaryCache cache;
   const Exec exec{best_isa(), nullptr};
   // 7 is no candidate, so only the file can have given it.
-  write_text(rvq_crossover_cache_path(exec.isa, 1024, 2048), "7\n");
+  write_text(rvq_crossover_cache_path(exec.isa, exec.trunk, 1024, 2048), "7\n");
   CHECK(rvq_decode_crossover(exec, 1024, 2048) == 7);
 }
 
@@ -132,7 +132,7 @@ TEST_CASE(
     "kept") {
   const TemporaryCache cache;
   const Exec exec{best_isa(), nullptr};
-  const std::string path = rvq_crossover_cache_path(exec.isa, 1024, 1024);
+  const std::string path = rvq_crossover_cache_path(exec.isa, exec.trunk, 1024, 1024);
   write_text(path, "not a count\n");
   const uint32_t crossover = rvq_decode_crossover(exec, 1024, 1024);
   const bool candidate =

@@ -1,15 +1,18 @@
 // The decode-once path against rvq_decoded.h's arithmetic written out here
-// from the header and FORMAT.md, bit for bit at every instruction set, thread
-// count (1, 2, 3) and token count (the in-register path up to six tokens,
-// tiles from seven), over odd shapes and several tiles; and against the table
-// path within their rounding difference.
+// from the header, quant.h and FORMAT.md, bit for bit at every instruction
+// set, thread count (1, 2, 3) and token count (the in-register path up to six
+// tokens, tiles from seven), over odd shapes, several tiles and input groups;
+// with int8 activations the int8 tiles too, at their largest integers; and
+// against the f32 and table arithmetic within their roundings.
 #include "compute/kernels/rvq_decoded.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compute/kernels/rvq.h"
@@ -45,12 +48,14 @@ struct Fixture {
     for (float& v : x) v = unit(rng);
   }
   RvqMatrixView view() const { return {RvqMatrixShape{rows, cols}, indices.data(), scales.data()}; }
+  uint8_t index(uint32_t r, uint32_t k, int s) const {
+    return indices[((size_t{r / 16} * nv * 3 + (k / 8) * 3 + s) * 16) + r % 16];
+  }
   // FORMAT.md reconstruction of w[r][k] before the scale.
   float weight(uint32_t r, uint32_t k) const {
     float sum = 0.0f;
     for (int s = 0; s < 3; ++s) {
-      const uint8_t i = indices[((size_t{r / 16} * nv * 3 + (k / 8) * 3 + s) * 16) + r % 16];
-      const float c = codebooks[(s * 256 + i) * 8 + k % 8];
+      const float c = codebooks[(s * 256 + index(r, k, s)) * 8 + k % 8];
       sum = s == 0 ? c : sum + c;
     }
     return sum;
@@ -63,6 +68,56 @@ struct Fixture {
     for (int l = 0; l < 8; ++l) s[l] = a[l] + a[l + 8];
     for (int l = 0; l < 4; ++l) q[l] = s[l] + s[l + 4];
     return f16_to_f32(scales[r]) * ((q[0] + q[2]) + (q[1] + q[3]));
+  }
+  // rvq_decoded.h's σ and integer weights, written out from the header.
+  float bound() const {
+    float sum = 0.0f;
+    for (int s = 0; s < 3; ++s) {
+      float m = 0.0f;
+      for (int i = 0; i < 2048; ++i) m = std::max(m, std::fabs(codebooks[s * 2048 + i]));
+      sum += m;
+    }
+    return sum;
+  }
+  float sigma() const { return bound() / 125.0f; }
+  int32_t integer_weight(uint32_t r, uint32_t k, float inverse) const {
+    int32_t sum = 0;
+    for (int s = 0; s < 3; ++s)
+      sum += static_cast<int32_t>(
+          std::nearbyint(codebooks[(s * 256 + index(r, k, s)) * 8 + k % 8] * inverse));
+    return sum;
+  }
+  // quant.h's int8 activations of token t's group g: its scale and integers.
+  float input_max(uint32_t t, uint32_t g) const {
+    float amax = 0.0f;
+    for (uint32_t k = g * 128; k < std::min(cols, g * 128 + 128); ++k)
+      amax = std::max(amax, std::fabs(x[size_t{t} * cols + k]));
+    return amax;
+  }
+  int32_t input_integer(uint32_t t, uint32_t k, float amax) const {
+    return amax > 0.0f ? static_cast<int32_t>(std::nearbyint(x[size_t{t} * cols + k] * (127.0f / amax)))
+                       : 0;
+  }
+  // Every output of the documented int8 arithmetic, tokens × rows.
+  std::vector<float> documented_int8() const {
+    const float inverse = bound() > 0.0f ? 125.0f / bound() : 0.0f;
+    std::vector<int32_t> w(size_t{rows} * cols);
+    for (uint32_t r = 0; r < rows; ++r)
+      for (uint32_t k = 0; k < cols; ++k) w[size_t{r} * cols + k] = integer_weight(r, k, inverse);
+    std::vector<float> y(size_t{tokens} * rows);
+    for (uint32_t t = 0; t < tokens; ++t)
+      for (uint32_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (uint32_t g = 0; g * 128 < cols; ++g) {
+          const float amax = input_max(t, g);
+          int64_t sum = 0;
+          for (uint32_t k = g * 128; k < std::min(cols, g * 128 + 128); ++k)
+            sum += int64_t{w[size_t{r} * cols + k]} * input_integer(t, k, amax);
+          acc = acc + (amax / 127.0f) * static_cast<float>(sum);
+        }
+        y[size_t{t} * rows + r] = f16_to_f32(scales[r]) * (sigma() * acc);
+      }
+    return y;
   }
 };
 
@@ -85,7 +140,7 @@ TEST_CASE(
             CAPTURE(rows);
             CAPTURE(cols);
             CAPTURE(tokens);
-            CAPTURE(isa_name(isa));
+            CAPTURE(std::string(isa_name(isa)));
             CAPTURE(threads);
             ThreadPool pool(threads);
             std::vector<float> y(documented.size() + 3, -9.0f);
@@ -95,6 +150,94 @@ TEST_CASE(
             CHECK(std::memcmp(y.data(), documented.data(), y.size() * sizeof(float)) == 0);
           }
       }
+}
+
+TEST_CASE(
+    "with int8 activations, decoded rvq matmul takes the documented int8 arithmetic from "
+    "kRvqInt8TilesFrom tokens and the f32 one below, at every ISA and thread count") {
+  uint32_t seed = 700;
+  for (uint32_t rows : {1, 17, 200})
+    for (uint32_t cols : {8, 136, 520})
+      for (uint32_t tokens : {1u, 4u, kRvqInt8TilesFrom, 6u, 7u, 9u}) {
+        const Fixture f(rows, cols, tokens, seed++);
+        const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
+                                 f.codebooks.data() + 4096);
+        std::vector<float> documented(size_t{tokens} * rows);
+        if (tokens >= kRvqInt8TilesFrom) {
+          documented = f.documented_int8();
+        } else {
+          for (uint32_t t = 0; t < tokens; ++t)
+            for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = f.documented(t, r);
+        }
+        for (Isa isa : testing::isas_under_test())
+          for (size_t threads : {1, 3}) {
+            CAPTURE(rows);
+            CAPTURE(cols);
+            CAPTURE(tokens);
+            CAPTURE(std::string(isa_name(isa)));
+            CAPTURE(threads);
+            ThreadPool pool(threads);
+            std::vector<float> y(documented.size() + 3, -9.0f);
+            rvq_matmul_decoded(books, f.view(), f.x.data(), tokens, y.data(),
+                               Exec{isa, &pool, TrunkActivations::kInt8});
+            for (size_t i = documented.size(); i < y.size(); ++i) CHECK(y[i] == -9.0f);
+            y.resize(documented.size());
+            CHECK(std::memcmp(y.data(), documented.data(), y.size() * sizeof(float)) == 0);
+          }
+      }
+}
+
+TEST_CASE("int8 tiles hold the largest integer weights and inputs exactly") {
+  // Each stage's entry 0 is +1 and entry 1 is −1 in every dimension, so rows
+  // picking them reach |q0 + q1 + q2| = 126, and ±1 inputs reach |xq| = 127:
+  // the byte sums and the dot products' int16 pairs at their largest.
+  Fixture f(70, 520, 9, 21);
+  for (int s = 0; s < 3; ++s)
+    for (int j = 0; j < 8; ++j) {
+      f.codebooks[(s * 256 + 0) * 8 + j] = 1.0f;
+      f.codebooks[(s * 256 + 1) * 8 + j] = -1.0f;
+    }
+  std::mt19937 rng(5);
+  for (uint8_t& i : f.indices) i = static_cast<uint8_t>(rng() % 2);
+  for (float& v : f.x) v = rng() % 2 == 0 ? 1.0f : -1.0f;
+  const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
+                           f.codebooks.data() + 4096);
+  const std::vector<float> documented = f.documented_int8();
+  for (Isa isa : testing::isas_under_test()) {
+    CAPTURE(std::string(isa_name(isa)));
+    std::vector<float> y(documented.size());
+    rvq_matmul_decoded(books, f.view(), f.x.data(), f.tokens, y.data(),
+                       Exec{isa, nullptr, TrunkActivations::kInt8});
+    CHECK(std::memcmp(y.data(), documented.data(), y.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("int8 tiles stay within their weights' and inputs' rounding of the f32 arithmetic") {
+  const Fixture f(100, 520, 8, 11);
+  const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
+                           f.codebooks.data() + 4096);
+  std::vector<float> int8(size_t{f.tokens} * f.rows), f32(int8.size());
+  rvq_matmul_decoded(books, f.view(), f.x.data(), f.tokens, int8.data(),
+                     Exec{best_isa(), nullptr, TrunkActivations::kInt8});
+  rvq_matmul_decoded(books, f.view(), f.x.data(), f.tokens, f32.data(), Exec{best_isa(), nullptr});
+  const double sigma = f.sigma();
+  double largest_error = 0.0;
+  for (uint32_t t = 0; t < f.tokens; ++t)
+    for (uint32_t r = 0; r < f.rows; ++r) {
+      // Each weight is off by at most 1.5 σ (three rounded stages), each input
+      // by half its group's step amax/127.
+      double bound = 0.0;
+      for (uint32_t k = 0; k < f.cols; ++k) {
+        const double xk = f.x[size_t{t} * f.cols + k];
+        bound += 1.5 * sigma * std::fabs(xk) +
+                 (std::fabs(f.weight(r, k)) + 1.5 * sigma) * 0.5 * f.input_max(t, k / 128) / 127.0;
+      }
+      const size_t i = size_t{t} * f.rows + r;
+      const double error = std::fabs(double{int8[i]} - f32[i]);
+      largest_error = std::max(largest_error, error);
+      CHECK(error <= f16_to_f32(f.scales[r]) * bound * 1.01 + 1e-5 * std::fabs(f32[i]));
+    }
+  CHECK(largest_error > 0.0);  // the int8 arithmetic did run
 }
 
 TEST_CASE("decoded and table paths agree to the table codes' rounding") {
