@@ -352,18 +352,20 @@ class Bench {
                   });
         // "decode once" as the engine runs it by default, with int8
         // activations (int8 tiles), and with f32 activations (f32 tiles).
-        for (const TrunkActivations activations : {TrunkActivations::kInt8, TrunkActivations::kF32}) {
+        for (const TrunkActivations activations :
+             {TrunkActivations::kInt8, TrunkActivations::kF32}) {
           const Exec decoded{isa, &pool_, activations};
-          time_case(m, "rvq prefill expert", shape,
-                    activations == TrunkActivations::kInt8 ? "decode once" : "decode once, f32",
-                    isa, expert_weights * n, expert_bytes, [&] {
-                      const uint32_t e = expert++;
-                      rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), n, g.data(), decoded);
-                      rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), n, u.data(), decoded);
-                      swiglu(g.data(), u.data(), h.data(), size_t{n} * m.width);
-                      rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), n, out.data(),
-                                         decoded);
-                    });
+          const char* variant =
+              activations == TrunkActivations::kInt8 ? "decode once" : "decode once, f32";
+          time_case(
+              m, "rvq prefill expert", shape, variant, isa, expert_weights * n, expert_bytes, [&] {
+                const uint32_t e = expert++;
+                rvq_matmul_decoded(bank.books[0], bank.view(0, e), x.data(), n, g.data(), decoded);
+                rvq_matmul_decoded(bank.books[1], bank.view(1, e), x.data(), n, u.data(), decoded);
+                swiglu(g.data(), u.data(), h.data(), size_t{n} * m.width);
+                rvq_matmul_decoded(bank.books[2], bank.view(2, e), h.data(), n, out.data(),
+                                   decoded);
+              });
         }
       }
     }

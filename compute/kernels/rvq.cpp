@@ -70,7 +70,8 @@ RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1, const float
   float bound = 0.0f;
   for (int s = 0; s < kRvqStages; ++s) {
     float stage_max = 0.0f;
-    for (size_t i = 0; i < kStageFloats; ++i) stage_max = std::max(stage_max, std::fabs(stages[s][i]));
+    for (size_t i = 0; i < kStageFloats; ++i)
+      stage_max = std::max(stage_max, std::fabs(stages[s][i]));
     bound += stage_max;
   }
   const float inverse = bound > 0.0f ? kRvqIntegerBound / bound : 0.0f;

@@ -554,8 +554,8 @@ void rvq_decode_rows_int8_avx2(const RvqCodebooks& codebooks, const RvqMatrixVie
             std::memcpy(&words[s], &offsets[c][s][r], sizeof words[s]);
           for (int k = 0; k < 4; ++k) {
             const auto entry = [&](int s) {
-              return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-                  books[s] + ((words[s] >> 16 * k) & 0xffff)));
+              return _mm_loadl_epi64(
+                  reinterpret_cast<const __m128i*>(books[s] + ((words[s] >> 16 * k) & 0xffff)));
             };
             // Wrapping byte sums: the total lies within ±127 whatever the order.
             const __m128i w = _mm_add_epi8(_mm_add_epi8(entry(0), entry(1)), entry(2));
@@ -580,9 +580,11 @@ void rvq_int8_tile_matmul_avx2(const int8_t* tile, float sigma, const RvqMatrixV
     auto outputs = [&]<int R>() {
       uint32_t t = 0;
       for (; t + 2 <= x.tokens; t += 2)
-        int8_tile<R, 2>(tile, stride, r - row_begin, x, t, sigma, m.scales + r, y + r, m.shape.rows);
+        int8_tile<R, 2>(tile, stride, r - row_begin, x, t, sigma, m.scales + r, y + r,
+                        m.shape.rows);
       if (t < x.tokens)
-        int8_tile<R, 1>(tile, stride, r - row_begin, x, t, sigma, m.scales + r, y + r, m.shape.rows);
+        int8_tile<R, 1>(tile, stride, r - row_begin, x, t, sigma, m.scales + r, y + r,
+                        m.shape.rows);
     };
     switch (std::min(4u, row_end - r)) {
       case 4:

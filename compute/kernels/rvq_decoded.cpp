@@ -116,8 +116,8 @@ void int8_tiles(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, cons
   else
     detail::quantize_activations_avx2(x, calling_thread_inputs);
   const uint32_t stride = detail::int8_tile_stride(matrix.shape.cols);
-  const uint32_t per_tile = static_cast<uint32_t>(
-      std::clamp<size_t>(kInt8TileBytes / stride / kRowBlock * kRowBlock, kRowBlock, detail::kTileMaxRows));
+  const uint32_t per_tile = static_cast<uint32_t>(std::clamp<size_t>(
+      kInt8TileBytes / stride / kRowBlock * kRowBlock, kRowBlock, detail::kTileMaxRows));
   const size_t tiles = (matrix.shape.rows + per_tile - 1) / per_tile;
   const float sigma = codebooks.integer_scale();
   split_over_pool(exec, tiles, 1, [&](size_t begin, size_t end) {

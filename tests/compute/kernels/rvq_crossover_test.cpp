@@ -102,7 +102,9 @@ TEST_CASE("small experts take the instruction set's default; a bad shape is an e
   CHECK_THROWS_WITH_AS(rvq_decode_crossover(Exec{}, 64, 0), doctest::Contains("64"), Error);
 }
 
-TEST_CASE("the cache file lives under XDG_CACHE_HOME, else HOME/.cache, and names isa, activations, shape and build") {
+TEST_CASE(
+    "the cache file lives under XDG_CACHE_HOME, else HOME/.cache, and names isa, activations, "
+    "shape and build") {
   const char* home = std::getenv("HOME");
   const std::string saved_home = home != nullptr ? home : "";
   const std::string build = SLUICE_BUILD_ID;

@@ -95,8 +95,9 @@ struct Fixture {
     return amax;
   }
   int32_t input_integer(uint32_t t, uint32_t k, float amax) const {
-    return amax > 0.0f ? static_cast<int32_t>(std::nearbyint(x[size_t{t} * cols + k] * (127.0f / amax)))
-                       : 0;
+    return amax > 0.0f
+               ? static_cast<int32_t>(std::nearbyint(x[size_t{t} * cols + k] * (127.0f / amax)))
+               : 0;
   }
   // Every output of the documented int8 arithmetic, tokens × rows.
   std::vector<float> documented_int8() const {
@@ -167,7 +168,8 @@ TEST_CASE(
           documented = f.documented_int8();
         } else {
           for (uint32_t t = 0; t < tokens; ++t)
-            for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = f.documented(t, r);
+            for (uint32_t r = 0; r < rows; ++r)
+              documented[size_t{t} * rows + r] = f.documented(t, r);
         }
         for (Isa isa : testing::isas_under_test())
           for (size_t threads : {1, 3}) {
