@@ -1,5 +1,6 @@
 // compute/kernels/rvq_avx2.cpp: AVX2 table build, quantization and row kernel
-// for RVQ, and the decode-once tile. Built with -mavx2 -mfma but must not
+// for RVQ, and the decode-once paths: in registers, f32 tiles and int8 tiles
+// (which AVX-512 machines run too). Built with -mavx2 -mfma but must not
 // contract mul+add: the table's bits must equal the scalar path's (meson passes
 // -ffp-contract=off); the tile's fused multiply-adds are written out.
 #include <immintrin.h>

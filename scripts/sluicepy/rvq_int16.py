@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from . import container as _container
+from .int8_activations import BLOCK, quantize_groups
 
 CODE_MAX = np.float32(32767)
 _INT32_MIN = -2 ** 31
@@ -76,7 +77,6 @@ def decoded_int8_matvec(books, indices, row_scales, x):
     integer weights q0 + q1 + q2 of step sigma, x as int8 per 128-column group
     (quant.h), exact integer group sums, acc = acc + d_g * L_g in f32, then
     y = rowscale * (sigma * acc)."""
-    from .int8_activations import BLOCK, quantize_groups
     books = np.asarray(books, dtype=np.float32)
     bound = np.float32(0)
     for s in range(3):
