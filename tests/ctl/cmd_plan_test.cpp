@@ -47,8 +47,10 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   };
   const uint64_t shared = (rows * row_floats + experts + heads * ctx) * 4 + rows * routing + int8 +
                           2 * rows * table(hidden) + 2 * build(hidden);
+  // The int8 tiles' inputs: whole 128-column groups of bytes and a scale each.
+  const uint64_t tile_inputs = rows * ((std::max(hidden, width) + 127) / 128) * (128 + 4);
   const uint64_t per_thread = rows * (2 * hidden + 3 * width) * 4 + rows * 4 + 16 * table(width) +
-                              build(width) + std::max(tile(hidden), tile(width));
+                              build(width) + std::max(tile(hidden), tile(width)) + tile_inputs;
   const uint64_t scratch = shared + threads * per_thread + (rows + 1) * vocab * 4;
   const uint64_t process = (uint64_t{8} << 20) + vocab * 224;  // program and libraries, the tokenizer by vocabulary entry
   return resident + kv + scratch + process + 2 * top_k * stride + tables;
