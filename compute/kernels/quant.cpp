@@ -99,6 +99,13 @@ void quantize_activations_scalar(const float* x, Int8Activations& out) {
   }
 }
 
+void quantize_activations(const float* x, Int8Activations& out, Isa isa) {
+  if (isa == Isa::kScalar)
+    quantize_activations_scalar(x, out);
+  else
+    quantize_activations_avx2(x, out);
+}
+
 void int8_rows_scalar(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,
                       float* y) {
   const uint32_t groups = m.groups(), used = x.used_blocks();
@@ -151,10 +158,7 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
     thread_local detail::Int8Activations buffer;
     detail::Int8Activations& activations = buffer;
     activations.prepare(m.format, tokens, m.cols);
-    if (exec.isa == Isa::kScalar)
-      detail::quantize_activations_scalar(x, activations);
-    else
-      detail::quantize_activations_avx2(x, activations);
+    detail::quantize_activations(x, activations, exec.isa);
     const bool vnni = exec.isa == Isa::kAvx512 && avx512_has_vnni();
     split_rows(exec, m.rows, [&](uint32_t r0, uint32_t r1) {
       if (vnni)

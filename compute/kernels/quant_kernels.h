@@ -71,6 +71,8 @@ inline uint32_t int8_column_at(QuantFormat order, uint32_t position) {
 // x: tokens × cols, row stride cols.
 void quantize_activations_scalar(const float* x, Int8Activations& out);
 void quantize_activations_avx2(const float* x, Int8Activations& out);
+// The body for `isa` (AVX-512 machines run the AVX2 one): the same bits on every set.
+void quantize_activations(const float* x, Int8Activations& out, Isa isa);
 
 // Rows [row_begin, row_end) for every token of x, quantized for m's format.
 void int8_rows_scalar(const QuantMatrixView& m, const Int8Activations& x, uint32_t row_begin, uint32_t row_end,

@@ -534,7 +534,10 @@ void rvq_decode_rows_int8_avx2(const RvqCodebooks& codebooks, const RvqMatrixVie
   // instead, which keeps the loop free of branches.
   alignas(16) int8_t scratch[kSpan * kRvqVecDim];
   // A row block at a time, a span of its vector positions at a time, four rows
-  // at a time, their offsets one 64-bit word per stage.
+  // at a time, their offsets one 64-bit word per stage. The block and span
+  // loops repeat rvq_decode_rows_avx2's: one helper taking each decoder's row
+  // loop as a lambda made both 5–15% slower (bench kernels, one OLMoE expert at
+  // 8 tokens, int8 tiles 2.0–2.2 → 2.3–2.4 ms).
   for (uint32_t b0 = row_begin / kRowBlock * kRowBlock; b0 < row_end; b0 += kRowBlock) {
     const uint8_t* indices = m.indices + m.shape.index_position(b0, 0, 0);
     const uint8_t* block_end = indices + nv * kVectorBytes;

@@ -27,10 +27,25 @@ constexpr size_t kInt8TileBytes = size_t{128} << 10;  // with room for the input
 uint32_t fused_max_tokens(Isa isa) { return isa == Isa::kAvx512 ? 6 : 4; }
 constexpr size_t kFusedGrainBlocks = 4;
 
-uint32_t tile_rows(uint32_t cols) {
-  const size_t fit = kTileBytes / (size_t{cols} * sizeof(float));
-  return static_cast<uint32_t>(
+// The matrix's rows in tiles of whole row blocks (16 to kTileMaxRows rows) of
+// about `budget` bytes, shared out over the pool: body(tile, r0, r1) for each,
+// the tile of the running thread, `row_elements` Elements a row, which grows
+// once and is then reused.
+template <typename Element, typename Body>
+void for_each_tile(const RvqMatrixView& matrix, size_t budget, uint32_t row_elements,
+                   const Exec& exec, Body&& body) {
+  const size_t fit = budget / (size_t{row_elements} * sizeof(Element));
+  const auto per_tile = static_cast<uint32_t>(
       std::clamp<size_t>(fit / kRowBlock * kRowBlock, kRowBlock, detail::kTileMaxRows));
+  const size_t tiles = (matrix.shape.rows + per_tile - 1) / per_tile;
+  split_over_pool(exec, tiles, 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<Element> tile;
+    if (tile.size() < size_t{per_tile} * row_elements) tile.resize(size_t{per_tile} * row_elements);
+    for (size_t i = begin; i < end; ++i) {
+      const auto r0 = static_cast<uint32_t>(i * per_tile);
+      body(tile.data(), r0, std::min(matrix.shape.rows, r0 + per_tile));
+    }
+  });
 }
 
 }  // namespace
@@ -111,30 +126,19 @@ void int8_tiles(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, cons
   thread_local detail::Int8Activations calling_thread_inputs;
   const detail::Int8Activations& inputs = calling_thread_inputs;
   calling_thread_inputs.prepare(QuantFormat::kQ8G128, tokens, matrix.shape.cols);
-  if (exec.isa == Isa::kScalar)
-    detail::quantize_activations_scalar(x, calling_thread_inputs);
-  else
-    detail::quantize_activations_avx2(x, calling_thread_inputs);
-  const uint32_t stride = detail::int8_tile_stride(matrix.shape.cols);
-  const uint32_t per_tile = static_cast<uint32_t>(std::clamp<size_t>(
-      kInt8TileBytes / stride / kRowBlock * kRowBlock, kRowBlock, detail::kTileMaxRows));
-  const size_t tiles = (matrix.shape.rows + per_tile - 1) / per_tile;
+  detail::quantize_activations(x, calling_thread_inputs, exec.isa);
   const float sigma = codebooks.integer_scale();
-  split_over_pool(exec, tiles, 1, [&](size_t begin, size_t end) {
-    thread_local std::vector<int8_t> tile;
-    if (tile.size() < size_t{per_tile} * stride) tile.resize(size_t{per_tile} * stride);
-    for (size_t i = begin; i < end; ++i) {
-      const auto r0 = static_cast<uint32_t>(i * per_tile);
-      const uint32_t r1 = std::min(matrix.shape.rows, r0 + per_tile);
-      if (exec.isa == Isa::kScalar) {
-        detail::rvq_decode_rows_int8_scalar(codebooks, matrix, r0, r1, tile.data());
-        detail::rvq_int8_tile_matmul_scalar(tile.data(), sigma, matrix, r0, r1, inputs, y);
-      } else {  // AVX-512 machines run the AVX2 body
-        detail::rvq_decode_rows_int8_avx2(codebooks, matrix, r0, r1, tile.data());
-        detail::rvq_int8_tile_matmul_avx2(tile.data(), sigma, matrix, r0, r1, inputs, y);
-      }
-    }
-  });
+  for_each_tile<int8_t>(
+      matrix, kInt8TileBytes, detail::int8_tile_stride(matrix.shape.cols), exec,
+      [&](int8_t* tile, uint32_t r0, uint32_t r1) {
+        if (exec.isa == Isa::kScalar) {
+          detail::rvq_decode_rows_int8_scalar(codebooks, matrix, r0, r1, tile);
+          detail::rvq_int8_tile_matmul_scalar(tile, sigma, matrix, r0, r1, inputs, y);
+        } else {  // AVX-512 machines run the AVX2 body
+          detail::rvq_decode_rows_int8_avx2(codebooks, matrix, r0, r1, tile);
+          detail::rvq_int8_tile_matmul_avx2(tile, sigma, matrix, r0, r1, inputs, y);
+        }
+      });
 }
 
 }  // namespace
@@ -157,31 +161,22 @@ void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matr
     split_over_pool(exec, matrix.shape.rows_padded() / kRowBlock, kFusedGrainBlocks, fused);
     return;
   }
-  const uint32_t per_tile = tile_rows(matrix.shape.cols);
-  const size_t tiles = (matrix.shape.rows + per_tile - 1) / per_tile;
-  auto body = [&](size_t begin, size_t end) {
-    thread_local std::vector<float> tile;
-    if (tile.size() < size_t{per_tile} * matrix.shape.cols)
-      tile.resize(size_t{per_tile} * matrix.shape.cols);
-    for (size_t i = begin; i < end; ++i) {
-      const auto r0 = static_cast<uint32_t>(i * per_tile);
-      const uint32_t r1 = std::min(matrix.shape.rows, r0 + per_tile);
-      if (exec.isa == Isa::kScalar) {
-        detail::rvq_decode_rows_scalar(codebooks, matrix, r0, r1, tile.data());
-        detail::rvq_tile_matmul_scalar(tile.data(), matrix, r0, r1, x, tokens, y);
-        continue;
-      }
-      const bool avx512 = exec.isa == Isa::kAvx512;
-      detail::rvq_decode_rows_avx2(
-          codebooks, matrix, r0, r1,
-          avx512 ? detail::kTilePanelRowsAvx512 : detail::kTilePanelRowsAvx2, tile.data());
-      if (avx512)
-        detail::rvq_tile_matmul_avx512(tile.data(), matrix, r0, r1, x, tokens, y);
-      else
-        detail::rvq_tile_matmul_avx2(tile.data(), matrix, r0, r1, x, tokens, y);
-    }
-  };
-  split_over_pool(exec, tiles, 1, body);
+  for_each_tile<float>(
+      matrix, kTileBytes, matrix.shape.cols, exec, [&](float* tile, uint32_t r0, uint32_t r1) {
+        if (exec.isa == Isa::kScalar) {
+          detail::rvq_decode_rows_scalar(codebooks, matrix, r0, r1, tile);
+          detail::rvq_tile_matmul_scalar(tile, matrix, r0, r1, x, tokens, y);
+          return;
+        }
+        const bool avx512 = exec.isa == Isa::kAvx512;
+        detail::rvq_decode_rows_avx2(
+            codebooks, matrix, r0, r1,
+            avx512 ? detail::kTilePanelRowsAvx512 : detail::kTilePanelRowsAvx2, tile);
+        if (avx512)
+          detail::rvq_tile_matmul_avx512(tile, matrix, r0, r1, x, tokens, y);
+        else
+          detail::rvq_tile_matmul_avx2(tile, matrix, r0, r1, x, tokens, y);
+      });
 }
 
 }  // namespace sluice::kernels

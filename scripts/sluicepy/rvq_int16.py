@@ -72,27 +72,32 @@ INT8_TILES_FROM = 5
 INTEGER_BOUND = np.float32(125)
 
 
-def decoded_int8_matvec(books, indices, row_scales, x):
-    """The int8 tiles (compute/kernels/rvq_decoded.h, with int8 activations):
-    integer weights q0 + q1 + q2 of step sigma, x as int8 per 128-column group
-    (quant.h), exact integer group sums, acc = acc + d_g * L_g in f32, then
-    y = rowscale * (sigma * acc)."""
+def integer_weights(books, indices):
+    """The int8 tiles' weights (compute/kernels/rvq_decoded.h): bound = (m0 + m1) + m2
+    of the stages' max |C|, q = rint(C * (125/bound)) clamped to +-127, w = q0 + q1 + q2
+    (int32 [rows, cols]) and their step sigma = bound/125 (0s when bound is 0)."""
     books = np.asarray(books, dtype=np.float32)
     bound = np.float32(0)
     for s in range(3):
         bound = np.float32(bound + np.max(np.abs(books[s])))
     inverse = INTEGER_BOUND / bound if bound > 0 else np.float32(0)
-    sigma = np.float32(bound / INTEGER_BOUND)
-    integers = np.clip(np.rint(books * inverse), -127, 127).astype(np.int64)
+    integers = np.clip(np.rint(books * inverse), -127, 127).astype(np.int32)
     rows, nv = indices.shape[0], indices.shape[1]
     idx = indices.astype(np.int64)
     w = (integers[0][idx[:, :, 0]] + integers[1][idx[:, :, 1]] + integers[2][idx[:, :, 2]]).reshape(rows, nv * 8)
+    return w, np.float32(bound / INTEGER_BOUND)
+
+
+def decoded_int8_matvec(weights, sigma, row_scales, x):
+    """The int8 tiles (compute/kernels/rvq_decoded.h, with int8 activations) on
+    integer_weights(): x as int8 per 128-column group (quant.h), exact integer
+    group sums, acc = acc + d_g * L_g in f32, then y = rowscale * (sigma * acc)."""
     q, d = quantize_groups(np.asarray(x, dtype=np.float32)[None, :])
-    cols = nv * 8
-    acc = np.zeros(rows, dtype=np.float32)
+    cols = weights.shape[1]
+    acc = np.zeros(weights.shape[0], dtype=np.float32)
     for g in range(d.shape[1]):
         lo, hi = g * BLOCK, min(cols, (g + 1) * BLOCK)
-        sums = (w[:, lo:hi] * q[0, lo:hi]).sum(axis=1).astype(np.float32)
+        sums = (weights[:, lo:hi].astype(np.int64) * q[0, lo:hi]).sum(axis=1).astype(np.float32)
         acc = (acc + d[0, g] * sums).astype(np.float32)
     return np.asarray(row_scales, dtype=np.float32) * (sigma * acc)
 
@@ -120,6 +125,7 @@ class ContainerExperts:
         self.int8_tiles_from = int8_tiles_from
         self.activation = activation or (lambda gate, up: silu(gate) * up)
         self._cache = {}
+        self._integer_cache = {}  # (layer, expert, kind) -> integer_weights(), built once
 
     def _matrix(self, layer, expert, kind):
         key = (layer, expert, kind)
@@ -142,7 +148,10 @@ class ContainerExperts:
     def _apply(self, layer, expert, kind, x, decoded):
         idx, books, scales = self._matrix(layer, expert, kind)
         if decoded == "int8":
-            return decoded_int8_matvec(books, idx, scales, x)
+            key = (layer, expert, kind)
+            if key not in self._integer_cache:
+                self._integer_cache[key] = integer_weights(books, idx)
+            return decoded_int8_matvec(*self._integer_cache[key], scales, x)
         if decoded:
             return decoded_matvec(books, idx, scales, x)
         codes, scale = table_codes(x, books)
