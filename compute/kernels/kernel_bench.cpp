@@ -11,6 +11,7 @@
 #include <cmath>
 #include <ctime>
 
+#include "compute/kernels/attend.h"
 #include "compute/kernels/quant.h"
 #include "compute/kernels/rvq.h"
 #include "compute/kernels/rvq_crossover.h"
@@ -35,10 +36,18 @@ struct TrunkShape {
   uint32_t rows, cols;
 };
 
+// Kimi-Linear's MLA layers, in their absorbed form, dot every head with one
+// 512-wide latent per position and weigh the same latent: timed here as one kv
+// head of 512 whose keys and values are separate rows (twice the bytes).
+struct AttentionShape {
+  uint32_t heads, kv_heads, head_dim;
+};
+
 struct ModelShape {
   const char* name;
   uint32_t hidden, width, top_k;
   TrunkShape trunk[3];
+  AttentionShape attention;
 };
 
 constexpr ModelShape kModels[] = {
@@ -48,21 +57,24 @@ constexpr ModelShape kModels[] = {
      8,
      {{"q_proj", QuantFormat::kQ4G128, 2048, 2048},
       {"lm_head", QuantFormat::kQ8G128, 50304, 2048},
-      {"lm_head", QuantFormat::kQ6G128, 50304, 2048}}},
+      {"lm_head", QuantFormat::kQ6G128, 50304, 2048}},
+     {16, 16, 128}},
     {"qwen3-30b-a3b",
      2048,
      768,
      8,
      {{"q_proj", QuantFormat::kQ4G128, 4096, 2048},
       {"lm_head", QuantFormat::kQ8G128, 151936, 2048},
-      {"lm_head", QuantFormat::kQ6G128, 151936, 2048}}},
+      {"lm_head", QuantFormat::kQ6G128, 151936, 2048}},
+     {32, 4, 128}},
     {"kimi-linear-48b",
      2304,
      1024,
      8,
      {{"q_proj", QuantFormat::kQ4G128, 4096, 2304},
       {"lm_head", QuantFormat::kQ8G128, 163840, 2304},
-      {"lm_head", QuantFormat::kQ6G128, 163840, 2304}}},
+      {"lm_head", QuantFormat::kQ6G128, 163840, 2304}},
+     {32, 1, 512}},
 };
 
 void fill_random(uint8_t* out, size_t n, uint64_t seed) {
@@ -196,6 +208,7 @@ class Bench {
       bench_experts(model);
       bench_prefill_expert(model);
       for (const TrunkShape& t : model.trunk) bench_trunk(model, t);
+      bench_attention(model);
     }
     return std::move(report_);
   }
@@ -402,6 +415,39 @@ class Bench {
                   fmt::format("[{}x{}] x{} tokens", t.rows, t.cols, kPrefillTokens), variant, isa,
                   weights * kPrefillTokens, bytes,
                   [&] { quant_matmul(view, x.data(), kPrefillTokens, y.data(), exec); });
+    }
+  }
+
+  // One decode step's attention over a long context: every head's scores,
+  // then the weighted values (attend.h), as the engine runs them on one
+  // thread; the softmax between them is left out, so the weights are uniform.
+  // The bytes are the cached keys and values it reads.
+  void bench_attention(const ModelShape& m) {
+    const AttentionShape& a = m.attention;
+    const uint32_t group = a.heads / a.kv_heads;
+    const size_t row = size_t{2} * a.kv_heads * a.head_dim;  // a position's keys, then values
+    for (const uint32_t count : {1024u, 4096u}) {
+      const std::vector<float> cache = random_floats(row * count, 81);
+      const std::vector<float> q = random_floats(size_t{a.heads} * a.head_dim, 83);
+      std::vector<float> scores(size_t{a.heads} * count), out(size_t{a.heads} * a.head_dim);
+      const std::vector<float> weights(size_t{a.heads} * count, 1.0f / static_cast<float>(count));
+      const float* values = cache.data() + row / 2;
+      for (Isa isa : isas())
+        time_case(m, "attention",
+                  fmt::format("{} heads, {} kv of {}, {} positions", a.heads, a.kv_heads,
+                              a.head_dim, count),
+                  "engine", isa, uint64_t{2} * a.heads * a.head_dim * count,
+                  uint64_t{row} * count * sizeof(float), [&] {
+                    for (uint32_t kv = 0; kv < a.kv_heads; ++kv)
+                      attention_scores(q.data() + size_t{kv} * group * a.head_dim, group,
+                                       cache.data() + size_t{kv} * a.head_dim, row, count,
+                                       a.head_dim, 0.088f,
+                                       scores.data() + size_t{kv} * group * count, count, isa);
+                    for (uint32_t kv = 0; kv < a.kv_heads; ++kv)
+                      attention_values(weights.data() + size_t{kv} * group * count, count, group,
+                                       values + size_t{kv} * a.head_dim, row, count, a.head_dim,
+                                       out.data() + size_t{kv} * group * a.head_dim, isa);
+                  });
     }
   }
 

@@ -1,6 +1,6 @@
 // compute/kernels/lanes.h: the one fold of 16 f32 lanes that every
-// lane-split sum documents (the decode-once tiles, the f32 trunk kernel, the
-// model's lane_dot), so the scalar and vector bodies add in the same order.
+// lane-split sum documents (the decode-once tiles, the f32 trunk kernel,
+// attention's lane_dot), so the scalar and vector bodies add in the same order.
 #pragma once
 
 namespace sluice::kernels {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compute/model/ops.h"
+#include "compute/kernels/attend.h"
 #include "proto/error.h"
 
 namespace sluice {
@@ -53,29 +53,32 @@ float softmax_unnormalized(float* scores, uint32_t count) {
 }
 
 void HeadScores::softmax() {
-  for (size_t h = 0; h < totals_.size(); ++h) totals_[h] = softmax_unnormalized(&values_[h * count_], count_);
+  const size_t heads = count_ == 0 ? 0 : values_.size() / count_;
+  for (size_t h = 0; h < heads; ++h) {
+    float* scores = &values_[h * count_];
+    const float total = softmax_unnormalized(scores, count_);
+    for (uint32_t p = 0; p < count_; ++p) scores[p] /= total;
+  }
 }
 
 void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
-            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores) {
+            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores,
+            kernels::Isa isa) {
   const uint32_t group = heads / kv_heads, count = position + 1;
+  const size_t stride = cache.row_stride();
   scores.reset(heads, count);
-  for (uint32_t p = 0; p < count; ++p) {
-    const float* k = cache.key(layer, p);
-    for (uint32_t h = 0; h < heads; ++h)
-      scores.at(h, p) = lane_dot(query + size_t{h} * head_dim, k + size_t{h / group} * head_dim, head_dim) * scale;
-  }
+  // One kv head at a time, its group of query heads together: each cached
+  // row is read once per kv head while it is in L1.
+  for (uint32_t kv = 0; kv < kv_heads; ++kv)
+    kernels::attention_scores(query + size_t{kv} * group * head_dim, group,
+                              cache.key(layer, 0) + size_t{kv} * head_dim, stride, count, head_dim,
+                              scale, scores.head(kv * group), scores.count(), isa);
   scores.softmax();
   std::fill(output, output + size_t{heads} * head_dim, 0.0f);
-  for (uint32_t p = 0; p < count; ++p) {
-    const float* v = cache.value(layer, p);
-    for (uint32_t h = 0; h < heads; ++h) {
-      const float weight = scores.weight(h, p);
-      const float* vh = v + size_t{h / group} * head_dim;
-      float* out = output + size_t{h} * head_dim;
-      for (uint32_t d = 0; d < head_dim; ++d) out[d] += weight * vh[d];
-    }
-  }
+  for (uint32_t kv = 0; kv < kv_heads; ++kv)
+    kernels::attention_values(scores.head(kv * group), scores.count(), group,
+                              cache.value(layer, 0) + size_t{kv} * head_dim, stride, count,
+                              head_dim, output + size_t{kv} * group * head_dim, isa);
 }
 
 }  // namespace sluice

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/kernels/dispatch.h"
 #include "compute/model/sequence_state.h"
 #include "proto/model_config.h"
 
@@ -42,6 +43,8 @@ class KvCache {
   float* value(uint32_t layer, uint32_t position) {
     return state_.row(layer, position) + kv_width_;
   }
+  // Floats from one position's row to the next within a layer.
+  size_t row_stride() const { return state_.row_floats(); }
   uint32_t capacity() const { return state_.context(); }
 
  private:
@@ -53,34 +56,33 @@ class KvCache {
 // position order; returns the sum, the scores hold exp(score − max).
 float softmax_unnormalized(float* scores, uint32_t count);
 
-// The scores of `heads` query heads over positions [0, count), head-major,
-// then their softmax: weight() is exp(score − max) / total for each head. Both
-// attention forms fill it position by position, so each cached row is read
-// once for all heads. Reused across calls: only growing allocates.
+// The scores of `heads` query heads over positions [0, count), head-major
+// (count() apart), then their softmax in place: each becomes its weight
+// exp(score − max) / total. Reused across calls: only growing allocates.
 class HeadScores {
  public:
   void reset(uint32_t heads, uint32_t count) {
     count_ = count;
     values_.resize(size_t{heads} * count);
-    totals_.resize(heads);
   }
+  uint32_t count() const { return count_; }
+  float* head(uint32_t head) { return values_.data() + size_t{head} * count_; }
   float& at(uint32_t head, uint32_t position) { return values_[size_t{head} * count_ + position]; }
-  // softmax_unnormalized over each head's scores.
+  // softmax_unnormalized over each head's scores, each then divided by its total.
   void softmax();
-  float weight(uint32_t head, uint32_t position) const {
-    return values_[size_t{head} * count_ + position] / totals_[head];
-  }
 
  private:
   uint32_t count_ = 0;
-  std::vector<float> values_, totals_;
+  std::vector<float> values_;
 };
 
 // One query position attending to cached positions [0, position]: for each
 // query head h (reading kv head h / (heads / kv_heads)), softmax over scores
-// lane_dot(q, k) · scale (ops.h) in f32 (max subtracted, sum in position
-// order), then the probability-weighted sum of values in position order.
+// lane_dot(q, k) · scale in f32 (max subtracted, sum in position order), then
+// the probability-weighted sum of values in position order
+// (compute/kernels/attend.h, the same bits at every instruction set).
 void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
-            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores);
+            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores,
+            kernels::Isa isa);
 
 }  // namespace sluice

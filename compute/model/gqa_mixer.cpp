@@ -51,7 +51,8 @@ class GqaMixer final : public Mixer {
       for (uint32_t t = 0; t < s.tokens; ++t) place(w, cache, layer, row + t, s.first_position + t);
       for (uint32_t t = 0; t < s.tokens; ++t) {
         attend(&q_[size_t{row + t} * q_width], cache, layer, s.first_position + t, g_.heads,
-               g_.kv_heads, head_dim, scale_, &attn_[size_t{row + t} * q_width], scores_);
+               g_.kv_heads, head_dim, scale_, &attn_[size_t{row + t} * q_width], scores_,
+               exec_.isa);
       }
       row += s.tokens;
     }

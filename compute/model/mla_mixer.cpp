@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compute/kernels/attend.h"
 #include "compute/model/attention.h"
 #include "compute/model/mixer.h"
 #include "compute/model/ops.h"
@@ -84,24 +85,22 @@ class MlaMixer final : public Mixer {
         for (uint32_t h = 0; h < heads; ++h) {
           const float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
           const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
-          scores_.at(h, s) = (lane_dot(q_bar, c, latent) + lane_dot(q_rope, c + latent, rope)) * scale_;
+          scores_.at(h, s) = (kernels::lane_dot(q_bar, c, latent, exec_.isa) +
+                              kernels::lane_dot(q_rope, c + latent, rope, exec_.isa)) *
+                             scale_;
         }
       }
       scores_.softmax();
+      // Every head reads the same latents: the heads are one query group.
       std::fill(read_out_.begin(), read_out_.end(), 0.0f);
-      for (uint32_t s = 0; s < count; ++s) {
-        const float* c = entry(cache, layer, s);
-        for (uint32_t h = 0; h < heads; ++h) {
-          const float weight = scores_.weight(h, s);
-          float* u = &read_out_[size_t{h} * latent];
-          for (uint32_t j = 0; j < latent; ++j) u[j] += weight * c[j];
-        }
-      }
+      kernels::attention_values(scores_.head(0), scores_.count(), heads, entry(cache, layer, 0),
+                                cache.row_floats(), count, latent, read_out_.data(), exec_.isa);
       // o[h] = W_UV[h] u: the value half of head h's rows.
       for (uint32_t h = 0; h < heads; ++h) {
         float* o = &attn_[(size_t{t} * heads + h) * v_dim];
         for (uint32_t i = 0; i < v_dim; ++i)
-          o[i] = lane_dot(&value_half_[(size_t{h} * v_dim + i) * latent], &read_out_[size_t{h} * latent], latent);
+          o[i] = kernels::lane_dot(&value_half_[(size_t{h} * v_dim + i) * latent],
+                                   &read_out_[size_t{h} * latent], latent, exec_.isa);
       }
     }
     if (m_.output_gate) {

@@ -1,5 +1,5 @@
-// Op tests of the f32 layer pieces (RMSNorm, the lane dot, RoPE in both
-// pairings, softmax, GQA attention) against plain double-precision versions
+// Op tests of the f32 layer pieces (RMSNorm, RoPE in both pairings,
+// softmax, GQA attention) against plain double-precision versions
 // written here from the equations, over many shapes and odd sizes, plus the
 // exact f32 orders the engine documents for the reference's sake.
 #include "compute/model/ops.h"
@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -55,26 +56,6 @@ TEST_CASE("rms_norm matches the double-precision equation and its documented f32
       rms_norm(in_place.data(), w.data(), n, eps, in_place.data());
       CHECK(std::equal(in_place.begin(), in_place.end(), y.begin()));
     }
-}
-
-TEST_CASE("lane_dot sums 16 lanes by index mod 16, folds them as documented, and is near the exact dot") {
-  for (const uint32_t n : {0u, 1u, 5u, 15u, 16u, 17u, 64u, 127u, 128u, 512u, 576u}) {
-    CAPTURE(n);
-    const std::vector<float> a = random_floats(n, 3 + n), b = random_floats(n, 5 + n, 4.0f);
-    std::vector<float> lanes(16, 0.0f);
-    double exact = 0, magnitude = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      lanes[i % 16] += a[i] * b[i];
-      exact += double{a[i]} * b[i];
-      magnitude += std::fabs(double{a[i]} * b[i]);
-    }
-    const float s0 = lanes[0] + lanes[8], s1 = lanes[1] + lanes[9], s2 = lanes[2] + lanes[10],
-                s3 = lanes[3] + lanes[11], s4 = lanes[4] + lanes[12], s5 = lanes[5] + lanes[13],
-                s6 = lanes[6] + lanes[14], s7 = lanes[7] + lanes[15];
-    const float t0 = s0 + s4, t1 = s1 + s5, t2 = s2 + s6, t3 = s3 + s7;
-    CHECK(lane_dot(a.data(), b.data(), n) == (t0 + t2) + (t1 + t3));
-    check_close(lane_dot(a.data(), b.data(), n), exact, magnitude, 1e-6);
-  }
 }
 
 TEST_CASE("RoPE rotates each pair by position × frequency, half-split and adjacent, partial dims") {
@@ -142,7 +123,9 @@ TEST_CASE("softmax subtracts the max, survives large scores, sums in position or
   }
 }
 
-TEST_CASE("GQA attention equals softmax(q·k·scale)·v in double, every head group and length") {
+TEST_CASE(
+    "GQA attention equals softmax(q·k·scale)·v in double, every head group and length, the same "
+    "bits at every instruction set") {
   struct Case {
     uint32_t heads, kv_heads, head_dim;
   };
@@ -169,8 +152,16 @@ TEST_CASE("GQA attention equals softmax(q·k·scale)·v in double, every head gr
       const std::vector<float> q = random_floats(size_t{c.heads} * c.head_dim, position + 77);
       std::vector<float> out(size_t{c.heads} * c.head_dim + 1, -3.0f);
       attend(q.data(), cache, layer, position, c.heads, c.kv_heads, c.head_dim, scale, out.data(),
-             scores);
+             scores, kernels::Isa::kScalar);
       CHECK(out.back() == -3.0f);
+      for (kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+        if (!kernels::isa_supported(isa)) continue;
+        std::vector<float> vector_out(out.size(), -3.0f);
+        attend(q.data(), cache, layer, position, c.heads, c.kv_heads, c.head_dim, scale,
+               vector_out.data(), scores, isa);
+        CHECK_MESSAGE(std::memcmp(vector_out.data(), out.data(), out.size() * sizeof(float)) == 0,
+                      kernels::isa_name(isa), " differs from scalar");
+      }
       const uint32_t group = c.heads / c.kv_heads;
       for (uint32_t h = 0; h < c.heads; ++h) {
         const size_t kv = size_t{h / group} * c.head_dim;

@@ -1,0 +1,126 @@
+// attend.h at every instruction set against its arithmetic written out here
+// (16 lanes of rounded products, the fold; weighted sums in position order),
+// bit for bit, over odd lengths, strides and query groups; nothing written
+// outside the outputs; and each result near the exact value.
+#include "compute/kernels/attend.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tests/compute/kernels/isas_under_test.h"
+
+using namespace sluice;
+using namespace sluice::kernels;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// The documented lane_dot, written out: lane l holds the products at i ≡ l (mod 16).
+float documented_dot(const float* a, const float* b, uint32_t n) {
+  float lanes[16] = {};
+  for (uint32_t i = 0; i < n; ++i) {
+    const float product = a[i] * b[i];
+    lanes[i % 16] = lanes[i % 16] + product;
+  }
+  float s[8], t[4];
+  for (int l = 0; l < 8; ++l) s[l] = lanes[l] + lanes[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = s[l] + s[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+constexpr uint32_t kLengths[] = {1, 5, 8, 15, 16, 17, 63, 64, 72, 127, 128, 136, 512, 576};
+
+}  // namespace
+
+TEST_CASE("lane_dot is the documented 16-lane sum at every instruction set, near the exact dot") {
+  for (Isa isa : testing::isas_under_test())
+    for (const uint32_t n : {0u, 1u, 5u, 15u, 16u, 17u, 64u, 127u, 128u, 512u, 576u}) {
+      CAPTURE(isa_name(isa));
+      CAPTURE(n);
+      // One past the end, so a read beyond n would change the sum.
+      std::vector<float> a = random_floats(n + 1, 3 + n), b = random_floats(n + 1, 5 + n, 4.0f);
+      a[n] = b[n] = 1e30f;
+      double exact = 0, magnitude = 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        exact += double{a[i]} * b[i];
+        magnitude += std::fabs(double{a[i]} * b[i]);
+      }
+      const float got = lane_dot(a.data(), b.data(), n, isa);
+      CHECK(same_bits(got, documented_dot(a.data(), b.data(), n)));
+      CHECK(std::fabs(got - exact) <= 1e-6 * (std::fabs(exact) + magnitude));
+    }
+}
+
+TEST_CASE("attention_scores: each query against each strided row, scaled, nothing else written") {
+  for (Isa isa : testing::isas_under_test())
+    for (const uint32_t n : kLengths)
+      for (const uint32_t queries : {1u, 3u, 8u})
+        for (const uint32_t count : {1u, 2u, 19u}) {
+          CAPTURE(isa_name(isa));
+          CAPTURE(n);
+          CAPTURE(queries);
+          CAPTURE(count);
+          const size_t k_stride = 2 * n + 3;  // rows neither adjacent nor aligned
+          const size_t score_stride = count + 2;
+          const std::vector<float> q = random_floats(size_t{queries} * n, n + queries);
+          const std::vector<float> k = random_floats(count * k_stride, 7 * n + count, 2.0f);
+          const float scale = 0.0883883f;
+          std::vector<float> scores(queries * score_stride, -7.0f);
+          attention_scores(q.data(), queries, k.data(), k_stride, count, n, scale, scores.data(),
+                           score_stride, isa);
+          for (uint32_t g = 0; g < queries; ++g)
+            for (uint32_t p = 0; p < score_stride; ++p) {
+              const float want =
+                  p < count
+                      ? documented_dot(q.data() + size_t{g} * n, k.data() + p * k_stride, n) * scale
+                      : -7.0f;
+              CHECK(same_bits(scores[g * score_stride + p], want));
+            }
+        }
+}
+
+TEST_CASE("attention_values: weighted rows added to the outputs in position order") {
+  for (Isa isa : testing::isas_under_test())
+    for (const uint32_t n : kLengths)
+      for (const uint32_t queries : {1u, 2u, 5u})
+        for (const uint32_t count : {1u, 3u, 40u}) {
+          CAPTURE(isa_name(isa));
+          CAPTURE(n);
+          CAPTURE(queries);
+          CAPTURE(count);
+          const size_t v_stride = n + 9, weight_stride = count + 1;
+          const std::vector<float> v = random_floats(count * v_stride, 11 * n + count, 3.0f);
+          std::vector<float> weights = random_floats(queries * weight_stride, n + 5 * count);
+          for (float& w : weights) w = std::fabs(w) / static_cast<float>(count);
+          // The outputs start non-zero (the kernel adds to them), with a guard past the end.
+          std::vector<float> out = random_floats(size_t{queries} * n + 1, n + queries + count);
+          out.back() = -5.0f;
+          std::vector<float> want(out);
+          for (uint32_t g = 0; g < queries; ++g)
+            for (uint32_t p = 0; p < count; ++p)
+              for (uint32_t i = 0; i < n; ++i) {
+                const float product = weights[g * weight_stride + p] * v[p * v_stride + i];
+                want[size_t{g} * n + i] = want[size_t{g} * n + i] + product;
+              }
+          attention_values(weights.data(), weight_stride, queries, v.data(), v_stride, count, n,
+                           out.data(), isa);
+          bool all_same = true;
+          for (size_t i = 0; i < out.size(); ++i) all_same = all_same && same_bits(out[i], want[i]);
+          CHECK(all_same);
+        }
+}
