@@ -91,8 +91,11 @@ uint64_t ModelConfig::state_floats_fixed() const { return kda.state_floats() * k
 
 uint64_t ModelConfig::mixer_scratch_floats() const {
   if (mixer == MixerKind::kGqa) {
+    // q (twice), k and v; attention's packed queries and outputs of one kv
+    // head's group, and their causal counts.
     const uint64_t q = uint64_t{gqa.heads} * gqa.head_dim, kv = uint64_t{gqa.kv_heads} * gqa.head_dim;
-    return 2 * q + 2 * kv;
+    const uint64_t group = gqa.heads / std::max<uint32_t>(gqa.kv_heads, 1);
+    return 2 * q + 2 * kv + 2 * group * gqa.head_dim + group;
   }
   // The query (heads × qk), its absorbed latent form (heads × (latent + rope)),
   // the per-head latent read-out, the value heads, and the latent row.

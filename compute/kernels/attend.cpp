@@ -2,6 +2,8 @@
 // by instruction set.
 #include "compute/kernels/attend.h"
 
+#include <algorithm>
+
 #include "compute/kernels/attend_kernels.h"
 #include "compute/kernels/lanes.h"
 
@@ -18,6 +20,10 @@ float lane_dot_scalar(const float* a, const float* b, uint32_t n) {
   return fold16(lanes);
 }
 
+uint32_t longest(std::span<const uint32_t> counts) {
+  return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+}
+
 }  // namespace
 
 float lane_dot(const float* a, const float* b, uint32_t n, Isa isa) {
@@ -32,44 +38,45 @@ float lane_dot(const float* a, const float* b, uint32_t n, Isa isa) {
   return lane_dot_scalar(a, b, n);
 }
 
-void attention_scores(const float* q, uint32_t queries, const float* k, size_t k_stride,
-                      uint32_t count, uint32_t n, float scale, float* scores, size_t score_stride,
+void attention_scores(const float* q, std::span<const uint32_t> counts, const float* k,
+                      size_t k_stride, uint32_t n, float scale, float* scores, size_t score_stride,
                       Isa isa) {
+  const auto queries = static_cast<uint32_t>(counts.size());
   switch (isa) {
     case Isa::kAvx512:
-      return detail::attention_scores_avx512(q, queries, k, k_stride, count, n, scale, scores,
-                                             score_stride);
+      return detail::attention_scores_avx512(q, counts.data(), queries, longest(counts), k,
+                                             k_stride, n, scale, scores, score_stride);
     case Isa::kAvx2:
-      return detail::attention_scores_avx2(q, queries, k, k_stride, count, n, scale, scores,
-                                           score_stride);
+      return detail::attention_scores_avx2(q, counts.data(), queries, longest(counts), k, k_stride,
+                                           n, scale, scores, score_stride);
     case Isa::kScalar:
       break;
   }
-  for (uint32_t p = 0; p < count; ++p)
-    for (uint32_t g = 0; g < queries; ++g)
+  for (uint32_t g = 0; g < queries; ++g)
+    for (uint32_t p = 0; p < counts[g]; ++p)
       scores[g * score_stride + p] =
           lane_dot_scalar(q + size_t{g} * n, k + p * k_stride, n) * scale;
 }
 
-void attention_values(const float* weights, size_t weight_stride, uint32_t queries, const float* v,
-                      size_t v_stride, uint32_t count, uint32_t n, float* out, Isa isa) {
+void attention_values(const float* weights, size_t weight_stride, std::span<const uint32_t> counts,
+                      const float* v, size_t v_stride, uint32_t n, float* out, Isa isa) {
+  const auto queries = static_cast<uint32_t>(counts.size());
   switch (isa) {
     case Isa::kAvx512:
-      return detail::attention_values_avx512(weights, weight_stride, queries, v, v_stride, count, n,
-                                             out);
+      return detail::attention_values_avx512(weights, weight_stride, counts.data(), queries,
+                                             longest(counts), v, v_stride, n, out);
     case Isa::kAvx2:
-      return detail::attention_values_avx2(weights, weight_stride, queries, v, v_stride, count, n,
-                                           out);
+      return detail::attention_values_avx2(weights, weight_stride, counts.data(), queries,
+                                           longest(counts), v, v_stride, n, out);
     case Isa::kScalar:
       break;
   }
-  for (uint32_t p = 0; p < count; ++p)
-    for (uint32_t g = 0; g < queries; ++g) {
-      const float w = weights[g * weight_stride + p];
-      float* o = out + size_t{g} * n;
-      const float* row = v + p * v_stride;
-      for (uint32_t i = 0; i < n; ++i) o[i] += w * row[i];
-    }
+  for (uint32_t g = 0; g < queries; ++g) {
+    const float* w = weights + g * weight_stride;
+    float* o = out + size_t{g} * n;
+    for (uint32_t p = 0; p < counts[g]; ++p)
+      for (uint32_t i = 0; i < n; ++i) o[i] += w[p] * v[p * v_stride + i];
+  }
 }
 
 }  // namespace sluice::kernels

@@ -4,6 +4,8 @@
 // which cannot change a lane: sums from +0 are never −0).
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "compute/kernels/attend_kernels.h"
 
 namespace sluice::kernels::detail {
@@ -11,8 +13,8 @@ namespace sluice::kernels::detail {
 namespace {
 
 // Consecutive rows of one kv head sit a whole cache row apart (16 KiB for
-// OLMoE), which the hardware prefetcher does not follow: asking for the row
-// 8 ahead measured 7.6 → 5.9–6.5 ms for one OLMoE token at 4096 positions
+// OLMoE), which the hardware prefetcher does not follow: asking for the key
+// row 8 ahead measured 7.6 → 5.9–6.5 ms for one OLMoE token at 4096 positions
 // (bench kernels, one Zen 3 core; Qwen3's 5.6 → 3.8–4.4).
 constexpr uint32_t kAhead = 8;
 inline void prefetch_row(const float* row, uint32_t n) {
@@ -51,14 +53,13 @@ inline float dot(const float* a, const float* b, uint32_t n) {
   return fold(lo, hi);
 }
 
-// Columns [i, i + 8·R) of one query's outputs over every row.
+// Columns [i, i + 8·R) of one query's outputs over rows [p0, p1).
 template <int R>
-inline void weighted_rows(const float* w, const float* v, size_t v_stride, uint32_t count,
+inline void weighted_rows(const float* w, const float* v, size_t v_stride, uint32_t p0, uint32_t p1,
                           uint32_t i, float* o) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_loadu_ps(o + i + 8 * r);
-  for (uint32_t p = 0; p < count; ++p) {
-    if (p + kAhead < count) prefetch_row(v + (p + kAhead) * v_stride + i, 8 * R);
+  for (uint32_t p = p0; p < p1; ++p) {
     const __m256 weight = _mm256_broadcast_ss(w + p);
     const float* row = v + p * v_stride + i;
     for (int r = 0; r < R; ++r)
@@ -73,28 +74,37 @@ float lane_dot_avx2(const float* a, const float* b, uint32_t n) {
   return dot(a, b, n);
 }
 
-void attention_scores_avx2(const float* q, uint32_t queries, const float* k, size_t k_stride,
-                           uint32_t count, uint32_t n, float scale, float* scores,
-                           size_t score_stride) {
-  for (uint32_t p = 0; p < count; ++p) {
-    if (p + kAhead < count) prefetch_row(k + (p + kAhead) * k_stride, n);
+void attention_scores_avx2(const float* q, const uint32_t* counts, uint32_t queries,
+                           uint32_t longest, const float* k, size_t k_stride, uint32_t n,
+                           float scale, float* scores, size_t score_stride) {
+  for (uint32_t p = 0; p < longest; ++p) {
+    if (p + kAhead < longest) prefetch_row(k + (p + kAhead) * k_stride, n);
     for (uint32_t g = 0; g < queries; ++g)
-      scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
+      if (p < counts[g])
+        scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
   }
 }
 
-void attention_values_avx2(const float* weights, size_t weight_stride, uint32_t queries,
-                           const float* v, size_t v_stride, uint32_t count, uint32_t n,
-                           float* out) {
-  for (uint32_t g = 0; g < queries; ++g) {
-    const float* w = weights + g * weight_stride;
-    float* o = out + size_t{g} * n;
-    uint32_t i = 0;
-    // Eight registers of outputs stay put while the rows stream past.
-    for (; i + 64 <= n; i += 64) weighted_rows<8>(w, v, v_stride, count, i, o);
-    for (; i + 8 <= n; i += 8) weighted_rows<1>(w, v, v_stride, count, i, o);
-    for (uint32_t p = 0; i < n && p < count; ++p)
-      for (uint32_t c = i; c < n; ++c) o[c] += w[p] * v[p * v_stride + c];
+void attention_values_avx2(const float* weights, size_t weight_stride, const uint32_t* counts,
+                           uint32_t queries, uint32_t longest, const float* v, size_t v_stride,
+                           uint32_t n, float* out) {
+  // A block of rows serves every query from L1 (eight registers of outputs
+  // stay put while a block streams past) while the next block is requested.
+  const uint32_t block = value_block_rows(n);
+  for (uint32_t p0 = 0; p0 < longest; p0 += block) {
+    const uint32_t p1 = std::min(longest, p0 + block);
+    for (uint32_t p = p1; p < std::min(longest, p1 + block); ++p) prefetch_row(v + p * v_stride, n);
+    for (uint32_t g = 0; g < queries; ++g) {
+      const uint32_t end = std::min(p1, counts[g]);
+      if (end <= p0) continue;
+      const float* w = weights + g * weight_stride;
+      float* o = out + size_t{g} * n;
+      uint32_t i = 0;
+      for (; i + 64 <= n; i += 64) weighted_rows<8>(w, v, v_stride, p0, end, i, o);
+      for (; i + 8 <= n; i += 8) weighted_rows<1>(w, v, v_stride, p0, end, i, o);
+      for (uint32_t p = p0; i < n && p < end; ++p)
+        for (uint32_t c = i; c < n; ++c) o[c] += w[p] * v[p * v_stride + c];
+    }
   }
 }
 

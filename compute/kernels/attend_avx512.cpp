@@ -2,6 +2,8 @@
 // sixteen lanes are one register, and masks take the tails.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "compute/kernels/attend_kernels.h"
 #include "compute/kernels/lanes.h"
 
@@ -36,16 +38,15 @@ inline float dot(const float* a, const float* b, uint32_t n) {
   return fold16(folded);
 }
 
-// Columns [i, i + 16·R) of one query's outputs over every row, the last
+// Columns [i, i + 16·R) of one query's outputs over rows [p0, p1), the last
 // register masked to `tail` columns.
 template <int R>
-inline void weighted_rows(const float* w, const float* v, size_t v_stride, uint32_t count,
+inline void weighted_rows(const float* w, const float* v, size_t v_stride, uint32_t p0, uint32_t p1,
                           uint32_t i, __mmask16 tail, float* o) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r)
     acc[r] = _mm512_maskz_loadu_ps(r == R - 1 ? tail : __mmask16(0xffff), o + i + 16 * r);
-  for (uint32_t p = 0; p < count; ++p) {
-    if (p + kAhead < count) prefetch_row(v + (p + kAhead) * v_stride + i, 16 * R);
+  for (uint32_t p = p0; p < p1; ++p) {
     const __m512 weight = _mm512_set1_ps(w[p]);
     const float* row = v + p * v_stride + i;
     for (int r = 0; r < R; ++r) {
@@ -63,25 +64,33 @@ float lane_dot_avx512(const float* a, const float* b, uint32_t n) {
   return dot(a, b, n);
 }
 
-void attention_scores_avx512(const float* q, uint32_t queries, const float* k, size_t k_stride,
-                             uint32_t count, uint32_t n, float scale, float* scores,
-                             size_t score_stride) {
-  for (uint32_t p = 0; p < count; ++p) {
-    if (p + kAhead < count) prefetch_row(k + (p + kAhead) * k_stride, n);
+void attention_scores_avx512(const float* q, const uint32_t* counts, uint32_t queries,
+                             uint32_t longest, const float* k, size_t k_stride, uint32_t n,
+                             float scale, float* scores, size_t score_stride) {
+  for (uint32_t p = 0; p < longest; ++p) {
+    if (p + kAhead < longest) prefetch_row(k + (p + kAhead) * k_stride, n);
     for (uint32_t g = 0; g < queries; ++g)
-      scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
+      if (p < counts[g])
+        scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
   }
 }
 
-void attention_values_avx512(const float* weights, size_t weight_stride, uint32_t queries,
-                             const float* v, size_t v_stride, uint32_t count, uint32_t n,
-                             float* out) {
-  for (uint32_t g = 0; g < queries; ++g) {
-    const float* w = weights + g * weight_stride;
-    float* o = out + size_t{g} * n;
-    uint32_t i = 0;
-    for (; i + 128 <= n; i += 128) weighted_rows<8>(w, v, v_stride, count, i, 0xffff, o);
-    for (; i < n; i += 16) weighted_rows<1>(w, v, v_stride, count, i, lanes_below(n - i), o);
+void attention_values_avx512(const float* weights, size_t weight_stride, const uint32_t* counts,
+                             uint32_t queries, uint32_t longest, const float* v, size_t v_stride,
+                             uint32_t n, float* out) {
+  const uint32_t block = value_block_rows(n);
+  for (uint32_t p0 = 0; p0 < longest; p0 += block) {
+    const uint32_t p1 = std::min(longest, p0 + block);
+    for (uint32_t p = p1; p < std::min(longest, p1 + block); ++p) prefetch_row(v + p * v_stride, n);
+    for (uint32_t g = 0; g < queries; ++g) {
+      const uint32_t end = std::min(p1, counts[g]);
+      if (end <= p0) continue;
+      const float* w = weights + g * weight_stride;
+      float* o = out + size_t{g} * n;
+      uint32_t i = 0;
+      for (; i + 128 <= n; i += 128) weighted_rows<8>(w, v, v_stride, p0, end, i, 0xffff, o);
+      for (; i < n; i += 16) weighted_rows<1>(w, v, v_stride, p0, end, i, lanes_below(n - i), o);
+    }
   }
 }
 

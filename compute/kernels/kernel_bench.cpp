@@ -432,6 +432,7 @@ class Bench {
       std::vector<float> scores(size_t{a.heads} * count), out(size_t{a.heads} * a.head_dim);
       const std::vector<float> weights(size_t{a.heads} * count, 1.0f / static_cast<float>(count));
       const float* values = cache.data() + row / 2;
+      const std::vector<uint32_t> counts(group, count);
       for (Isa isa : isas())
         time_case(m, "attention",
                   fmt::format("{} heads, {} kv of {}, {} positions", a.heads, a.kv_heads,
@@ -439,13 +440,13 @@ class Bench {
                   "engine", isa, uint64_t{2} * a.heads * a.head_dim * count,
                   uint64_t{row} * count * sizeof(float), [&] {
                     for (uint32_t kv = 0; kv < a.kv_heads; ++kv)
-                      attention_scores(q.data() + size_t{kv} * group * a.head_dim, group,
-                                       cache.data() + size_t{kv} * a.head_dim, row, count,
-                                       a.head_dim, 0.088f,
-                                       scores.data() + size_t{kv} * group * count, count, isa);
+                      attention_scores(q.data() + size_t{kv} * group * a.head_dim, counts,
+                                       cache.data() + size_t{kv} * a.head_dim, row, a.head_dim,
+                                       0.088f, scores.data() + size_t{kv} * group * count, count,
+                                       isa);
                     for (uint32_t kv = 0; kv < a.kv_heads; ++kv)
-                      attention_values(weights.data() + size_t{kv} * group * count, count, group,
-                                       values + size_t{kv} * a.head_dim, row, count, a.head_dim,
+                      attention_values(weights.data() + size_t{kv} * group * count, count, counts,
+                                       values + size_t{kv} * a.head_dim, row, a.head_dim,
                                        out.data() + size_t{kv} * group * a.head_dim, isa);
                   });
     }

@@ -52,33 +52,64 @@ float softmax_unnormalized(float* scores, uint32_t count) {
   return total;
 }
 
-void HeadScores::softmax() {
-  const size_t heads = count_ == 0 ? 0 : values_.size() / count_;
-  for (size_t h = 0; h < heads; ++h) {
-    float* scores = &values_[h * count_];
-    const float total = softmax_unnormalized(scores, count_);
-    for (uint32_t p = 0; p < count_; ++p) scores[p] /= total;
-  }
+void softmax_weights(float* scores, uint32_t count) {
+  const float total = softmax_unnormalized(scores, count);
+  for (uint32_t p = 0; p < count; ++p) scores[p] /= total;
 }
 
-void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
-            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores,
-            kernels::Isa isa) {
-  const uint32_t group = heads / kv_heads, count = position + 1;
-  const size_t stride = cache.row_stride();
-  scores.reset(heads, count);
-  // One kv head at a time, its group of query heads together: each cached
-  // row is read once per kv head while it is in L1.
-  for (uint32_t kv = 0; kv < kv_heads; ++kv)
-    kernels::attention_scores(query + size_t{kv} * group * head_dim, group,
-                              cache.key(layer, 0) + size_t{kv} * head_dim, stride, count, head_dim,
-                              scale, scores.head(kv * group), scores.count(), isa);
-  scores.softmax();
-  std::fill(output, output + size_t{heads} * head_dim, 0.0f);
-  for (uint32_t kv = 0; kv < kv_heads; ++kv)
-    kernels::attention_values(scores.head(kv * group), scores.count(), group,
-                              cache.value(layer, 0) + size_t{kv} * head_dim, stride, count,
-                              head_dim, output + size_t{kv} * group * head_dim, isa);
+void HeadScores::softmax() {
+  const size_t heads = count_ == 0 ? 0 : values_.size() / count_;
+  for (size_t h = 0; h < heads; ++h) softmax_weights(&values_[h * count_], count_);
+}
+
+namespace {
+
+// Query rows (tokens × a kv head's group) attended together at most: each
+// cached row is read once for a prefill chunk of OLMoE's.
+constexpr uint32_t kQueryRowsPerPass = 256;
+
+}  // namespace
+
+void attend(const float* query, size_t query_stride, uint32_t tokens, KvCache& cache,
+            uint32_t layer, uint32_t first_position, const GqaShape& shape, float* output,
+            size_t output_stride, AttentionScratch& scratch, kernels::Isa isa) {
+  const uint32_t group = shape.heads / shape.kv_heads, head_dim = shape.head_dim;
+  const size_t stride = cache.row_stride(), group_floats = size_t{group} * head_dim;
+  // A pass's scores (rows × positions) stay within heads × context floats,
+  // which the memory plan counts (ioworker/memory_plan.cpp): fewer tokens
+  // share a pass as the context fills.
+  const uint64_t score_floats = uint64_t{shape.heads} * cache.capacity();
+  const auto rows_per_pass = static_cast<uint32_t>(
+      std::min<uint64_t>(kQueryRowsPerPass, score_floats / (first_position + tokens)));
+  const uint32_t batch = std::max(1u, rows_per_pass / group);
+  for (uint32_t t0 = 0; t0 < tokens; t0 += batch) {
+    const uint32_t batch_tokens = std::min(batch, tokens - t0), rows = batch_tokens * group;
+    const uint32_t longest = first_position + t0 + batch_tokens;
+    scratch.counts.resize(rows);
+    for (uint32_t r = 0; r < rows; ++r) scratch.counts[r] = first_position + t0 + r / group + 1;
+    scratch.queries.resize(size_t{rows} * head_dim);
+    scratch.outputs.resize(size_t{rows} * head_dim);
+    scratch.scores.resize(size_t{rows} * longest);
+    for (uint32_t kv = 0; kv < shape.kv_heads; ++kv) {
+      for (uint32_t t = 0; t < batch_tokens; ++t) {
+        const float* q = query + (t0 + t) * query_stride + kv * group_floats;
+        std::copy(q, q + group_floats, scratch.queries.begin() + t * group_floats);
+      }
+      kernels::attention_scores(scratch.queries.data(), scratch.counts,
+                                cache.key(layer, 0) + size_t{kv} * head_dim, stride, head_dim,
+                                shape.scale, scratch.scores.data(), longest, isa);
+      for (uint32_t r = 0; r < rows; ++r)
+        softmax_weights(&scratch.scores[size_t{r} * longest], scratch.counts[r]);
+      std::fill(scratch.outputs.begin(), scratch.outputs.end(), 0.0f);
+      kernels::attention_values(scratch.scores.data(), longest, scratch.counts,
+                                cache.value(layer, 0) + size_t{kv} * head_dim, stride, head_dim,
+                                scratch.outputs.data(), isa);
+      for (uint32_t t = 0; t < batch_tokens; ++t) {
+        const float* o = scratch.outputs.data() + t * group_floats;
+        std::copy(o, o + group_floats, output + (t0 + t) * output_stride + kv * group_floats);
+      }
+    }
+  }
 }
 
 }  // namespace sluice

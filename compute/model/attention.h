@@ -55,6 +55,8 @@ class KvCache {
 // In place: softmax over scores[0..count) in f32, max subtracted, the sum in
 // position order; returns the sum, the scores hold exp(score − max).
 float softmax_unnormalized(float* scores, uint32_t count);
+// softmax_unnormalized, then each divided by the sum: the attention weights.
+void softmax_weights(float* scores, uint32_t count);
 
 // The scores of `heads` query heads over positions [0, count), head-major
 // (count() apart), then their softmax in place: each becomes its weight
@@ -76,13 +78,28 @@ class HeadScores {
   std::vector<float> values_;
 };
 
-// One query position attending to cached positions [0, position]: for each
-// query head h (reading kv head h / (heads / kv_heads)), softmax over scores
-// lane_dot(q, k) · scale in f32 (max subtracted, sum in position order), then
-// the probability-weighted sum of values in position order
-// (compute/kernels/attend.h, the same bits at every instruction set).
-void attend(const float* query, KvCache& cache, uint32_t layer, uint32_t position, uint32_t heads,
-            uint32_t kv_heads, uint32_t head_dim, float scale, float* output, HeadScores& scores,
-            kernels::Isa isa);
+struct GqaShape {
+  uint32_t heads, kv_heads, head_dim;
+  float scale;
+};
+
+// What GQA attention reuses from call to call: queries, scores and outputs
+// of one kv head's group over a batch of tokens. Only growing allocates.
+struct AttentionScratch {
+  std::vector<uint32_t> counts;
+  std::vector<float> queries, scores, outputs;
+};
+
+// Tokens t < tokens at positions first_position + t (queries at query +
+// t·query_stride, outputs at output + t·output_stride), each attending to
+// cached positions [0, first_position + t]: for each query head h (reading
+// kv head h / (heads / kv_heads)), softmax over lane_dot(q, k) · scale in f32
+// (max subtracted, sum in position order), then the probability-weighted
+// sum of values in position order (compute/kernels/attend.h, the same bits
+// at every instruction set). Each token gets the bits it would get alone;
+// together they read each cached row once per kv head and batch of tokens.
+void attend(const float* query, size_t query_stride, uint32_t tokens, KvCache& cache,
+            uint32_t layer, uint32_t first_position, const GqaShape& shape, float* output,
+            size_t output_stride, AttentionScratch& scratch, kernels::Isa isa);
 
 }  // namespace sluice

@@ -49,11 +49,9 @@ class GqaMixer final : public Mixer {
     for (const MixerSegment& s : segments) {
       KvCache cache(*s.state, kv_width);
       for (uint32_t t = 0; t < s.tokens; ++t) place(w, cache, layer, row + t, s.first_position + t);
-      for (uint32_t t = 0; t < s.tokens; ++t) {
-        attend(&q_[size_t{row + t} * q_width], cache, layer, s.first_position + t, g_.heads,
-               g_.kv_heads, head_dim, scale_, &attn_[size_t{row + t} * q_width], scores_,
-               exec_.isa);
-      }
+      attend(&q_[size_t{row} * q_width], q_width, s.tokens, cache, layer, s.first_position,
+             GqaShape{g_.heads, g_.kv_heads, head_dim, scale_}, &attn_[size_t{row} * q_width],
+             q_width, scratch_, exec_.isa);
       row += s.tokens;
     }
     w.o.apply(attn_.data(), rows, out, exec_);
@@ -101,7 +99,7 @@ class GqaMixer final : public Mixer {
   uint32_t context_;
   float scale_;
   std::vector<float> q_, k_, v_, attn_;
-  HeadScores scores_;
+  AttentionScratch scratch_;
 };
 
 }  // namespace

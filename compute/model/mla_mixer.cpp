@@ -93,8 +93,9 @@ class MlaMixer final : public Mixer {
       scores_.softmax();
       // Every head reads the same latents: the heads are one query group.
       std::fill(read_out_.begin(), read_out_.end(), 0.0f);
-      kernels::attention_values(scores_.head(0), scores_.count(), heads, entry(cache, layer, 0),
-                                cache.row_floats(), count, latent, read_out_.data(), exec_.isa);
+      counts_.assign(heads, count);
+      kernels::attention_values(scores_.head(0), scores_.count(), counts_, entry(cache, layer, 0),
+                                cache.row_floats(), latent, read_out_.data(), exec_.isa);
       // o[h] = W_UV[h] u: the value half of head h's rows.
       for (uint32_t h = 0; h < heads; ++h) {
         float* o = &attn_[(size_t{t} * heads + h) * v_dim];
@@ -148,6 +149,7 @@ class MlaMixer final : public Mixer {
   uint32_t slots_ = 0;
   std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, gate_;
   HeadScores scores_;
+  std::vector<uint32_t> counts_;
 };
 
 }  // namespace

@@ -33,9 +33,11 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const uint64_t kv = layers * ctx * kv_heads * head_dim * 2 * 4;
   const uint64_t rows = 64;
   // Per row: x, normed, proj, top-k expert outputs, routed, table input, the
-  // attention's q (twice), k and v; each row's routing at each layer.
-  const uint64_t row_floats =
-      (3 + top_k + 2) * hidden + 2 * heads * head_dim + 2 * kv_heads * head_dim;
+  // attention's q (twice), k and v, one kv head's group of queries and
+  // outputs and their counts; each row's routing at each layer.
+  const uint64_t group = heads / kv_heads;
+  const uint64_t row_floats = (3 + top_k + 2) * hidden + 2 * heads * head_dim +
+                              2 * kv_heads * head_dim + 2 * group * head_dim + group;
   const uint64_t routing = layers * (48 + 32 + 8 * top_k);
   const uint64_t widest = std::max(hidden, width);
   const uint64_t int8 = rows * widest + rows * (widest / 32) * 4;

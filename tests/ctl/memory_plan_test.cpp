@@ -86,8 +86,10 @@ PlanInputs small_inputs() {
 uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences = 1) {
   const uint64_t rows = 64;
   // x, normed, proj; expert_out (top-k rows), routed, table_input; the
-  // mixer's q, its rotated copy, k and v.
-  const uint64_t row_floats = 3 * 64 + 4 * 64 + 2 * 64 + (2 * 8 * 16 + 2 * 2 * 16);
+  // mixer's q, its rotated copy, k and v; attention's packed queries and
+  // outputs of one kv head's group (4 heads of 16) and their counts.
+  const uint64_t row_floats =
+      3 * 64 + 4 * 64 + 2 * 64 + (2 * 8 * 16 + 2 * 2 * 16) + (2 * 4 * 16 + 4);
   const uint64_t routing =
       4 * (48 + 32 + 4 * 8);  // per MoE layer: two vectors of top-k ids and weights
   const uint64_t int8 = rows * 64 + rows * 2 * 4;  // codes of the widest row, a scale per 32

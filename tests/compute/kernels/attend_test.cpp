@@ -43,6 +43,13 @@ bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
+// Each query its own number of rows, the first `count`, the others fewer.
+std::vector<uint32_t> query_counts(uint32_t queries, uint32_t count) {
+  std::vector<uint32_t> counts(queries);
+  for (uint32_t g = 0; g < queries; ++g) counts[g] = count - (g * 7) % count;
+  return counts;
+}
+
 constexpr uint32_t kLengths[] = {1, 5, 8, 15, 16, 17, 63, 64, 72, 127, 128, 136, 512, 576};
 
 }  // namespace
@@ -66,7 +73,7 @@ TEST_CASE("lane_dot is the documented 16-lane sum at every instruction set, near
     }
 }
 
-TEST_CASE("attention_scores: each query against each strided row, scaled, nothing else written") {
+TEST_CASE("attention_scores: each query against its strided rows, scaled, nothing else written") {
   for (Isa isa : testing::isas_under_test())
     for (const uint32_t n : kLengths)
       for (const uint32_t queries : {1u, 3u, 8u})
@@ -81,12 +88,13 @@ TEST_CASE("attention_scores: each query against each strided row, scaled, nothin
           const std::vector<float> k = random_floats(count * k_stride, 7 * n + count, 2.0f);
           const float scale = 0.0883883f;
           std::vector<float> scores(queries * score_stride, -7.0f);
-          attention_scores(q.data(), queries, k.data(), k_stride, count, n, scale, scores.data(),
+          const std::vector<uint32_t> counts = query_counts(queries, count);
+          attention_scores(q.data(), counts, k.data(), k_stride, n, scale, scores.data(),
                            score_stride, isa);
           for (uint32_t g = 0; g < queries; ++g)
             for (uint32_t p = 0; p < score_stride; ++p) {
               const float want =
-                  p < count
+                  p < counts[g]
                       ? documented_dot(q.data() + size_t{g} * n, k.data() + p * k_stride, n) * scale
                       : -7.0f;
               CHECK(same_bits(scores[g * score_stride + p], want));
@@ -94,11 +102,11 @@ TEST_CASE("attention_scores: each query against each strided row, scaled, nothin
         }
 }
 
-TEST_CASE("attention_values: weighted rows added to the outputs in position order") {
+TEST_CASE("attention_values: each query's weighted rows added to its outputs in position order") {
   for (Isa isa : testing::isas_under_test())
     for (const uint32_t n : kLengths)
       for (const uint32_t queries : {1u, 2u, 5u})
-        for (const uint32_t count : {1u, 3u, 40u}) {
+        for (const uint32_t count : {1u, 3u, 40u, n < 64 ? 1500u : 100u}) {  // over row blocks
           CAPTURE(isa_name(isa));
           CAPTURE(n);
           CAPTURE(queries);
@@ -107,18 +115,22 @@ TEST_CASE("attention_values: weighted rows added to the outputs in position orde
           const std::vector<float> v = random_floats(count * v_stride, 11 * n + count, 3.0f);
           std::vector<float> weights = random_floats(queries * weight_stride, n + 5 * count);
           for (float& w : weights) w = std::fabs(w) / static_cast<float>(count);
+          const std::vector<uint32_t> counts = query_counts(queries, count);
+          // A weight past a query's count would make its outputs NaN.
+          for (uint32_t g = 0; g < queries; ++g)
+            for (uint32_t p = counts[g]; p < count; ++p) weights[g * weight_stride + p] = NAN;
           // The outputs start non-zero (the kernel adds to them), with a guard past the end.
           std::vector<float> out = random_floats(size_t{queries} * n + 1, n + queries + count);
           out.back() = -5.0f;
           std::vector<float> want(out);
           for (uint32_t g = 0; g < queries; ++g)
-            for (uint32_t p = 0; p < count; ++p)
+            for (uint32_t p = 0; p < counts[g]; ++p)
               for (uint32_t i = 0; i < n; ++i) {
                 const float product = weights[g * weight_stride + p] * v[p * v_stride + i];
                 want[size_t{g} * n + i] = want[size_t{g} * n + i] + product;
               }
-          attention_values(weights.data(), weight_stride, queries, v.data(), v_stride, count, n,
-                           out.data(), isa);
+          attention_values(weights.data(), weight_stride, counts, v.data(), v_stride, n, out.data(),
+                           isa);
           bool all_same = true;
           for (size_t i = 0; i < out.size(); ++i) all_same = all_same && same_bits(out[i], want[i]);
           CHECK(all_same);

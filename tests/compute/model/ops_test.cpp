@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -142,7 +143,9 @@ TEST_CASE(
         std::copy(v.begin(), v.end(), cache.value(layer, p));
       }
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    HeadScores scores;
+    AttentionScratch scratch;
+    const GqaShape shape{c.heads, c.kv_heads, c.head_dim, scale};
+    const size_t width = size_t{c.heads} * c.head_dim;
     for (uint32_t position : {0u, 1u, 9u, 69u}) {
       CAPTURE(c.heads);
       CAPTURE(c.kv_heads);
@@ -151,14 +154,14 @@ TEST_CASE(
       const uint32_t layer = 1;
       const std::vector<float> q = random_floats(size_t{c.heads} * c.head_dim, position + 77);
       std::vector<float> out(size_t{c.heads} * c.head_dim + 1, -3.0f);
-      attend(q.data(), cache, layer, position, c.heads, c.kv_heads, c.head_dim, scale, out.data(),
-             scores, kernels::Isa::kScalar);
+      attend(q.data(), width, 1, cache, layer, position, shape, out.data(), width, scratch,
+             kernels::Isa::kScalar);
       CHECK(out.back() == -3.0f);
       for (kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
         if (!kernels::isa_supported(isa)) continue;
         std::vector<float> vector_out(out.size(), -3.0f);
-        attend(q.data(), cache, layer, position, c.heads, c.kv_heads, c.head_dim, scale,
-               vector_out.data(), scores, isa);
+        attend(q.data(), width, 1, cache, layer, position, shape, vector_out.data(), width, scratch,
+               isa);
         CHECK_MESSAGE(std::memcmp(vector_out.data(), out.data(), out.size() * sizeof(float)) == 0,
                       kernels::isa_name(isa), " differs from scalar");
       }
@@ -181,6 +184,49 @@ TEST_CASE(
             want += s[p] / total * cache.value(layer, p)[kv + d];
           check_close(out[h * c.head_dim + d], want, 1e-3, 1e-4);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "GQA attention of a chunk gives each token the bits it gets alone, at every instruction set") {
+  struct Case {
+    uint32_t heads, kv_heads, head_dim, tokens, first;
+  };
+  // 40 tokens of group 8 take two passes over the cache (attention.cpp's rows per pass).
+  for (const Case c : {Case{4, 4, 16, 5, 0}, Case{8, 1, 64, 40, 17}, Case{16, 16, 128, 12, 50},
+                       Case{3, 3, 5, 1, 9}}) {
+    CAPTURE(c.heads);
+    CAPTURE(c.kv_heads);
+    CAPTURE(c.tokens);
+    CAPTURE(c.first);
+    const uint32_t capacity = c.first + c.tokens, kv_width = c.kv_heads * c.head_dim;
+    MixerState state = KvCache::make_state(1, capacity, kv_width);
+    KvCache cache(state, kv_width);
+    for (uint32_t p = 0; p < capacity; ++p) {
+      const std::vector<float> k = random_floats(kv_width, 3 + p),
+                               v = random_floats(kv_width, 5 + p);
+      std::copy(k.begin(), k.end(), cache.key(0, p));
+      std::copy(v.begin(), v.end(), cache.value(0, p));
+    }
+    const GqaShape shape{c.heads, c.kv_heads, c.head_dim, 0.25f};
+    const size_t width = size_t{c.heads} * c.head_dim, stride = width + 3;  // rows not adjacent
+    const std::vector<float> q = random_floats(stride * c.tokens, 99);
+    AttentionScratch scratch;
+    for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+      if (!kernels::isa_supported(isa)) continue;
+      CAPTURE(kernels::isa_name(isa));
+      std::vector<float> together(stride * c.tokens, -3.0f);
+      attend(q.data(), stride, c.tokens, cache, 0, c.first, shape, together.data(), stride, scratch,
+             isa);
+      for (uint32_t t = 0; t < c.tokens; ++t) {
+        std::vector<float> alone(width);
+        attend(q.data() + t * stride, stride, 1, cache, 0, c.first + t, shape, alone.data(), width,
+               scratch, isa);
+        CHECK(std::memcmp(alone.data(), together.data() + t * stride, width * sizeof(float)) == 0);
+        CHECK(std::all_of(together.begin() + t * stride + width,
+                          together.begin() + (t + 1) * stride, [](float x) { return x == -3.0f; }));
       }
     }
   }
