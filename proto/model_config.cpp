@@ -98,10 +98,12 @@ uint64_t ModelConfig::mixer_scratch_floats() const {
     return 2 * q + 2 * kv + 2 * group * gqa.head_dim + group;
   }
   // The query (heads × qk), its absorbed latent form (heads × (latent + rope)),
-  // the per-head latent read-out, the value heads, and the latent row.
+  // the per-head latent read-out, the value heads, the latent row, and each
+  // head's causal count.
   const uint64_t h = mla.heads;
-  const uint64_t attention = std::max<uint64_t>(mla.q_lora_rank, 1) + h * mla.qk_dim() + h * mla.cached_width() +
-                             h * mla.kv_lora_rank + h * mla.v_dim + mla.cached_width();
+  const uint64_t attention = std::max<uint64_t>(mla.q_lora_rank, 1) + h * mla.qk_dim() +
+                             h * mla.cached_width() + h * mla.kv_lora_rank + h * mla.v_dim +
+                             mla.cached_width() + h;
   // KDA: q, k, v, their convolved forms, the decay, the gate, the output.
   return std::max<uint64_t>(attention, kda_layers() > 0 ? uint64_t{9} * kda.width() + kda.heads : 0);
 }

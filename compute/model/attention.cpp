@@ -57,31 +57,22 @@ void softmax_weights(float* scores, uint32_t count) {
   for (uint32_t p = 0; p < count; ++p) scores[p] /= total;
 }
 
-void HeadScores::softmax() {
-  const size_t heads = count_ == 0 ? 0 : values_.size() / count_;
-  for (size_t h = 0; h < heads; ++h) softmax_weights(&values_[h * count_], count_);
+uint32_t tokens_per_pass(uint32_t rows_per_token, uint32_t heads, uint32_t capacity,
+                         uint32_t first_position, uint32_t tokens) {
+  // At most 256 query rows: each cached row is read once for a prefill chunk of OLMoE's.
+  constexpr uint64_t kQueryRowsPerPass = 256;
+  const uint64_t rows =
+      std::min(kQueryRowsPerPass, uint64_t{heads} * capacity / (first_position + tokens));
+  return std::max<uint32_t>(1, static_cast<uint32_t>(rows / rows_per_token));
 }
-
-namespace {
-
-// Query rows (tokens × a kv head's group) attended together at most: each
-// cached row is read once for a prefill chunk of OLMoE's.
-constexpr uint32_t kQueryRowsPerPass = 256;
-
-}  // namespace
 
 void attend(const float* query, size_t query_stride, uint32_t tokens, KvCache& cache,
             uint32_t layer, uint32_t first_position, const GqaShape& shape, float* output,
             size_t output_stride, AttentionScratch& scratch, kernels::Isa isa) {
   const uint32_t group = shape.heads / shape.kv_heads, head_dim = shape.head_dim;
   const size_t stride = cache.row_stride(), group_floats = size_t{group} * head_dim;
-  // A pass's scores (rows × positions) stay within heads × context floats,
-  // which the memory plan counts (ioworker/memory_plan.cpp): fewer tokens
-  // share a pass as the context fills.
-  const uint64_t score_floats = uint64_t{shape.heads} * cache.capacity();
-  const auto rows_per_pass = static_cast<uint32_t>(
-      std::min<uint64_t>(kQueryRowsPerPass, score_floats / (first_position + tokens)));
-  const uint32_t batch = std::max(1u, rows_per_pass / group);
+  const uint32_t batch =
+      tokens_per_pass(group, shape.heads, cache.capacity(), first_position, tokens);
   for (uint32_t t0 = 0; t0 < tokens; t0 += batch) {
     const uint32_t batch_tokens = std::min(batch, tokens - t0), rows = batch_tokens * group;
     const uint32_t longest = first_position + t0 + batch_tokens;

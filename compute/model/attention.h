@@ -58,25 +58,13 @@ float softmax_unnormalized(float* scores, uint32_t count);
 // softmax_unnormalized, then each divided by the sum: the attention weights.
 void softmax_weights(float* scores, uint32_t count);
 
-// The scores of `heads` query heads over positions [0, count), head-major
-// (count() apart), then their softmax in place: each becomes its weight
-// exp(score − max) / total. Reused across calls: only growing allocates.
-class HeadScores {
- public:
-  void reset(uint32_t heads, uint32_t count) {
-    count_ = count;
-    values_.resize(size_t{heads} * count);
-  }
-  uint32_t count() const { return count_; }
-  float* head(uint32_t head) { return values_.data() + size_t{head} * count_; }
-  float& at(uint32_t head, uint32_t position) { return values_[size_t{head} * count_ + position]; }
-  // softmax_unnormalized over each head's scores, each then divided by its total.
-  void softmax();
-
- private:
-  uint32_t count_ = 0;
-  std::vector<float> values_;
-};
+// How many of `tokens` tokens (positions first_position on) share one pass
+// over a sequence's cache when each brings `rows_per_token` queries: their
+// scores (rows × positions) stay within heads × capacity floats, which the
+// memory plan counts (ioworker/memory_plan.cpp), so fewer share a pass as
+// the context fills. At least one.
+uint32_t tokens_per_pass(uint32_t rows_per_token, uint32_t heads, uint32_t capacity,
+                         uint32_t first_position, uint32_t tokens);
 
 struct GqaShape {
   uint32_t heads, kv_heads, head_dim;

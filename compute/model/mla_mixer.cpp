@@ -74,34 +74,41 @@ class MlaMixer final : public Mixer {
       }
     }
     attn_.resize(size_t{tokens} * heads * v_dim);
-    // Positions outside, heads inside (HeadScores): each cached entry is read
-    // once per pass instead of once per head.
-    read_out_.resize(size_t{heads} * latent);
-    for (uint32_t t = 0; t < tokens; ++t) {
-      const uint32_t count = first_position + t + 1;
-      scores_.reset(heads, count);
-      for (uint32_t s = 0; s < count; ++s) {
+    // Every head of every token reads the same latents: positions outside,
+    // the rows (token, head) of a pass inside, so each cached entry is read
+    // once per pass; each row's scores and weights are the bits it gets alone.
+    const uint32_t batch = tokens_per_pass(heads, heads, context_, first_position, tokens);
+    for (uint32_t t0 = 0; t0 < tokens; t0 += batch) {
+      const uint32_t rows = std::min(batch, tokens - t0) * heads;
+      const uint32_t longest = first_position + t0 + rows / heads;
+      counts_.resize(rows);
+      for (uint32_t r = 0; r < rows; ++r) counts_[r] = first_position + t0 + r / heads + 1;
+      scores_.resize(size_t{rows} * longest);
+      for (uint32_t s = 0; s < longest; ++s) {
         const float* c = entry(cache, layer, s);
-        for (uint32_t h = 0; h < heads; ++h) {
-          const float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
-          const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
-          scores_.at(h, s) = (kernels::lane_dot(q_bar, c, latent, exec_.isa) +
-                              kernels::lane_dot(q_rope, c + latent, rope, exec_.isa)) *
-                             scale_;
+        for (uint32_t r = 0; r < rows; ++r) {
+          if (s >= counts_[r]) continue;
+          const size_t row = size_t{t0} * heads + r;  // (token, head) of the chunk
+          const float* q_bar = &absorbed_[row * latent];
+          const float* q_rope = &q_[row * qk + nope];
+          scores_[size_t{r} * longest + s] =
+              (kernels::lane_dot(q_bar, c, latent, exec_.isa) +
+               kernels::lane_dot(q_rope, c + latent, rope, exec_.isa)) *
+              scale_;
         }
       }
-      scores_.softmax();
-      // Every head reads the same latents: the heads are one query group.
-      std::fill(read_out_.begin(), read_out_.end(), 0.0f);
-      counts_.assign(heads, count);
-      kernels::attention_values(scores_.head(0), scores_.count(), counts_, entry(cache, layer, 0),
+      for (uint32_t r = 0; r < rows; ++r)
+        softmax_weights(&scores_[size_t{r} * longest], counts_[r]);
+      read_out_.assign(size_t{rows} * latent, 0.0f);
+      kernels::attention_values(scores_.data(), longest, counts_, entry(cache, layer, 0),
                                 cache.row_floats(), latent, read_out_.data(), exec_.isa);
-      // o[h] = W_UV[h] u: the value half of head h's rows.
-      for (uint32_t h = 0; h < heads; ++h) {
-        float* o = &attn_[(size_t{t} * heads + h) * v_dim];
+      // o[t][h] = W_UV[h] u[t][h]: the value half of head h's rows.
+      for (uint32_t r = 0; r < rows; ++r) {
+        const uint32_t h = r % heads;
+        float* o = &attn_[(size_t{t0} * heads + r) * v_dim];
         for (uint32_t i = 0; i < v_dim; ++i)
           o[i] = kernels::lane_dot(&value_half_[(size_t{h} * v_dim + i) * latent],
-                                   &read_out_[size_t{h} * latent], latent, exec_.isa);
+                                   &read_out_[size_t{r} * latent], latent, exec_.isa);
       }
     }
     if (m_.output_gate) {
@@ -148,7 +155,7 @@ class MlaMixer final : public Mixer {
   std::vector<uint32_t> slot_;  // model layer → cache slot
   uint32_t slots_ = 0;
   std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, gate_;
-  HeadScores scores_;
+  std::vector<float> scores_;
   std::vector<uint32_t> counts_;
 };
 
