@@ -72,7 +72,7 @@ void add_bench_kernels(CLI::App& bench) {
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* cmd = bench.add_subcommand(
-      "kernels", "time the RVQ expert and trunk q4/q8 kernels at real model shapes, next to memory bandwidth");
+      "kernels", "time the RVQ expert, trunk q4/q8 and attention kernels at real model shapes, next to memory bandwidth");
   cmd->add_flag("--json", flags->json, "print JSON instead of a table");
   cmd->add_option("--threads", flags->threads,
                   "worker threads (default: SLUICE_THREADS, else all cores)")
