@@ -4,23 +4,11 @@
 // which cannot change a lane: sums from +0 are never −0).
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "compute/kernels/attend_kernels.h"
 
 namespace sluice::kernels::detail {
 
 namespace {
-
-// Consecutive rows of one kv head sit a whole cache row apart (16 KiB for
-// OLMoE), which the hardware prefetcher does not follow: asking for the key
-// row 8 ahead measured 7.6 → 5.9–6.5 ms for one OLMoE token at 4096 positions
-// (bench kernels, one Zen 3 core; Qwen3's 5.6 → 3.8–4.4).
-constexpr uint32_t kAhead = 8;
-inline void prefetch_row(const float* row, uint32_t n) {
-  for (uint32_t i = 0; i < n; i += 16)
-    _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
-}
 
 // fold16 (lanes.h) of lanes lo (0-7) and hi (8-15), in its order.
 inline float fold(__m256 lo, __m256 hi) {
@@ -77,35 +65,22 @@ float lane_dot_avx2(const float* a, const float* b, uint32_t n) {
 void attention_scores_avx2(const float* q, const uint32_t* counts, uint32_t queries,
                            uint32_t longest, const float* k, size_t k_stride, uint32_t n,
                            float scale, float* scores, size_t score_stride) {
-  for (uint32_t p = 0; p < longest; ++p) {
-    if (p + kAhead < longest) prefetch_row(k + (p + kAhead) * k_stride, n);
-    for (uint32_t g = 0; g < queries; ++g)
-      if (p < counts[g])
-        scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
-  }
+  scores_loop([](const float* a, const float* b, uint32_t len) { return dot(a, b, len); }, q,
+              counts, queries, longest, k, k_stride, n, scale, scores, score_stride);
 }
 
 void attention_values_avx2(const float* weights, size_t weight_stride, const uint32_t* counts,
                            uint32_t queries, uint32_t longest, const float* v, size_t v_stride,
                            uint32_t n, float* out) {
-  // A block of rows serves every query from L1 (eight registers of outputs
-  // stay put while a block streams past) while the next block is requested.
-  const uint32_t block = value_block_rows(n);
-  for (uint32_t p0 = 0; p0 < longest; p0 += block) {
-    const uint32_t p1 = std::min(longest, p0 + block);
-    for (uint32_t p = p1; p < std::min(longest, p1 + block); ++p) prefetch_row(v + p * v_stride, n);
-    for (uint32_t g = 0; g < queries; ++g) {
-      const uint32_t end = std::min(p1, counts[g]);
-      if (end <= p0) continue;
-      const float* w = weights + g * weight_stride;
-      float* o = out + size_t{g} * n;
-      uint32_t i = 0;
-      for (; i + 64 <= n; i += 64) weighted_rows<8>(w, v, v_stride, p0, end, i, o);
-      for (; i + 8 <= n; i += 8) weighted_rows<1>(w, v, v_stride, p0, end, i, o);
-      for (uint32_t p = p0; i < n && p < end; ++p)
-        for (uint32_t c = i; c < n; ++c) o[c] += w[p] * v[p * v_stride + c];
-    }
-  }
+  // Eight registers of outputs stay put while a block of rows streams past.
+  const auto rows = [&](const float* w, float* o, uint32_t p0, uint32_t p1) {
+    uint32_t i = 0;
+    for (; i + 64 <= n; i += 64) weighted_rows<8>(w, v, v_stride, p0, p1, i, o);
+    for (; i + 8 <= n; i += 8) weighted_rows<1>(w, v, v_stride, p0, p1, i, o);
+    for (uint32_t p = p0; i < n && p < p1; ++p)
+      for (uint32_t c = i; c < n; ++c) o[c] += w[p] * v[p * v_stride + c];
+  };
+  values_loop(rows, weights, weight_stride, counts, queries, longest, v, v_stride, n, out);
 }
 
 }  // namespace sluice::kernels::detail

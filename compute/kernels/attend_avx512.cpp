@@ -2,21 +2,12 @@
 // sixteen lanes are one register, and masks take the tails.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "compute/kernels/attend_kernels.h"
 #include "compute/kernels/lanes.h"
 
 namespace sluice::kernels::detail {
 
 namespace {
-
-// As attend_avx2.cpp: rows a kv head's slice apart defeat the hardware prefetcher.
-constexpr uint32_t kAhead = 8;
-inline void prefetch_row(const float* row, uint32_t n) {
-  for (uint32_t i = 0; i < n; i += 16)
-    _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
-}
 
 inline __mmask16 lanes_below(uint32_t remaining) {
   return remaining >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
@@ -67,31 +58,19 @@ float lane_dot_avx512(const float* a, const float* b, uint32_t n) {
 void attention_scores_avx512(const float* q, const uint32_t* counts, uint32_t queries,
                              uint32_t longest, const float* k, size_t k_stride, uint32_t n,
                              float scale, float* scores, size_t score_stride) {
-  for (uint32_t p = 0; p < longest; ++p) {
-    if (p + kAhead < longest) prefetch_row(k + (p + kAhead) * k_stride, n);
-    for (uint32_t g = 0; g < queries; ++g)
-      if (p < counts[g])
-        scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
-  }
+  scores_loop([](const float* a, const float* b, uint32_t len) { return dot(a, b, len); }, q,
+              counts, queries, longest, k, k_stride, n, scale, scores, score_stride);
 }
 
 void attention_values_avx512(const float* weights, size_t weight_stride, const uint32_t* counts,
                              uint32_t queries, uint32_t longest, const float* v, size_t v_stride,
                              uint32_t n, float* out) {
-  const uint32_t block = value_block_rows(n);
-  for (uint32_t p0 = 0; p0 < longest; p0 += block) {
-    const uint32_t p1 = std::min(longest, p0 + block);
-    for (uint32_t p = p1; p < std::min(longest, p1 + block); ++p) prefetch_row(v + p * v_stride, n);
-    for (uint32_t g = 0; g < queries; ++g) {
-      const uint32_t end = std::min(p1, counts[g]);
-      if (end <= p0) continue;
-      const float* w = weights + g * weight_stride;
-      float* o = out + size_t{g} * n;
-      uint32_t i = 0;
-      for (; i + 128 <= n; i += 128) weighted_rows<8>(w, v, v_stride, p0, end, i, 0xffff, o);
-      for (; i < n; i += 16) weighted_rows<1>(w, v, v_stride, p0, end, i, lanes_below(n - i), o);
-    }
-  }
+  const auto rows = [&](const float* w, float* o, uint32_t p0, uint32_t p1) {
+    uint32_t i = 0;
+    for (; i + 128 <= n; i += 128) weighted_rows<8>(w, v, v_stride, p0, p1, i, 0xffff, o);
+    for (; i < n; i += 16) weighted_rows<1>(w, v, v_stride, p0, p1, i, lanes_below(n - i), o);
+  };
+  values_loop(rows, weights, weight_stride, counts, queries, longest, v, v_stride, n, out);
 }
 
 }  // namespace sluice::kernels::detail

@@ -87,6 +87,7 @@ NOT_RUN = {
     '`scripts/bench-vs-llama-disk ': 'a benchmark: llama.cpp as above, sysfs readahead and a cgroup, minutes a round',
     '`scripts/bench ': 'a benchmark: writes synth containers of GBs and runs every shape at several budgets',
     '`scripts/fuzz ': 'libFuzzer builds run for minutes; the suite runs each fuzz target briefly (tests/fuzz)',
+    '`scripts/code-shape-study ': 'a study of minutes at its defaults; scripts_test_code_shapes runs it on a tiny checkpoint',
 }
 
 
