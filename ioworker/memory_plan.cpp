@@ -245,7 +245,7 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context,
   const uint64_t widest = std::max({hidden, ffn, width, expert_in});
   const uint64_t int8_activations = rows * widest + rows * (widest / 32) * sizeof(float);
   const uint64_t shared =
-      (rows * row_floats + config.experts + uint64_t{config.attention_heads()} * context) *
+      (rows * row_floats + config.experts + config.shared_attention_floats(context)) *
           sizeof(float) +
       rows * routing_bytes + int8_activations + 2 * rows * rvq_table_bytes_per_token(expert_in) +
       2 * rvq_table_build_bytes(expert_in);
@@ -254,7 +254,8 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context,
       std::min(rows, kPlanTableTokensPerExpert) * rvq_table_bytes_per_token(width) +
       rvq_table_build_bytes(width) +
       std::max(decoded_tile_bytes(expert_in), decoded_tile_bytes(width)) +
-      decoded_inputs_bytes(rows, std::max(expert_in, width));
+      decoded_inputs_bytes(rows, std::max(expert_in, width)) +
+      config.attention_worker_floats(context, rows) * sizeof(float);
   const uint64_t logits = (rows + shape.sequences) * uint64_t{config.vocab} * sizeof(float);
   return shared + threads * per_thread + logits;
 }

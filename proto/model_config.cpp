@@ -91,11 +91,8 @@ uint64_t ModelConfig::state_floats_fixed() const { return kda.state_floats() * k
 
 uint64_t ModelConfig::mixer_scratch_floats() const {
   if (mixer == MixerKind::kGqa) {
-    // q (twice), k and v; attention's packed queries and outputs of one kv
-    // head's group, and their causal counts.
     const uint64_t q = uint64_t{gqa.heads} * gqa.head_dim, kv = uint64_t{gqa.kv_heads} * gqa.head_dim;
-    const uint64_t group = gqa.heads / std::max<uint32_t>(gqa.kv_heads, 1);
-    return 2 * q + 2 * kv + 2 * group * gqa.head_dim + group;
+    return 2 * q + 2 * kv;
   }
   // The query (heads × qk), its absorbed latent form (heads × (latent + rope)),
   // the per-head latent read-out, the value heads, the latent row, and each
@@ -106,6 +103,19 @@ uint64_t ModelConfig::mixer_scratch_floats() const {
                              mla.cached_width() + h;
   // KDA: q, k, v, their convolved forms, the decay, the gate, the output.
   return std::max<uint64_t>(attention, kda_layers() > 0 ? uint64_t{9} * kda.width() + kda.heads : 0);
+}
+
+uint64_t ModelConfig::attention_worker_floats(uint32_t context, uint64_t rows) const {
+  if (mixer != MixerKind::kGqa) return 0;
+  // A pass's scores (compute/model/attention.h's tokens_per_pass keeps them
+  // within heads × context), one kv head's group of queries and outputs for
+  // every row, and their causal counts.
+  const uint64_t group = gqa.heads / std::max<uint32_t>(gqa.kv_heads, 1);
+  return uint64_t{gqa.heads} * context + rows * (2 * group * gqa.head_dim + group);
+}
+
+uint64_t ModelConfig::shared_attention_floats(uint32_t context) const {
+  return mixer == MixerKind::kGqa ? 0 : uint64_t{mla.heads} * context;
 }
 
 float ModelConfig::attention_scale() const {

@@ -222,6 +222,11 @@ struct ModelConfig {
   uint64_t state_floats_fixed() const;
   // Widest per-token activations of the mixer: queries and attention output.
   uint64_t mixer_scratch_floats() const;
+  // Attention's scratch per thread of the pool (GQA splits its kv heads over
+  // the pool) for `rows` query tokens at once over `context` positions, and
+  // the scratch of attention that runs on one thread (MLA's scores).
+  uint64_t attention_worker_floats(uint32_t context, uint64_t rows) const;
+  uint64_t shared_attention_floats(uint32_t context) const;
   uint32_t attention_heads() const { return mixer == MixerKind::kGqa ? gqa.heads : mla.heads; }
   // The attention softmax scale.
   float attention_scale() const;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "compute/kernels/attend.h"
+#include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
 
 namespace sluice {
@@ -66,39 +67,58 @@ uint32_t tokens_per_pass(uint32_t rows_per_token, uint32_t heads, uint32_t capac
   return std::max<uint32_t>(1, static_cast<uint32_t>(rows / rows_per_token));
 }
 
+namespace {
+
+// Below this many multiply-adds per pass (all kv heads), waking the pool
+// costs more than it saves: a decode step at a short context stays on one
+// thread.
+constexpr uint64_t kParallelMultiplyAdds = uint64_t{1} << 20;
+
+}  // namespace
+
 void attend(const float* query, size_t query_stride, uint32_t tokens, KvCache& cache,
             uint32_t layer, uint32_t first_position, const GqaShape& shape, float* output,
-            size_t output_stride, AttentionScratch& scratch, kernels::Isa isa) {
+            size_t output_stride, std::vector<AttentionScratch>& scratch,
+            const kernels::Exec& exec) {
   const uint32_t group = shape.heads / shape.kv_heads, head_dim = shape.head_dim;
   const size_t stride = cache.row_stride(), group_floats = size_t{group} * head_dim;
+  const size_t workers = exec.pool != nullptr ? exec.pool->size() : 1;
+  if (scratch.size() < workers) scratch.resize(workers);
   const uint32_t batch =
       tokens_per_pass(group, shape.heads, cache.capacity(), first_position, tokens);
   for (uint32_t t0 = 0; t0 < tokens; t0 += batch) {
     const uint32_t batch_tokens = std::min(batch, tokens - t0), rows = batch_tokens * group;
     const uint32_t longest = first_position + t0 + batch_tokens;
-    scratch.counts.resize(rows);
-    for (uint32_t r = 0; r < rows; ++r) scratch.counts[r] = first_position + t0 + r / group + 1;
-    scratch.queries.resize(size_t{rows} * head_dim);
-    scratch.outputs.resize(size_t{rows} * head_dim);
-    scratch.scores.resize(size_t{rows} * longest);
-    for (uint32_t kv = 0; kv < shape.kv_heads; ++kv) {
+    auto one_kv_head = [&](AttentionScratch& s, uint32_t kv) {
+      s.counts.resize(rows);
+      for (uint32_t r = 0; r < rows; ++r) s.counts[r] = first_position + t0 + r / group + 1;
+      s.queries.resize(size_t{rows} * head_dim);
+      s.outputs.assign(size_t{rows} * head_dim, 0.0f);
+      s.scores.resize(size_t{rows} * longest);
       for (uint32_t t = 0; t < batch_tokens; ++t) {
         const float* q = query + (t0 + t) * query_stride + kv * group_floats;
-        std::copy(q, q + group_floats, scratch.queries.begin() + t * group_floats);
+        std::copy(q, q + group_floats, s.queries.begin() + t * group_floats);
       }
-      kernels::attention_scores(scratch.queries.data(), scratch.counts,
+      kernels::attention_scores(s.queries.data(), s.counts,
                                 cache.key(layer, 0) + size_t{kv} * head_dim, stride, head_dim,
-                                shape.scale, scratch.scores.data(), longest, isa);
+                                shape.scale, s.scores.data(), longest, exec.isa);
       for (uint32_t r = 0; r < rows; ++r)
-        softmax_weights(&scratch.scores[size_t{r} * longest], scratch.counts[r]);
-      std::fill(scratch.outputs.begin(), scratch.outputs.end(), 0.0f);
-      kernels::attention_values(scratch.scores.data(), longest, scratch.counts,
+        softmax_weights(&s.scores[size_t{r} * longest], s.counts[r]);
+      kernels::attention_values(s.scores.data(), longest, s.counts,
                                 cache.value(layer, 0) + size_t{kv} * head_dim, stride, head_dim,
-                                scratch.outputs.data(), isa);
+                                s.outputs.data(), exec.isa);
       for (uint32_t t = 0; t < batch_tokens; ++t) {
-        const float* o = scratch.outputs.data() + t * group_floats;
+        const float* o = s.outputs.data() + t * group_floats;
         std::copy(o, o + group_floats, output + (t0 + t) * output_stride + kv * group_floats);
       }
+    };
+    const uint64_t work = uint64_t{shape.heads} * batch_tokens * longest * head_dim;
+    if (workers > 1 && shape.kv_heads > 1 && work >= kParallelMultiplyAdds) {
+      exec.pool->parallel_for_workers(shape.kv_heads, 1, [&](size_t worker, size_t b, size_t e) {
+        for (size_t kv = b; kv < e; ++kv) one_kv_head(scratch[worker], static_cast<uint32_t>(kv));
+      });
+    } else {
+      for (uint32_t kv = 0; kv < shape.kv_heads; ++kv) one_kv_head(scratch[0], kv);
     }
   }
 }

@@ -71,8 +71,9 @@ struct GqaShape {
   float scale;
 };
 
-// What GQA attention reuses from call to call: queries, scores and outputs
-// of one kv head's group over a batch of tokens. Only growing allocates.
+// What GQA attention reuses from call to call on one thread: queries, scores
+// and outputs of one kv head's group over a batch of tokens, and their
+// causal counts. Only growing allocates.
 struct AttentionScratch {
   std::vector<uint32_t> counts;
   std::vector<float> queries, scores, outputs;
@@ -86,8 +87,11 @@ struct AttentionScratch {
 // sum of values in position order (compute/kernels/attend.h, the same bits
 // at every instruction set). Each token gets the bits it would get alone;
 // together they read each cached row once per kv head and batch of tokens.
+// Long enough work splits the kv heads over exec's pool, one scratch per
+// worker (`scratch` grows to the pool's size); no result depends on it.
 void attend(const float* query, size_t query_stride, uint32_t tokens, KvCache& cache,
             uint32_t layer, uint32_t first_position, const GqaShape& shape, float* output,
-            size_t output_stride, AttentionScratch& scratch, kernels::Isa isa);
+            size_t output_stride, std::vector<AttentionScratch>& scratch,
+            const kernels::Exec& exec);
 
 }  // namespace sluice

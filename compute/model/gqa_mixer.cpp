@@ -51,7 +51,7 @@ class GqaMixer final : public Mixer {
       for (uint32_t t = 0; t < s.tokens; ++t) place(w, cache, layer, row + t, s.first_position + t);
       attend(&q_[size_t{row} * q_width], q_width, s.tokens, cache, layer, s.first_position,
              GqaShape{g_.heads, g_.kv_heads, head_dim, scale_}, &attn_[size_t{row} * q_width],
-             q_width, scratch_, exec_.isa);
+             q_width, scratch_, exec_);
       row += s.tokens;
     }
     w.o.apply(attn_.data(), rows, out, exec_);
@@ -99,7 +99,7 @@ class GqaMixer final : public Mixer {
   uint32_t context_;
   float scale_;
   std::vector<float> q_, k_, v_, attn_;
-  AttentionScratch scratch_;
+  std::vector<AttentionScratch> scratch_;
 };
 
 }  // namespace

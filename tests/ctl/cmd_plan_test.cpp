@@ -33,11 +33,9 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const uint64_t kv = layers * ctx * kv_heads * head_dim * 2 * 4;
   const uint64_t rows = 64;
   // Per row: x, normed, proj, top-k expert outputs, routed, table input, the
-  // attention's q (twice), k and v, one kv head's group of queries and
-  // outputs and their counts; each row's routing at each layer.
-  const uint64_t group = heads / kv_heads;
-  const uint64_t row_floats = (3 + top_k + 2) * hidden + 2 * heads * head_dim +
-                              2 * kv_heads * head_dim + 2 * group * head_dim + group;
+  // attention's q (twice), k and v; each row's routing at each layer.
+  const uint64_t row_floats =
+      (3 + top_k + 2) * hidden + 2 * heads * head_dim + 2 * kv_heads * head_dim;
   const uint64_t routing = layers * (48 + 32 + 8 * top_k);
   const uint64_t widest = std::max(hidden, width);
   const uint64_t int8 = rows * widest + rows * (widest / 32) * 4;
@@ -47,12 +45,17 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const auto tile = [](uint64_t cols) {
     return std::clamp<uint64_t>((uint64_t{256} << 10) / (cols * 4) / 16 * 16, 16, 64) * cols * 4;
   };
-  const uint64_t shared = (rows * row_floats + experts + heads * ctx) * 4 + rows * routing + int8 +
+  const uint64_t shared = (rows * row_floats + experts) * 4 + rows * routing + int8 +
                           2 * rows * table(hidden) + 2 * build(hidden);
   // The int8 tiles' inputs: whole 128-column groups of bytes and a scale each.
   const uint64_t tile_inputs = rows * ((std::max(hidden, width) + 127) / 128) * (128 + 4);
+  // Each thread's attention: a pass's scores (heads × ctx at most), and one kv
+  // head's group of queries and outputs for every row, and their counts.
+  const uint64_t group = heads / kv_heads;
+  const uint64_t attention = (heads * ctx + rows * (2 * group * head_dim + group)) * 4;
   const uint64_t per_thread = rows * (2 * hidden + 3 * width) * 4 + rows * 4 + 16 * table(width) +
-                              build(width) + std::max(tile(hidden), tile(width)) + tile_inputs;
+                              build(width) + std::max(tile(hidden), tile(width)) + tile_inputs +
+                              attention;
   const uint64_t scratch = shared + threads * per_thread + (rows + 1) * vocab * 4;
   const uint64_t process = (uint64_t{8} << 20) + vocab * 224;  // program and libraries, the tokenizer by vocabulary entry
   return resident + kv + scratch + process + 2 * top_k * stride + tables;

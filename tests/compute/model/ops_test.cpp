@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "compute/kernels/thread_pool.h"
 #include "compute/model/attention.h"
 #include "proto/error.h"
 
@@ -143,7 +144,7 @@ TEST_CASE(
         std::copy(v.begin(), v.end(), cache.value(layer, p));
       }
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    AttentionScratch scratch;
+    std::vector<AttentionScratch> scratch;
     const GqaShape shape{c.heads, c.kv_heads, c.head_dim, scale};
     const size_t width = size_t{c.heads} * c.head_dim;
     for (uint32_t position : {0u, 1u, 9u, 69u}) {
@@ -155,13 +156,13 @@ TEST_CASE(
       const std::vector<float> q = random_floats(size_t{c.heads} * c.head_dim, position + 77);
       std::vector<float> out(size_t{c.heads} * c.head_dim + 1, -3.0f);
       attend(q.data(), width, 1, cache, layer, position, shape, out.data(), width, scratch,
-             kernels::Isa::kScalar);
+             kernels::Exec{kernels::Isa::kScalar, nullptr});
       CHECK(out.back() == -3.0f);
       for (kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
         if (!kernels::isa_supported(isa)) continue;
         std::vector<float> vector_out(out.size(), -3.0f);
         attend(q.data(), width, 1, cache, layer, position, shape, vector_out.data(), width, scratch,
-               isa);
+               kernels::Exec{isa, nullptr});
         CHECK_MESSAGE(std::memcmp(vector_out.data(), out.data(), out.size() * sizeof(float)) == 0,
                       kernels::isa_name(isa), " differs from scalar");
       }
@@ -190,7 +191,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "GQA attention of a chunk gives each token the bits it gets alone, at every instruction set") {
+    "GQA attention of a chunk, its kv heads over three threads, gives each token the bits it gets "
+    "alone on one thread, at every instruction set") {
   struct Case {
     uint32_t heads, kv_heads, head_dim, tokens, first;
   };
@@ -213,17 +215,19 @@ TEST_CASE(
     const GqaShape shape{c.heads, c.kv_heads, c.head_dim, 0.25f};
     const size_t width = size_t{c.heads} * c.head_dim, stride = width + 3;  // rows not adjacent
     const std::vector<float> q = random_floats(stride * c.tokens, 99);
-    AttentionScratch scratch;
+    std::vector<AttentionScratch> scratch;
+    // Three threads: the chunks long enough split their kv heads over the pool.
+    kernels::ThreadPool pool(3);
     for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
       if (!kernels::isa_supported(isa)) continue;
       CAPTURE(kernels::isa_name(isa));
       std::vector<float> together(stride * c.tokens, -3.0f);
       attend(q.data(), stride, c.tokens, cache, 0, c.first, shape, together.data(), stride, scratch,
-             isa);
+             kernels::Exec{isa, &pool});
       for (uint32_t t = 0; t < c.tokens; ++t) {
         std::vector<float> alone(width);
         attend(q.data() + t * stride, stride, 1, cache, 0, c.first + t, shape, alone.data(), width,
-               scratch, isa);
+               scratch, kernels::Exec{isa, nullptr});
         CHECK(std::memcmp(alone.data(), together.data() + t * stride, width * sizeof(float)) == 0);
         CHECK(std::all_of(together.begin() + t * stride + width,
                           together.begin() + (t + 1) * stride, [](float x) { return x == -3.0f; }));
