@@ -46,6 +46,33 @@ float weight(const QuantMatrixView& m, const uint8_t* row, uint32_t k) {
 
 }  // namespace
 
+void quant_dequantize_row(const QuantMatrixView& m, uint32_t row, float* out) {
+  const uint8_t* q = m.data + size_t{row} * m.row_bytes();
+  const uint16_t* scales = m.scales + size_t{row} * m.groups();
+  for (uint32_t g = 0; g < m.groups(); ++g) {
+    const float scale = f16_to_f32(scales[g]);
+    const uint32_t begin = g * kQuantGroup, end = std::min(m.cols, begin + kQuantGroup);
+    switch (m.format) {
+      case QuantFormat::kQ8G128:
+        for (uint32_t k = begin; k < end; ++k)
+          out[k] = static_cast<float>(static_cast<int8_t>(q[k])) * scale;
+        break;
+      case QuantFormat::kQ4G128:
+        for (uint32_t k = begin; k < end; ++k)
+          out[k] = static_cast<float>(((q[k / 2] >> (k % 2 * 4)) & 0x0f) - 8) * scale;
+        break;
+      case QuantFormat::kQ6G128:
+        // Eight columns at a time; the row is stored to whole groups, past cols.
+        for (uint32_t k = begin; k < end; k += 8) {
+          const uint64_t bytes = detail::q6_columns8(q, k);
+          for (uint32_t i = 0; i < 8 && k + i < end; ++i)
+            out[k + i] = static_cast<float>(static_cast<int8_t>(bytes >> (8 * i))) * scale;
+        }
+        break;
+    }
+  }
+}
+
 namespace detail {
 
 void quant_rows_scalar(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,

@@ -77,6 +77,12 @@ void quant_matvec(const QuantMatrixView& m, const float* x, float* y, const Exec
 void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, float* y,
                   const Exec& exec);
 
+// Row `row` as f32: out[k] = f32(integer) · f16_to_f32(its group's scale),
+// one rounding, k < cols. For products the kernels above do not take (an
+// embedding row, MLA's transposed and per-head halves of kv_b_proj): the
+// format is read once per row and the scale once per group.
+void quant_dequantize_row(const QuantMatrixView& m, uint32_t row, float* out);
+
 // y[r] = Σ_k w[r][k] x[k], w row-major rows × cols f32.
 //   scalar  y = 0; for k ascending: y += w[k] * x[k] (mul then add).
 //   avx2    a[l] = fma(w[8i + l], x[8i + l], a[l]) for i ascending (x and w beyond

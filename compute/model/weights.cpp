@@ -4,9 +4,7 @@
 
 #include <map>
 
-
 #include "proto/error.h"
-#include "proto/f16.h"
 #include "proto/tensor_inventory.h"
 
 namespace sluice {
@@ -72,11 +70,7 @@ void Linear::row(uint32_t row, float* out) const {
     std::copy(w, w + cols_, out);
     return;
   }
-  const uint64_t padded = tensor_->padded_cols();
-  const uint8_t* q = tensor_->data() + row * trunk_row_bytes(tensor_->format(), padded);
-  const uint16_t* scales = tensor_->scales() + row * (padded / kTrunkGroup);
-  for (uint32_t c = 0; c < cols_; ++c)
-    out[c] = static_cast<float>(trunk_integer(tensor_->format(), q, c)) * f16_to_f32(scales[c / kTrunkGroup]);
+  kernels::quant_dequantize_row(view_, row, out);
 }
 
 size_t Linear::bytes() const {

@@ -149,6 +149,22 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 
 
 }  // namespace
 
+TEST_CASE("quant_dequantize_row gives each stored integer times its group's scale, bit for bit") {
+  for (QuantFormat format : {QuantFormat::kQ8G128, QuantFormat::kQ6G128, QuantFormat::kQ4G128})
+    for (uint32_t cols : {1u, 7u, 128u, 200u, 517u}) {
+      CAPTURE(static_cast<int>(format));
+      CAPTURE(cols);
+      const Fixture f(format, 5, cols, 1, 40 + cols);
+      for (uint32_t r = 0; r < f.rows; ++r) {
+        std::vector<float> out(cols + 1, -9.0f);
+        quant_dequantize_row(f.view(), r, out.data());
+        bool same = out.back() == -9.0f;
+        for (uint32_t k = 0; k < cols; ++k) same = same && out[k] == f.weight(r, k);
+        CHECK(same);
+      }
+    }
+}
+
 TEST_CASE("q8g128, q6g128 and q4g128 matvec match dequantize-then-multiply and the documented orders") {
   uint32_t seed = 1;
   for (QuantFormat fmt : kFormats)
