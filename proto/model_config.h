@@ -227,7 +227,6 @@ struct ModelConfig {
   // the scratch of attention that runs on one thread (MLA's scores).
   uint64_t attention_worker_floats(uint32_t context, uint64_t rows) const;
   uint64_t shared_attention_floats(uint32_t context) const;
-  uint32_t attention_heads() const { return mixer == MixerKind::kGqa ? gqa.heads : mla.heads; }
   // The attention softmax scale.
   float attention_scale() const;
 };

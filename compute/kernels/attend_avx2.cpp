@@ -5,18 +5,11 @@
 #include <immintrin.h>
 
 #include "compute/kernels/attend_kernels.h"
+#include "compute/kernels/lanes_avx2.h"
 
 namespace sluice::kernels::detail {
 
 namespace {
-
-// fold16 (lanes.h) of lanes lo (0-7) and hi (8-15), in its order.
-inline float fold(__m256 lo, __m256 hi) {
-  const __m256 s = _mm256_add_ps(lo, hi);
-  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
-}
 
 // Lanes l with l < remaining.
 inline __m256i lanes_below(uint32_t remaining, int first) {
@@ -38,7 +31,7 @@ inline float dot(const float* a, const float* b, uint32_t n) {
     hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_maskload_ps(a + i + 8, high_mask),
                                          _mm256_maskload_ps(b + i + 8, high_mask)));
   }
-  return fold(lo, hi);
+  return fold16_halves(lo, hi);
 }
 
 // Columns [i, i + 8·R) of one query's outputs over rows [p0, p1).

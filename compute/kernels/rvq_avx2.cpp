@@ -9,6 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "compute/kernels/lanes_avx2.h"
 #include "compute/kernels/rvq_kernels.h"
 
 namespace sluice::kernels::detail {
@@ -202,14 +203,6 @@ void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, cons
 
 namespace {
 
-// rvq_decoded.h's fold of 16 lanes held as two halves (lanes 0-7, 8-15).
-inline float fold_halves(__m256 lo, __m256 hi) {
-  alignas(32) float lanes[16];
-  _mm256_store_ps(lanes, lo);
-  _mm256_store_ps(lanes + 8, hi);
-  return fold16(lanes);
-}
-
 // Vector positions whose index bytes are widened at a time: 1.5 KiB of offsets.
 constexpr uint32_t kSpan = 16;
 constexpr size_t kVectorBytes = kRvqStages * kRowBlock;  // one vector position of a row block
@@ -330,7 +323,7 @@ void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t
       const float scale = f16_to_f32(m.scales[row]);
       for (int t = 0; t < T; ++t)
         y[size_t{t0 + t} * m.shape.rows + row] =
-            scale * fold_halves(acc[g][0][r][t], acc[g][1][r][t]);
+            scale * fold16_halves(acc[g][0][r][t], acc[g][1][r][t]);
     }
 }
 

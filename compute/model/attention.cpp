@@ -89,9 +89,11 @@ void attend(const float* query, size_t query_stride, uint32_t tokens, KvCache& c
   for (uint32_t t0 = 0; t0 < tokens; t0 += batch) {
     const uint32_t batch_tokens = std::min(batch, tokens - t0), rows = batch_tokens * group;
     const uint32_t longest = first_position + t0 + batch_tokens;
+    // The same for every kv head: worker 0's, which the workers only read.
+    std::vector<uint32_t>& counts = scratch[0].counts;
+    counts.resize(rows);
+    for (uint32_t r = 0; r < rows; ++r) counts[r] = first_position + t0 + r / group + 1;
     auto one_kv_head = [&](AttentionScratch& s, uint32_t kv) {
-      s.counts.resize(rows);
-      for (uint32_t r = 0; r < rows; ++r) s.counts[r] = first_position + t0 + r / group + 1;
       s.queries.resize(size_t{rows} * head_dim);
       s.outputs.assign(size_t{rows} * head_dim, 0.0f);
       s.scores.resize(size_t{rows} * longest);
@@ -99,12 +101,12 @@ void attend(const float* query, size_t query_stride, uint32_t tokens, KvCache& c
         const float* q = query + (t0 + t) * query_stride + kv * group_floats;
         std::copy(q, q + group_floats, s.queries.begin() + t * group_floats);
       }
-      kernels::attention_scores(s.queries.data(), s.counts,
+      kernels::attention_scores(s.queries.data(), counts,
                                 cache.key(layer, 0) + size_t{kv} * head_dim, stride, head_dim,
                                 shape.scale, s.scores.data(), longest, exec.isa);
       for (uint32_t r = 0; r < rows; ++r)
-        softmax_weights(&s.scores[size_t{r} * longest], s.counts[r]);
-      kernels::attention_values(s.scores.data(), longest, s.counts,
+        softmax_weights(&s.scores[size_t{r} * longest], counts[r]);
+      kernels::attention_values(s.scores.data(), longest, counts,
                                 cache.value(layer, 0) + size_t{kv} * head_dim, stride, head_dim,
                                 s.outputs.data(), exec.isa);
       for (uint32_t t = 0; t < batch_tokens; ++t) {

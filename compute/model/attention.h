@@ -72,8 +72,8 @@ struct GqaShape {
 };
 
 // What GQA attention reuses from call to call on one thread: queries, scores
-// and outputs of one kv head's group over a batch of tokens, and their
-// causal counts. Only growing allocates.
+// and outputs of one kv head's group over a batch of tokens (and, in worker
+// 0's, their causal counts, shared by every kv head). Only growing allocates.
 struct AttentionScratch {
   std::vector<uint32_t> counts;
   std::vector<float> queries, scores, outputs;

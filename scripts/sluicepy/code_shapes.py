@@ -100,11 +100,12 @@ def squared_errors(rows, shapes, sample, iterations, seed):
 _EXPERT = re.compile(r"layers\.(\d+)\..*experts\.\d+\.([A-Za-z0-9_]+)\.weight$")
 
 
-def checkpoint_groups(directory, layers=None):
-    """{(layer, matrix): [tensor names]} of a checkpoint's routed experts: the
-    groups the converter trains one codebook set for."""
+def checkpoint_groups(files, directory, layers=None):
+    """{(layer, matrix): [tensor names]} of a checkpoint's routed experts (files:
+    safetensors.checkpoint_files(directory)): the groups the converter trains
+    one codebook set for."""
     groups = {}
-    for name in safetensors.checkpoint_files(directory):
+    for name in files:
         match = _EXPERT.search(name)
         if match and (layers is None or int(match.group(1)) in layers):
             groups.setdefault((int(match.group(1)), match.group(2)), []).append(name)
@@ -114,21 +115,21 @@ def checkpoint_groups(directory, layers=None):
     return dict(sorted(groups.items()))
 
 
-def load_group(directory, names):
-    """The group's matrices as f32, FP8 ones dequantized by their block scales."""
-    files = safetensors.checkpoint_files(directory)
+def load_group(files, names):
+    """The group's matrices as f32, FP8 ones dequantized by their block scales;
+    each file's header is read once."""
+    wanted = set(names) | {n + safetensors.SCALE_SUFFIX for n in names if n + safetensors.SCALE_SUFFIX in files}
+    tensors = {}
+    for file in sorted({files[n] for n in wanted}):
+        tensors.update(safetensors.load_file(file, wanted))
     out = []
     for name in names:
-        scale_name = name + safetensors.SCALE_SUFFIX
-        wanted = {name, scale_name} if scale_name in files else {name}
-        tensors = {}
-        for file in {files[n] for n in wanted}:
-            tensors.update(safetensors.load_file(file, wanted))
         matrix = tensors[name]
         if matrix.dtype == np.uint8:
             raise SluiceError(f"{name}: packed (MXFP4) experts are not studied; unpack them first")
-        if scale_name in tensors:
-            matrix = fp8.dequantize(matrix, tensors[scale_name], name)
+        scale = tensors.get(name + safetensors.SCALE_SUFFIX)
+        if scale is not None:
+            matrix = fp8.dequantize(matrix, scale, name)
         if matrix.ndim != 2:
             raise SluiceError(f"{name}: expected a matrix, found shape {list(matrix.shape)}")
         out.append(matrix)
