@@ -141,9 +141,9 @@ void parse_expert_quant(const Fields& f, const json& root, Manifest& m) {
   f.expect_integer(q, where, "stages", kRvqStages);
   f.expect_integer(q, where, "entries", kRvqEntries);
   f.expect_integer(q, where, "vec_dim", kRvqVecDim);
-  f.expect_integer(q, where, "index_bits", 8);
+  f.expect_integer(q, where, "index_bits", 6);
   f.expect_integer(q, where, "row_block", kRowBlock);
-  f.expect_string(q, where, "index_layout", "rowblock16.vector.stage.row");
+  f.expect_string(q, where, "index_layout", kRvqIndexLayout);
   f.expect_string(q, where, "scale", "f16_row_absmax");
   f.expect_string(q, where, "codebook_sharing", "layer.matrix.stage");
   m.codebook_sharing = "layer.matrix.stage";
@@ -298,9 +298,9 @@ MoeLayerInfo parse_moe_layer(const Fields& f, const json& entry, const std::stri
   layer.hidden = static_cast<uint32_t>(f.integer(entry, where, "hidden", 1, kMaxHidden));
   layer.expert_width =
       static_cast<uint32_t>(f.integer(entry, where, "expert_width", 1, kMaxExpertWidth));
-  if (layer.hidden % kRvqVecDim != 0 || layer.expert_width % kRvqVecDim != 0) {
+  if (layer.hidden % kRvqColsMultiple != 0 || layer.expert_width % kRvqColsMultiple != 0) {
     f.bad(where, fmt::format("hidden {} and expert_width {} must both be multiples of {}",
-                             layer.hidden, layer.expert_width, kRvqVecDim));
+                             layer.hidden, layer.expert_width, kRvqColsMultiple));
   }
   // RecordLayout works in u32 offsets; refuse shapes whose record would not
   // fit the stride bound before it is computed, so nothing can wrap.

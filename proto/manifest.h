@@ -17,8 +17,9 @@ namespace sluice {
 
 // The manifest's format_version this build reads and writes. Version 2 added
 // the checksums (trunk tensors, codebooks, tokenizer files, the manifest
-// itself); record headers keep their own version (kFormatVersion).
-inline constexpr uint64_t kContainerFormatVersion = 2;
+// itself); version 3 stores experts as codes of 4 weights in 2 stages of 64
+// entries (record version 2) instead of 8 weights in 3 stages of 256.
+inline constexpr uint64_t kContainerFormatVersion = 3;
 
 // FORMAT.md bounds.
 inline constexpr uint64_t kMaxLayers = 256;
@@ -28,7 +29,7 @@ inline constexpr uint64_t kMaxHidden = 65536;
 inline constexpr uint64_t kMaxExpertWidth = 65536;
 inline constexpr uint64_t kMaxVocab = 1048576;
 inline constexpr uint64_t kMaxRecordStride = uint64_t{1} << 30;
-inline constexpr uint32_t kCodebooksPerLayer = 9;  // 3 matrix kinds × 3 stages
+inline constexpr uint32_t kCodebooksPerLayer = 3 * kRvqStages;  // per matrix kind and stage
 // Our own sanity bounds, so no product of manifest numbers can overflow.
 inline constexpr uint64_t kMaxTrunkDim = uint64_t{1} << 24;
 inline constexpr uint64_t kMaxCodebookCount = 65536;

@@ -37,9 +37,10 @@ const char* matrix_kind_name(MatrixKind kind) {
 }
 
 RecordLayout RecordLayout::compute(uint32_t hidden, uint32_t expert_width) {
-  if (hidden == 0 || expert_width == 0 || hidden % kRvqVecDim != 0 || expert_width % kRvqVecDim != 0) {
+  if (hidden == 0 || expert_width == 0 || hidden % kRvqColsMultiple != 0 ||
+      expert_width % kRvqColsMultiple != 0) {
     fail("expert shape hidden {} x width {} cannot be stored: both must be non-zero multiples of {}",
-         hidden, expert_width, kRvqVecDim);
+         hidden, expert_width, kRvqColsMultiple);
   }
   RecordLayout layout;
   layout.matrices = {RvqMatrixShape{expert_width, hidden}, RvqMatrixShape{expert_width, hidden},

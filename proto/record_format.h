@@ -12,14 +12,23 @@
 namespace sluice {
 
 inline constexpr uint32_t kRecordMagic = 0x52584C53;  // "SLXR"
-inline constexpr uint16_t kFormatVersion = 1;
+// Record version 2: codes of 4 weights, 2 stages of 64 entries (FORMAT.md).
+inline constexpr uint16_t kFormatVersion = 2;
 inline constexpr size_t kRecordHeaderBytes = 64;
 inline constexpr size_t kRecordAlign = 4096;
 inline constexpr size_t kSectionAlign = 64;
-inline constexpr int kRvqStages = 3;
-inline constexpr int kRvqEntries = 256;
-inline constexpr int kRvqVecDim = 8;
-inline constexpr int kRowBlock = 16;
+inline constexpr int kRvqStages = 2;
+inline constexpr int kRvqEntries = 64;
+inline constexpr int kRvqVecDim = 4;
+// Rows are stored 32 at a time, so that one 32-byte load holds the low code
+// bits of 16 rows for both stages (FORMAT.md, "Index bytes").
+inline constexpr int kRowBlock = 32;
+// Bytes of one row block's codes for one vector: 32 rows × 2 stages × 6 bits.
+inline constexpr size_t kRvqUnitBytes = 48;
+// The manifest's name for the index layout (FORMAT.md).
+inline constexpr const char* kRvqIndexLayout = "rowblock32.vector.split6";
+// Matrix widths are whole multiples of this: the kernels take vectors in pairs.
+inline constexpr uint32_t kRvqColsMultiple = 8;
 inline constexpr size_t kCodebookBytes = size_t{kRvqEntries} * kRvqVecDim * sizeof(float);
 
 enum class MatrixKind : int { kGate = 0, kUp = 1, kDown = 2 };
@@ -33,13 +42,30 @@ struct RvqMatrixShape {
   uint32_t cols = 0;
   uint32_t rows_padded() const { return (rows + kRowBlock - 1) / kRowBlock * kRowBlock; }
   uint32_t vectors_per_row() const { return cols / kRvqVecDim; }
-  size_t index_bytes() const { return size_t{rows_padded()} * vectors_per_row() * kRvqStages; }
-  // Position of the index byte for (row, vector, stage) in this matrix's indices.
-  size_t index_position(uint32_t row, uint32_t vector, int stage) const {
-    return ((size_t{row / kRowBlock} * vectors_per_row() * kRvqStages + size_t{vector} * kRvqStages +
-             static_cast<size_t>(stage)) *
-            kRowBlock) +
-           row % kRowBlock;
+  size_t index_bytes() const {
+    return size_t{rows_padded() / kRowBlock} * vectors_per_row() * kRvqUnitBytes;
+  }
+  // Offset of the codes of row block `block` for `vector` in this matrix's indices.
+  size_t unit_offset(uint32_t block, uint32_t vector) const {
+    return (size_t{block} * vectors_per_row() + vector) * kRvqUnitBytes;
+  }
+  // The 6-bit code of (row, vector, stage) in `indices`, this matrix's index bytes.
+  uint8_t code(const uint8_t* indices, uint32_t row, uint32_t vector, int stage) const {
+    const uint8_t* unit = indices + unit_offset(row / kRowBlock, vector);
+    const uint32_t half = row % kRowBlock / 16, lane = row % 16;
+    const int low = unit[16 * stage + lane] >> (4 * half) & 15;
+    const int high = unit[32 + lane] >> (4 * stage + 2 * half) & 3;
+    return static_cast<uint8_t>(low | high << 4);
+  }
+  // Stores `value` (below 64) as the code of (row, vector, stage).
+  void set_code(uint8_t* indices, uint32_t row, uint32_t vector, int stage, uint8_t value) const {
+    uint8_t* unit = indices + unit_offset(row / kRowBlock, vector);
+    const uint32_t half = row % kRowBlock / 16, lane = row % 16;
+    const int low_shift = 4 * half, high_shift = 4 * stage + 2 * half;
+    uint8_t& low = unit[16 * stage + lane];
+    uint8_t& high = unit[32 + lane];
+    low = static_cast<uint8_t>((low & ~(15 << low_shift)) | (value & 15) << low_shift);
+    high = static_cast<uint8_t>((high & ~(3 << high_shift)) | (value >> 4 & 3) << high_shift);
   }
 };
 
@@ -50,7 +76,7 @@ struct RecordLayout {
   uint32_t gate_off = 0, up_off = 0, down_off = 0, scales_off = 0, payload_end = 0;
   uint32_t stride = 0;
 
-  // Throws Error when the shape cannot be stored (widths not multiples of 8).
+  // Throws Error when the shape cannot be stored (widths not multiples of kRvqColsMultiple).
   static RecordLayout compute(uint32_t hidden, uint32_t expert_width);
   uint32_t matrix_offset(MatrixKind kind) const;
   // Offset of the first f16 scale of `kind` (scales are contiguous, gate first).

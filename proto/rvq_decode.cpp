@@ -50,7 +50,7 @@ std::vector<float> decode_rvq_matrix(const uint8_t* record, const RecordLayout& 
       const float* stage_entry[kRvqStages];
       for (int s = 0; s < kRvqStages; ++s) {
         stage_entry[s] = codebooks.entry(codebook_id(codebook_base, kind, s),
-                                         indices[shape.index_position(r, v, s)]);
+                                         shape.code(indices, r, v, s));
       }
       for (int j = 0; j < kRvqVecDim; ++j) {
         float sum = stage_entry[0][j];

@@ -12,14 +12,14 @@
 
 namespace sluice {
 
-// All codebooks of a container: count × 256 entries × 8 f32, entry-major.
+// All codebooks of a container: count × 64 entries × 4 f32, entry-major.
 class Codebooks {
  public:
   Codebooks() = default;
   Codebooks(uint32_t count, std::vector<float> values);
 
   uint32_t count() const { return count_; }
-  // The 8 floats of entry `code` of codebook `id`; id < count().
+  // The 4 floats of entry `code` of codebook `id`; id < count().
   const float* entry(uint32_t id, uint8_t code) const {
     return values_.data() + (size_t{id} * kRvqEntries + code) * kRvqVecDim;
   }
@@ -39,15 +39,15 @@ inline constexpr float kCodebookValueLimit = 4.0f;
 // that is not finite or exceeds kCodebookValueLimit, described; else nothing.
 std::optional<std::string> codebook_values_problem(const float* values, uint32_t count);
 
-// Codebook id of (layer base, matrix kind, stage): base + kind·3 + stage.
+// Codebook id of (layer base, matrix kind, stage): base + kind·2 + stage.
 inline uint32_t codebook_id(uint32_t codebook_base, MatrixKind kind, int stage) {
   return codebook_base + static_cast<uint32_t>(kind) * kRvqStages + static_cast<uint32_t>(stage);
 }
 
 // Decodes matrix `kind` of one record (already read and header-checked, laid
 // out per `layout`) to f32 rows × cols, row-major, padding rows dropped:
-// W[r, 8v+j] = f16(scale[r]) · ((C0[i0][j] + C1[i1][j]) + C2[i2][j]).
-// Throws Error when the codebooks do not cover codebook_base + 9.
+// W[r, 4v+j] = f16(scale[r]) · (C0[i0][j] + C1[i1][j]).
+// Throws Error when the codebooks do not cover codebook_base + 6.
 std::vector<float> decode_rvq_matrix(const uint8_t* record, const RecordLayout& layout,
                                      MatrixKind kind, const Codebooks& codebooks,
                                      uint32_t codebook_base);

@@ -15,31 +15,37 @@
 namespace sluice::kernels {
 
 // The int8 tiles' integer entries span ±kRvqIntegerBound per stage sum
-// (rvq_decoded.h), under 127 so that three rounded stages still fit a byte.
+// (rvq_decoded.h), under 127 so that the rounded stages still fit a byte.
 inline constexpr float kRvqIntegerBound = 125.0f;
 
-// The three stage codebooks of one (layer, matrix kind), prepared once at load.
+// The two stage codebooks of one (layer, matrix kind), prepared once at load.
 //
-// Arithmetic of everything below (scripts/sluicepy/rvq_int16.py models it
+// Arithmetic of everything below (scripts/sluicepy/rvq_tables.py models it
 // exactly):
 //
-//   table   f[v][s][c] = (((x8v·C[c][0] + x8v+1·C[c][1]) + ...) + x8v+7·C[c][7]),
-//           each product and each sum rounded to f32 (no FMA), j = 0..7 in order.
-//   codes   per input vector (token): a = max |f| over all v, s, c;
-//           scale = a / 32767 and inv = 32767 / a (f32 divisions; both 0 when a is
-//           0); q[v][s][c] = clamp(round_half_even(f · inv), -32767, 32767), where
-//           a NaN or out-of-int32 product counts as -2^31 before the clamp.
-//   rows    T[r] = Σ_v Σ_s q[v][s][idx(r, v, s)], exact in int32 (any order);
-//           y[r] = f16_to_f32(rowscale[r]) · (scale · f32(T[r])).
+//   table   f[v][s][c] = ((x4v·C_s[c][0] + x4v+1·C_s[c][1]) + x4v+2·C_s[c][2]) + x4v+3·C_s[c][3],
+//           each product and each sum rounded to f32 (no FMA).
+//   groups  the vectors v in runs of kRvqGroupVectors (128 inputs; the last run
+//           may be shorter): per token and group g, a_g = max |f| over its
+//           vectors, both stages and every entry (NaNs ignored); d_g = a_g / 63
+//           and inv_g = 63 / a_g (f32 divisions; both 0 when a_g is 0);
+//           q[v][s][c] = clamp(round_half_even(f · inv_g), -63, 63), where a NaN
+//           or out-of-int32 product counts as -2^31 before the clamp.
+//   rows    L_g[r] = Σ_{v in g} Σ_s q[v][s][code(r, v, s)], exact (any order);
+//           acc = 0, then for g ascending acc = fma(d_g, f32(L_g), acc) (one
+//           rounding); y[r] = f16_to_f32(rowscale[r]) · acc.
 //
-// The integer sum has no order, so the scalar, AVX2 and AVX-512 paths give
-// bit-identical results for any thread count and for batched versus single
-// calls. Against exact f32 arithmetic the int16 codes cost a relative error
-// of about 2^-15 of the table's largest entry per lookup.
+// Codes span ±63, not ±127, so that one stage's lookups at two vectors add in
+// a byte before they widen: a register lookup (pshufb) returns bytes. The
+// integer sums have no order, so the scalar and AVX2 paths give bit-identical
+// results for any thread count and for batched versus single calls. Against
+// exact f32 arithmetic the codes cost a rounding of 1/126 of the group's
+// largest entry per lookup, a small fraction of the weights' own quantization
+// error (measured on logits in the closing note of the format change).
 class RvqCodebooks {
  public:
-  // Each stage: 256 entries × 8 f32, entry-major, as in codebooks.bin.
-  RvqCodebooks(const float* stage0, const float* stage1, const float* stage2);
+  // Each stage: 64 entries × 4 f32, entry-major, as in codebooks.bin.
+  RvqCodebooks(const float* stage0, const float* stage1);
   // Transposed to [stage][dim][entry] so the table build reads 8 entries at once.
   const float* transposed(int stage) const {
     return transposed_.data() + stage * kRvqVecDim * kRvqEntries;
@@ -49,15 +55,13 @@ class RvqCodebooks {
     return entries_.data() + stage * kRvqVecDim * kRvqEntries;
   }
   // The int8 tiles' integer entries q, [stage][entry][dim], and their step σ
-  // (rvq_decoded.h): a weight of the int8 tiles is σ · (q0 + q1 + q2).
+  // (rvq_decoded.h): a weight of the int8 tiles is σ · (q0 + q1).
   const int8_t* byte_entries(int stage) const {
     return byte_entries_.data() + stage * kRvqVecDim * kRvqEntries;
   }
   float integer_scale() const { return integer_scale_; }
 
  private:
-  // Aligned to cache lines: an entry's 32 bytes then never straddle two lines,
-  // which would cost the decode path's lookups a second load each.
   static constexpr size_t kFloats = size_t{kRvqStages} * kRvqVecDim * kRvqEntries;
   alignas(64) std::array<float, kFloats> transposed_;
   alignas(64) std::array<float, kFloats> entries_;
@@ -65,7 +69,7 @@ class RvqCodebooks {
   float integer_scale_ = 0.0f;
 };
 
-// One stored matrix: its indices (layout rowblock16.vector.stage.row, exactly
+// One stored matrix: its indices (layout rowblock32.vector.split6, exactly
 // shape.index_bytes() bytes) and its shape.rows_padded() f16 row scales.
 // Padding rows are never computed into outputs.
 struct RvqMatrixView {
@@ -74,53 +78,52 @@ struct RvqMatrixView {
   const uint16_t* scales = nullptr;
 };
 
-// The largest `cols` a table accepts: keeps every integer row sum inside 32 bits.
+// Vectors per group of table codes sharing one scale: 128 inputs.
+inline constexpr uint32_t kRvqGroupVectors = 32;
+// The largest magnitude of a table code (above).
+inline constexpr int32_t kRvqTableCodeMax = 63;
+// Bytes of one vector's codes in a table: 64 entries × 2 stages.
+inline constexpr size_t kRvqTableVectorBytes = size_t{kRvqEntries} * kRvqStages;
+
+// The largest `cols` a table accepts: keeps every integer group sum and every
+// index inside 32 bits.
 inline constexpr uint32_t kRvqMaxCols = 65536;
 
 struct RvqTableBuild;
 
 // Lookup tables for `tokens` input vectors of `cols` values against one codebook
-// set, as int16 codes (above) with one f32 scale per token. The engine builds
-// the gate and up tables once per token per layer and shares them among that
-// layer's experts; the down table once per expert. Reusing one RvqTable object
-// reuses its memory: rebuilding at the same or a smaller size allocates nothing.
+// set, as int8 codes (above) with one f32 scale per token and group. The engine
+// builds the gate and up tables once per token per layer and shares them among
+// that layer's experts; the down table once per expert. Reusing one RvqTable
+// object reuses its memory: rebuilding at the same or a smaller size allocates
+// nothing.
 class RvqTable {
  public:
-  // x holds `tokens` rows of `cols` f32 values (row stride `cols`). Built with
-  // Isa::kAvx512 it also keeps the codes as byte planes for vpermi2b lookups.
+  // x holds `tokens` rows of `cols` f32 values (row stride `cols`).
   // Same as build_rvq_tables with this table alone; `then` as there.
   void build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
              const Exec& exec, const RvqMatrixView* then = nullptr);
   uint32_t cols() const { return cols_; }
   uint32_t tokens() const { return tokens_; }
-  // Codes q[v][s][c] of one token, (cols/8)·3·256 int16.
-  const int16_t* token_codes(uint32_t token) const;
-  float token_scale(uint32_t token) const;
-  // (q + 32768) split per (v, s) into 256 low bytes then 256 high bytes;
-  // nullptr unless built with Isa::kAvx512.
-  const uint8_t* token_planes(uint32_t token) const;
-  size_t codes_per_token() const { return size_t{cols_ / kRvqVecDim} * kRvqStages * kRvqEntries; }
+  uint32_t groups() const { return (cols_ / kRvqVecDim + kRvqGroupVectors - 1) / kRvqGroupVectors; }
+  // Codes of one token, kRvqTableVectorBytes per vector v, laid out for
+  // 16-entry register lookups: q[v][s][c] at v·128 + (c / 16)·32 + s·16 + c % 16.
+  const int8_t* token_codes(uint32_t token) const;
+  // d_g of one token, groups() of them.
+  const float* token_scales(uint32_t token) const;
+  size_t codes_per_token() const { return size_t{cols_ / kRvqVecDim} * kRvqTableVectorBytes; }
 
  private:
   friend void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x,
                                uint32_t cols, uint32_t tokens, const Exec& exec,
                                const RvqMatrixView* then);
-  void resize(uint32_t cols, uint32_t tokens, Isa isa);
-  size_t build_grains() const { return grain_max_.size(); }
-  // The f32 entries of build grains [begin, end) of one token's input.
-  void build_exact(const RvqCodebooks& codebooks, const float* token_x, size_t begin, size_t end,
-                   Isa isa);
-  // The token's scale from every grain's max, and the factor its codes take.
-  void finish_scale(uint32_t token);
-  void quantize(uint32_t token, size_t begin, size_t end, Isa isa);
+  void resize(uint32_t cols, uint32_t tokens);
+  // Builds groups [begin, end) of one token: entries, their max, and codes.
+  void build_groups(const RvqCodebooks& codebooks, const float* token_x, uint32_t token,
+                    size_t begin, size_t end, Isa isa);
 
-  std::vector<float> exact_;      // one token's f32 table f, kept between the two build passes
-  std::vector<float> grain_max_;  // max |f| per build grain of that token
-  std::vector<int16_t> codes_;    // + padding: AVX2 gathers read 4 bytes at the last code
-  std::vector<uint8_t> planes_;
+  std::vector<int8_t> codes_;
   std::vector<float> scales_;
-  float inv_ = 0.0f;  // the token being built: its codes are round(f · inv_)
-  bool has_planes_ = false;
   uint32_t cols_ = 0;
   uint32_t tokens_ = 0;
 };
@@ -132,10 +135,8 @@ struct RvqTableBuild {
 };
 
 // Builds every table of `builds` from the same input x (a layer's gate and up
-// tables), each with the same bits as its own build(). With no more pool
-// threads than tables, each thread builds whole tables: one parallel region
-// for all of them and every token. Otherwise each token's grains are split
-// over the pool, two regions per token for all tables together.
+// tables), each with the same bits as its own build(): one parallel region
+// over (table, token, group), since a group's codes need nothing outside it.
 //
 // `then`, when given, is the matrix the caller reads right after: its index
 // bytes are requested into L2 grain by grain as the first token's tables

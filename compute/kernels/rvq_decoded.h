@@ -22,8 +22,8 @@ inline constexpr uint32_t kRvqInt8TilesFrom = 5;
 // Arithmetic (every instruction set, bit for bit; it differs from the table
 // path's int16 codes by rounding only, about 1e-6 relative):
 //
-//   weights  w[r][8v + j] = (C0[i0][j] + C1[i1][j]) + C2[i2][j] in f32, the
-//            container's reconstruction (FORMAT.md) before the row scale.
+//   weights  w[r][4v + j] = C0[i0][j] + C1[i1][j] in f32, the container's
+//            reconstruction (FORMAT.md) before the row scale.
 //   rows     16 lanes: a_l = 0; for c ascending: a_l = fma(w[r][16c + l], x[16c + l], a_l)
 //            (one rounding per step; lanes past cols add nothing);
 //            s_l = a_l + a_{l+8}, t_l = s_l + s_{l+4}, u_l = t_l + t_{l+2} for the
@@ -33,10 +33,10 @@ inline constexpr uint32_t kRvqInt8TilesFrom = 5;
 // the weights and inputs are integers instead (every instruction set, bit for
 // bit), which the tiles multiply with integer dot products:
 //
-//   weights  m_s = max |C_s| over the stage's entries, bound = (m0 + m1) + m2,
+//   weights  m_s = max |C_s| over the stage's entries, bound = m0 + m1,
 //            inv = kRvqIntegerBound / bound, σ = bound / kRvqIntegerBound (f32;
 //            both 0 when bound is 0); q_s = round_half_even(C_s · inv) per value;
-//            w[r][8v + j] = q0[i0][j] + q1[i1][j] + q2[i2][j], at most 127 in magnitude.
+//            w[r][4v + j] = q0[i0][j] + q1[i1][j], at most 126 in magnitude.
 //   inputs   each token's x as quant.h's int8 activations: d_g and xq per
 //            group g of 128 columns.
 //   rows     acc = 0; for each group g ascending: L_g = Σ w[r][k] · xq[k] over
