@@ -195,23 +195,19 @@ UsableRam read_usable_ram(const std::string& root) {
 namespace {
 
 // One token's RVQ lookup table over `cols` inputs (compute/kernels/rvq.h):
-// int16 codes per 8 columns × stage × entry, and the same again as a low and
-// a high byte plane for the AVX-512 lookups.
+// int8 codes per 4 columns × stage × entry, and an f32 scale per 128 columns.
+// Its build works in a fixed stack buffer per group.
 uint64_t rvq_table_bytes_per_token(uint64_t cols) {
-  const uint64_t codes = cols / kRvqVecDim * kRvqStages * kRvqEntries;
-  return codes * sizeof(int16_t) * 3;
-}
-
-// The f32 table of the one token being built, kept by every table object.
-uint64_t rvq_table_build_bytes(uint64_t cols) {
-  return cols / kRvqVecDim * kRvqStages * kRvqEntries * sizeof(float);
+  const uint64_t vectors = cols / kRvqVecDim;
+  const uint64_t groups = (vectors + kPlanTableGroupVectors - 1) / kPlanTableGroupVectors;
+  return vectors * kRvqStages * kRvqEntries + groups * sizeof(float);
 }
 
 // A decode-once f32 tile (compute/kernels/rvq_decoded.cpp): about 256 KiB of
-// decoded rows, 16 to 64 rows whole. An int8 tile is never larger.
+// decoded rows, 32 to 64 rows whole. An int8 tile is never larger.
 uint64_t decoded_tile_bytes(uint64_t cols) {
   const uint64_t fit = (uint64_t{256} << 10) / (cols * sizeof(float)) / kRowBlock * kRowBlock;
-  return std::clamp<uint64_t>(fit, kRowBlock, 4 * kRowBlock) * cols * sizeof(float);
+  return std::clamp<uint64_t>(fit, kRowBlock, 2 * kRowBlock) * cols * sizeof(float);
 }
 
 // The int8 inputs one decode-once call quantizes for its int8 tiles
@@ -247,12 +243,10 @@ uint64_t plan_scratch_bytes(const ModelConfig& config, uint32_t context,
   const uint64_t shared =
       (rows * row_floats + config.experts + config.shared_attention_floats(context)) *
           sizeof(float) +
-      rows * routing_bytes + int8_activations + 2 * rows * rvq_table_bytes_per_token(expert_in) +
-      2 * rvq_table_build_bytes(expert_in);
+      rows * routing_bytes + int8_activations + 2 * rows * rvq_table_bytes_per_token(expert_in);
   const uint64_t per_thread =
       rows * (2 * expert_in + 3 * width) * sizeof(float) + rows * sizeof(uint32_t) +
       std::min(rows, kPlanTableTokensPerExpert) * rvq_table_bytes_per_token(width) +
-      rvq_table_build_bytes(width) +
       std::max(decoded_tile_bytes(expert_in), decoded_tile_bytes(width)) +
       decoded_inputs_bytes(rows, std::max(expert_in, width)) +
       config.attention_worker_floats(context, rows) * sizeof(float);

@@ -26,6 +26,9 @@ inline constexpr uint64_t kPlanChunkTokens = 64;
 // (compute/kernels/rvq_crossover.h: the crossover is at most 17, measured or
 // pinned; tests/ctl/memory_plan_test checks the two agree).
 inline constexpr uint64_t kPlanTableTokensPerExpert = 16;
+// Vectors per scale of an RVQ table (compute/kernels/rvq.h, kRvqGroupVectors;
+// memory_plan_test holds them equal).
+inline constexpr uint64_t kPlanTableGroupVectors = 32;
 
 // What one computing process holds besides the model: code, libraries,
 // thread stacks and small allocations (`sluice --version` alone is 7.5 MB

@@ -172,8 +172,8 @@ struct ExpertBank {
       fill_random(indices[k].data(), indices[k].size(), 11 + k);
       const std::vector<float> s = random_floats(shapes[k].rows_padded(), 21 + k);
       for (float v : s) scales[k].push_back(f32_to_f16(std::fabs(v) + 0.01f));
-      const std::vector<float> cb = random_floats(3 * 256 * 8, 31 + k);
-      books.emplace_back(cb.data(), cb.data() + 2048, cb.data() + 4096);
+      const std::vector<float> cb = random_floats(size_t{2} * kRvqEntries * kRvqVecDim, 31 + k);
+      books.emplace_back(cb.data(), cb.data() + kRvqEntries * kRvqVecDim);
     }
   }
   RvqMatrixView view(int kind, uint32_t expert) const {

@@ -1,21 +1,22 @@
-// compute/kernels/rvq_avx2.cpp: AVX2 table build, quantization and row kernel
-// for RVQ, and the decode-once paths: in registers, f32 tiles and int8 tiles
-// (which AVX-512 machines run too). Built with -mavx2 -mfma but must not
-// contract mul+add: the table's bits must equal the scalar path's (meson passes
-// -ffp-contract=off); the tile's fused multiply-adds are written out.
+// compute/kernels/rvq_avx2.cpp: AVX2 bodies of the RVQ kernels, which
+// AVX-512 machines run too: the table build, the table path's rows (codes
+// looked up in registers with pshufb), and the decode-once path's decoders
+// and tile matmuls (f32 and int8). Built with -mavx2 -mfma but must not
+// contract mul+add: the table's bits must equal the scalar path's (meson
+// passes -ffp-contract=off); the fused multiply-adds are written out.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "compute/kernels/lanes_avx2.h"
 #include "compute/kernels/rvq_kernels.h"
 
 namespace sluice::kernels::detail {
 
-float rvq_build_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
-                     uint32_t v_end, float* lut) {
+float rvq_build_group_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
+                           uint32_t v_end, int8_t* codes) {
+  alignas(32) float exact[kRvqGroupVectors][kRvqStages][kRvqEntries];
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 amax = _mm256_setzero_ps();
   for (uint32_t v = v_begin; v < v_end; ++v) {
@@ -23,59 +24,140 @@ float rvq_build_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_b
     for (int j = 0; j < kRvqVecDim; ++j) xs[j] = _mm256_set1_ps(x[v * kRvqVecDim + j]);
     for (int s = 0; s < kRvqStages; ++s) {
       const float* ct = codebooks.transposed(s);
-      float* out = lut + (size_t{v} * kRvqStages + s) * kRvqEntries;
       for (int c = 0; c < kRvqEntries; c += 8) {
-        __m256 acc = _mm256_mul_ps(xs[0], _mm256_loadu_ps(ct + c));
+        __m256 acc = _mm256_mul_ps(xs[0], _mm256_load_ps(ct + c));
         for (int j = 1; j < kRvqVecDim; ++j)
-          acc = _mm256_add_ps(acc, _mm256_mul_ps(xs[j], _mm256_loadu_ps(ct + j * kRvqEntries + c)));
-        _mm256_storeu_ps(out + c, acc);
+          acc = _mm256_add_ps(acc, _mm256_mul_ps(xs[j], _mm256_load_ps(ct + j * kRvqEntries + c)));
+        _mm256_store_ps(&exact[v - v_begin][s][c], acc);
         amax = _mm256_max_ps(_mm256_andnot_ps(sign, acc), amax);  // a NaN lane keeps amax
       }
     }
   }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, amax);
-  float out = 0.0f;
-  for (float l : lanes) out = std::max(out, l);
-  return out;
+  float group_max = 0.0f;
+  for (float l : lanes) group_max = std::max(group_max, l);
+  const auto code_max = static_cast<float>(kRvqTableCodeMax);
+  const __m256 inv = _mm256_set1_ps(group_max > 0.0f ? code_max / group_max : 0.0f);
+  const __m256i hi = _mm256_set1_epi32(kRvqTableCodeMax), lo = _mm256_set1_epi32(-kRvqTableCodeMax);
+  for (uint32_t v = v_begin; v < v_end; ++v)
+    for (int s = 0; s < kRvqStages; ++s)
+      for (int quarter = 0; quarter < kRvqEntries / 16; ++quarter) {
+        const float* f = &exact[v - v_begin][s][16 * quarter];
+        __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(f), inv));
+        __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(f + 8), inv));
+        q0 = _mm256_max_epi32(_mm256_min_epi32(q0, hi), lo);
+        q1 = _mm256_max_epi32(_mm256_min_epi32(q1, hi), lo);
+        // packs works per 128-bit lane: put the halves back in order.
+        const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+        const __m128i bytes =
+            _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + size_t{v} * kRvqTableVectorBytes +
+                                                     32 * quarter + 16 * s),
+                         bytes);
+      }
+  return group_max > 0.0f ? group_max / code_max : 0.0f;
 }
 
-void rvq_quantize_avx2(const float* exact, size_t count, float inv, int16_t* codes,
-                       uint8_t* planes) {
-  const __m256 scale = _mm256_set1_ps(inv);
-  const __m256i hi = _mm256_set1_epi32(kRvqCodeMax), lo = _mm256_set1_epi32(-kRvqCodeMax);
-  const __m128i bias = _mm_set1_epi16(static_cast<int16_t>(0x8000));
-  for (size_t i = 0; i < count; i += 16) {
-    __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(exact + i), scale));
-    __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(exact + i + 8), scale));
-    q0 = _mm256_max_epi32(_mm256_min_epi32(q0, hi), lo);
-    q1 = _mm256_max_epi32(_mm256_min_epi32(q1, hi), lo);
-    // packs works per 128-bit lane: put the halves back in order.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), packed);
-    if (planes == nullptr) continue;
-    uint8_t* block = planes + i / kRvqEntries * 2 * kRvqEntries + i % kRvqEntries;
-    for (int half = 0; half < 2; ++half) {
-      const __m128i biased = _mm_xor_si128(
-          half == 0 ? _mm256_castsi256_si128(packed) : _mm256_extracti128_si256(packed, 1), bias);
-      const __m128i low = _mm_and_si128(biased, _mm_set1_epi16(0xff));
-      const __m128i high = _mm_srli_epi16(biased, 8);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(block + half * 8), _mm_packus_epi16(low, low));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(block + kRvqEntries + half * 8),
-                       _mm_packus_epi16(high, high));
+namespace {
+
+// One stage's codes of one vector for 16 rows per lane looked up in a table
+// vector's four 16-entry quarters (lane 0 stage 0, lane 1 stage 1):
+// low holds each code's low 4 bits, bit4 and bit5 its higher bits in bit 7.
+inline __m256i lookup(const __m256i quarters[4], __m256i low, __m256i bit4, __m256i bit5) {
+  const __m256i first = _mm256_blendv_epi8(_mm256_shuffle_epi8(quarters[0], low),
+                                           _mm256_shuffle_epi8(quarters[1], low), bit4);
+  const __m256i second = _mm256_blendv_epi8(_mm256_shuffle_epi8(quarters[2], low),
+                                            _mm256_shuffle_epi8(quarters[3], low), bit4);
+  return _mm256_blendv_epi8(first, second, bit5);
+}
+
+// The codes of one row block's vector `v` looked up in `table` (one token's
+// codes): bytes of rows 0-15 in `low_rows`, rows 16-31 in `high_rows`, stage
+// 0 in lane 0 and stage 1 in lane 1 (FORMAT.md's unit layout as it comes).
+inline void lookup_vector(const uint8_t* unit, const int8_t* table, __m256i& low_rows,
+                          __m256i& high_rows) {
+  const __m256i nibble = _mm256_set1_epi8(15);
+  const __m256i lane_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  const __m256i lows = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit));
+  const __m256i low_first = _mm256_and_si256(lows, nibble);
+  const __m256i low_second = _mm256_and_si256(_mm256_srli_epi16(lows, 4), nibble);
+  // Each lane's byte i: its stage's two high-bit pairs (rows i and 16 + i) in bits 0-3.
+  const __m256i highs = _mm256_srlv_epi32(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 32))),
+      lane_shift);
+  __m256i quarters[4];
+  for (int q = 0; q < 4; ++q)
+    quarters[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(table + 32 * q));
+  low_rows = lookup(quarters, low_first, _mm256_slli_epi16(highs, 7), _mm256_slli_epi16(highs, 6));
+  high_rows =
+      lookup(quarters, low_second, _mm256_slli_epi16(highs, 5), _mm256_slli_epi16(highs, 4));
+}
+
+// 16 int16 sums (lane 0 stage 0, lane 1 stage 1) of 8 rows to their 8 f32 totals.
+inline __m256 stage_totals(__m256i sums) {
+  const __m128i both = _mm_add_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(both));
+}
+
+// One row block's 32 outputs for one token: per group, the lookups of two
+// vectors add in bytes (at most 2 · 63 each), then widen to int16 sums of
+// even and odd rows; a group ends in one fma per row.
+void block_rows(const uint8_t* block, uint32_t nv, const int8_t* codes, const float* scales,
+                float out[kRowBlock]) {
+  __m256 even_low = _mm256_setzero_ps(), odd_low = even_low;
+  __m256 even_high = even_low, odd_high = even_low;
+  for (uint32_t v0 = 0; v0 < nv; v0 += kRvqGroupVectors) {
+    const uint32_t v1 = std::min(nv, v0 + kRvqGroupVectors);
+    __m256i sum_even_low = _mm256_setzero_si256(), sum_odd_low = sum_even_low;
+    __m256i sum_even_high = sum_even_low, sum_odd_high = sum_even_low;
+    for (uint32_t v = v0; v < v1; v += 2) {  // nv is even: cols is a multiple of 8
+      __m256i low_a, high_a, low_b, high_b;
+      lookup_vector(block + size_t{v} * kRvqUnitBytes, codes + size_t{v} * kRvqTableVectorBytes,
+                    low_a, high_a);
+      lookup_vector(block + size_t{v + 1} * kRvqUnitBytes,
+                    codes + size_t{v + 1} * kRvqTableVectorBytes, low_b, high_b);
+      const __m256i low = _mm256_add_epi8(low_a, low_b), high = _mm256_add_epi8(high_a, high_b);
+      sum_even_low = _mm256_add_epi16(sum_even_low, _mm256_srai_epi16(_mm256_slli_epi16(low, 8), 8));
+      sum_odd_low = _mm256_add_epi16(sum_odd_low, _mm256_srai_epi16(low, 8));
+      sum_even_high =
+          _mm256_add_epi16(sum_even_high, _mm256_srai_epi16(_mm256_slli_epi16(high, 8), 8));
+      sum_odd_high = _mm256_add_epi16(sum_odd_high, _mm256_srai_epi16(high, 8));
+    }
+    const __m256 d = _mm256_set1_ps(scales[v0 / kRvqGroupVectors]);
+    even_low = _mm256_fmadd_ps(d, stage_totals(sum_even_low), even_low);
+    odd_low = _mm256_fmadd_ps(d, stage_totals(sum_odd_low), odd_low);
+    even_high = _mm256_fmadd_ps(d, stage_totals(sum_even_high), even_high);
+    odd_high = _mm256_fmadd_ps(d, stage_totals(sum_odd_high), odd_high);
+  }
+  // Rows 2i and 2i + 1 back in order.
+  auto interleave = [](__m256 even, __m256 odd, float* to) {
+    const __m256 first = _mm256_unpacklo_ps(even, odd), second = _mm256_unpackhi_ps(even, odd);
+    _mm256_storeu_ps(to, _mm256_permute2f128_ps(first, second, 0x20));
+    _mm256_storeu_ps(to + 8, _mm256_permute2f128_ps(first, second, 0x31));
+  };
+  interleave(even_low, odd_low, out);
+  interleave(even_high, odd_high, out + 16);
+}
+
+}  // namespace
+
+void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& m,
+                   uint32_t block_begin, uint32_t block_end, float* y) {
+  const uint32_t nv = m.shape.vectors_per_row();
+  for (uint32_t b = block_begin; b < block_end; ++b) {
+    const uint8_t* block = m.indices + m.shape.unit_offset(b, 0);
+    const uint32_t row0 = b * kRowBlock, rows = std::min<uint32_t>(kRowBlock, m.shape.rows - row0);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      alignas(32) float out[kRowBlock];
+      block_rows(block, nv, table.token_codes(tokens[t]), table.token_scales(tokens[t]), out);
+      for (uint32_t r = 0; r < rows; ++r)
+        y[t * m.shape.rows + row0 + r] = f16_to_f32(m.scales[row0 + r]) * out[r];
     }
   }
 }
 
 namespace {
-
-// Rows one pass accumulates: the caller's largest chunk (rvq.cpp).
-constexpr uint32_t kChunkBlocks = 64;
-// Vector positions per span: K tokens' spans of tables together no larger
-// than one token's kRvqSpanVectors, so they stay in L1.
-constexpr uint32_t span_vectors(int tokens) {
-  return tokens == 1 ? kRvqSpanVectors : tokens == 2 ? kRvqSpanVectors / 2 : kRvqSpanVectors / 4;
-}
 
 // body.template operator()<K>() for K = k, a run-time count of 1 to 3; nothing for 0.
 template <typename Body>
@@ -103,228 +185,6 @@ void in_groups_of_four(size_t n, Body&& body) {
   size_t t = 0;
   for (; t + 4 <= n; t += 4) body.template operator()<4>(t);
   with_count_up_to_three(n - t, [&]<int K>() { body.template operator()<K>(t); });
-}
-
-inline __m256i lanes_of(const uint8_t* bytes) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
-}
-
-// The dwords a gather reads at code `at` of `codes`: code[at] in the low word.
-inline __m256i gather_pairs(const int16_t* codes, __m256i at) {
-  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(codes), at, 2);
-}
-
-// Rows of blocks [chunk_begin, chunk_end) for K tokens. Vector positions are
-// swept in spans so that every block of the chunk reads the same span of
-// tables from L1. Two (vector, stage) steps are summed per madd: the second
-// step's gather reads one code earlier, so its code lands in the high word
-// and one blend pairs both codes of a row for an exact sign-extending sum.
-template <int K>
-void rows_pass(const RvqTable& table, const uint32_t* tokens, const RvqMatrixView& m,
-               uint32_t chunk_begin, uint32_t chunk_end, float* const y[K]) {
-  const uint32_t nv = m.shape.vectors_per_row();
-  const size_t steps = size_t{nv} * kRvqStages;
-  const size_t block_bytes = steps * kRowBlock;
-  const size_t span = size_t{span_vectors(K)} * kRvqStages;
-  const int16_t* codes[K];
-  for (int k = 0; k < K; ++k) codes[k] = table.token_codes(tokens[k]);
-  const uint32_t blocks = chunk_end - chunk_begin;
-  alignas(32) int32_t sums[K][kChunkBlocks * kRowBlock] = {};
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low_word = _mm256_set1_epi32(1);
-  for (size_t s0 = 0; s0 < steps; s0 += span) {
-    const size_t s1 = std::min(steps, s0 + span);
-    for (uint32_t bi = 0; bi < blocks; ++bi) {
-      const uint8_t* base = m.indices + (chunk_begin + bi) * block_bytes;
-      // The next span of this block is read one sweep later: have it in cache by then.
-      for (size_t at = s1 * kRowBlock; at < std::min(steps, s1 + span) * kRowBlock; at += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(base + at), _MM_HINT_T0);
-      __m256i lo[K], hi[K];
-      for (int k = 0; k < K; ++k) {
-        lo[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(&sums[k][bi * kRowBlock]));
-        hi[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(&sums[k][bi * kRowBlock + 8]));
-      }
-      size_t s = s0;
-      for (; s + 2 <= s1; s += 2) {
-        const uint8_t* at = base + s * kRowBlock;
-        const __m256i a0 = lanes_of(at), a1 = lanes_of(at + 8);
-        const __m256i b0 = lanes_of(at + 16), b1 = lanes_of(at + 24);
-        for (int k = 0; k < K; ++k) {
-          const int16_t* first = codes[k] + s * kRvqEntries;
-          const int16_t* second = first + kRvqEntries - 1;  // code[i] in the high word
-          const __m256i p0 = _mm256_blend_epi16(gather_pairs(first, a0), gather_pairs(second, b0), 0xaa);
-          const __m256i p1 = _mm256_blend_epi16(gather_pairs(first, a1), gather_pairs(second, b1), 0xaa);
-          lo[k] = _mm256_add_epi32(lo[k], _mm256_madd_epi16(p0, ones));
-          hi[k] = _mm256_add_epi32(hi[k], _mm256_madd_epi16(p1, ones));
-        }
-      }
-      if (s < s1) {  // an odd last step: its code alone, the high word weighted 0
-        const uint8_t* at = base + s * kRowBlock;
-        const __m256i a0 = lanes_of(at), a1 = lanes_of(at + 8);
-        for (int k = 0; k < K; ++k) {
-          const int16_t* first = codes[k] + s * kRvqEntries;
-          lo[k] = _mm256_add_epi32(lo[k], _mm256_madd_epi16(gather_pairs(first, a0), low_word));
-          hi[k] = _mm256_add_epi32(hi[k], _mm256_madd_epi16(gather_pairs(first, a1), low_word));
-        }
-      }
-      for (int k = 0; k < K; ++k) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(&sums[k][bi * kRowBlock]), lo[k]);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(&sums[k][bi * kRowBlock + 8]), hi[k]);
-      }
-    }
-  }
-  const uint32_t row0 = chunk_begin * kRowBlock;
-  const uint32_t rows = std::min(m.shape.rows, chunk_end * kRowBlock) - row0;
-  for (int k = 0; k < K; ++k) {
-    const float scale = table.token_scale(tokens[k]);
-    for (uint32_t r = 0; r < rows; ++r)
-      y[k][row0 + r] = rvq_row_output(sums[k][r], scale, m.scales[row0 + r]);
-  }
-}
-
-template <int K>
-void rows_chunk(const RvqTable& table, std::span<const uint32_t> tokens, size_t first_token,
-                const RvqMatrixView& m, uint32_t chunk_begin, uint32_t chunk_end, float* y) {
-  float* outputs[K];
-  for (int k = 0; k < K; ++k) outputs[k] = y + (first_token + k) * m.shape.rows;
-  rows_pass<K>(table, tokens.data() + first_token, m, chunk_begin, chunk_end, outputs);
-}
-
-}  // namespace
-
-void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, const RvqMatrixView& m,
-                   uint32_t block_begin, uint32_t block_end, float* y) {
-  for (uint32_t c0 = block_begin; c0 < block_end; c0 += kChunkBlocks) {
-    const uint32_t c1 = std::min(block_end, c0 + kChunkBlocks);
-    in_groups_of_four(tokens.size(),
-                      [&]<int K>(size_t t) { rows_chunk<K>(table, tokens, t, m, c0, c1, y); });
-  }
-}
-
-namespace {
-
-// Vector positions whose index bytes are widened at a time: 1.5 KiB of offsets.
-constexpr uint32_t kSpan = 16;
-constexpr size_t kVectorBytes = kRvqStages * kRowBlock;  // one vector position of a row block
-constexpr size_t kSpanBytes = kSpan * kVectorBytes;
-// How far ahead of its span a sweep asks for index lines. The hardware
-// prefetcher alone leaves the sequential index stream stalling (one token,
-// 1024×2048 from DRAM: 6.7 → 8.2 G weights/s when the host is quiet). Reaching
-// into the next row block measured no better.
-constexpr uint32_t kPrefetchSpans = 4;
-
-// The codebook byte offsets (index << Shift: 5 for f32 entries, 3 for int8
-// ones) of vector positions [v0, v0 + span) of the row block whose index bytes
-// start at `indices` and end at `block_end`: offsets[c][s][r] for row r of the
-// block, so that a row's entry then costs one extraction and no shift, while
-// the index lines kPrefetchSpans ahead are requested.
-template <int Shift>
-inline void widen_span(const uint8_t* indices, const uint8_t* block_end, uint32_t v0, uint32_t span,
-                       uint16_t (*offsets)[kRvqStages][kRowBlock]) {
-  const uint8_t* at = indices + v0 * kVectorBytes;
-  for (const uint8_t* ahead = at + kPrefetchSpans * kSpanBytes;
-       ahead < std::min(block_end, at + (kPrefetchSpans + 1) * kSpanBytes); ahead += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-  for (uint32_t i = 0; i < span * kRvqStages; ++i) {
-    const __m128i bytes =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + size_t{i} * kRowBlock));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(&offsets[0][0][0] + size_t{i} * kRowBlock),
-                       _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), Shift));
-  }
-}
-
-// One vector position's decoded weights, (C0 + C1) + C2, at codebook byte offsets o0-o2.
-inline __m256 decoded_vector(const char* const books[kRvqStages], uint32_t o0, uint32_t o1,
-                             uint32_t o2) {
-  const __m256 e0 = _mm256_loadu_ps(reinterpret_cast<const float*>(books[0] + o0));
-  const __m256 e1 = _mm256_loadu_ps(reinterpret_cast<const float*>(books[1] + o1));
-  const __m256 e2 = _mm256_loadu_ps(reinterpret_cast<const float*>(books[2] + o2));
-  return _mm256_add_ps(_mm256_add_ps(e0, e1), e2);
-}
-
-// Rows `row` .. `row` + N − 1 (N 2 or 4) of a widened span's vector position
-// (offsets[s][r]) decoded: one word per stage holds their N offsets, row's in
-// its lowest 16 bits. The fused step is bound by memory operations (about two
-// per cycle on a Zen 3 core), so four rows per word, half the offset loads of
-// two, count: one Zen 3 core, one OLMoE expert at one token, 6.2–6.5 → 5.7–5.8 ms.
-template <int N>
-struct DecodedRows {
-  __m256 rows[N];
-};
-template <int N>
-inline DecodedRows<N> decoded_rows(const char* const books[kRvqStages],
-                                   const uint16_t (&offsets)[kRvqStages][kRowBlock], int row) {
-  static_assert(N == 2 || N == 4);
-  using Word = std::conditional_t<N == 4, uint64_t, uint32_t>;
-  Word w[kRvqStages];
-  for (int s = 0; s < kRvqStages; ++s) std::memcpy(&w[s], &offsets[s][row], sizeof(Word));
-  DecodedRows<N> decoded;
-  for (int k = 0; k < N; ++k)
-    decoded.rows[k] = decoded_vector(books, (w[0] >> 16 * k) & 0xffff, (w[1] >> 16 * k) & 0xffff,
-                                     (w[2] >> 16 * k) & 0xffff);
-  return decoded;
-}
-
-// Rows [block·16, block·16 + 16) of one row block for tokens [t0, t0 + T), T
-// 1 or 2: the weights of each vector position are decoded into a register and
-// multiplied there, with the tile's arithmetic lane for lane (even vectors
-// feed lanes 0-7, odd ones lanes 8-15), so the decoded weights never travel
-// through memory. Each span's index bytes are widened first (widen_span): the
-// step is integer-bound otherwise (one Zen 3 core, one token, 1024×2048 in
-// cache: 6.5–7.5 → 8.3 G weights/s). Groups of 4 / T rows take turns over a
-// span, with eight accumulators each, kept on the stack between spans.
-template <int T>
-void fused_block(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t block,
-                 const float* x, uint32_t t0, float* y) {
-  static_assert(T == 1 || T == 2);
-  constexpr int kGroupRows = 4 / T, kGroups = kRowBlock / kGroupRows;
-  const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
-  const char* const books[kRvqStages] = {reinterpret_cast<const char*>(codebooks.entries(0)),
-                                         reinterpret_cast<const char*>(codebooks.entries(1)),
-                                         reinterpret_cast<const char*>(codebooks.entries(2))};
-  const uint8_t* indices = m.indices + m.shape.index_position(block * kRowBlock, 0, 0);
-  const uint8_t* block_end = indices + nv * kVectorBytes;
-  alignas(32) uint16_t offsets[kSpan][kRvqStages][kRowBlock];
-  __m256 acc[kGroups][2][kGroupRows][T];
-  for (auto& group : acc)
-    for (auto& half : group)
-      for (auto& row : half)
-        for (__m256& a : row) a = _mm256_setzero_ps();
-  for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
-    const uint32_t span = std::min(kSpan, nv - v0);
-    widen_span<5>(indices, block_end, v0, span, offsets);
-    for (int g = 0; g < kGroups; ++g) {
-      // Copied out and back so the accumulators live in registers over the span.
-      __m256 a[2][kGroupRows][T];
-      std::memcpy(a, acc[g], sizeof a);
-      auto step = [&]<int Half>(uint32_t c) {
-        __m256 xs[T];
-        for (int t = 0; t < T; ++t)
-          xs[t] = _mm256_loadu_ps(x + size_t{t0 + t} * cols + size_t{v0 + c} * kRvqVecDim);
-        const auto weights = decoded_rows<kGroupRows>(books, offsets[c], g * kGroupRows);
-        for (int r = 0; r < kGroupRows; ++r)
-          for (int t = 0; t < T; ++t)
-            a[Half][r][t] = _mm256_fmadd_ps(weights.rows[r], xs[t], a[Half][r][t]);
-      };
-      // v0 is even, so vector v0 + c feeds half c % 2.
-      uint32_t c = 0;
-      for (; c + 2 <= span; c += 2) {
-        step.template operator()<0>(c);
-        step.template operator()<1>(c + 1);
-      }
-      if (c < span) step.template operator()<0>(c);
-      std::memcpy(acc[g], a, sizeof a);
-    }
-  }
-  for (int g = 0; g < kGroups; ++g)
-    for (int r = 0; r < kGroupRows; ++r) {
-      const uint32_t row = block * kRowBlock + g * kGroupRows + r;
-      if (row >= m.shape.rows) continue;
-      const float scale = f16_to_f32(m.scales[row]);
-      for (int t = 0; t < T; ++t)
-        y[size_t{t0 + t} * m.shape.rows + row] =
-            scale * fold16_halves(acc[g][0][r][t], acc[g][1][r][t]);
-    }
 }
 
 // Columns one pass of the tile matmul reads: four tokens' inputs for them (8
@@ -405,54 +265,69 @@ void tile_tokens(const float* tile, const RvqMatrixView& m, uint32_t row_begin, 
   }
 }
 
+
+// Vector positions whose codes are unpacked at a time.
+constexpr uint32_t kSpan = 16;
+
+// The 64 codes of one row block's vector from its 48-byte unit:
+// codes[s][r] for the block's rows r.
+inline void unit_codes(const uint8_t* unit, uint8_t (*codes)[kRowBlock]) {
+  const __m256i nibble = _mm256_set1_epi8(15), pair = _mm256_set1_epi8(3);
+  const __m256i lows = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit));
+  const __m256i highs = _mm256_srlv_epi32(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 32))),
+      _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+  // Rows 0-15 and 16-31, each with stage 0 in lane 0 and stage 1 in lane 1.
+  const __m256i first = _mm256_or_si256(
+      _mm256_and_si256(lows, nibble), _mm256_slli_epi16(_mm256_and_si256(highs, pair), 4));
+  const __m256i second =
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lows, 4), nibble),
+                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(highs, 2), pair), 4));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[0]),
+                      _mm256_permute2x128_si256(first, second, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[1]),
+                      _mm256_permute2x128_si256(first, second, 0x31));
+}
+
+// Every row block overlapping rows [row_begin, row_end), a span of its
+// vectors at a time: row(codes, v0, span, r) for each row r of the range,
+// codes[c][s][r % 32] holding vector v0 + c's codes.
+template <typename Row>
+void for_each_span(const RvqMatrixView& m, uint32_t row_begin, uint32_t row_end, Row&& row) {
+  const uint32_t nv = m.shape.vectors_per_row();
+  alignas(32) uint8_t codes[kSpan][kRvqStages][kRowBlock];
+  for (uint32_t b0 = row_begin / kRowBlock * kRowBlock; b0 < row_end; b0 += kRowBlock) {
+    const uint8_t* block = m.indices + m.shape.unit_offset(b0 / kRowBlock, 0);
+    const uint32_t first = std::max(row_begin, b0), last = std::min(row_end, b0 + kRowBlock);
+    for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
+      const uint32_t span = std::min(kSpan, nv - v0);
+      for (uint32_t c = 0; c < span; ++c) unit_codes(block + size_t{v0 + c} * kRvqUnitBytes, codes[c]);
+      for (uint32_t r = first; r < last; ++r) row(codes, v0, span, r);
+    }
+  }
+}
+
 }  // namespace
 
 void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m, uint32_t row_begin,
                           uint32_t row_end, uint32_t panel_rows, float* tile) {
-  const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
-  const uint32_t tile_rows = row_end - row_begin;
-  const char* const books[kRvqStages] = {reinterpret_cast<const char*>(codebooks.entries(0)),
-                                         reinterpret_cast<const char*>(codebooks.entries(1)),
-                                         reinterpret_cast<const char*>(codebooks.entries(2))};
-  alignas(32) uint16_t offsets[kSpan][kRvqStages][kRowBlock];
-  // A row block at a time, a span of its vector positions at a time, two rows
-  // at a time.
-  for (uint32_t b0 = row_begin / kRowBlock * kRowBlock; b0 < row_end; b0 += kRowBlock) {
-    const uint8_t* indices = m.indices + m.shape.index_position(b0, 0, 0);
-    const uint8_t* block_end = indices + nv * kVectorBytes;
-    const uint32_t first = std::max(row_begin, b0) - b0,
-                   last = std::min(row_end, b0 + kRowBlock) - b0;
-    for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
-      const uint32_t span = std::min(kSpan, nv - v0);
-      widen_span<5>(indices, block_end, v0, span, offsets);
-      // Pairs start on even rows, so a word never reaches past the offsets.
-      for (uint32_t r = first & ~1u; r < last; r += 2) {
-        const uint32_t in_tile = b0 + r - row_begin;
-        // A row outside the tile writes every position to a scratch one instead,
-        // which keeps the loop free of branches.
-        alignas(32) float scratch[2 * kRvqVecDim];
-        const TilePanelRow outside{scratch, 0, 0};
-        const TilePanelRow low =
-            r >= first ? tile_panel_row(tile, tile_rows, cols, panel_rows, in_tile) : outside;
-        const TilePanelRow high =
-            r + 1 < last ? tile_panel_row(tile, tile_rows, cols, panel_rows, in_tile + 1) : outside;
-        float* low_at = low.first + size_t{v0 / 2} * low.step;
-        float* high_at = high.first + size_t{v0 / 2} * high.step;
-        auto store = [&](uint32_t c, float* low_to, float* high_to) {
-          const auto pair = decoded_rows<2>(books, offsets[c], static_cast<int>(r));
-          _mm256_storeu_ps(low_to, pair.rows[0]);
-          _mm256_storeu_ps(high_to, pair.rows[1]);
-        };
-        // v0 is even: vectors c and c + 1 share a 16-column position.
-        uint32_t c = 0;
-        for (; c + 2 <= span; c += 2, low_at += low.step, high_at += high.step) {
-          store(c, low_at, high_at);
-          store(c + 1, low_at + 8, high_at + 8);
-        }
-        if (c < span) store(c, low_at - low.tail_shift, high_at - high.tail_shift);
-      }
-    }
-  }
+  const uint32_t cols = m.shape.cols, tile_rows = row_end - row_begin;
+  const float* books[kRvqStages] = {codebooks.entries(0), codebooks.entries(1)};
+  for_each_span(m, row_begin, row_end,
+                [&](const uint8_t (*codes)[kRvqStages][kRowBlock], uint32_t v0, uint32_t span,
+                    uint32_t r) {
+                  const TilePanelRow to =
+                      tile_panel_row(tile, tile_rows, cols, panel_rows, r - row_begin);
+                  const uint32_t lane = r % kRowBlock, full_positions = cols / 16;
+                  for (uint32_t c = 0; c < span; ++c) {
+                    const uint32_t v = v0 + c, position = v / 4;
+                    const __m128 w = _mm_add_ps(
+                        _mm_load_ps(books[0] + codes[c][0][lane] * kRvqVecDim),
+                        _mm_load_ps(books[1] + codes[c][1][lane] * kRvqVecDim));
+                    float* at = to.first + size_t{position} * to.step + v % 4 * kRvqVecDim;
+                    _mm_storeu_ps(position < full_positions ? at : at - to.tail_shift, w);
+                  }
+                });
 }
 
 void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
@@ -517,51 +392,23 @@ void int8_tile(const int8_t* tile, uint32_t stride, uint32_t r_in_tile, const In
 
 void rvq_decode_rows_int8_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
                                uint32_t row_begin, uint32_t row_end, int8_t* tile) {
-  const uint32_t nv = m.shape.vectors_per_row(), cols = m.shape.cols;
-  const uint32_t stride = int8_tile_stride(cols);
-  const char* const books[kRvqStages] = {reinterpret_cast<const char*>(codebooks.byte_entries(0)),
-                                         reinterpret_cast<const char*>(codebooks.byte_entries(1)),
-                                         reinterpret_cast<const char*>(codebooks.byte_entries(2))};
-  alignas(32) uint16_t offsets[kSpan][kRvqStages][kRowBlock];
-  // Rows outside the tile (a word's four rows reach past it) write here
-  // instead, which keeps the loop free of branches.
-  alignas(16) int8_t scratch[kSpan * kRvqVecDim];
-  // A row block at a time, a span of its vector positions at a time, four rows
-  // at a time, their offsets one 64-bit word per stage. The block and span
-  // loops repeat rvq_decode_rows_avx2's: one helper taking each decoder's row
-  // loop as a lambda made both 5–15% slower (bench kernels, one OLMoE expert at
-  // 8 tokens, int8 tiles 2.0–2.2 → 2.3–2.4 ms).
-  for (uint32_t b0 = row_begin / kRowBlock * kRowBlock; b0 < row_end; b0 += kRowBlock) {
-    const uint8_t* indices = m.indices + m.shape.index_position(b0, 0, 0);
-    const uint8_t* block_end = indices + nv * kVectorBytes;
-    const uint32_t first = std::max(row_begin, b0) - b0,
-                   last = std::min(row_end, b0 + kRowBlock) - b0;
-    for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
-      const uint32_t span = std::min(kSpan, nv - v0);
-      widen_span<3>(indices, block_end, v0, span, offsets);
-      for (uint32_t r = first & ~3u; r < last; r += 4) {
-        int8_t* to[4];
-        for (uint32_t k = 0; k < 4; ++k)
-          to[k] = r + k >= first && r + k < last
-                      ? tile + size_t{b0 + r + k - row_begin} * stride + size_t{v0} * kRvqVecDim
-                      : scratch;
-        for (uint32_t c = 0; c < span; ++c) {
-          uint64_t words[kRvqStages];
-          for (int s = 0; s < kRvqStages; ++s)
-            std::memcpy(&words[s], &offsets[c][s][r], sizeof words[s]);
-          for (int k = 0; k < 4; ++k) {
-            const auto entry = [&](int s) {
-              return _mm_loadl_epi64(
-                  reinterpret_cast<const __m128i*>(books[s] + ((words[s] >> 16 * k) & 0xffff)));
-            };
-            // Wrapping byte sums: the total lies within ±127 whatever the order.
-            const __m128i w = _mm_add_epi8(_mm_add_epi8(entry(0), entry(1)), entry(2));
-            _mm_storel_epi64(reinterpret_cast<__m128i*>(to[k] + c * kRvqVecDim), w);
-          }
-        }
-      }
-    }
-  }
+  const uint32_t cols = m.shape.cols, stride = int8_tile_stride(cols);
+  const int8_t* books[kRvqStages] = {codebooks.byte_entries(0), codebooks.byte_entries(1)};
+  for_each_span(m, row_begin, row_end,
+                [&](const uint8_t (*codes)[kRvqStages][kRowBlock], uint32_t v0, uint32_t span,
+                    uint32_t r) {
+                  const uint32_t lane = r % kRowBlock;
+                  int8_t* to = tile + size_t{r - row_begin} * stride + size_t{v0} * kRvqVecDim;
+                  for (uint32_t c = 0; c < span; ++c) {
+                    int32_t e0, e1;
+                    std::memcpy(&e0, books[0] + codes[c][0][lane] * kRvqVecDim, sizeof e0);
+                    std::memcpy(&e1, books[1] + codes[c][1][lane] * kRvqVecDim, sizeof e1);
+                    // Byte sums: the total lies within ±126 whatever the order.
+                    const int32_t w = _mm_cvtsi128_si32(
+                        _mm_add_epi8(_mm_cvtsi32_si128(e0), _mm_cvtsi32_si128(e1)));
+                    std::memcpy(to + c * kRvqVecDim, &w, sizeof w);
+                  }
+                });
   if (stride > cols)
     for (uint32_t r = 0; r < row_end - row_begin; ++r)
       std::memset(tile + size_t{r} * stride + cols, 0, stride - cols);
@@ -598,16 +445,6 @@ void rvq_int8_tile_matmul_avx2(const int8_t* tile, float sigma, const RvqMatrixV
         break;
     }
   }
-}
-
-void rvq_fused_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
-                         uint32_t block_begin, uint32_t block_end, const float* x, uint32_t tokens,
-                         float* y) {
-  uint32_t t = 0;
-  for (; t + 2 <= tokens; t += 2)
-    for (uint32_t b = block_begin; b < block_end; ++b) fused_block<2>(codebooks, m, b, x, t, y);
-  if (t < tokens)
-    for (uint32_t b = block_begin; b < block_end; ++b) fused_block<1>(codebooks, m, b, x, t, y);
 }
 
 }  // namespace sluice::kernels::detail

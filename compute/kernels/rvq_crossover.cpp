@@ -64,9 +64,8 @@ class SyntheticExpert {
       indices_[k].resize(shapes[k].index_bytes());
       fill_bytes(indices_[k], 11 + k);
       scales_[k].assign(shapes[k].rows_padded(), f32_to_f16(0.02f));
-      const std::vector<float> cb = signed_floats(size_t{3} * kRvqEntries * kRvqVecDim, 31 + k);
-      books_.emplace_back(cb.data(), cb.data() + kRvqEntries * kRvqVecDim,
-                          cb.data() + 2 * kRvqEntries * kRvqVecDim);
+      const std::vector<float> cb = signed_floats(size_t{2} * kRvqEntries * kRvqVecDim, 31 + k);
+      books_.emplace_back(cb.data(), cb.data() + kRvqEntries * kRvqVecDim);
       views_[k] = {shapes[k], indices_[k].data(), scales_[k].data()};
     }
     x_ = signed_floats(size_t{hidden} * max_tokens, 41);
@@ -208,7 +207,7 @@ std::string rvq_crossover_cache_path(Isa isa, TrunkActivations activations, uint
 
 uint32_t rvq_decode_crossover(const Exec& exec, uint32_t hidden, uint32_t width) {
   if (const uint32_t pinned = crossover_from_environment(); pinned > 0) return pinned;
-  if (hidden == 0 || width == 0 || hidden % kRvqVecDim != 0 || width % kRvqVecDim != 0 ||
+  if (hidden == 0 || width == 0 || hidden % kRvqColsMultiple != 0 || width % kRvqColsMultiple != 0 ||
       hidden > kRvqMaxCols || width > kRvqMaxCols)
     fail("rvq crossover: expert shape {} × {} is not two multiples of 8 up to {}", hidden, width,
          kRvqMaxCols);

@@ -17,17 +17,7 @@ namespace {
 
 constexpr size_t kTileBytes = size_t{256} << 10;  // a decoded tile stays in L2
 constexpr size_t kInt8TileBytes = size_t{128} << 10;  // with room for the inputs' bytes
-// Up to this many tokens, decoding in registers once per token pair beats a
-// tile's store and reload, which depends on the tile matmul's instruction set:
-// - AVX-512 (Zen 5, one 1024 × 2048 matrix from DRAM: 0.41 against 0.65 ms at
-//   3 tokens, 0.74 against 0.80 at 6, 0.96 against 0.82 at 8);
-// - AVX2 (Zen 3, bench kernels, one OLMoE expert: 1.88 ms at 4 tokens in
-//   registers, 2.7–2.8 at 8 through the tile, which adds 0.19 ms a token: so
-//   about 2.0 at 4, 2.2 at 5 against 2.7 in registers).
-uint32_t fused_max_tokens(Isa isa) { return isa == Isa::kAvx512 ? 6 : 4; }
-constexpr size_t kFusedGrainBlocks = 4;
-
-// The matrix's rows in tiles of whole row blocks (16 to kTileMaxRows rows) of
+// The matrix's rows in tiles of whole row blocks (32 to kTileMaxRows rows) of
 // about `budget` bytes, shared out over the pool: body(tile, r0, r1) for each,
 // the tile of the running thread, `row_elements` Elements a row, which grows
 // once and is then reused.
@@ -57,11 +47,10 @@ void rvq_decode_rows_scalar(const RvqCodebooks& codebooks, const RvqMatrixView& 
   const uint32_t nv = m.shape.vectors_per_row();
   for (uint32_t r = row_begin; r < row_end; ++r)
     for (uint32_t v = 0; v < nv; ++v) {
-      const float* c[kRvqStages];
-      for (int s = 0; s < kRvqStages; ++s)
-        c[s] = codebooks.entries(s) + m.indices[m.shape.index_position(r, v, s)] * kRvqVecDim;
+      const float* c0 = codebooks.entries(0) + m.shape.code(m.indices, r, v, 0) * kRvqVecDim;
+      const float* c1 = codebooks.entries(1) + m.shape.code(m.indices, r, v, 1) * kRvqVecDim;
       float* out = tile + size_t{r - row_begin} * m.shape.cols + size_t{v} * kRvqVecDim;
-      for (int j = 0; j < kRvqVecDim; ++j) out[j] = (c[0][j] + c[1][j]) + c[2][j];
+      for (int j = 0; j < kRvqVecDim; ++j) out[j] = c0[j] + c1[j];
     }
 }
 
@@ -84,11 +73,10 @@ void rvq_decode_rows_int8_scalar(const RvqCodebooks& codebooks, const RvqMatrixV
   for (uint32_t r = row_begin; r < row_end; ++r) {
     int8_t* out = tile + size_t{r - row_begin} * stride;
     for (uint32_t v = 0; v < nv; ++v) {
-      const int8_t* c[kRvqStages];
-      for (int s = 0; s < kRvqStages; ++s)
-        c[s] = codebooks.byte_entries(s) + m.indices[m.shape.index_position(r, v, s)] * kRvqVecDim;
+      const int8_t* c0 = codebooks.byte_entries(0) + m.shape.code(m.indices, r, v, 0) * kRvqVecDim;
+      const int8_t* c1 = codebooks.byte_entries(1) + m.shape.code(m.indices, r, v, 1) * kRvqVecDim;
       for (int j = 0; j < kRvqVecDim; ++j)
-        out[v * kRvqVecDim + j] = static_cast<int8_t>(c[0][j] + c[1][j] + c[2][j]);
+        out[v * kRvqVecDim + j] = static_cast<int8_t>(c0[j] + c1[j]);
     }
     std::fill(out + m.shape.cols, out + stride, int8_t{0});
   }
@@ -145,22 +133,14 @@ void int8_tiles(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, cons
 
 void rvq_matmul_decoded(const RvqCodebooks& codebooks, const RvqMatrixView& matrix, const float* x,
                         uint32_t tokens, float* y, const Exec& exec) {
-  if (matrix.shape.cols == 0 || matrix.shape.cols % kRvqVecDim != 0)
-    fail("rvq decoded matmul: matrix cols {} is not a positive multiple of 8", matrix.shape.cols);
+  if (matrix.shape.cols == 0 || matrix.shape.cols % kRvqColsMultiple != 0)
+    fail("rvq decoded matmul: matrix cols {} is not a positive multiple of {}", matrix.shape.cols,
+         kRvqColsMultiple);
   if (matrix.indices == nullptr || matrix.scales == nullptr)
     fail("rvq decoded matmul: matrix indices or scales missing");
   if (tokens == 0 || matrix.shape.rows == 0) return;
   if (exec.trunk == TrunkActivations::kInt8 && tokens >= kRvqInt8TilesFrom)
     return int8_tiles(codebooks, matrix, x, tokens, y, exec);
-  // The in-register path is AVX2 code, which AVX-512 machines run as well.
-  if (exec.isa != Isa::kScalar && tokens <= fused_max_tokens(exec.isa)) {
-    auto fused = [&](size_t begin, size_t end) {
-      detail::rvq_fused_rows_avx2(codebooks, matrix, static_cast<uint32_t>(begin),
-                                  static_cast<uint32_t>(end), x, tokens, y);
-    };
-    split_over_pool(exec, matrix.shape.rows_padded() / kRowBlock, kFusedGrainBlocks, fused);
-    return;
-  }
   for_each_tile<float>(
       matrix, kTileBytes, matrix.shape.cols, exec, [&](float* tile, uint32_t r0, uint32_t r1) {
         if (exec.isa == Isa::kScalar) {

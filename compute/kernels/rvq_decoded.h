@@ -1,8 +1,7 @@
 // compute/kernels/rvq_decoded.h: the decode-once path. For one expert matrix
-// applied to n tokens, its weights are decoded and multiplied instead of n
-// table lookups: for a few tokens in registers, never stored; for more, tile
-// by tile into an L2-sized f32 or int8 block multiplied as a small GEMM. Never reads
-// index or scale bytes outside the matrix the view names.
+// applied to n tokens, its weights are decoded once instead of n table
+// lookups: tile by tile into an L2-sized f32 or int8 block multiplied as a
+// small GEMM. Never reads index or scale bytes outside the matrix the view names.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +13,9 @@ namespace sluice::kernels {
 
 // With int8 activations, the fewest tokens of one call that take int8 tiles,
 // on every instruction set, so that which arithmetic a call gets never
-// depends on the machine. Below it the in-register path is faster on AVX2,
-// and int8 tiles beat f32 ones from there (bench kernels, one Zen 3 core, an
-// OLMoE expert: 8 tokens 2.53–2.61 → 1.98–1.99 ms, 64 tokens 13.3–13.8 → 10.6–10.9).
+// depends on the machine. From there int8 tiles beat f32 ones (format 2's
+// bench kernels, one Zen 3 core, an OLMoE expert: 8 tokens 2.53–2.61 →
+// 1.98–1.99 ms, 64 tokens 13.3–13.8 → 10.6–10.9).
 inline constexpr uint32_t kRvqInt8TilesFrom = 5;
 
 // Arithmetic (every instruction set, bit for bit; it differs from the table

@@ -26,8 +26,7 @@ void load_moe(TensorLoader& t, const Container& container, const Codebooks& code
   for (MatrixKind kind : kMatrixKinds) {
     moe.codebooks.push_back(std::make_unique<kernels::RvqCodebooks>(
         codebooks.entry(codebook_id(moe.bank->codebook_base, kind, 0), 0),
-        codebooks.entry(codebook_id(moe.bank->codebook_base, kind, 1), 0),
-        codebooks.entry(codebook_id(moe.bank->codebook_base, kind, 2), 0)));
+        codebooks.entry(codebook_id(moe.bank->codebook_base, kind, 1), 0)));
   }
   moe.shared_gate = t.linear_if(TensorRole::kSharedGate, i);
   moe.shared_up = t.linear_if(TensorRole::kSharedUp, i);

@@ -18,7 +18,7 @@ namespace {
 json read_manifest() { return json::parse(read_text(tiny_container_or_skip() + "/manifest.json")); }
 
 // trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx` and
-// `threads` (RVQ tables with their byte planes, on every machine); the plan
+// `threads`; the plan
 // adds the cache segment's own tables (checked against the worker in
 // memory_plan_test).
 uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uint64_t threads = 1) {
@@ -39,14 +39,13 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const uint64_t routing = layers * (48 + 32 + 8 * top_k);
   const uint64_t widest = std::max(hidden, width);
   const uint64_t int8 = rows * widest + rows * (widest / 32) * 4;
-  // int16 codes and their two byte planes
-  const auto table = [](uint64_t cols) { return cols / 8 * 3 * 256 * (2 + 4); };
-  const auto build = [](uint64_t cols) { return cols / 8 * 3 * 256 * 4; };
+  // int8 codes per 4 columns × 2 stages × 64 entries, an f32 scale per 128 columns
+  const auto table = [](uint64_t cols) { return cols / 4 * 2 * 64 + (cols + 127) / 128 * 4; };
   const auto tile = [](uint64_t cols) {
-    return std::clamp<uint64_t>((uint64_t{256} << 10) / (cols * 4) / 16 * 16, 16, 64) * cols * 4;
+    return std::clamp<uint64_t>((uint64_t{256} << 10) / (cols * 4) / 32 * 32, 32, 64) * cols * 4;
   };
   const uint64_t shared = (rows * row_floats + experts) * 4 + rows * routing + int8 +
-                          2 * rows * table(hidden) + 2 * build(hidden);
+                          2 * rows * table(hidden);
   // The int8 tiles' inputs: whole 128-column groups of bytes and a scale each.
   const uint64_t tile_inputs = rows * ((std::max(hidden, width) + 127) / 128) * (128 + 4);
   // Each thread's attention: a pass's scores (heads × ctx at most), and one kv
@@ -54,8 +53,7 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const uint64_t group = heads / kv_heads;
   const uint64_t attention = (heads * ctx + rows * (2 * group * head_dim + group)) * 4;
   const uint64_t per_thread = rows * (2 * hidden + 3 * width) * 4 + rows * 4 + 16 * table(width) +
-                              build(width) + std::max(tile(hidden), tile(width)) + tile_inputs +
-                              attention;
+                              std::max(tile(hidden), tile(width)) + tile_inputs + attention;
   const uint64_t scratch = shared + threads * per_thread + (rows + 1) * vocab * 4;
   const uint64_t process = (uint64_t{8} << 20) + vocab * 224;  // program and libraries, the tokenizer by vocabulary entry
   return resident + kv + scratch + process + 2 * top_k * stride + tables;

@@ -82,7 +82,7 @@ PlanInputs small_inputs() {
 // The scratch of small_config() (hidden 64, experts' width 32, top-4 of 16,
 // 8 query and 2 KV heads of 16, vocabulary 1000, 4 MoE layers) at `ctx`,
 // written out buffer by buffer from transformer.h and the kernels for a
-// 64-row chunk with byte-plane tables.
+// 64-row chunk.
 uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences = 1) {
   const uint64_t rows = 64;
   // x, normed, proj; expert_out (top-k rows), routed, table_input; the
@@ -91,12 +91,12 @@ uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences
   const uint64_t routing =
       4 * (48 + 32 + 4 * 8);  // per MoE layer: two vectors of top-k ids and weights
   const uint64_t int8 = rows * 64 + rows * 2 * 4;  // codes of the widest row, a scale per 32
-  const uint64_t gate_up_table =
-      (64 / 8) * 3 * 256 * (2 + 4);  // int16 codes and their two byte planes
-  const uint64_t table_build = (64 / 8) * 3 * 256 * 4;
-  const uint64_t shared = (rows * row_floats + 16) * 4 + rows * routing + int8 +
-                          2 * rows * gate_up_table + 2 * table_build;
-  const uint64_t down_table = (32 / 8) * 3 * 256 * (2 + 4), down_build = (32 / 8) * 3 * 256 * 4;
+  // A token's table: int8 codes per 4 columns × 2 stages × 64 entries, and
+  // an f32 scale per 128 columns.
+  const uint64_t gate_up_table = (64 / 4) * 2 * 64 + 1 * 4;
+  const uint64_t shared =
+      (rows * row_floats + 16) * 4 + rows * routing + int8 + 2 * rows * gate_up_table;
+  const uint64_t down_table = (32 / 4) * 2 * 64 + 1 * 4;
   const uint64_t tile = 64 * 64 * 4;  // 64 rows (the most) of 64 decoded columns
   // The int8 tiles' inputs: each row's 64 columns as one whole 128-column
   // group of bytes and its scale.
@@ -104,8 +104,8 @@ uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences
   // Each thread's attention: a pass's scores (8 heads × ctx at most), and one
   // kv head's group (4 heads of 16) of queries and outputs, and their counts.
   const uint64_t attention = (8 * ctx + rows * (2 * 4 * 16 + 4)) * 4;
-  const uint64_t per_thread = rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 16 * down_table +
-                              down_build + tile + tile_inputs + attention;
+  const uint64_t per_thread = rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 16 * down_table + tile +
+                              tile_inputs + attention;
   const uint64_t logits = (rows + sequences) * 1000 * 4;
   return shared + threads * per_thread + logits;
 }
@@ -199,6 +199,7 @@ TEST_CASE(
     CHECK(kernels::rvq_default_crossover(isa) - 1 <= kPlanTableTokensPerExpert);
   }
   CHECK(kernels::kRvqCrossoverMax - 1 <= kPlanTableTokensPerExpert);
+  CHECK(kernels::kRvqGroupVectors == kPlanTableGroupVectors);
 }
 
 TEST_CASE("plan: the floor's minimum cache is a whole segment, so a budget at the floor starts a worker") {

@@ -1,7 +1,7 @@
 // The decode-once path against rvq_decoded.h's arithmetic written out here
 // from the header, quant.h and FORMAT.md, bit for bit at every instruction
-// set, thread count (1, 2, 3) and token count (the in-register path up to six
-// tokens, tiles from seven), over odd shapes, several tiles and input groups;
+// set, thread count (1, 2, 3) and token count, over odd shapes, partial row
+// blocks, several tiles and input groups;
 // with int8 activations the int8 tiles too, at their largest integers; and
 // against the f32 and table arithmetic within their roundings.
 #include "compute/kernels/rvq_decoded.h"
@@ -34,13 +34,13 @@ struct Fixture {
   std::vector<float> x;
 
   Fixture(uint32_t rows_, uint32_t cols_, uint32_t tokens_, uint32_t seed)
-      : rows(rows_), cols(cols_), nv(cols_ / 8), tokens(tokens_) {
+      : rows(rows_), cols(cols_), nv(cols_ / 4), tokens(tokens_) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-    codebooks.resize(3 * 256 * 8);
+    codebooks.resize(2 * 64 * 4);
     for (float& c : codebooks) c = unit(rng);
-    const uint32_t padded = (rows + 15) / 16 * 16;
-    indices.resize(size_t{padded} * nv * 3);
+    const uint32_t padded = (rows + 31) / 32 * 32;
+    indices.resize(size_t{padded} * nv * 48 / 32);
     for (uint8_t& i : indices) i = static_cast<uint8_t>(rng());
     scales.resize(padded);
     for (uint16_t& s : scales) s = f32_to_f16(unit(rng) + 1.5f);
@@ -48,17 +48,16 @@ struct Fixture {
     for (float& v : x) v = unit(rng);
   }
   RvqMatrixView view() const { return {RvqMatrixShape{rows, cols}, indices.data(), scales.data()}; }
-  uint8_t index(uint32_t r, uint32_t k, int s) const {
-    return indices[((size_t{r / 16} * nv * 3 + (k / 8) * 3 + s) * 16) + r % 16];
+  // FORMAT.md's code of (row r, the vector of column k, stage s).
+  int index(uint32_t r, uint32_t k, int s) const {
+    const uint8_t* unit = indices.data() + (size_t{r / 32} * nv + k / 4) * 48;
+    const uint32_t i = r % 16, h = r % 32 / 16;
+    return (unit[16 * s + i] >> (4 * h) & 15) | (unit[32 + i] >> (4 * s + 2 * h) & 3) << 4;
   }
+  const float* stage(int s) const { return codebooks.data() + s * 64 * 4; }
   // FORMAT.md reconstruction of w[r][k] before the scale.
   float weight(uint32_t r, uint32_t k) const {
-    float sum = 0.0f;
-    for (int s = 0; s < 3; ++s) {
-      const float c = codebooks[(s * 256 + index(r, k, s)) * 8 + k % 8];
-      sum = s == 0 ? c : sum + c;
-    }
-    return sum;
+    return stage(0)[index(r, k, 0) * 4 + k % 4] + stage(1)[index(r, k, 1) * 4 + k % 4];
   }
   float documented(uint32_t t, uint32_t r) const {
     float a[16] = {};
@@ -72,9 +71,9 @@ struct Fixture {
   // rvq_decoded.h's σ and integer weights, written out from the header.
   float bound() const {
     float sum = 0.0f;
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < 2; ++s) {
       float m = 0.0f;
-      for (int i = 0; i < 2048; ++i) m = std::max(m, std::fabs(codebooks[s * 2048 + i]));
+      for (int i = 0; i < 256; ++i) m = std::max(m, std::fabs(stage(s)[i]));
       sum += m;
     }
     return sum;
@@ -82,9 +81,8 @@ struct Fixture {
   float sigma() const { return bound() / 125.0f; }
   int32_t integer_weight(uint32_t r, uint32_t k, float inverse) const {
     int32_t sum = 0;
-    for (int s = 0; s < 3; ++s)
-      sum += static_cast<int32_t>(
-          std::nearbyint(codebooks[(s * 256 + index(r, k, s)) * 8 + k % 8] * inverse));
+    for (int s = 0; s < 2; ++s)
+      sum += static_cast<int32_t>(std::nearbyint(stage(s)[index(r, k, s) * 4 + k % 4] * inverse));
     return sum;
   }
   // quant.h's int8 activations of token t's group g: its scale and integers.
@@ -127,12 +125,11 @@ struct Fixture {
 TEST_CASE(
     "decoded rvq matmul equals its documented arithmetic at every ISA, thread and token count") {
   uint32_t seed = 1;
-  for (uint32_t rows : {1, 17, 70, 200})
+  for (uint32_t rows : {1, 17, 33, 70, 200})
     for (uint32_t cols : {8, 24, 136, 520})
       for (uint32_t tokens : {1, 2, 3, 4, 5, 6, 7, 9}) {
         const Fixture f(rows, cols, tokens, seed++);
-        const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
-                                 f.codebooks.data() + 4096);
+        const RvqCodebooks books(f.stage(0), f.stage(1));
         std::vector<float> documented(size_t{tokens} * rows);
         for (uint32_t t = 0; t < tokens; ++t)
           for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = f.documented(t, r);
@@ -161,8 +158,7 @@ TEST_CASE(
     for (uint32_t cols : {8, 136, 520})
       for (uint32_t tokens : {1u, 4u, kRvqInt8TilesFrom, 6u, 7u, 9u}) {
         const Fixture f(rows, cols, tokens, seed++);
-        const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
-                                 f.codebooks.data() + 4096);
+        const RvqCodebooks books(f.stage(0), f.stage(1));
         std::vector<float> documented(size_t{tokens} * rows);
         if (tokens >= kRvqInt8TilesFrom) {
           documented = f.documented_int8();
@@ -191,19 +187,20 @@ TEST_CASE(
 
 TEST_CASE("int8 tiles hold the largest integer weights and inputs exactly") {
   // Each stage's entry 0 is +1 and entry 1 is −1 in every dimension, so rows
-  // picking them reach |q0 + q1 + q2| = 126, and ±1 inputs reach |xq| = 127:
+  // picking them reach |q0 + q1| = 124 (2 · round(62.5)), and ±1 inputs reach |xq| = 127:
   // the byte sums and the dot products' int16 pairs at their largest.
   Fixture f(70, 520, 9, 21);
-  for (int s = 0; s < 3; ++s)
-    for (int j = 0; j < 8; ++j) {
-      f.codebooks[(s * 256 + 0) * 8 + j] = 1.0f;
-      f.codebooks[(s * 256 + 1) * 8 + j] = -1.0f;
+  for (int s = 0; s < 2; ++s)
+    for (int j = 0; j < 4; ++j) {
+      f.codebooks[(s * 64 + 0) * 4 + j] = 1.0f;
+      f.codebooks[(s * 64 + 1) * 4 + j] = -1.0f;
     }
+  // Codes 0 or 1 only: low bits 0 or 1 in each nibble, high bits 0.
   std::mt19937 rng(5);
-  for (uint8_t& i : f.indices) i = static_cast<uint8_t>(rng() % 2);
+  for (size_t i = 0; i < f.indices.size(); ++i)
+    f.indices[i] = i % 48 < 32 ? static_cast<uint8_t>((rng() % 2) | (rng() % 2) << 4) : 0;
   for (float& v : f.x) v = rng() % 2 == 0 ? 1.0f : -1.0f;
-  const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
-                           f.codebooks.data() + 4096);
+  const RvqCodebooks books(f.stage(0), f.stage(1));
   const std::vector<float> documented = f.documented_int8();
   for (Isa isa : testing::isas_under_test()) {
     CAPTURE(std::string(isa_name(isa)));
@@ -216,8 +213,7 @@ TEST_CASE("int8 tiles hold the largest integer weights and inputs exactly") {
 
 TEST_CASE("int8 tiles stay within their weights' and inputs' rounding of the f32 arithmetic") {
   const Fixture f(100, 520, 8, 11);
-  const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
-                           f.codebooks.data() + 4096);
+  const RvqCodebooks books(f.stage(0), f.stage(1));
   std::vector<float> int8(size_t{f.tokens} * f.rows), f32(int8.size());
   rvq_matmul_decoded(books, f.view(), f.x.data(), f.tokens, int8.data(),
                      Exec{best_isa(), nullptr, TrunkActivations::kInt8});
@@ -226,13 +222,13 @@ TEST_CASE("int8 tiles stay within their weights' and inputs' rounding of the f32
   double largest_error = 0.0;
   for (uint32_t t = 0; t < f.tokens; ++t)
     for (uint32_t r = 0; r < f.rows; ++r) {
-      // Each weight is off by at most 1.5 σ (three rounded stages), each input
+      // Each weight is off by at most σ (two rounded stages), each input
       // by half its group's step amax/127.
       double bound = 0.0;
       for (uint32_t k = 0; k < f.cols; ++k) {
         const double xk = f.x[size_t{t} * f.cols + k];
-        bound += 1.5 * sigma * std::fabs(xk) +
-                 (std::fabs(f.weight(r, k)) + 1.5 * sigma) * 0.5 * f.input_max(t, k / 128) / 127.0;
+        bound += sigma * std::fabs(xk) +
+                 (std::fabs(f.weight(r, k)) + sigma) * 0.5 * f.input_max(t, k / 128) / 127.0;
       }
       const size_t i = size_t{t} * f.rows + r;
       const double error = std::fabs(double{int8[i]} - f32[i]);
@@ -244,8 +240,7 @@ TEST_CASE("int8 tiles stay within their weights' and inputs' rounding of the f32
 
 TEST_CASE("decoded and table paths agree to the table codes' rounding") {
   const Fixture f(100, 520, 4, 11);
-  const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
-                           f.codebooks.data() + 4096);
+  const RvqCodebooks books(f.stage(0), f.stage(1));
   const Exec exec{best_isa(), nullptr};
   std::vector<float> decoded(size_t{f.tokens} * f.rows), table_path(decoded.size());
   rvq_matmul_decoded(books, f.view(), f.x.data(), f.tokens, decoded.data(), exec);
@@ -255,18 +250,19 @@ TEST_CASE("decoded and table paths agree to the table codes' rounding") {
   rvq_matmul(table, all, f.view(), table_path.data(), exec);
   for (uint32_t t = 0; t < f.tokens; ++t)
     for (uint32_t r = 0; r < f.rows; ++r) {
-      // Each of 3·nv codes is off by at most half a step of scale·|f|max/32767.
-      const double step = table.token_scale(t) * f16_to_f32(f.scales[r]);
+      // Each of a group's 2·nv_g codes is off by at most half its step d_g.
+      double codes_error = 0.0;
+      for (uint32_t g = 0; g < table.groups(); ++g)
+        codes_error += 2.0 * std::min(32u, f.nv - 32 * g) * 0.5 * table.token_scales(t)[g];
       const size_t i = size_t{t} * f.rows + r;
       CHECK(std::fabs(decoded[i] - table_path[i]) <=
-            3.0 * f.nv * 0.5 * step * 1.01 + 1e-4 * std::fabs(decoded[i]));
+            codes_error * f16_to_f32(f.scales[r]) * 1.01 + 1e-4 * std::fabs(decoded[i]));
     }
 }
 
 TEST_CASE("decoded rvq matmul refuses a bad matrix and names it") {
   const Fixture f(16, 24, 1, 3);
-  const RvqCodebooks books(f.codebooks.data(), f.codebooks.data() + 2048,
-                           f.codebooks.data() + 4096);
+  const RvqCodebooks books(f.stage(0), f.stage(1));
   std::vector<float> y(16);
   RvqMatrixView bad = f.view();
   bad.shape.cols = 20;
