@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicepy import SluiceError, container, families, k3, mla, mxfp4, routing, safetensors, vision  # noqa: E402
 from sluicepy.int8_activations import with_int8_activations  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
-from sluicepy.rvq_int16 import INT8_TILES_FROM, ContainerExperts  # noqa: E402
+from sluicepy.rvq_tables import INT8_TILES_FROM, ContainerExperts  # noqa: E402
 
 _DESCRIPTION = """\
 Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 (Kimi K3 in
@@ -23,7 +23,7 @@ published equations and dump logits. A checkpoint's fp8 weights are dequantized
 by their block scales; a container's weights are the engine's quantized ones.
 Missing config keys take the Hugging Face class defaults (sluicepy/families.py).
 A container's experts run the engine's integer table arithmetic
-(sluicepy/rvq_int16.py) unless --f32-experts; its q8/q4 trunk matrices take
+(sluicepy/rvq_tables.py) unless --f32-experts; its q8/q4 trunk matrices take
 f32 inputs, or with --int8-activations the engine's int8 activations
 (SLUICE_TRUNK_ACTIVATIONS=int8, sluicepy/int8_activations.py).
 
@@ -263,7 +263,7 @@ def main(argv=None):
                              "(a wrong model: for the test that must tell the difference)")
     parser.add_argument("--f32-experts", action="store_true",
                         help="a container's experts as f32 matmuls on the decoded weights "
-                             "instead of the engine's integer table kernels (int16 table codes)")
+                             "instead of the engine's integer table kernels (int8 table codes)")
     parser.add_argument("--int8-activations", action="store_true",
                         help="a container's q8/q4 trunk matrices take the engine's int8 activations instead of f32 "
                              "inputs (when `sluice run --json` reports kernels.trunk_activations int8)")

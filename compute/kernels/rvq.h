@@ -27,21 +27,20 @@ inline constexpr float kRvqIntegerBound = 125.0f;
 //           each product and each sum rounded to f32 (no FMA).
 //   groups  the vectors v in runs of kRvqGroupVectors (128 inputs; the last run
 //           may be shorter): per token and group g, a_g = max |f| over its
-//           vectors, both stages and every entry (NaNs ignored); d_g = a_g / 63
-//           and inv_g = 63 / a_g (f32 divisions; both 0 when a_g is 0);
-//           q[v][s][c] = clamp(round_half_even(f · inv_g), -63, 63), where a NaN
+//           vectors, both stages and every entry (NaNs ignored); d_g = a_g / 127
+//           and inv_g = 127 / a_g (f32 divisions; both 0 when a_g is 0);
+//           q[v][s][c] = clamp(round_half_even(f · inv_g), -127, 127), where a NaN
 //           or out-of-int32 product counts as -2^31 before the clamp.
 //   rows    L_g[r] = Σ_{v in g} Σ_s q[v][s][code(r, v, s)], exact (any order);
 //           acc = 0, then for g ascending acc = fma(d_g, f32(L_g), acc) (one
 //           rounding); y[r] = f16_to_f32(rowscale[r]) · acc.
 //
-// Codes span ±63, not ±127, so that one stage's lookups at two vectors add in
-// a byte before they widen: a register lookup (pshufb) returns bytes. The
-// integer sums have no order, so the scalar and AVX2 paths give bit-identical
-// results for any thread count and for batched versus single calls. Against
-// exact f32 arithmetic the codes cost a rounding of 1/126 of the group's
-// largest entry per lookup, a small fraction of the weights' own quantization
-// error (measured on logits in the closing note of the format change).
+// Codes are bytes because the AVX2 kernel looks them up in registers
+// (pshufb), 16 entries at a time. The integer sums have no order, so the
+// scalar and AVX2 paths give bit-identical results for any thread count and
+// for batched versus single calls. Against exact f32 arithmetic the codes
+// cost a rounding of 1/254 of the group's largest entry per lookup: about
+// 1% of an output, against the 17% the weights' own quantization costs.
 class RvqCodebooks {
  public:
   // Each stage: 64 entries × 4 f32, entry-major, as in codebooks.bin.
@@ -81,7 +80,7 @@ struct RvqMatrixView {
 // Vectors per group of table codes sharing one scale: 128 inputs.
 inline constexpr uint32_t kRvqGroupVectors = 32;
 // The largest magnitude of a table code (above).
-inline constexpr int32_t kRvqTableCodeMax = 63;
+inline constexpr int32_t kRvqTableCodeMax = 127;
 // Bytes of one vector's codes in a table: 64 entries × 2 stages.
 inline constexpr size_t kRvqTableVectorBytes = size_t{kRvqEntries} * kRvqStages;
 

@@ -1,10 +1,10 @@
-# scripts/sluicepy/code_shapes.py: what other 3.00-bit code shapes would cost
-# in quantization error against the container's (FORMAT.md: 8-dim vectors,
-# three residual stages of 256 entries). The question behind it is the
-# kernels issue's: the one-token RVQ step is bound by its three codebook loads
-# per 8 weights, while codebooks of 16 or 64 entries fit in registers (pshufb,
-# vpermb) and decode for a fraction of that, so a container v2 must first
-# know what a smaller codebook costs. Rows are normalised by their largest
+# scripts/sluicepy/code_shapes.py: what other 3.00-bit code shapes cost in
+# quantization error against the container's (FORMAT.md, format 3: 4-dim
+# vectors, two residual stages of 64 entries). Format 2's shape (8-dim vectors,
+# three stages of 256) is one of them: the one-token RVQ step was bound by its
+# three codebook loads per 8 weights, and format 3 took 64-entry codebooks that
+# fit in registers (pshufb) for their speed, so the study keeps showing what
+# that change costs in quality. Rows are normalised by their largest
 # magnitude, as the converter does; codebooks are trained by k-means++ and
 # Lloyd on a sample and measured on the rest, per (layer, matrix) for a
 # checkpoint, as the converter trains its own.
@@ -30,13 +30,13 @@ class Shape:
 
 
 SHAPES = (
-    Shape("rvq 8d 3x256", 8, 256, 3, "the container's: three 32-byte codebook loads per 8 weights"),
-    Shape("rvq 4d 2x64", 4, 64, 2, "a 64-entry table per stage and dim: one vpermb (AVX-512 VBMI), "
-          "four pshufb and three blends (AVX2) per 32 codes"),
+    Shape("rvq 4d 2x64", 4, 64, 2, "the container's (format 3): a 64-entry table per stage and dim, "
+          "one vpermb (AVX-512 VBMI), four pshufb and three blends (AVX2) per 32 codes"),
+    Shape("rvq 8d 3x256", 8, 256, 3, "format 2's: three 32-byte codebook loads per 8 weights"),
     Shape("rvq 4d 3x16", 4, 16, 3, "a 16-entry table per stage and dim: one pshufb per 32 codes"),
     Shape("scalar 8 levels", 1, 8, 1, "one 8-entry table: one pshufb per 32 weights"),
 )
-V1 = SHAPES[0].name
+CONTAINER = SHAPES[0].name  # the shape every other is compared against
 
 
 def nearest(vectors, codebook, chunk=1 << 16):
@@ -140,4 +140,4 @@ def report(name, errors, energy, weights, sample):
     relative = {shape: e / energy for shape, e in errors.items()}
     in_sample = {shape.name: sample >= weights // shape.dim for shape in SHAPES if shape.name in errors}
     return {"source": name, "weights": weights, "in_sample": in_sample, "relative_squared_error": relative,
-            "against_v1": {shape: r / relative[V1] for shape, r in relative.items()}}
+            "against_container": {shape: r / relative[CONTAINER] for shape, r in relative.items()}}

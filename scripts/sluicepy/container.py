@@ -1,6 +1,7 @@
 # scripts/sluicepy/container.py: an independent decoder of a sluice container
-# (proto/FORMAT.md v1): manifest checks, trunk dequantisation, codebooks, expert
-# records. It trusts nothing it reads and never writes to the container.
+# (proto/FORMAT.md, format 3): manifest checks, trunk dequantisation, codebooks,
+# expert records. It trusts nothing it reads and never writes to the container;
+# pack_codes, the inverse of its code decoding, is there for test fixtures.
 import argparse
 import json
 import os
@@ -12,14 +13,19 @@ import numpy as np
 
 from . import SluiceError, families, k3
 
-FORMAT_VERSION = 1          # record headers
-MANIFEST_FORMAT_VERSION = 2  # manifest.json format_version (FORMAT.md)
+FORMAT_VERSION = 2          # record headers
+MANIFEST_FORMAT_VERSION = 3  # manifest.json format_version (FORMAT.md)
 ARCHES = families.FAMILIES + (k3.ARCH,)
 RECORD_MAGIC = 0x52584C53  # "SLXR"
 HEADER_BYTES = 64
 SECTION_ALIGN = 64
 RECORD_ALIGN = 4096
-STAGES, ENTRIES, VEC_DIM, ROW_BLOCK = 3, 256, 8, 16
+STAGES, ENTRIES, VEC_DIM, ROW_BLOCK = 2, 64, 4, 32
+# Bytes of one row block's 6-bit codes for one vector: 32 rows x 2 stages.
+UNIT_BYTES = 48
+# Matrix widths are whole multiples of this (the kernels take vectors in pairs).
+COLS_MULTIPLE = 8
+INDEX_LAYOUT = "rowblock32.vector.split6"
 CODEBOOK_BYTES = ENTRIES * VEC_DIM * 4
 KINDS = ("gate", "up", "down")
 GROUP = 128
@@ -29,7 +35,7 @@ _ROW_BYTES = {"q8g128": lambda padded: padded, "q6g128": lambda padded: padded /
 _LIMITS = {"layers": 256, "experts": 4096, "top_k": 64, "hidden": 65536, "expert_width": 65536,
            "vocab": 1048576, "record_stride": 1 << 30}
 _EXPERT_QUANT = {"method": "rvq", "stages": STAGES, "entries": ENTRIES, "vec_dim": VEC_DIM,
-                 "index_bits": 8, "row_block": ROW_BLOCK, "index_layout": "rowblock16.vector.stage.row",
+                 "index_bits": 6, "row_block": ROW_BLOCK, "index_layout": INDEX_LAYOUT,
                  "scale": "f16_row_absmax", "codebook_sharing": "layer.matrix.stage"}
 _HEADER_FIELDS = ("magic", "version", "layer", "expert", "codebook_id", "stride", "gate_off", "up_off",
                   "down_off", "scales_off", "payload_end", "crc32")
@@ -49,17 +55,59 @@ def _rows_padded(rows):
     return _align(rows, ROW_BLOCK)
 
 
+def index_bytes(rows, cols):
+    """Bytes of one matrix's codes: a 48-byte unit per 32-row block and vector."""
+    return _rows_padded(rows) // ROW_BLOCK * (cols // VEC_DIM) * UNIT_BYTES
+
+
+def unpack_codes(raw, rows, cols):
+    """raw: one matrix's index bytes (uint8, index_bytes(rows, cols) of them) ->
+    codes uint8 [rows, nv, STAGES], padding rows dropped. FORMAT.md, layout
+    rowblock32.vector.split6: in the unit of block r/32 and vector v, with
+    i = r%16 and h = (r%32)/16, byte 16s + i holds the low 4 bits of (r, s) at
+    bit 4h and byte 32 + i the high 2 bits at bit 4s + 2h."""
+    blocks, nv = _rows_padded(rows) // ROW_BLOCK, cols // VEC_DIM
+    units = np.asarray(raw, dtype=np.uint8).reshape(blocks, nv, UNIT_BYTES)
+    low_bytes = units[:, :, :32].reshape(blocks, nv, STAGES, 1, 16)  # [b, v, s, ·, i]
+    high_bytes = units[:, :, None, None, 32:]                        # [b, v, ·, ·, i]
+    half = np.arange(2, dtype=np.uint8)[None, :, None]
+    stage = np.arange(STAGES, dtype=np.uint8)[:, None, None]
+    low = (low_bytes >> (4 * half)) & 15                              # [b, v, s, h, i]
+    high = (high_bytes >> (4 * stage + 2 * half)) & 3
+    codes = (low | high << 4).transpose(0, 3, 4, 1, 2)                # [b, h, i, v, s]
+    return codes.reshape(blocks * ROW_BLOCK, nv, STAGES)[:rows]
+
+
+def pack_codes(codes):
+    """codes: [rows, nv, STAGES] values below 64 -> the matrix's index bytes
+    (unpack_codes' inverse; padding rows get code 0)."""
+    codes = np.asarray(codes)
+    rows, nv = codes.shape[0], codes.shape[1]
+    if codes.shape[2:] != (STAGES,) or codes.size and (codes.min() < 0 or codes.max() >= ENTRIES):
+        raise SluiceError(f"codes of shape {list(codes.shape)}: expected [rows, vectors, {STAGES}] below {ENTRIES}")
+    padded = np.zeros((_rows_padded(rows), nv, STAGES), np.uint8)
+    padded[:rows] = codes
+    blocks = padded.shape[0] // ROW_BLOCK
+    c = padded.reshape(blocks, 2, 16, nv, STAGES).transpose(0, 3, 4, 1, 2)  # [b, v, s, h, i]
+    low = (c[:, :, :, 0] & 15) | (c[:, :, :, 1] & 15) << 4                 # [b, v, s, i]
+    high = np.zeros((blocks, nv, 16), np.uint8)
+    for s in range(STAGES):
+        for h in range(2):
+            high |= (c[:, :, s, h] >> 4 & 3) << (4 * s + 2 * h)
+    return np.concatenate([low.reshape(blocks, nv, 32), high], axis=2).tobytes()
+
+
 def record_layout(hidden, width):
     """Offsets of a record of a layer with this hidden size and expert width."""
-    if hidden <= 0 or width <= 0 or hidden % VEC_DIM or width % VEC_DIM:
+    if hidden <= 0 or width <= 0 or hidden % COLS_MULTIPLE or width % COLS_MULTIPLE:
         raise SluiceError(f"expert shape hidden {hidden} x width {width} cannot be stored: "
-                          f"both must be non-zero multiples of {VEC_DIM}")
+                          f"both must be non-zero multiples of {COLS_MULTIPLE}")
     shapes = {"gate": (width, hidden), "up": (width, hidden), "down": (hidden, width)}
     offsets, cursor = {}, HEADER_BYTES
     for kind in KINDS:
         rows, cols = shapes[kind]
         offsets[kind] = cursor
-        cursor = _align(cursor + _rows_padded(rows) * (cols // VEC_DIM) * STAGES, SECTION_ALIGN)
+        cursor = _align(cursor + index_bytes(rows, cols), SECTION_ALIGN)
     scales_off = cursor
     scale_at, cursor = {}, scales_off
     for kind in KINDS:
@@ -109,8 +157,11 @@ class Container:
             raise SluiceError(f"{where}: format is not \"sluice\"")
         version = manifest.get("format_version")
         if version != MANIFEST_FORMAT_VERSION:
+            # Versions 1 and 2 stored codes of 8 weights in 3 stages of 256 entries.
+            older = type(version) is int and version < MANIFEST_FORMAT_VERSION
+            again = "; convert the checkpoint again" if older else ""
             raise SluiceError(f"{where}: format_version {version} is not supported "
-                              f"(this reader reads {MANIFEST_FORMAT_VERSION})")
+                              f"(this reader reads {MANIFEST_FORMAT_VERSION}{again})")
         self.arch = manifest.get("arch")
         if self.arch not in ARCHES:
             raise SluiceError(f"{where}: unknown arch {self.arch!r}")
@@ -213,8 +264,8 @@ class Container:
             if nbytes != experts * stride or size != nbytes:
                 raise SluiceError(f"{w}: bytes {nbytes} must equal experts x record_stride "
                                   f"({experts * stride}) and the size of {file} ({size})")
-            if base < 0 or base + 3 * STAGES > count:
-                raise SluiceError(f"{w}: codebook_base {base} + 9 exceeds the {count} codebooks")
+            if base < 0 or base + len(KINDS) * STAGES > count:
+                raise SluiceError(f"{w}: codebook_base {base} + {len(KINDS) * STAGES} exceeds the {count} codebooks")
             self.layers[layer] = {"file": file, "experts": experts, "stride": stride, "base": base,
                                   "hidden": hidden, "width": width, "layout": layout}
 
@@ -284,28 +335,28 @@ class Container:
                                   f"(found {found['crc32']:#010x}, computed {crc:#010x})")
         return record
 
-    def expert_matrix(self, layer, expert, kind, record=None):
-        """Decoded f32 matrix [rows, cols]: (C0[i0] + C1[i1]) + C2[i2], then × f16 scale."""
+    def matrix_codes(self, layer, kind, record):
+        """One matrix of a record as stored: (codes uint8 [rows, nv, STAGES],
+        f16 row scales as f32 [rows], its codebooks f32 [STAGES, ENTRIES, VEC_DIM])."""
         if kind not in KINDS:
             raise SluiceError(f"matrix kind {kind!r} is not one of {', '.join(KINDS)}")
         info = self.layers.get(layer)
-        if record is None:
-            record = self.read_record(layer, expert)
+        if info is None:
+            raise SluiceError(f"{self.path}: layer {layer} is not a MoE layer")
         lay = info["layout"]
         rows, cols = lay["shapes"][kind]
-        rows_padded, nv = _rows_padded(rows), cols // VEC_DIM
-        off = lay["offsets"][kind]
-        raw = np.frombuffer(record, dtype=np.uint8, count=rows_padded * nv * STAGES, offset=off)
-        # byte (r, v, s) sits at ((r/16)·nv·3 + v·3 + s)·16 + r%16
-        idx = raw.reshape(rows_padded // ROW_BLOCK, nv, STAGES, ROW_BLOCK).transpose(0, 3, 1, 2)
-        idx = idx.reshape(rows_padded, nv, STAGES)[:rows]
-        k = KINDS.index(kind)
-        books = self.codebooks[info["base"] + 3 * k: info["base"] + 3 * k + STAGES]
-        total = books[0][idx[:, :, 0]]
-        total = total + books[1][idx[:, :, 1]]
-        total = total + books[2][idx[:, :, 2]]
+        raw = np.frombuffer(record, dtype=np.uint8, count=index_bytes(rows, cols), offset=lay["offsets"][kind])
+        first = info["base"] + KINDS.index(kind) * STAGES  # FORMAT.md: base + kind·2 + stage
         scales = np.frombuffer(record, dtype="<f2", count=rows, offset=lay["scales"][kind]).astype(np.float32)
-        return (total.reshape(rows, cols) * scales[:, None]).astype(np.float32)
+        return unpack_codes(raw, rows, cols), scales, self.codebooks[first:first + STAGES]
+
+    def expert_matrix(self, layer, expert, kind, record=None):
+        """Decoded f32 matrix [rows, cols]: C0[i0] + C1[i1], then × f16 scale."""
+        if record is None:
+            record = self.read_record(layer, expert)
+        codes, scales, books = self.matrix_codes(layer, kind, record)
+        total = books[0][codes[:, :, 0]] + books[1][codes[:, :, 1]]
+        return (total.reshape(codes.shape[0], -1) * scales[:, None]).astype(np.float32)
 
     def expert(self, layer, expert, verify_crc=False):
         record = self.read_record(layer, expert, verify_crc)
@@ -326,7 +377,7 @@ class Container:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m sluicepy.container",
-                                     description="Decode parts of a sluice container (FORMAT.md v1).")
+                                     description="Decode parts of a sluice container (FORMAT.md, format 3).")
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("dump-expert", help="write one expert matrix as raw little-endian f32, rows x cols")
     p.add_argument("model")

@@ -240,7 +240,7 @@ def situ(g, u, beta, linear_beta):
 
 
 def situ_f32(beta, linear_beta):
-    """SiTU in numpy f32 for the engine's expert arithmetic (rvq_int16.ContainerExperts)."""
+    """SiTU in numpy f32 for the engine's expert arithmetic (rvq_tables.ContainerExperts)."""
     b, lb = np.float32(beta), None if linear_beta is None else np.float32(linear_beta)
 
     def act(g, u):
@@ -294,7 +294,7 @@ class K3Model:
         self.expert_activation = situ_f32(self.beta, self.linear_beta) if situ_on else None
         self.act = ((lambda g, u: situ(g, u, self.beta, self.linear_beta)) if situ_on
                     else (lambda g, u: torch.nn.functional.silu(g) * u))
-        self.expert_apply = None  # None: f64 matmuls; else f(layer, expert, latent rows) (rvq_int16.py)
+        self.expert_apply = None  # None: f64 matmuls; else f(layer, expert, latent rows) (rvq_tables.py)
         self.forced_routing = None  # None: the model chooses its experts; else a routing.ForcedRouting
 
     def new_cache(self):

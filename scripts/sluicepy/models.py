@@ -60,7 +60,7 @@ class MoeModel:
             attention = self.mla.expanded if mla_form == mla.EXPANDED else self.mla.absorbed
             self.kda = kda.Kda(c, self.w, kda_chunk) if self.family == "kimi_linear" else None
             self.mixer = lambda i, *args: (self.kda if families.is_kda_layer(c, i) else attention)(i, *args)
-        self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows) (rvq_int16.py)
+        self.expert_apply = None  # None: f32 matmuls on the weights; else f(layer, expert, rows) (rvq_tables.py)
         self.forced_routing = None  # None: the model chooses its experts; else a routing.ForcedRouting
 
     def new_cache(self):
@@ -122,7 +122,7 @@ class MoeModel:
         outputs = torch.zeros(b.shape[0], ids.shape[1], b.shape[1], dtype=self.dtype)
         for e in torch.unique(ids).tolist():
             rows, slots = (ids == e).nonzero(as_tuple=True)
-            if self.expert_apply is not None:  # the engine's expert arithmetic (rvq_int16.py)
+            if self.expert_apply is not None:  # the engine's expert arithmetic (rvq_tables.py)
                 outputs[rows, slots] = self.expert_apply(i, e, b[rows])
                 continue
             gate, up, down = families.expert_names(self.config, i, e)

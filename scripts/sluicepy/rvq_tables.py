@@ -1,66 +1,112 @@
-# scripts/sluicepy/rvq_int16.py: the engine's RVQ expert arithmetic
-# (compute/kernels/rvq.h: f32 tables, int16 codes, exact integer row sums;
-# rvq_decoded.h: f32 decoded weights, or integer weights and int8 inputs),
-# modelled bit for bit in numpy so the reference computes what the engine does.
-# Reads a container only through sluicepy.container; never writes anything.
+# scripts/sluicepy/rvq_tables.py: the engine's RVQ expert arithmetic
+# (compute/kernels/rvq.h: f32 tables, int8 codes with one scale per 128 inputs,
+# exact integer group sums; rvq_decoded.h: f32 decoded weights, or integer
+# weights and int8 inputs), modelled bit for bit in numpy so the reference
+# computes what the engine does. Reads a container only through
+# sluicepy.container; never writes anything.
 import numpy as np
 import torch
 
 from . import container as _container
 from .int8_activations import BLOCK, quantize_groups
 
-CODE_MAX = np.float32(32767)
+STAGES, VEC_DIM = _container.STAGES, _container.VEC_DIM
+# compute/kernels/rvq.h's kRvqGroupVectors (vectors per table scale: 128 inputs)
+# and kRvqTableCodeMax.
+GROUP_VECTORS = 32
+CODE_MAX = 127
 _INT32_MIN = -2 ** 31
+# The kernels' rounding (compute/kernels/rounding.h) takes f32 products of
+# this magnitude or more as outside int32.
+_INT32_LIMIT = np.float32(2147483520.0)
+
+
+def fma_f32(a, b, c):
+    """f32(a·b + c) rounded once, as the kernels' fused multiply-add, for f32 a, b
+    and c whose product a·b is exact in float64 (both f32, or an f32 times an
+    integer below 2^29). The float64 sum s is exact but for an error e (TwoSum);
+    rounding s to f32 is then the one rounding of s + e unless s falls on an f32
+    midpoint with e ≠ 0, where e decides the side."""
+    a, b, c = (np.asarray(v, dtype=np.float64) for v in (a, b, c))
+    p = a * b
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c
+        virtual = s - p
+        e = (p - (s - virtual)) + (c - virtual)
+        r = s.astype(np.float32)
+        toward = np.nextafter(r, np.where(s > r, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32))
+        midpoint = (r.astype(np.float64) + toward.astype(np.float64)) * 0.5
+        on_midpoint = (s != r) & (s == midpoint) & (e != 0) & np.isfinite(s)
+        # On a midpoint, r is the even neighbour; the exact sum lies on e's side of s.
+        beyond = on_midpoint & ((e > 0) == (toward > r))
+    return np.where(beyond, toward, r).astype(np.float32)
+
+
+def _groups(nv):
+    return -(-nv // GROUP_VECTORS)
 
 
 def table_codes(x, books):
-    """x: [cols] f32, books: [3, 256, 8] f32 -> (codes int64 [nv, 3, 256], scale f32).
+    """x: [cols] f32, books: [2, 64, 4] f32 -> (codes int64 [nv, 2, 64], d f32 [groups]).
 
-    f[v][s][c] = (((x8v*C[c][0] + x8v+1*C[c][1]) + ...) + x8v+7*C[c][7]) in f32,
-    a = max|f|, scale = a/32767, inv = 32767/a, q = clamp(rint(f*inv), +-32767)."""
-    xv = np.asarray(x, dtype=np.float32).reshape(-1, 8)
-    products = xv[:, None, None, :] * np.asarray(books, dtype=np.float32)[None]  # [nv, 3, 256, 8]
+    f[v][s][c] = ((x4v*C_s[c][0] + x4v+1*C_s[c][1]) + x4v+2*C_s[c][2]) + x4v+3*C_s[c][3]
+    in f32; per group g of 32 vectors, a_g = max|f| (NaNs ignored), d_g = a_g/127,
+    inv_g = 127/a_g (both 0 when a_g is 0), q = clamp(rint(f*inv_g), +-127) with a NaN
+    or out-of-int32 product as -2^31 before the clamp."""
+    xv = np.asarray(x, dtype=np.float32).reshape(-1, VEC_DIM)
+    nv = xv.shape[0]
+    products = xv[:, None, None, :] * np.asarray(books, dtype=np.float32)[None]  # [nv, 2, 64, 4]
     exact = products[..., 0]
-    for j in range(1, 8):
+    for j in range(1, VEC_DIM):
         exact = exact + products[..., j]
-    magnitudes = np.abs(exact)
-    amax = np.float32(np.max(np.where(np.isnan(magnitudes), np.float32(0), magnitudes)))
-    if not amax > 0:
-        return np.zeros(exact.shape, dtype=np.int64), np.float32(0)
-    scale, inv = amax / CODE_MAX, CODE_MAX / amax
-    scaled = exact * inv
-    with np.errstate(invalid="ignore"):
-        in_range = np.abs(scaled) < np.float32(2147483520.0)
+    magnitudes = np.abs(exact).reshape(nv, -1)
+    magnitudes = np.where(np.isnan(magnitudes), np.float32(0), magnitudes)
+    padded = np.zeros((_groups(nv) * GROUP_VECTORS, magnitudes.shape[1]), np.float32)
+    padded[:nv] = magnitudes
+    amax = padded.reshape(_groups(nv), -1).max(axis=1)
+    with np.errstate(divide="ignore"):
+        scales = np.where(amax > 0, amax / np.float32(CODE_MAX), np.float32(0)).astype(np.float32)
+        inverses = np.where(amax > 0, np.float32(CODE_MAX) / amax, np.float32(0)).astype(np.float32)
+    per_vector = np.repeat(inverses, GROUP_VECTORS)[:nv, None, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = exact * per_vector
+        in_range = np.abs(scaled) < _INT32_LIMIT
     rounded = np.where(in_range, np.rint(np.where(in_range, scaled, 0)), _INT32_MIN).astype(np.int64)
-    return np.clip(rounded, -32767, 32767), np.float32(scale)
+    return np.clip(rounded, -CODE_MAX, CODE_MAX), scales
 
 
-def matvec(codes, scale, indices, row_scales):
-    """indices: uint8 [rows, nv, 3]; row_scales: f32 [rows] -> y f32 [rows].
+def matvec(codes, scales, indices, row_scales):
+    """codes, scales: table_codes(); indices: uint8 [rows, nv, 2]; row_scales: f32
+    [rows] -> y f32 [rows]. L_g[r] = sum of q[v][s][idx(r, v, s)] over the group's
+    vectors (exact); acc = fma(d_g, f32(L_g), acc) for g ascending; y = rowscale*acc."""
+    rows, nv = indices.shape[0], indices.shape[1]
+    picked = codes[np.arange(nv)[None, :, None], np.arange(STAGES)[None, None, :], indices.astype(np.int64)]
+    per_vector = np.zeros((rows, _groups(nv) * GROUP_VECTORS), np.int64)
+    per_vector[:, :nv] = picked.sum(axis=2)
+    sums = per_vector.reshape(rows, _groups(nv), GROUP_VECTORS).sum(axis=2).astype(np.float32)
+    acc = np.zeros(rows, dtype=np.float32)
+    for g in range(sums.shape[1]):
+        acc = fma_f32(scales[g], sums[:, g], acc)
+    return np.asarray(row_scales, dtype=np.float32) * acc
 
-    T[r] = sum of q[v][s][idx(r, v, s)] (exact); y = rowscale * (scale * f32(T))."""
-    nv = indices.shape[1]
-    picked = codes[np.arange(nv)[None, :, None], np.arange(3)[None, None, :], indices.astype(np.int64)]
-    totals = picked.sum(axis=(1, 2)).astype(np.int32).astype(np.float32)
-    return np.asarray(row_scales, dtype=np.float32) * (np.float32(scale) * totals)
+
+def decoded_weights(books, indices):
+    """w[r][4v + j] = C0[i0][j] + C1[i1][j] in f32, f32 [rows, cols]."""
+    books = np.asarray(books, dtype=np.float32)
+    idx = indices.astype(np.int64)
+    return (books[0][idx[:, :, 0]] + books[1][idx[:, :, 1]]).reshape(idx.shape[0], -1)
 
 
 def decoded_matvec(books, indices, row_scales, x):
-    """The decode-once path (compute/kernels/rvq_decoded.h): w = (C0 + C1) + C2 in f32,
-    16 lanes of fused multiply-adds in column order, the documented fold, then the row scale.
-    Each fma is modelled in float64 (the product is exact there) rounded to f32: that
-    rounds twice, which differs from one rounding only when the float64 sum lands on
-    an f32 midpoint, about once in 2^29 steps."""
-    rows, nv = indices.shape[0], indices.shape[1]
-    idx = indices.astype(np.int64)
-    w = ((books[0][idx[:, :, 0]] + books[1][idx[:, :, 1]]) + books[2][idx[:, :, 2]]).reshape(rows, nv * 8)
-    w = w.astype(np.float64)
-    x = np.asarray(x, dtype=np.float32).astype(np.float64)
-    lanes = np.zeros((rows, 16), dtype=np.float32)
-    for c in range(0, nv * 8, 16):
-        chunk = w[:, c:c + 16] * x[c:c + 16]
-        width = chunk.shape[1]
-        lanes[:, :width] = (lanes[:, :width].astype(np.float64) + chunk).astype(np.float32)
+    """The decode-once path (compute/kernels/rvq_decoded.h): w = C0 + C1 in f32,
+    16 lanes of fused multiply-adds in column order, the documented fold, then
+    the row scale."""
+    w = decoded_weights(books, indices)
+    x = np.asarray(x, dtype=np.float32)
+    lanes = np.zeros((w.shape[0], 16), dtype=np.float32)
+    for c in range(0, w.shape[1], 16):
+        width = min(16, w.shape[1] - c)
+        lanes[:, :width] = fma_f32(w[:, c:c + width], x[c:c + width], lanes[:, :width])
     s = lanes[:, :8] + lanes[:, 8:]
     t = s[:, :4] + s[:, 4:]
     total = (t[:, 0] + t[:, 2]) + (t[:, 1] + t[:, 3])
@@ -73,18 +119,15 @@ INTEGER_BOUND = np.float32(125)
 
 
 def integer_weights(books, indices):
-    """The int8 tiles' weights (compute/kernels/rvq_decoded.h): bound = (m0 + m1) + m2
-    of the stages' max |C|, q = rint(C * (125/bound)) clamped to +-127, w = q0 + q1 + q2
-    (int32 [rows, cols]) and their step sigma = bound/125 (0s when bound is 0)."""
+    """The int8 tiles' weights (compute/kernels/rvq_decoded.h): bound = m0 + m1 of
+    the stages' max |C|, q = rint(C * (125/bound)), w = q0 + q1 (int32 [rows, cols],
+    at most 126 in magnitude) and their step sigma = bound/125 (0s when bound is 0)."""
     books = np.asarray(books, dtype=np.float32)
-    bound = np.float32(0)
-    for s in range(3):
-        bound = np.float32(bound + np.max(np.abs(books[s])))
+    bound = np.float32(np.max(np.abs(books[0])) + np.max(np.abs(books[1])))
     inverse = INTEGER_BOUND / bound if bound > 0 else np.float32(0)
-    integers = np.clip(np.rint(books * inverse), -127, 127).astype(np.int32)
-    rows, nv = indices.shape[0], indices.shape[1]
+    integers = np.rint(books * inverse).astype(np.int32)
     idx = indices.astype(np.int64)
-    w = (integers[0][idx[:, :, 0]] + integers[1][idx[:, :, 1]] + integers[2][idx[:, :, 2]]).reshape(rows, nv * 8)
+    w = (integers[0][idx[:, :, 0]] + integers[1][idx[:, :, 1]]).reshape(idx.shape[0], -1)
     return w, np.float32(bound / INTEGER_BOUND)
 
 
@@ -130,23 +173,11 @@ class ContainerExperts:
     def _matrix(self, layer, expert, kind):
         key = (layer, expert, kind)
         if key not in self._cache:
-            info = self.c.layers[layer]
-            lay = info["layout"]
-            record = self.c.read_record(layer, expert)
-            rows, cols = lay["shapes"][kind]
-            rows_padded, nv = -(-rows // _container.ROW_BLOCK) * _container.ROW_BLOCK, cols // _container.VEC_DIM
-            raw = np.frombuffer(record, dtype=np.uint8, count=rows_padded * nv * 3, offset=lay["offsets"][kind])
-            # byte (r, v, s) sits at ((r/16)*nv*3 + v*3 + s)*16 + r%16
-            idx = raw.reshape(rows_padded // _container.ROW_BLOCK, nv, 3, _container.ROW_BLOCK)
-            idx = idx.transpose(0, 3, 1, 2).reshape(rows_padded, nv, 3)[:rows]
-            k = _container.KINDS.index(kind)
-            books = self.c.codebooks[info["base"] + 3 * k: info["base"] + 3 * k + 3]
-            scales = np.frombuffer(record, dtype="<f2", count=rows, offset=lay["scales"][kind]).astype(np.float32)
-            self._cache[key] = (idx, books, scales)
+            self._cache[key] = self.c.matrix_codes(layer, kind, self.c.read_record(layer, expert))
         return self._cache[key]
 
     def _apply(self, layer, expert, kind, x, decoded):
-        idx, books, scales = self._matrix(layer, expert, kind)
+        idx, scales, books = self._matrix(layer, expert, kind)
         if decoded == "int8":
             key = (layer, expert, kind)
             if key not in self._integer_cache:
@@ -154,8 +185,8 @@ class ContainerExperts:
             return decoded_int8_matvec(*self._integer_cache[key], scales, x)
         if decoded:
             return decoded_matvec(books, idx, scales, x)
-        codes, scale = table_codes(x, books)
-        return matvec(codes, scale, idx, scales)
+        codes, table_scales = table_codes(x, books)
+        return matvec(codes, table_scales, idx, scales)
 
     def __call__(self, layer, expert, rows):
         """rows: torch [n, expert width in] -> torch [n, same], token by token."""

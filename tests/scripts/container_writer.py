@@ -11,9 +11,11 @@ import numpy as np
 
 from sluicepy import container, families
 
-EXPERT_QUANT = {"method": "rvq", "stages": 3, "entries": 256, "vec_dim": 8, "index_bits": 8,
-                "bits_per_weight": 3.0, "row_block": 16, "index_layout": "rowblock16.vector.stage.row",
+EXPERT_QUANT = {"method": "rvq", "stages": container.STAGES, "entries": container.ENTRIES,
+                "vec_dim": container.VEC_DIM, "index_bits": 6, "bits_per_weight": 3.0,
+                "row_block": container.ROW_BLOCK, "index_layout": container.INDEX_LAYOUT,
                 "scale": "f16_row_absmax", "codebook_sharing": "layer.matrix.stage"}
+DIM, ENTRIES, STAGES = container.VEC_DIM, container.ENTRIES, container.STAGES
 
 
 def _align(x, a):
@@ -27,20 +29,12 @@ def _normalise(w):
 
 
 def _encode(u, book):
-    """Stage-0 nearest code per 8-vector; stages 1 and 2 use code 0 of an all-zero book."""
-    vectors = u.reshape(-1, 8)
+    """Stage-0 nearest code per vector; the later stages use code 0 of an all-zero book."""
+    vectors = u.reshape(-1, DIM)
     dist = (vectors ** 2).sum(1)[:, None] - 2 * vectors @ book.T + (book ** 2).sum(1)[None, :]
-    idx = np.zeros((vectors.shape[0], 3), np.uint8)
+    idx = np.zeros((vectors.shape[0], STAGES), np.uint8)
     idx[:, 0] = np.argmin(dist, axis=1)
-    return idx.reshape(u.shape[0], u.shape[1] // 8, 3)
-
-
-def _index_bytes(idx, rows_padded):
-    rows, nv, _ = idx.shape
-    padded = np.zeros((rows_padded, nv, 3), np.uint8)
-    padded[:rows] = idx
-    # byte (r, v, s) at ((r/16)·nv·3 + v·3 + s)·16 + r%16
-    return padded.reshape(rows_padded // 16, 16, nv, 3).transpose(0, 2, 3, 1).tobytes()
+    return idx.reshape(u.shape[0], u.shape[1] // DIM, STAGES)
 
 
 def write_container(path, config, weights, seed=0):
@@ -62,22 +56,22 @@ def write_container(path, config, weights, seed=0):
         for k in range(3):
             pieces = [_normalise(np.asarray(weights[t[k]], np.float32)) for t in names]
             normalised[k] = pieces
-            vectors = np.concatenate([u.reshape(-1, 8) for u, _ in pieces])
-            codebooks += [vectors[rng.choice(len(vectors), 256, replace=False)], np.zeros((256, 8), np.float32),
-                          np.zeros((256, 8), np.float32)]
+            vectors = np.concatenate([u.reshape(-1, DIM) for u, _ in pieces])
+            codebooks += [vectors[rng.choice(len(vectors), ENTRIES, replace=False)]]
+            codebooks += [np.zeros((ENTRIES, DIM), np.float32)] * (STAGES - 1)
         bank = bytearray()
         for e in range(len(names)):
             record = bytearray(layout["stride"])
             for k, kind in enumerate(container.KINDS):
                 u, scale = normalised[k][e]
                 rows = u.shape[0]
-                idx = _encode(u, codebooks[base + 3 * k])
-                data = _index_bytes(idx, _align(rows, 16))
+                data = container.pack_codes(_encode(u, codebooks[base + STAGES * k]))
                 record[layout["offsets"][kind]:layout["offsets"][kind] + len(data)] = data
                 at = layout["scales"][kind]
                 record[at:at + 2 * rows] = scale.astype("<f2").tobytes()
             crc = zlib.crc32(bytes(record[64:layout["payload_end"]]))
-            struct.pack_into("<IHHIIIIIIIII", record, 0, container.RECORD_MAGIC, 1, i, e, base, layout["stride"],
+            struct.pack_into("<IHHIIIIIIIII", record, 0, container.RECORD_MAGIC, container.FORMAT_VERSION, i, e,
+                             base, layout["stride"],
                              layout["offsets"]["gate"], layout["offsets"]["up"], layout["offsets"]["down"],
                              layout["scales_off"], layout["payload_end"], crc)
             bank += record
@@ -102,7 +96,8 @@ def write_container(path, config, weights, seed=0):
     manifest = {"format": "sluice", "format_version": container.MANIFEST_FORMAT_VERSION, "arch": c["model_type"],
                 "config": config,
                 "expert_quant": EXPERT_QUANT, "trunk": {"file": "trunk.bin", "bytes": len(trunk), "tensors": table},
-                "codebooks": {"file": "codebooks.bin", "bytes": len(codebooks) * 8192, "count": len(codebooks)},
+                "codebooks": {"file": "codebooks.bin", "bytes": len(codebooks) * container.CODEBOOK_BYTES,
+                              "count": len(codebooks)},
                 "moe_layers": layers, "tokenizer": {"files": [], "chat_template": None}}
     with open(os.path.join(path, "manifest.json"), "w") as f:
         json.dump(manifest, f)

@@ -35,8 +35,23 @@ class ShapesTest(unittest.TestCase):
         errors, energy = code_shapes.squared_errors([matrix], [SHAPES["scalar 8 levels"]], 4096, 4, 0)
         self.assertLess(errors["scalar 8 levels"] / energy, EXACT)
 
-    def test_the_containers_shape_reconstructs_200_distinct_vectors(self):
+    def test_the_containers_shape_reconstructs_64_distinct_vectors(self):
         rng = np.random.default_rng(2)
+        # 32 vectors and the same with a leading 1.0, which rows_of's first vector of a row takes.
+        vectors = rng.uniform(-0.9, 0.9, size=(32, 4))
+        vectors = np.concatenate([vectors, np.concatenate([np.ones((32, 1)), vectors[:, 1:]], axis=1)])
+        matrix = rows_of(vectors, 30, 32, rng)
+        self.assertEqual(code_shapes.CONTAINER, "rvq 4d 2x64")
+        shapes = [SHAPES[code_shapes.CONTAINER]]
+        errors, energy = code_shapes.squared_errors([matrix], shapes, 4096, 4, 0)
+        self.assertLess(errors["rvq 4d 2x64"] / energy, EXACT)
+        # 4000 random vectors: two stages of 64 entries no longer reconstruct them exactly.
+        more = rows_of(rng.uniform(-0.9, 0.9, size=(4000, 4)), 30, 32, rng)
+        errors, energy = code_shapes.squared_errors([more], shapes, 4096, 4, 0)
+        self.assertGreater(errors["rvq 4d 2x64"] / energy, 1e-4)
+
+    def test_format_2s_shape_reconstructs_200_distinct_vectors(self):
+        rng = np.random.default_rng(3)
         vectors = rng.uniform(-0.9, 0.9, size=(200, 8))
         matrix = rows_of(vectors, 30, 32, rng)
         errors, energy = code_shapes.squared_errors([matrix], [SHAPES["rvq 8d 3x256"]], 4096, 4, 0)
@@ -62,7 +77,8 @@ class CheckpointTest(unittest.TestCase):
             per_group = config["num_experts"] * config["intermediate_size"] * config["hidden_size"]
             for r in results:
                 self.assertEqual(r["weights"], per_group, r["source"])
-                self.assertEqual(r["against_v1"]["rvq 8d 3x256"], 1.0)
+                self.assertEqual(r["against_container"]["rvq 4d 2x64"], 1.0)
+                self.assertEqual(set(r["against_container"]), set(SHAPES))
                 for value in r["relative_squared_error"].values():
                     self.assertTrue(0 < value < 1, r)
 

@@ -12,15 +12,21 @@ import numpy as np
 import helpers
 from sluicepy import SluiceError, container
 
-HIDDEN, WIDTH, EXPERTS, LAYER = 16, 24, 3, 1
+# Gate and up: 40 rows, a full 32-row block and a partial one using both halves.
+HIDDEN, WIDTH, EXPERTS, LAYER = 16, 40, 3, 1
 
 
 def align(x, a):
     return (x + a - 1) // a * a
 
 
-def index_position(r, v, s, nv):  # FORMAT.md, layout rowblock16.vector.stage.row
-    return ((r // 16) * nv * 3 + v * 3 + s) * 16 + r % 16
+def store_code(indices, r, v, s, nv, code):
+    """Writes the 6-bit code of (row r, vector v, stage s) into one matrix's index
+    bytes, bit by bit as FORMAT.md's layout rowblock32.vector.split6 says."""
+    unit = (r // 32 * nv + v) * 48
+    i, h = r % 16, r % 32 // 16
+    indices[unit + 16 * s + i] |= (code & 15) << (4 * h)
+    indices[unit + 32 + i] |= (code >> 4) << (4 * s + 2 * h)
 
 
 class Synthetic:
@@ -29,41 +35,45 @@ class Synthetic:
     def __init__(self, path, rng):
         self.path = path
         os.makedirs(path)
-        self.codebooks = rng.standard_normal((9, 256, 8)).astype(np.float32)
+        # One codebook per (kind, stage), 64 entries of 4, at base + kind·2 + stage.
+        self.codebooks = rng.standard_normal((6, 64, 4)).astype(np.float32)
         self.codebooks.astype("<f4").tofile(os.path.join(path, "codebooks.bin"))
         shapes = [(WIDTH, HIDDEN), (WIDTH, HIDDEN), (HIDDEN, WIDTH)]
         offsets, cursor = [], 64
         for rows, cols in shapes:
             offsets.append(cursor)
-            cursor = align(cursor + align(rows, 16) * (cols // 8) * 3, 64)
+            cursor = align(cursor + align(rows, 32) * (cols // 4) * 12 // 8, 64)  # 2 x 6 bits per 4 weights
         scales_off = cursor
-        payload_end = scales_off + 2 * sum(align(r, 16) for r, _ in shapes)
+        payload_end = scales_off + 2 * sum(align(r, 32) for r, _ in shapes)
         self.stride = align(payload_end, 4096)
         self.expected = {}
+        self.indices = {}  # (expert, kind) -> (codes [rows, nv, 2], the matrix's index bytes)
         bank = bytearray()
         for e in range(EXPERTS):
             record = bytearray(self.stride)
             scale_cursor = scales_off
             for k, (rows, cols) in enumerate(shapes):
-                nv = cols // 8
-                idx = rng.integers(0, 256, size=(rows, nv, 3))
+                nv = cols // 4
+                idx = rng.integers(0, 64, size=(rows, nv, 2))
                 scales = (rng.random(rows) + 0.5).astype(np.float16)
                 scales[0] = 0  # an all-zero row keeps scale 0
+                indices = bytearray(align(rows, 32) * nv * 12 // 8)
                 w = np.zeros((rows, cols), np.float32)
                 for r in range(rows):
                     for v in range(nv):
-                        for s in range(3):
-                            record[offsets[k] + index_position(r, v, s, nv)] = idx[r, v, s]
-                        for j in range(8):
-                            total = np.float32(0)
-                            for s in range(3):
-                                total = np.float32(total + self.codebooks[3 * k + s, idx[r, v, s], j])
-                            w[r, 8 * v + j] = np.float32(total * np.float32(scales[r]))
+                        for s in range(2):
+                            store_code(indices, r, v, s, nv, int(idx[r, v, s]))
+                        for j in range(4):
+                            total = np.float32(self.codebooks[2 * k, idx[r, v, 0], j]
+                                               + self.codebooks[2 * k + 1, idx[r, v, 1], j])
+                            w[r, 4 * v + j] = np.float32(total * np.float32(scales[r]))
+                record[offsets[k]:offsets[k] + len(indices)] = indices
+                self.indices[(e, container.KINDS[k])] = (idx, bytes(indices))
                 record[scale_cursor:scale_cursor + 2 * rows] = scales.astype("<f2").tobytes()
-                scale_cursor += 2 * align(rows, 16)
+                scale_cursor += 2 * align(rows, 32)
                 self.expected[(e, container.KINDS[k])] = w
             crc = zlib.crc32(bytes(record[64:payload_end]))
-            struct.pack_into("<IHHIIIIIIIII", record, 0, 0x52584C53, 1, LAYER, e, 0, self.stride,
+            struct.pack_into("<IHHIIIIIIIII", record, 0, 0x52584C53, 2, LAYER, e, 0, self.stride,
                              *offsets, scales_off, payload_end, crc)
             bank += record
         with open(os.path.join(path, f"experts-L{LAYER:03d}.bin"), "wb") as f:
@@ -126,13 +136,13 @@ class Synthetic:
         config = {"model_type": "olmoe", "num_hidden_layers": 2, "num_experts": EXPERTS, "num_experts_per_tok": 2,
                   "hidden_size": HIDDEN, "intermediate_size": WIDTH, "vocab_size": 3}
         self.manifest = {
-            "format": "sluice", "format_version": 2, "arch": "olmoe", "config": config,
+            "format": "sluice", "format_version": 3, "arch": "olmoe", "config": config,
             "source": {"files": [], "config_crc32": 0},
-            "expert_quant": {"method": "rvq", "stages": 3, "entries": 256, "vec_dim": 8, "index_bits": 8,
-                             "bits_per_weight": 3.0, "row_block": 16, "index_layout": "rowblock16.vector.stage.row",
+            "expert_quant": {"method": "rvq", "stages": 2, "entries": 64, "vec_dim": 4, "index_bits": 6,
+                             "bits_per_weight": 3.0, "row_block": 32, "index_layout": "rowblock32.vector.split6",
                              "scale": "f16_row_absmax", "codebook_sharing": "layer.matrix.stage"},
             "trunk": {"file": "trunk.bin", "bytes": len(trunk), "tensors": tensors},
-            "codebooks": {"file": "codebooks.bin", "bytes": 9 * 8192, "count": 9},
+            "codebooks": {"file": "codebooks.bin", "bytes": 6 * 1024, "count": 6},
             "moe_layers": [{"layer": LAYER, "file": f"experts-L{LAYER:03d}.bin", "experts": EXPERTS,
                             "record_stride": self.stride, "bytes": EXPERTS * self.stride, "codebook_base": 0,
                             "hidden": HIDDEN, "expert_width": WIDTH}],
@@ -163,6 +173,17 @@ class ContainerTest(unittest.TestCase):
             for kind, matrix in reader.expert(LAYER, e, verify_crc=True).items():
                 np.testing.assert_array_equal(matrix, self.c.expected[(e, kind)])
 
+    def test_pack_codes_writes_the_layout_the_reader_reads(self):
+        # container_writer.py and test_rvq_model.py store codes through pack_codes.
+        for (e, kind), (codes, stored) in self.c.indices.items():
+            with self.subTest(expert=e, kind=kind):
+                self.assertEqual(container.pack_codes(codes), stored)
+                rows, cols = codes.shape[0], codes.shape[1] * 4
+                np.testing.assert_array_equal(container.unpack_codes(np.frombuffer(stored, np.uint8), rows, cols),
+                                              codes)
+        with self.assertRaisesRegex(SluiceError, "below 64"):
+            container.pack_codes(np.full((1, 2, 2), 64))
+
     def test_dequantizes_trunk_exactly(self):
         reader = container.Container(self.c.path)
         for name, want in self.c.trunk_expected.items():
@@ -186,7 +207,12 @@ class ContainerTest(unittest.TestCase):
     def test_other_format_version_is_named(self):
         self.c.manifest["format_version"] = 7
         self.c.write_manifest()
-        with self.assertRaisesRegex(SluiceError, "format_version 7 is not supported"):
+        with self.assertRaisesRegex(SluiceError, r"format_version 7 is not supported \(this reader reads 3\)$"):
+            container.Container(self.c.path)
+        # Format 2 stored 8-weight codes in 3 stages of 256 entries: only a new conversion helps.
+        self.c.manifest["format_version"] = 2
+        self.c.write_manifest()
+        with self.assertRaisesRegex(SluiceError, "format_version 2 is not supported .*convert the checkpoint again"):
             container.Container(self.c.path)
 
     def test_unknown_arch_and_bound_violations(self):
@@ -230,6 +256,10 @@ class ContainerTest(unittest.TestCase):
                 self.c.manifest["trunk"]["tensors"][tensor]["shape"] = original
 
     def test_record_header_checks_name_the_record(self):
+        self.c.patch_bank(self.c.stride * 1 + 4, struct.pack("<H", 1))  # format 2's record version
+        with self.assertRaisesRegex(SluiceError, "layer 1 expert 1: header format version mismatch "
+                                                 r"\(found 1, expected 2\)"):
+            container.Container(self.c.path).expert(LAYER, 1)
         self.c.patch_bank(self.c.stride * 1, b"XXXX")
         reader = container.Container(self.c.path)
         reader.expert(LAYER, 0)

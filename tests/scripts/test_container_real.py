@@ -120,10 +120,10 @@ class RealContainerTest(unittest.TestCase):
         manifest_path = os.path.join(copy, "manifest.json")
         with open(manifest_path) as f:
             manifest = json.load(f)
-        manifest["format_version"] = 3
+        manifest["format_version"] = container.MANIFEST_FORMAT_VERSION + 1
         with open(manifest_path, "w") as f:
             json.dump(manifest, f)
-        with self.assertRaisesRegex(SluiceError, "format_version 3"):
+        with self.assertRaisesRegex(SluiceError, f"format_version {container.MANIFEST_FORMAT_VERSION + 1}"):
             container.Container(copy)
         os.remove(manifest_path)
         with self.assertRaisesRegex(SluiceError, "incomplete container: conversion did not finish"):

@@ -110,7 +110,7 @@ class FamiliesReferenceTest(unittest.TestCase):
             rows = {}
             for form in mla.FORMS:
                 out = os.path.join(d, form + ".f32")
-                # f32 experts: the int16 table codes would amplify the forms' rounding differences.
+                # f32 experts: the int8 table codes would amplify the forms' rounding differences.
                 code, _, _ = run_main(reference.main, path, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "3",
                                       "--mla", form, "--group-exclusion", "neg-inf", "--dump-logits", out,
                                       "--f32-experts")

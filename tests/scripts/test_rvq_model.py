@@ -1,49 +1,54 @@
-# tests/scripts/test_rvq_model.py: scripts/sluicepy/rvq_int16.py models the
+# tests/scripts/test_rvq_model.py: scripts/sluicepy/rvq_tables.py models the
 # engine's RVQ expert kernels bit for bit, so the reference computes what the
-# engine does: the tables with int16 codes, the decode-once path in f32 and,
-# with int8 activations from INT8_TILES_FROM tokens, its integer tiles. The
-# kernels run in tests/compute/kernels/rvq_model_dump.cpp (path: argv[1]) at
-# every instruction set this CPU has, on shapes with partial row blocks,
-# partial 128-column groups and several tiles, and on heavy-tailed inputs.
+# engine does: the tables (their int8 codes and group scales, then the rows),
+# the decode-once path in f32 and, with int8 activations from INT8_TILES_FROM
+# tokens, its integer tiles. The kernels run in
+# tests/compute/kernels/rvq_model_dump.cpp (path: argv[1]) at every instruction
+# set this CPU has, on shapes with partial 32-row blocks, partial 128-column
+# groups and several tiles, and on heavy-tailed inputs. The model's own fused
+# multiply-add and its rounding against exact arithmetic are checked here too.
 import os
 import subprocess
 import sys
 import unittest
+from fractions import Fraction
 
 import numpy as np
 
 import helpers
-from sluicepy import rvq_int16
+from sluicepy import container, rvq_tables
 
 DUMP = None  # set from argv in __main__
 ISAS = ("scalar", "avx2", "avx512")
-ROW_BLOCK = 16
-
-
-def container_layout(indices):
-    """[rows padded to 16, nv, 3] -> the container's bytes (rowblock16.vector.stage.row)."""
-    blocks, nv = indices.shape[0] // ROW_BLOCK, indices.shape[1]
-    return indices.reshape(blocks, ROW_BLOCK, nv, 3).transpose(0, 2, 3, 1).reshape(-1)
 
 
 def case(rows, cols, tokens, seed):
     rng = np.random.default_rng(seed)
-    padded = -(-rows // ROW_BLOCK) * ROW_BLOCK
-    books = (rng.standard_normal((3, 256, 8)) * np.array([0.3, 0.1, 0.03])[:, None, None]).astype(np.float32)
-    indices = rng.integers(0, 256, size=(padded, cols // 8, 3), dtype=np.uint8)
+    padded = -(-rows // container.ROW_BLOCK) * container.ROW_BLOCK
+    books = (rng.standard_normal((2, 64, 4)) * np.array([0.3, 0.1])[:, None, None]).astype(np.float32)
+    indices = rng.integers(0, 64, size=(padded, cols // 4, 2), dtype=np.uint8)
     scales = (0.5 + np.abs(rng.standard_normal(padded))).astype(np.float16)
     x = rng.standard_normal((tokens, cols)).astype(np.float32)
     x *= np.where(rng.random((tokens, cols)) < 0.02, 8.0, 1.0).astype(np.float32)  # outliers set group scales
-    x[0, :min(cols, 128)] = 0.0  # a group of zeros: its int8 scale is 0
+    if cols > 128:
+        x[0, :128] = 0.0  # a group of zeros: its table and int8 scales are 0
     return books, indices, scales, x
 
 
+def kernel_layout(codes):
+    """Model codes [nv, 2, 64] -> token_codes()'s bytes: q[v][s][c] at
+    v·128 + (c/16)·32 + s·16 + c%16 (compute/kernels/rvq.h)."""
+    return codes.reshape(-1, 2, 4, 16).transpose(0, 2, 1, 3).reshape(-1).astype(np.int8)
+
+
 def run_kernels(directory, isa, rows, books, indices, scales, x):
-    """The kernels' outputs {path: [tokens, rows]}, or None when this CPU lacks `isa`."""
+    """The kernels' outputs {name: array}, or None when this CPU lacks `isa`."""
+    tokens, cols = x.shape
     with open(os.path.join(directory, "shape"), "w") as f:
-        f.write(f"{rows} {indices.shape[1] * 8} {x.shape[0]}")
+        f.write(f"{rows} {cols} {tokens}")
     books.tofile(os.path.join(directory, "books.f32"))
-    container_layout(indices).tofile(os.path.join(directory, "indices.u8"))
+    with open(os.path.join(directory, "indices.u8"), "wb") as f:
+        f.write(container.pack_codes(indices))
     scales.tofile(os.path.join(directory, "scales.f16"))
     x.tofile(os.path.join(directory, "x.f32"))
     done = subprocess.run([DUMP, directory, isa], capture_output=True, text=True)
@@ -51,25 +56,30 @@ def run_kernels(directory, isa, rows, books, indices, scales, x):
         return None
     if done.returncode != 0:
         raise AssertionError(f"rvq_model_dump {isa}: {done.returncode}\n{done.stderr}")
-    return {path: np.fromfile(os.path.join(directory, f"{isa}-{path}.f32"), dtype=np.float32).reshape(-1, rows)
-            for path in ("tables", "decoded-f32", "decoded-int8")}
+    out = {name: np.fromfile(os.path.join(directory, f"{isa}-{name}.f32"), dtype=np.float32).reshape(tokens, -1)
+           for name in ("tables", "decoded-f32", "decoded-int8", "scales")}
+    out["codes"] = np.fromfile(os.path.join(directory, f"{isa}-codes.i8"), dtype=np.int8).reshape(tokens, -1)
+    return out
 
 
-class ModelTest(unittest.TestCase):
+class KernelTest(unittest.TestCase):
     def check(self, rows, cols, tokens, seed):
         books, indices, scales, x = case(rows, cols, tokens, seed)
         used, row_scales = indices[:rows], scales[:rows].astype(np.float32)
-        tables, decoded = [], []
+        codes, table_scales, tables, decoded = [], [], [], []
         for t in range(tokens):
-            codes, scale = rvq_int16.table_codes(x[t], books)
-            tables.append(rvq_int16.matvec(codes, scale, used, row_scales))
-            decoded.append(rvq_int16.decoded_matvec(books, used, row_scales, x[t]))
-        if tokens >= rvq_int16.INT8_TILES_FROM:
-            weights, sigma = rvq_int16.integer_weights(books, used)
-            int8 = [rvq_int16.decoded_int8_matvec(weights, sigma, row_scales, x[t]) for t in range(tokens)]
+            q, d = rvq_tables.table_codes(x[t], books)
+            codes.append(kernel_layout(q))
+            table_scales.append(d)
+            tables.append(rvq_tables.matvec(q, d, used, row_scales))
+            decoded.append(rvq_tables.decoded_matvec(books, used, row_scales, x[t]))
+        if tokens >= rvq_tables.INT8_TILES_FROM:
+            weights, sigma = rvq_tables.integer_weights(books, used)
+            int8 = [rvq_tables.decoded_int8_matvec(weights, sigma, row_scales, x[t]) for t in range(tokens)]
         else:  # below the threshold int8 activations leave the experts in f32
             int8 = decoded
-        model = {"tables": np.array(tables), "decoded-f32": np.array(decoded), "decoded-int8": np.array(int8)}
+        model = {"codes": np.array(codes), "scales": np.array(table_scales), "tables": np.array(tables),
+                 "decoded-f32": np.array(decoded), "decoded-int8": np.array(int8)}
         ran = 0
         with helpers.scratch() as d:
             for isa in ISAS:
@@ -77,24 +87,91 @@ class ModelTest(unittest.TestCase):
                 if engine is None:
                     continue
                 ran += 1
-                for path, expected in model.items():
-                    with self.subTest(isa=isa, path=path, rows=rows, cols=cols, tokens=tokens):
-                        differ = np.flatnonzero(expected.view(np.uint32) != engine[path].view(np.uint32))
-                        self.assertEqual(differ.size, 0, f"first differing output {differ[:3]}: model "
-                                         f"{expected.ravel()[differ[:3]]}, engine {engine[path].ravel()[differ[:3]]}")
+                for name, expected in model.items():
+                    with self.subTest(isa=isa, name=name, rows=rows, cols=cols, tokens=tokens):
+                        self.assertEqual(engine[name].shape, expected.shape)
+                        bits = np.uint8 if expected.dtype == np.int8 else np.uint32
+                        differ = np.flatnonzero(expected.view(bits) != engine[name].view(bits))
+                        self.assertEqual(differ.size, 0, f"first differing values at {differ[:3]}: model "
+                                         f"{expected.ravel()[differ[:3]]}, engine {engine[name].ravel()[differ[:3]]}")
         self.assertGreaterEqual(ran, 2)  # scalar and at least AVX2 on any machine this suite runs on
         return model
 
     def test_the_int8_tiles_a_partial_group_and_a_partial_row_block(self):
-        model = self.check(rows=48 + 5, cols=1040, tokens=6, seed=1)
+        # 69 rows: two 32-row blocks and 5 rows; 1040 columns: 8 groups of 128 and 16 columns.
+        model = self.check(rows=64 + 5, cols=1040, tokens=rvq_tables.INT8_TILES_FROM + 1, seed=1)
         # The int8 arithmetic differs from the f32 one, or the check above proves nothing about it.
         self.assertFalse(np.array_equal(model["decoded-int8"], model["decoded-f32"]))
+        # Codes reach ±127 and some group's scale is 0 (token 0's first group), or the
+        # clamp and the zero scale went untested.
+        self.assertEqual(np.abs(model["codes"].astype(np.int32)).max(), 127)
+        self.assertEqual(model["scales"][0, 0], 0)
 
     def test_below_the_threshold_int8_activations_change_nothing(self):
-        self.check(rows=17, cols=136, tokens=rvq_int16.INT8_TILES_FROM - 1, seed=2)
+        self.check(rows=17, cols=136, tokens=rvq_tables.INT8_TILES_FROM - 1, seed=2)
 
     def test_more_tokens_than_a_tile_and_rows_over_several_tiles(self):
         self.check(rows=200, cols=520, tokens=9, seed=3)
+
+    def test_one_row_of_one_vector_pair(self):
+        self.check(rows=1, cols=8, tokens=1, seed=4)
+
+
+def exactly_rounded(a, b, c):
+    """f32 nearest to a·b + c computed exactly (ties to even)."""
+    value = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    near = np.float32(float(value))
+    candidates = (near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf)))
+    return min(candidates, key=lambda v: (abs(Fraction(float(v)) - value), int(np.array(v).view(np.uint32)) & 1))
+
+
+class ModelTest(unittest.TestCase):
+    def test_fma_rounds_once_where_float64_would_round_twice(self):
+        # a·b = 2^-24 ± 2^-60 lands a float64 sum with c ∈ [1, 2) on an f32 midpoint,
+        # half of them on the side that rounding the float64 sum again gets wrong.
+        rng = np.random.default_rng(5)
+        c = (1 + rng.integers(0, 2 ** 23, size=400) * 2.0 ** -23).astype(np.float32)
+        a = np.float32(2.0 ** -24 * (1 + 2.0 ** -18))
+        twice = 0
+        for b in (np.float32(1 + 2.0 ** -18), np.float32(1 - 2.0 ** -18)):
+            for sign in (1, -1):
+                got = rvq_tables.fma_f32(sign * a, b, c)
+                want = np.array([exactly_rounded(sign * a, b, v) for v in c], dtype=np.float32)
+                np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+                twice += int(np.sum((c.astype(np.float64) + float(sign * a) * float(b)).astype(np.float32) != want))
+        self.assertGreater(twice, 0)  # the cases do reach the double rounding
+
+    def test_table_codes_are_the_entries_in_steps_of_a_127th_of_the_group_max(self):
+        rng = np.random.default_rng(6)
+        books = (rng.standard_normal((2, 64, 4)) * np.array([0.3, 0.1])[:, None, None]).astype(np.float32)
+        x = rng.standard_normal(1040).astype(np.float32)
+        x[128:256] *= 50  # groups of very different scales
+        codes, scales = rvq_tables.table_codes(x, books)
+        self.assertEqual(codes.shape, (260, 2, 64))
+        self.assertEqual(scales.shape, (9,))  # 8 groups of 32 vectors and one of 1
+        exact = np.einsum("vj,scj->vsc", x.reshape(-1, 4).astype(np.float64), books.astype(np.float64))
+        for g, d in enumerate(scales.astype(np.float64)):
+            entries = exact[32 * g:32 * g + 32]
+            amax = np.abs(entries).max()
+            self.assertAlmostEqual(d, amax / 127, delta=amax * 1e-6)
+            self.assertEqual(np.abs(codes[32 * g:32 * g + 32]).max(), 127)
+            self.assertLessEqual(np.abs(codes[32 * g:32 * g + 32] * d - entries).max(), d / 2 + amax * 1e-6)
+
+    def test_every_path_is_close_to_the_exact_product(self):
+        books, indices, scales, x = case(rows=40, cols=264, tokens=1, seed=7)
+        used, row_scales = indices[:40], scales[:40].astype(np.float32)
+        w = (books[0][used[:, :, 0]].astype(np.float64) + books[1][used[:, :, 1]]).reshape(40, 264)
+        exact = row_scales * (w @ x[0].astype(np.float64))
+        codes, d = rvq_tables.table_codes(x[0], books)
+        # Each of a group's 2 × 32 lookups is off by at most half its step.
+        table_bound = row_scales * (32 * d.astype(np.float64)).sum() * 1.001
+        self.assertTrue(np.all(np.abs(rvq_tables.matvec(codes, d, used, row_scales) - exact) <= table_bound))
+        decoded = rvq_tables.decoded_matvec(books, used, row_scales, x[0])
+        np.testing.assert_allclose(decoded, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+        weights, sigma = rvq_tables.integer_weights(books, used)
+        self.assertLessEqual(np.abs(weights).max(), 126)
+        int8 = rvq_tables.decoded_int8_matvec(weights, sigma, row_scales, x[0])
+        np.testing.assert_allclose(int8, exact, rtol=0, atol=0.05 * np.abs(exact).max())
 
 
 if __name__ == "__main__":

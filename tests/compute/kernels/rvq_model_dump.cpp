@@ -1,12 +1,14 @@
 // tests/compute/kernels/rvq_model_dump.cpp: runs the RVQ expert kernels on
 // inputs that tests/scripts/test_rvq_model.py writes, so that the Python model
-// of their arithmetic (scripts/sluicepy/rvq_int16.py), which the reference
+// of their arithmetic (scripts/sluicepy/rvq_tables.py), which the reference
 // uses, is held to the engine bit for bit.
 //
 // Usage: rvq_model_dump DIR ISA. Reads DIR/shape ("rows cols tokens"),
-// books.f32 (3 × 256 × 8), indices.u8 (the container's layout), scales.f16
-// (rows padded to 16) and x.f32 (tokens × cols); writes DIR/ISA-tables.f32,
-// ISA-decoded-f32.f32 and ISA-decoded-int8.f32 (tokens × rows each). Exits 77
+// books.f32 (2 stages × 64 entries × 4), indices.u8 (the container's layout),
+// scales.f16 (rows padded to 32) and x.f32 (tokens × cols); writes
+// DIR/ISA-tables.f32, ISA-decoded-f32.f32 and ISA-decoded-int8.f32 (tokens ×
+// rows each), and the table itself: ISA-codes.i8 (each token's token_codes(),
+// in their layout) and ISA-scales.f32 (each token's group scales). Exits 77
 // (skipped) when this CPU cannot run ISA.
 #include <cstdint>
 #include <cstdio>
@@ -39,10 +41,11 @@ std::vector<T> read_exactly(const std::string& path, size_t count) {
   return out;
 }
 
-void write(const std::string& path, const std::vector<float>& values) {
+template <typename T>
+void write(const std::string& path, const std::vector<T>& values) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(float)));
+            static_cast<std::streamsize>(values.size() * sizeof(T)));
   if (!out) throw std::runtime_error(path + ": cannot write");
 }
 
@@ -67,21 +70,32 @@ int main(int argc, char** argv) try {
   uint32_t rows = 0, cols = 0, tokens = 0;
   std::ifstream shape_file(dir + "/shape");
   if (!(shape_file >> rows >> cols >> tokens) || rows == 0 || tokens == 0 || cols == 0 ||
-      cols % kRvqVecDim != 0 || cols > kRvqMaxCols)
-    throw std::runtime_error(dir + "/shape: expected \"rows cols tokens\", cols a multiple of 8");
+      cols % kRvqColsMultiple != 0 || cols > kRvqMaxCols)
+    throw std::runtime_error(dir + "/shape: expected \"rows cols tokens\", cols a multiple of " +
+                             std::to_string(kRvqColsMultiple));
   const RvqMatrixShape shape{rows, cols};
-  const auto books = read_exactly<float>(dir + "/books.f32", size_t{kRvqStages} * 256 * 8);
+  constexpr size_t kStageFloats = size_t{kRvqEntries} * kRvqVecDim;
+  const auto books = read_exactly<float>(dir + "/books.f32", size_t{kRvqStages} * kStageFloats);
   const auto indices = read_exactly<uint8_t>(dir + "/indices.u8", shape.index_bytes());
   const auto scales = read_exactly<uint16_t>(dir + "/scales.f16", shape.rows_padded());
   const auto x = read_exactly<float>(dir + "/x.f32", size_t{tokens} * cols);
 
-  const RvqCodebooks codebooks(books.data(), books.data() + 2048, books.data() + 4096);
+  const RvqCodebooks codebooks(books.data(), books.data() + kStageFloats);
   const RvqMatrixView matrix{shape, indices.data(), scales.data()};
   std::vector<float> y(size_t{tokens} * rows);
   const std::string prefix = dir + "/" + isa_name(isa);
 
   RvqTable table;
   table.build(codebooks, x.data(), cols, tokens, Exec{isa, nullptr});
+  std::vector<int8_t> codes;
+  std::vector<float> table_scales;
+  for (uint32_t t = 0; t < tokens; ++t) {
+    codes.insert(codes.end(), table.token_codes(t), table.token_codes(t) + table.codes_per_token());
+    table_scales.insert(table_scales.end(), table.token_scales(t),
+                        table.token_scales(t) + table.groups());
+  }
+  write(prefix + "-codes.i8", codes);
+  write(prefix + "-scales.f32", table_scales);
   std::vector<uint32_t> all(tokens);
   std::iota(all.begin(), all.end(), 0u);
   rvq_matmul(table, all, matrix, y.data(), Exec{isa, nullptr});

@@ -85,8 +85,8 @@ struct DocumentedTable {
       float amax = 0.0f;
       for (size_t i = size_t{v0} * 128; i < size_t{v1} * 128; ++i)
         if (std::fabs(exact[i]) > amax) amax = std::fabs(exact[i]);
-      scales.push_back(amax > 0.0f ? amax / 63.0f : 0.0f);
-      const float inv = amax > 0.0f ? 63.0f / amax : 0.0f;
+      scales.push_back(amax > 0.0f ? amax / 127.0f : 0.0f);
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       for (size_t i = size_t{v0} * 128; i < size_t{v1} * 128; ++i)
         codes[i] = static_cast<int32_t>(std::nearbyint(exact[i] * inv));
     }
@@ -290,12 +290,12 @@ TEST_CASE("a table built at one ISA gives the same bits when applied at another"
 }
 
 // Codes of a table built from x = (1, 0, 0, 0) are stage entries' first
-// elements: entries chosen so the group's max is 63 make the codes round them.
+// elements: entries chosen so the group's max is 127 make the codes round them.
 TEST_CASE("codes round half to even and clamp, NaN and infinities included, at every ISA") {
   const float nan = std::numeric_limits<float>::quiet_NaN(),
               inf = std::numeric_limits<float>::infinity();
-  const float firsts[] = {0.5f, 1.5f, -2.5f, 2.4f, -0.5f, 63.0f, -62.6f, nan};
-  const int expected[] = {0, 2, -2, 2, 0, 63, -63, -63};
+  const float firsts[] = {0.5f, 1.5f, -2.5f, 2.4f, -0.5f, 127.0f, -126.6f, nan};
+  const int expected[] = {0, 2, -2, 2, 0, 127, -127, -127};
   std::vector<float> books(2 * 64 * 4, 0.0f);
   for (size_t i = 0; i < std::size(firsts); ++i) books[(64 + 3 + 5 * i) * 4] = firsts[i];  // stage 1
   const std::vector<float> x = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f};
@@ -319,7 +319,7 @@ TEST_CASE("codes round half to even and clamp, NaN and infinities included, at e
     CHECK(table.token_scales(0)[0] == 1.0f);
     table.build(infinite_books, x.data(), 8, 1, Exec{isa, nullptr});
     codes = table.token_codes(0);
-    CHECK(codes[0 * 32 + 16 + 1] == -63);
+    CHECK(codes[0 * 32 + 16 + 1] == -127);
     CHECK(codes[0 * 32 + 16 + 3] == 0);
     CHECK(std::isinf(table.token_scales(0)[0]));
   }
