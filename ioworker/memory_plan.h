@@ -23,9 +23,9 @@ struct ModelConfig;
 inline constexpr uint64_t kPlanChunkTokens = 64;
 // The most tokens an expert serves through an RVQ down table in a prefill
 // chunk: at the decode-once crossover or more it decodes its weights instead
-// (compute/kernels/rvq_crossover.h: the crossover is at most 17, measured or
+// (compute/kernels/rvq_crossover.h: the crossover is at most 65, measured or
 // pinned; tests/ctl/memory_plan_test checks the two agree).
-inline constexpr uint64_t kPlanTableTokensPerExpert = 16;
+inline constexpr uint64_t kPlanTableTokensPerExpert = 64;
 // Vectors per scale of an RVQ table (compute/kernels/rvq.h, kRvqGroupVectors;
 // memory_plan_test holds them equal).
 inline constexpr uint64_t kPlanTableGroupVectors = 32;

@@ -141,7 +141,7 @@ void parse_expert_quant(const Fields& f, const json& root, Manifest& m) {
   f.expect_integer(q, where, "stages", kRvqStages);
   f.expect_integer(q, where, "entries", kRvqEntries);
   f.expect_integer(q, where, "vec_dim", kRvqVecDim);
-  f.expect_integer(q, where, "index_bits", 6);
+  f.expect_integer(q, where, "index_bits", kRvqCodeBits);
   f.expect_integer(q, where, "row_block", kRowBlock);
   f.expect_string(q, where, "index_layout", kRvqIndexLayout);
   f.expect_string(q, where, "scale", "f16_row_absmax");

@@ -23,6 +23,8 @@ inline constexpr int kRvqVecDim = 4;
 // Rows are stored 32 at a time, so that one 32-byte load holds the low code
 // bits of 16 rows for both stages (FORMAT.md, "Index bytes").
 inline constexpr int kRowBlock = 32;
+inline constexpr int kRvqCodeBits = 6;
+static_assert(1 << kRvqCodeBits == kRvqEntries);
 // Bytes of one row block's codes for one vector: 32 rows × 2 stages × 6 bits.
 inline constexpr size_t kRvqUnitBytes = 48;
 // The manifest's name for the index layout (FORMAT.md).

@@ -61,7 +61,7 @@ struct MoeLayerSpec {
   uint32_t experts = 0;
   uint32_t hidden = 0;        // the experts' input and output width
   uint32_t expert_width = 0;
-  uint32_t codebook_base = 0;  // 9 codebooks per MoE layer, in layer order
+  uint32_t codebook_base = 0;  // 6 codebooks per MoE layer, in layer order
 };
 
 // The LM head's format unless the converter is told otherwise (FORMAT.md,

@@ -161,7 +161,8 @@ nlohmann::json describe(const Container& c) {
       {"codebooks_bytes", c.codebooks_bytes()},
       {"codebook_count", c.manifest().codebook_count},
       {"codebook_sharing", c.manifest().codebook_sharing},
-      {"index_bits_per_weight", double{kRvqStages} * 8 / kRvqVecDim},
+      // One unit of index bytes holds the codes of a row block's vector.
+      {"index_bits_per_weight", double{kRvqUnitBytes} * 8 / (kRowBlock * kRvqVecDim)},
       {"bits_per_weight", static_cast<double>(c.expert_bytes()) * 8 / static_cast<double>(weights)},
       {"tokenizer_files", files},
       {"chat_template", c.chat_template().has_value()},

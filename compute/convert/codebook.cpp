@@ -1,6 +1,6 @@
-// compute/convert/codebook.cpp: the 256-way nearest search, scalar, AVX2 and
+// compute/convert/codebook.cpp: the 64-way nearest search, scalar, AVX2 and
 // AVX-512. All compute every distance with the same operations in the same order
-// (start at ‖C[c]‖², fma v_j·(−2C[c]_j) for j = 0..7) so they agree bit for
+// (start at ‖C[c]‖², fma v_j·(−2C[c]_j) for j = 0..3) so they agree bit for
 // bit; the build uses -ffp-contract=off so the compiler cannot fuse
 // differently. The expanded form needs half the arithmetic of summing
 // squared differences, and encoding is most of a conversion.

@@ -1,4 +1,4 @@
-// compute/convert/codebook.h: one RVQ codebook (256 entries × 8 f32) and the
+// compute/convert/codebook.h: one RVQ codebook (64 entries × 4 f32) and the
 // nearest-entry search that both k-means and the expert encoder use. The
 // scalar, AVX2 and AVX-512 searches return identical codes for identical
 // input; the choice between them is made once at run time and never changes results.
@@ -20,7 +20,7 @@ class Codebook {
     minus_two_t_.fill(0.0f);
     norms_.fill(0.0f);
   }
-  // `entries` holds 256 × 8 floats, entry-major (the on-disk order).
+  // `entries` holds 64 × 4 floats, entry-major (the on-disk order).
   explicit Codebook(const float* entries) { assign(entries); }
   void assign(const float* entries);
 
@@ -42,7 +42,7 @@ class Codebook {
 // lowest code. This is the model every instruction set reproduces.
 int nearest_code_scalar(const Codebook& codebook, const float* v);
 
-// codes[i] = nearest_code_scalar(codebook, vectors + 8 i) for i < count, the
+// codes[i] = nearest_code_scalar(codebook, vectors + 4 i) for i < count, the
 // vectors contiguous. `isa` changes the speed only; it must be one this
 // machine runs (kernels::isa_supported).
 void nearest_codes(const Codebook& codebook, const float* vectors, size_t count, uint8_t* codes,

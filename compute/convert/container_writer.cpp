@@ -119,10 +119,10 @@ Json build_manifest(const ContainerParts& parts, uint32_t codebooks_crc32, const
         {"stages", kRvqStages},
         {"entries", kRvqEntries},
         {"vec_dim", kRvqVecDim},
-        {"index_bits", 8},
+        {"index_bits", kRvqCodeBits},
         {"bits_per_weight", 3.0},
         {"row_block", kRowBlock},
-        {"index_layout", "rowblock16.vector.stage.row"},
+        {"index_layout", kRvqIndexLayout},
         {"scale", "f16_row_absmax"},
         {"codebook_sharing", "layer.matrix.stage"},
         {"kmeans", parts.kmeans}}},
@@ -188,7 +188,11 @@ Start prepare_output(const fs::path& out, const std::string& work_dir, const Jso
   std::string problem;
   if (fs::exists(manifest_path)) {
     const auto manifest = read_json_file(manifest_path);
-    const bool same = manifest && manifest->is_object() &&
+    const bool readable = manifest && manifest->is_object();
+    const Json version = readable ? manifest->value("format_version", Json()) : Json();
+    // An older format's container is never complete for this build, however
+    // the rest of it matches: its records would be read in the wrong layout.
+    const bool same = readable && version == kContainerFormatVersion &&
                       manifest->value("source", Json()) == state["source"] &&
                       manifest->value("expert_quant", Json::object()).value("kmeans", Json()) ==
                           state["kmeans"] &&
@@ -197,7 +201,11 @@ Start prepare_output(const fs::path& out, const std::string& work_dir, const Jso
       fs::remove_all(out / work_dir);
       return Start::kComplete;
     }
-    problem = "holds a finished container from a different source or with different parameters";
+    problem = readable && version != kContainerFormatVersion
+                  ? fmt::format("holds a container of format_version {} (this build writes {})",
+                                version.dump(), kContainerFormatVersion)
+                  : "holds a finished container from a different source or with different "
+                    "parameters";
   } else if (fs::exists(state_path)) {
     const auto previous = read_json_file(state_path);
     if (previous && *previous == state && !force) return Start::kResume;

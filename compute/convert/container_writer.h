@@ -29,12 +29,13 @@ std::optional<nlohmann::ordered_json> read_json_file(const std::filesystem::path
 // Claims `out` for a run whose parameters are `state` (its "source",
 // "kmeans" and "lm_head_format" are what a finished manifest is compared
 // with, the last against the stored format of the LM head; the whole of it is
-// compared with `work_dir`/state.json). A finished container of the same
-// state is kComplete (the work directory is removed); an unfinished run of
-// the same state is kResume; an empty or new directory is kFresh, with the
-// work directory made and its state.json written. Anything
-// else is refused naming `out`, unless `force`, which wipes what a producer
-// writes (manifest first) and starts fresh.
+// compared with `work_dir`/state.json). A finished container of this build's
+// format_version and the same state is kComplete (the work directory is
+// removed); an unfinished run of the same state is kResume; an empty or new
+// directory is kFresh, with the work directory made and its state.json
+// written. Anything else is refused naming `out` (a container of another
+// format_version by its version), unless `force`, which wipes what a
+// producer writes (manifest first) and starts fresh.
 Start prepare_output(const std::filesystem::path& out, const std::string& work_dir,
                      const nlohmann::ordered_json& state, bool force);
 
@@ -42,12 +43,13 @@ Start prepare_output(const std::filesystem::path& out, const std::string& work_d
 void check_size(const std::filesystem::path& path, uint64_t expected);
 uint64_t directory_bytes(const std::filesystem::path& out);
 
-// codebooks.bin assembled layer by layer, each layer's 9 codebooks checked
+// codebooks.bin assembled layer by layer, each layer's codebooks checked
 // against the reader's bounds before they are appended.
 class CodebooksWriter {
  public:
   explicit CodebooksWriter(const std::filesystem::path& out);
-  // `bytes` holds 9 codebooks of `layer`; `where` names their origin in errors.
+  // `bytes` holds the kCodebooksPerLayer codebooks of `layer`; `where` names
+  // their origin in errors.
   void append_layer(uint32_t layer, std::string_view bytes, const std::string& where);
   uint32_t commit();  // returns the crc32 of the whole file
 

@@ -100,10 +100,10 @@ std::map<TrunkFormat, ErrorSums> write_trunk(TrunkValues& values, const std::vec
                                              ConvertProgress& progress);
 
 // Reads the layer's source bytes once (holding them until each expert is
-// encoded), samples, trains the layer's 9 codebooks, writes them to
-// `codebook_path`, then encodes every expert into `bank_path`. Returns
-// per-kind error sums; `source_crc32` gets the crc32 of the bytes read, in
-// expert and matrix order.
+// encoded), samples, trains the layer's codebooks (one per matrix kind and
+// stage), writes them to `codebook_path`, then encodes every expert into
+// `bank_path`. Returns per-kind error sums; `source_crc32` gets the crc32 of
+// the bytes read, in expert and matrix order.
 std::array<ErrorSums, 3> convert_layer(const Checkpoint& checkpoint, const ModelConfig& config, const MoeLayerPlan& layer,
                                        const ConvertOptions& options, const std::string& codebook_path,
                                        const std::string& bank_path, ConvertProgress& progress,

@@ -104,7 +104,7 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
   const Json kmeans{{"seed", options.seed}, {"sample_vectors", options.kmeans_sample},
                     {"iterations", options.kmeans_iterations}, {"init", "kmeans++"}};
   const Json state{{"format", "sluice-convert-state"},
-                   {"format_version", kFormatVersion},
+                   {"format_version", kContainerFormatVersion},
                    {"source", source.identity},
                    {"kmeans", kmeans},
                    {"lm_head_format", trunk_format_name(options.lm_head_format)}};

@@ -1,7 +1,8 @@
 // compute/convert/expert_record.cpp: one expert → one record. The stage
 // loop mirrors FORMAT.md: nearest code on the residual, stage after stage;
 // the reconstruction used for the error is the reader's formula (stages
-// summed in f32 in order, then scaled).
+// summed in f32 in order, then scaled). Codes go through
+// RvqMatrixShape::set_code, the one writer of the packed layout.
 #include "compute/convert/expert_record.h"
 
 #include <immintrin.h>
@@ -83,6 +84,8 @@ std::array<ErrorSums, 3> encode_expert_record(const std::array<const float*, 3>&
                                               const LayerCodebooks& codebooks, uint32_t layer,
                                               uint32_t expert, uint32_t codebook_base,
                                               uint8_t* record) {
+  // Zero first: set_code merges into bytes it shares with other codes, and
+  // padding rows keep codes and scales 0.
   std::memset(record, 0, layout.stride);
   std::array<ErrorSums, 3> errors{};
   // Kept per thread: a fresh matrix-sized buffer per expert costs more in page
@@ -121,7 +124,7 @@ std::array<ErrorSums, 3> encode_expert_record(const std::array<const float*, 3>&
       for (int s = 0; s < kRvqStages; ++s) {
         nearest_codes(*stage_books[s], res, nv, row_codes, isa);
         for (uint32_t v = 0; v < nv; ++v) {
-          indices[shape.index_position(r, v, s)] = row_codes[v];
+          shape.set_code(indices, r, v, s, row_codes[v]);
           const float* e = stage_books[s]->entry(row_codes[v]);
 #pragma GCC unroll 8
           for (int j = 0; j < kRvqVecDim; ++j) {

@@ -1,7 +1,7 @@
 // compute/convert/expert_record.h: encodes one routed expert into its
-// on-disk record (FORMAT.md "Expert records"): row scales, 3-stage RVQ
-// indices in rowblock16 layout, header and crc32. It measures the
-// reconstruction error as it goes; it never touches files.
+// on-disk record (FORMAT.md "Expert records"): row scales, 2-stage RVQ
+// codes in the rowblock32.vector.split6 layout, header and crc32. It
+// measures the reconstruction error as it goes; it never touches files.
 #pragma once
 
 #include <array>
@@ -14,7 +14,7 @@
 
 namespace sluice::convert {
 
-// 9 codebooks of one MoE layer, indexed kind * 3 + stage.
+// The codebooks of one MoE layer, indexed kind * kRvqStages + stage.
 using LayerCodebooks = std::array<Codebook, 3 * kRvqStages>;
 
 // Row r of w ([rows, cols] row-major): scales[r] = f16(max |row|), u = row /

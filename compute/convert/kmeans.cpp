@@ -1,4 +1,4 @@
-// compute/convert/kmeans.cpp: k-means++ and Lloyd for 8-dimensional vectors.
+// compute/convert/kmeans.cpp: k-means++ and Lloyd for 4-dimensional vectors.
 // Sums are kept per fixed chunk of kChunk vectors in double and added in
 // chunk order: the reduction order, not the thread schedule, fixes the bits.
 #include "compute/convert/kmeans.h"

@@ -19,11 +19,11 @@ struct KmeansParams {
   int threads = 1;
 };
 
-// Trains one 256-entry codebook on `count` vectors of 8 floats. With fewer
+// Trains one 64-entry codebook on `count` vectors of 4 floats. With fewer
 // distinct vectors than entries the surplus entries repeat chosen points.
 Codebook train_codebook(const float* vectors, size_t count, const KmeansParams& params);
 
-// Trains the 3 stages on `vectors`, which it leaves holding the residuals
+// Trains the 2 stages on `vectors`, which it leaves holding the residuals
 // after the last stage. Stage s uses a seed derived from params.seed and s.
 std::array<Codebook, kRvqStages> train_rvq(std::vector<float>& vectors, const KmeansParams& params);
 

@@ -1,6 +1,7 @@
 // compute/convert/layer_converter.cpp: one MoE layer: read its source bytes
-// once, sample its normalised vectors, train its 9 codebooks, encode every
-// expert into its bank file. It never reads a source byte twice.
+// once, sample its normalised vectors, train its codebooks (one per matrix
+// kind and stage), encode every expert into its bank file. It never reads a
+// source byte twice.
 // Each expert is one task writing its own record at e × stride, and the
 // error sums are reduced in expert order: the bank is the same bytes for
 // any thread count.

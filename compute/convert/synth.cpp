@@ -182,7 +182,10 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
                 {"experts", options.experts},
                 {"vocab", options.vocab}}}};
   if (options.fit_routing) source["synthetic"]["routing"] = "realistic";
+  // The format version too: a resume must not keep banks of another layout
+  // that happen to have the size of this one's.
   const Json state{{"format", "sluice-synth-state"},
+                   {"format_version", kContainerFormatVersion},
                    {"source", source},
                    {"kmeans", nullptr},
                    {"lm_head_format", trunk_format_name(options.lm_head_format)}};

@@ -183,16 +183,17 @@ void synth_expert_record(const RecordLayout& layout, uint64_t seed, uint32_t lay
                          uint32_t codebook_base, uint8_t* record, float down_scale) {
   std::memset(record, 0, layout.stride);
   SplitMix64 rng(derive_seed(seed, layer, expert, kRecordSalt));
-  // The three stages' entries sum to a standard deviation of about 0.6
-  // (uniform in ±1, ±1/4, ±1/16).
+  // The two stages' entries sum to a standard deviation of about 0.6
+  // (uniform in ±1 and ±1/4).
   const float base_scale = kWeightStd / 0.6f;
   for (MatrixKind kind : kMatrixKinds) {
     const RvqMatrixShape& m = layout.matrices[static_cast<int>(kind)];
     uint8_t* indices = record + layout.matrix_offset(kind);
+    // Every bit pattern is a valid code, so random bytes are random codes.
     fill_random_bytes(rng, indices, m.index_bytes());
     for (uint32_t r = m.rows; r < m.rows_padded(); ++r) {
       for (uint32_t v = 0; v < m.vectors_per_row(); ++v) {
-        for (int s = 0; s < kRvqStages; ++s) indices[m.index_position(r, v, s)] = 0;
+        for (int s = 0; s < kRvqStages; ++s) m.set_code(indices, r, v, s, 0);
       }
     }
     uint8_t* scales = record + layout.scales_offset(kind);

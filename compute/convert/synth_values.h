@@ -35,13 +35,13 @@ class SynthTrunkValues final : public TrunkValues {
   const RoutingShape* routing_;
 };
 
-// 9 codebooks of one layer (kind-major, then stage), entry-major f32: stage
+// The codebooks of one layer (kind-major, then stage), entry-major f32: stage
 // s uniform in ±4^-s, inside the reader's bound of 4.
 std::string synth_layer_codebooks(uint64_t seed, uint32_t layer);
 
 // One expert's full record: random codes, row scales that give weights of
 // standard deviation about 0.02 with synth_layer_codebooks (the down
-// projection's times `down_scale`), padding rows index 0 and scale 0, the
+// projection's times `down_scale`), padding rows codes 0 and scale 0, the
 // header sealed with its crc32.
 void synth_expert_record(const RecordLayout& layout, uint64_t seed, uint32_t layer, uint32_t expert,
                          uint32_t codebook_base, uint8_t* record, float down_scale = 1.0f);

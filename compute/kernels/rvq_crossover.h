@@ -14,9 +14,10 @@
 
 namespace sluice::kernels {
 
-// Token counts the calibration tries, ascending. Past the last one decoding
-// once always won when measured (bench kernels, "rvq prefill expert").
-inline constexpr uint32_t kRvqCrossoverCandidates[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16};
+// Token counts the calibration tries, ascending, up to a whole default
+// prefill chunk: with format 3's tables a token costs about what it costs
+// through int8 tiles, so decoding once may not win below 64 tokens at all.
+inline constexpr uint32_t kRvqCrossoverCandidates[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64};
 // The largest crossover rvq_decode_crossover returns, pinned or measured: an
 // expert serves at most kRvqCrossoverMax - 1 tokens through tables, which the
 // memory plan counts (ioworker/memory_plan.h, kPlanTableTokensPerExpert).

@@ -52,7 +52,7 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   // head's group of queries and outputs for every row, and their counts.
   const uint64_t group = heads / kv_heads;
   const uint64_t attention = (heads * ctx + rows * (2 * group * head_dim + group)) * 4;
-  const uint64_t per_thread = rows * (2 * hidden + 3 * width) * 4 + rows * 4 + 16 * table(width) +
+  const uint64_t per_thread = rows * (2 * hidden + 3 * width) * 4 + rows * 4 + 64 * table(width) +
                               std::max(tile(hidden), tile(width)) + tile_inputs + attention;
   const uint64_t scratch = shared + threads * per_thread + (rows + 1) * vocab * 4;
   const uint64_t process = (uint64_t{8} << 20) + vocab * 224;  // program and libraries, the tokenizer by vocabulary entry

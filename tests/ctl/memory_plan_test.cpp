@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "compute/kernels/dispatch.h"
+#include "compute/kernels/rvq.h"
 #include "compute/kernels/rvq_crossover.h"
 #include "ioworker/memory_plan.h"
 #include "ioworker/worker.h"
@@ -104,7 +105,7 @@ uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences
   // Each thread's attention: a pass's scores (8 heads × ctx at most), and one
   // kv head's group (4 heads of 16) of queries and outputs, and their counts.
   const uint64_t attention = (8 * ctx + rows * (2 * 4 * 16 + 4)) * 4;
-  const uint64_t per_thread = rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 16 * down_table + tile +
+  const uint64_t per_thread = rows * (2 * 64 + 3 * 32) * 4 + rows * 4 + 64 * down_table + tile +
                               tile_inputs + attention;
   const uint64_t logits = (rows + sequences) * 1000 * 4;
   return shared + threads * per_thread + logits;

@@ -1,6 +1,7 @@
 // tests/proto/container_fixture.cpp: the hand-written container. Layout,
-// header bytes and index positions are computed here from FORMAT.md's
-// formulas, deliberately not through proto/, so tests check one against the other.
+// header bytes and the packing of the 6-bit codes are computed here from
+// FORMAT.md's formulas, deliberately not through proto/, so tests check one
+// against the other.
 #include "tests/proto/container_fixture.h"
 
 #include <fmt/format.h>
@@ -50,9 +51,10 @@ Geometry geometry(uint32_t hidden, uint32_t width) {
   Geometry g{};
   uint64_t cursor = 64;
   for (int k = 0; k < 3; ++k) {
-    g.rows_padded[k] = static_cast<uint32_t>(align(rows[k], 16));
+    g.rows_padded[k] = static_cast<uint32_t>(align(rows[k], 32));
     g.offsets[k] = static_cast<uint32_t>(cursor);
-    cursor = align(cursor + uint64_t{g.rows_padded[k]} * (cols[k] / 8) * 3, 64);
+    // 48 bytes per (row block of 32, vector of 4).
+    cursor = align(cursor + uint64_t{g.rows_padded[k] / 32} * (cols[k] / 4) * 48, 64);
   }
   g.scales_off = static_cast<uint32_t>(cursor);
   g.payload_end = g.scales_off + 2 * (g.rows_padded[0] + g.rows_padded[1] + g.rows_padded[2]);
@@ -63,16 +65,21 @@ Geometry geometry(uint32_t hidden, uint32_t width) {
 std::string build_record(const Geometry& g, uint32_t layer, uint32_t expert, uint32_t codebook_base,
                          const std::array<FixtureMatrix, 3>& matrices) {
   std::string record(g.stride, '\0');
+  const auto set_bits = [&](uint64_t offset, uint32_t bits) {
+    record[offset] = static_cast<char>(static_cast<uint8_t>(record[offset]) | bits);
+  };
   uint32_t scale_cursor = g.scales_off;
   for (int k = 0; k < 3; ++k) {
     const FixtureMatrix& m = matrices[k];
-    const uint32_t nv = m.cols / 8;
+    const uint32_t nv = m.cols / 4;
     for (uint32_t r = 0; r < m.rows; ++r) {
+      const uint32_t i = r % 16, h = r % 32 / 16;
       for (uint32_t v = 0; v < nv; ++v) {
-        for (int s = 0; s < 3; ++s) {
-          const uint64_t position =
-              ((uint64_t{r / 16} * nv * 3 + uint64_t{v} * 3 + s) * 16) + r % 16;
-          record[g.offsets[k] + position] = static_cast<char>(m.index(r, v, s));
+        const uint64_t unit = g.offsets[k] + (uint64_t{r / 32} * nv + v) * 48;
+        for (int s = 0; s < 2; ++s) {
+          const uint32_t code = m.index(r, v, s), lo = code % 16, hi = code / 16;
+          set_bits(unit + 16 * s + i, lo << 4 * h);
+          set_bits(unit + 32 + i, hi << (4 * s + 2 * h));
         }
       }
       put_le(record, scale_cursor + 2 * r, m.scales[r], 2);
@@ -82,7 +89,7 @@ std::string build_record(const Geometry& g, uint32_t layer, uint32_t expert, uin
   const uint32_t crc = static_cast<uint32_t>(
       ::crc32(0L, reinterpret_cast<const Bytef*>(record.data()) + 64, g.payload_end - 64));
   put_le(record, 0, 0x52584C53, 4);
-  put_le(record, 4, 1, 2);
+  put_le(record, 4, 2, 2);
   put_le(record, 6, layer, 2);
   put_le(record, 8, expert, 4);
   put_le(record, 12, codebook_base, 4);
@@ -183,7 +190,7 @@ std::string Fixture::bank_path(uint32_t layer) const {
 }
 
 float fixture_codebook_value(uint32_t id, uint32_t code, uint32_t j) {
-  const int stage = static_cast<int>(id % 3);  // bases are multiples of 9
+  const int stage = static_cast<int>(id % 2);  // bases are multiples of 6
   const int numerator = static_cast<int>((code * 3 + j * 5 + id * 17) % 256) - 128;
   return static_cast<float>(std::ldexp(numerator, -(7 + 5 * stage)));
 }
@@ -192,17 +199,17 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
   Fixture fx;
   fx.dir = dir;
   fx.spec = spec;
-  fx.codebook_count = 9 * spec.layers;
+  fx.codebook_count = 6 * spec.layers;
   std::mt19937_64 rng(spec.seed);
 
-  std::string codebooks(size_t{fx.codebook_count} * 256 * 8 * 4, '\0');
+  std::string codebooks(size_t{fx.codebook_count} * 64 * 4 * 4, '\0');
   for (uint32_t id = 0; id < fx.codebook_count; ++id) {
-    for (uint32_t c = 0; c < 256; ++c) {
-      for (uint32_t j = 0; j < 8; ++j) {
+    for (uint32_t c = 0; c < 64; ++c) {
+      for (uint32_t j = 0; j < 4; ++j) {
         const float value = fixture_codebook_value(id, c, j);
         uint32_t bits;
         std::memcpy(&bits, &value, 4);
-        put_le(codebooks, ((size_t{id} * 256 + c) * 8 + j) * 4, bits, 4);
+        put_le(codebooks, ((size_t{id} * 64 + c) * 4 + j) * 4, bits, 4);
       }
     }
   }
@@ -212,7 +219,7 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
   fx.record_stride = g.stride;
   fx.payload_end = g.payload_end;
   json moe_layers = json::array();
-  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int> code(0, 63);
   for (uint32_t layer = 0; layer < spec.layers; ++layer) {
     std::string bank;
     auto& experts = fx.experts.emplace_back();
@@ -224,12 +231,12 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
         FixtureMatrix& m = matrices[k];
         m.rows = rows[k];
         m.cols = cols[k];
-        for (size_t i = 0; i < size_t{m.rows} * (m.cols / 8) * 3; ++i)
-          m.indices.push_back(static_cast<uint8_t>(byte(rng)));
+        for (size_t i = 0; i < size_t{m.rows} * (m.cols / 4) * 2; ++i)
+          m.indices.push_back(static_cast<uint8_t>(code(rng)));
         for (uint32_t r = 0; r < m.rows; ++r)
           m.scales.push_back(kScaleBits[(r + e + layer * 3 + k) % 8]);
       }
-      bank += build_record(g, layer, e, 9 * layer, matrices);
+      bank += build_record(g, layer, e, 6 * layer, matrices);
       experts.push_back(std::move(matrices));
     }
     write_bytes(fx.bank_path(layer), bank);
@@ -242,7 +249,7 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
                           {"experts", spec.experts},
                           {"record_stride", g.stride},
                           {"bytes", bank.size()},
-                          {"codebook_base", 9 * layer},
+                          {"codebook_base", 6 * layer},
                           {"hidden", spec.hidden},
                           {"expert_width", spec.expert_width},
                           {"records_crc32", records_crc}});
@@ -279,19 +286,19 @@ Fixture write_fixture(const std::string& dir, const FixtureSpec& spec) {
                        {"num_experts_per_tok", spec.top_k}};
   json manifest = {
       {"format", "sluice"},
-      {"format_version", 2},
+      {"format_version", 3},
       {"arch", "olmoe"},
       {"config", config},
       {"source", {{"files", json::array()}, {"config_crc32", 0}}},
       {"expert_quant",
        {{"method", "rvq"},
-        {"stages", 3},
-        {"entries", 256},
-        {"vec_dim", 8},
-        {"index_bits", 8},
+        {"stages", 2},
+        {"entries", 64},
+        {"vec_dim", 4},
+        {"index_bits", 6},
         {"bits_per_weight", 3.0},
-        {"row_block", 16},
-        {"index_layout", "rowblock16.vector.stage.row"},
+        {"row_block", 32},
+        {"index_layout", "rowblock32.vector.split6"},
         {"scale", "f16_row_absmax"},
         {"codebook_sharing", "layer.matrix.stage"},
         {"kmeans",

@@ -58,7 +58,7 @@ struct FixtureSpec {
   uint32_t experts = 5;
   uint32_t top_k = 2;
   uint32_t hidden = 32;
-  uint32_t expert_width = 24;  // not a multiple of 16: gate/up have padding rows
+  uint32_t expert_width = 24;  // not a multiple of 32: gate/up have padding rows
   uint32_t vocab = 64;
   uint64_t seed = 7;
   std::optional<std::string> chat_template;
@@ -70,10 +70,10 @@ struct FixtureSpec {
 struct FixtureMatrix {
   uint32_t rows = 0;
   uint32_t cols = 0;
-  std::vector<uint8_t> indices;  // [row][vector][stage], rows unpadded
+  std::vector<uint8_t> indices;  // 6-bit codes [row][vector of 4][stage of 2], rows unpadded
   std::vector<uint16_t> scales;  // f16 bits per row
   uint8_t index(uint32_t row, uint32_t vector, int stage) const {
-    return indices[(size_t{row} * (cols / 8) + vector) * 3 + static_cast<size_t>(stage)];
+    return indices[(size_t{row} * (cols / 4) + vector) * 2 + static_cast<size_t>(stage)];
   }
 };
 

@@ -129,14 +129,14 @@ TEST_CASE("a valid container opens and reports what the fixture wrote") {
     CHECK(info.experts == spec.experts);
     CHECK(info.record_stride == fx.record_stride);
     CHECK(info.layout.payload_end == fx.payload_end);
-    CHECK(info.codebook_base == 9 * l);
+    CHECK(info.codebook_base == 6 * l);
   }
   CHECK(c.find_moe_layer(spec.layers) == nullptr);
   SLUICE_CHECK_ERROR_CONTAINS(c.moe_layer(spec.layers), "is not a MoE layer");
   CHECK(c.expert_bytes() == uint64_t{spec.layers} * spec.experts * fx.record_stride);
   CHECK(c.record_count() == uint64_t{spec.layers} * spec.experts);
   CHECK(c.trunk_bytes() == fx.trunk_bytes);
-  CHECK(c.codebooks_bytes() == uint64_t{fx.codebook_count} * 8192);
+  CHECK(c.codebooks_bytes() == uint64_t{fx.codebook_count} * 1024);
   CHECK(c.trunk_tensors().size() == fx.trunk.size());
   REQUIRE(c.tokenizer_paths().size() == 2);
   CHECK(c.tokenizer_paths()[0] == tmp.path() + "/tokenizer.json");
@@ -164,8 +164,8 @@ TEST_CASE("codebooks and trunk tensors load with the values written") {
   const Codebooks books = c.load_codebooks();
   REQUIRE(books.count() == fx.codebook_count);
   for (uint32_t id = 0; id < books.count(); ++id) {
-    for (uint32_t code = 0; code < 256; code += 37) {
-      for (uint32_t j = 0; j < 8; ++j)
+    for (uint32_t code = 0; code < 64; code += 9) {
+      for (uint32_t j = 0; j < 4; ++j)
         CHECK(books.entry(id, static_cast<uint8_t>(code))[j] ==
               testing::fixture_codebook_value(id, code, j));
     }
@@ -299,7 +299,7 @@ TEST_CASE("injected read faults are refused naming the record or file") {
     SLUICE_CHECK_ERROR_CONTAINS(c.load_trunk_tensor(fx.trunk[2].name), "short read");
   }
   SUBCASE("EIO on the codebooks") {
-    fs.add({"codebooks.bin", Fault::kEio, 8192 * 3});
+    fs.add({"codebooks.bin", Fault::kEio, 1024 * 3});
     const Container c = Container::open(tmp.path(), fs);
     SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), tmp.path() + "/codebooks.bin");
   }
@@ -335,17 +335,17 @@ TEST_CASE("damaged or missing files are refused at open, naming the file") {
     SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "trunk.bin: file is");
   }
   SUBCASE("codebooks of the wrong size") {
-    testing::truncate_file(tmp.path() + "/codebooks.bin", 8192);
-    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "codebooks.bin: file is 8192 bytes");
+    testing::truncate_file(tmp.path() + "/codebooks.bin", 1024);
+    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "codebooks.bin: file is 1024 bytes");
   }
   SUBCASE("a flipped codebook byte") {
-    testing::flip_byte(tmp.path() + "/codebooks.bin", 3 * 8192 + 77);
+    testing::flip_byte(tmp.path() + "/codebooks.bin", 3 * 1024 + 77);
     const Container c = Container::open(tmp.path());
     SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), "codebooks.bin: checksum mismatch (manifest says");
   }
   SUBCASE("a non-finite codebook entry under a matching checksum") {
     const char inf[4] = {0, 0, static_cast<char>(0x80), 0x7f};
-    overwrite_and_reseal_codebooks(fx, ((2 * 256 + 5) * 8 + 3) * 4, inf);
+    overwrite_and_reseal_codebooks(fx, ((2 * 64 + 5) * 4 + 3) * 4, inf);
     const Container c = Container::open(tmp.path());
     SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), "codebook 2 entry 5 element 3 is inf, outside [-4, 4]");
   }
@@ -353,7 +353,7 @@ TEST_CASE("damaged or missing files are refused at open, naming the file") {
     const float huge = 6.7e28f;  // the value one flipped byte made in the probe
     char bytes[4];
     std::memcpy(bytes, &huge, 4);
-    overwrite_and_reseal_codebooks(fx, ((7 * 256) * 8) * 4, bytes);
+    overwrite_and_reseal_codebooks(fx, ((7 * 64) * 4) * 4, bytes);
     const Container c = Container::open(tmp.path());
     SLUICE_CHECK_ERROR_CONTAINS(c.load_codebooks(), "codebook 7 entry 0 element 0 is 6.7e+28, outside [-4, 4]");
   }
@@ -374,11 +374,20 @@ TEST_CASE("damaged or missing files are refused at open, naming the file") {
   SUBCASE("no such directory") {
     SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path() + "/nope.sluice"), "no such container");
   }
-  SUBCASE("format_version 3") {
+  SUBCASE("format_version 4, from a newer build") {
     auto manifest = testing::read_json(fx.manifest_path());
-    manifest["format_version"] = 3;
+    manifest["format_version"] = 4;
     testing::write_manifest(fx.manifest_path(), manifest);
-    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "format_version 3 is not supported");
+    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()), "format_version 4 is not supported");
+  }
+  SUBCASE("format_version 2, the layout of 8-weight codes") {
+    auto manifest = testing::read_json(fx.manifest_path());
+    manifest["format_version"] = 2;
+    testing::write_manifest(fx.manifest_path(), manifest);
+    SLUICE_CHECK_ERROR_CONTAINS(Container::open(tmp.path()),
+                                fx.manifest_path() +
+                                    ": format_version 2 is not supported (this build reads "
+                                    "format_version 3; convert the checkpoint again)");
   }
 }
 

@@ -65,8 +65,8 @@ TEST_CASE("sluice info --json reports the numbers the fixture was built with") {
   CHECK(d["records"] == 18);
   CHECK(d["record_bytes"] == fx.record_stride);
   CHECK(d["expert_bytes"] == uint64_t{18} * fx.record_stride);
-  CHECK(d["codebook_count"] == 27);
-  CHECK(d["codebooks_bytes"] == 27 * 8192);
+  CHECK(d["codebook_count"] == 18);
+  CHECK(d["codebooks_bytes"] == 18 * 1024);
   CHECK(d["codebook_sharing"] == "layer.matrix.stage");
   CHECK(d["index_bits_per_weight"] == 3.0);
   CHECK(d["bits_per_weight"].get<double>() ==
@@ -126,7 +126,7 @@ TEST_CASE("sluice verify names a damaged trunk tensor and damaged codebooks") {
   testing::TempDir tmp;
   const testing::Fixture fx = testing::write_fixture(tmp.path());
   testing::flip_byte(tmp.path() + "/trunk.bin", fx.trunk[1].offset + 17);  // q_proj data
-  testing::flip_byte(tmp.path() + "/codebooks.bin", 9 * 8192 + 4);
+  testing::flip_byte(tmp.path() + "/codebooks.bin", 6 * 1024 + 4);
   const Run run = sluice("verify --json " + tmp.path());
   CHECK(run.status == 1);
   const json d = json::parse(run.out);
@@ -174,6 +174,22 @@ TEST_CASE("info and verify refuse a container that is not there or not finished"
   const Run missing = sluice("verify " + tmp.path() + "/absent.sluice", true);
   CHECK(missing.status == 1);
   CHECK(missing.out.find("no such container directory") != std::string::npos);
+}
+
+TEST_CASE("info and verify refuse a format_version 2 container, saying to convert it again") {
+  testing::TempDir tmp;
+  const testing::Fixture fx = testing::write_fixture(tmp.path());
+  json manifest = testing::read_json(fx.manifest_path());
+  manifest["format_version"] = 2;
+  testing::write_manifest(fx.manifest_path(), manifest);
+  for (const char* command : {"info ", "verify "}) {
+    CAPTURE(command);
+    const Run run = sluice(command + tmp.path(), true);
+    CHECK(run.status == 1);
+    CHECK(run.out.find(fx.manifest_path() +
+                       ": format_version 2 is not supported (this build reads format_version 3; "
+                       "convert the checkpoint again)") != std::string::npos);
+  }
 }
 
 }  // namespace

@@ -45,12 +45,12 @@ TEST_CASE("the fixture's manifest parses to the numbers it was written with") {
   CHECK(parsed.top_k == 2);
   CHECK(parsed.vocab_size == 64);
   CHECK(parsed.hidden_size == 32);
-  CHECK(parsed.codebook_count == 27);
+  CHECK(parsed.codebook_count == 18);
   CHECK(parsed.bits_per_weight == 3.0);
   REQUIRE(parsed.moe_layers.size() == 3);
   CHECK(parsed.moe_layers[2].layer == 2);
   CHECK(parsed.moe_layers[2].file == "experts-L002.bin");
-  CHECK(parsed.moe_layers[2].codebook_base == 18);
+  CHECK(parsed.moe_layers[2].codebook_base == 12);
   CHECK(parsed.trunk_tensors.size() == 4);
   CHECK(parsed.tokenizer_files.size() == 2);
   CHECK_FALSE(parsed.chat_template.has_value());
@@ -80,14 +80,21 @@ TEST_CASE("any edit of a manifest value is caught by manifest_crc32, however wel
 
 TEST_CASE("version, format and arch are checked first") {
   json m = valid_manifest();
-  SUBCASE("format_version 3") {
-    m["format_version"] = 3;
-    refused(m, "format_version 3 is not supported (this build reads format_version 2)");
+  SUBCASE("format_version 4") {
+    m["format_version"] = 4;
+    refused(m, "format_version 4 is not supported (this build reads format_version 3)");
+  }
+  SUBCASE("format_version 2, a container of 8-weight codes in 3 stages") {
+    m["format_version"] = 2;
+    refused(m,
+            "M/manifest.json: format_version 2 is not supported (this build reads "
+            "format_version 3; convert the checkpoint again)");
   }
   SUBCASE("format_version 1, a container from before the checksums") {
     m["format_version"] = 1;
-    refused(m, "format_version 1 is not supported (this build reads format_version 2; convert the "
-               "checkpoint again)");
+    refused(m,
+            "format_version 1 is not supported (this build reads format_version 3; convert the "
+            "checkpoint again)");
   }
   SUBCASE("format_version 0") {
     m["format_version"] = 0;
@@ -172,14 +179,18 @@ TEST_CASE("FORMAT.md bounds are enforced") {
     refused(m, "moe_layers[0].record_stride is");
   }
   SUBCASE("codebook id out of range") {
-    m["moe_layers"][2]["codebook_base"] = 19;
+    m["moe_layers"][2]["codebook_base"] = 13;
     refused(
         m,
-        "moe_layers[2].codebook_base is 19; it needs codebooks up to 27 but the container has 27");
+        "moe_layers[2].codebook_base is 13; it needs codebooks up to 18 but the container has 18");
   }
   SUBCASE("codebook bytes disagree with the count") {
-    m["codebooks"]["count"] = 28;
+    m["codebooks"]["count"] = 19;
     refused(m, "codebooks.bytes is");
+  }
+  SUBCASE("codebook bytes of the old 256 × 8 codebooks") {
+    m["codebooks"]["bytes"] = 18 * 8192;
+    refused(m, "codebooks.bytes is 147456, but 18 codebooks of 1024 bytes take 18432");
   }
   SUBCASE("layer index beyond the model") {
     m["moe_layers"][2]["layer"] = 3;
@@ -292,8 +303,27 @@ TEST_CASE("FORMAT.md bounds are enforced") {
     refused(m, "trunk.tensors[1] repeats the tensor name");
   }
   SUBCASE("unsupported quantization") {
-    m["expert_quant"]["stages"] = 4;
-    refused(m, "expert_quant.stages is 4; this build reads only 3");
+    m["expert_quant"]["stages"] = 3;
+    refused(m, "expert_quant.stages is 3; this build reads only 2");
+  }
+  SUBCASE("the old codebook shape") {
+    m["expert_quant"]["entries"] = 256;
+    refused(m, "expert_quant.entries is 256; this build reads only 64");
+    m["expert_quant"]["entries"] = 64;
+    m["expert_quant"]["vec_dim"] = 8;
+    refused(m, "expert_quant.vec_dim is 8; this build reads only 4");
+  }
+  SUBCASE("the old code layout") {
+    m["expert_quant"]["index_layout"] = "rowblock16.vector.stage.row";
+    refused(m,
+            "expert_quant.index_layout is \"rowblock16.vector.stage.row\"; this build reads only "
+            "\"rowblock32.vector.split6\"");
+    m["expert_quant"]["index_layout"] = "rowblock32.vector.split6";
+    m["expert_quant"]["index_bits"] = 8;
+    refused(m, "expert_quant.index_bits is 8; this build reads only 6");
+    m["expert_quant"]["index_bits"] = 6;
+    m["expert_quant"]["row_block"] = 16;
+    refused(m, "expert_quant.row_block is 16; this build reads only 32");
   }
   SUBCASE("no MoE layers") {
     m["moe_layers"] = json::array();

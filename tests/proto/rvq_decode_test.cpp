@@ -18,8 +18,8 @@ using testing::FixtureMatrix;
 
 float expected_weight(const FixtureMatrix& m, uint32_t base, int kind, uint32_t row, uint32_t col) {
   double sum = 0.0;  // exact: the fixture's values are short dyadic rationals
-  for (int s = 0; s < 3; ++s) {
-    sum += testing::fixture_codebook_value(base + 3 * kind + s, m.index(row, col / 8, s), col % 8);
+  for (int s = 0; s < 2; ++s) {
+    sum += testing::fixture_codebook_value(base + 2 * kind + s, m.index(row, col / 4, s), col % 4);
   }
   return static_cast<float>(sum * static_cast<double>(f16_to_f32(m.scales[row])));
 }
@@ -29,12 +29,12 @@ TEST_CASE("every matrix of every record decodes to the hand-computed weights") {
   testing::FixtureSpec spec;
   spec.layers = 3;
   spec.experts = 4;
-  spec.hidden = 40;        // 5 vectors per row
-  spec.expert_width = 24;  // gate/up rows 24 → 32 padded
+  spec.hidden = 40;        // 10 vectors per row
+  spec.expert_width = 24;  // gate/up rows 24 → 32 padded; down rows 40 → 64, two row blocks
   const Fixture fx = testing::write_fixture(tmp.path(), spec);
   const Container container = Container::open(tmp.path());
   const Codebooks codebooks = container.load_codebooks();
-  REQUIRE(codebooks.count() == 9 * spec.layers);
+  REQUIRE(codebooks.count() == 6 * spec.layers);
   AlignedBuffer record(fx.record_stride, 4096);
   int nonzero = 0, subnormal_scaled = 0;
   for (uint32_t layer = 0; layer < spec.layers; ++layer) {
@@ -49,7 +49,7 @@ TEST_CASE("every matrix of every record decodes to the hand-computed weights") {
         REQUIRE(w.size() == size_t{m.rows} * m.cols);
         for (uint32_t r = 0; r < m.rows; ++r) {
           for (uint32_t c = 0; c < m.cols; ++c) {
-            const float want = expected_weight(m, 9 * layer, k, r, c);
+            const float want = expected_weight(m, 6 * layer, k, r, c);
             if (w[size_t{r} * m.cols + c] != want) {
               FAIL("layer ", layer, " expert ", e, " ", matrix_kind_name(kind), " [", r, ",", c,
                    "]: got ", w[size_t{r} * m.cols + c], " want ", want);
@@ -65,29 +65,36 @@ TEST_CASE("every matrix of every record decodes to the hand-computed weights") {
   CHECK(subnormal_scaled > 0);  // subnormal f16 scales were exercised
 }
 
-TEST_CASE("the decoder sums stages in order 0, 1, 2 in f32 before scaling") {
-  // Stage values chosen so only (a + b) + c keeps the small term: a + (b + c)
-  // and (a + c) + b both lose it to rounding.
-  std::vector<float> values(size_t{9} * 256 * 8, 0.0f);
-  values[(size_t{0} * 256 + 1) * 8 + 0] = 1.0f;   // gate stage 0, code 1
-  values[(size_t{1} * 256 + 1) * 8 + 0] = -1.0f;  // gate stage 1
-  values[(size_t{2} * 256 + 1) * 8 + 0] = 1e-8f;  // gate stage 2
-  const Codebooks codebooks(9, values);
-  const RecordLayout layout = RecordLayout::compute(8, 8);
+TEST_CASE("the decoder reads the code bits FORMAT.md gives and sums stages before scaling") {
+  // Gate [32, 8] (2 vectors per row). Row 17, vector 1: unit 48, i = 1, h = 1;
+  // stage 0 code 37 = 5 + 16 · 2, stage 1 code 58 = 10 + 16 · 3.
+  std::vector<float> values(size_t{6} * 64 * 4, 0.0f);
+  values[(size_t{0} * 64 + 37) * 4 + 2] = 1.0f;      // gate stage 0, code 37, element 2
+  values[(size_t{1} * 64 + 58) * 4 + 2] = 0x1p-24f;  // gate stage 1, code 58, element 2
+  const Codebooks codebooks(6, values);
+  const RecordLayout layout = RecordLayout::compute(8, 32);
   AlignedBuffer record(layout.stride, 4096);
-  const RvqMatrixShape& gate = layout.matrices[0];
-  for (int s = 0; s < 3; ++s) record.data()[layout.gate_off + gate.index_position(0, 0, s)] = 1;
-  record.data()[layout.scales_offset(MatrixKind::kGate)] = 0x00;
-  record.data()[layout.scales_offset(MatrixKind::kGate) + 1] = 0x40;  // f16 2.0
+  uint8_t* gate = record.data() + layout.gate_off;
+  gate[48 + 1] = 5 << 4;                // stage 0 low bits, upper nibble (h = 1)
+  gate[48 + 16 + 1] = 10 << 4;          // stage 1 low bits
+  gate[48 + 32 + 1] = 2 << 2 | 3 << 6;  // high bits: stage 0 at 2-3, stage 1 at 6-7
+  uint8_t* scale = record.data() + layout.scales_offset(MatrixKind::kGate) + 2 * 17;
+  scale[0] = 0x00;
+  scale[1] = 0x42;  // f16 3.0
   const std::vector<float> w =
       decode_rvq_matrix(record.data(), layout, MatrixKind::kGate, codebooks, 0);
-  CHECK(1.0f + (-1.0f + 1e-8f) == 0.0f);  // the other order really differs
-  CHECK(w[0] == 1e-8f * 2.0f);
-  CHECK(w[1] == 0.0f);
+  // 1 + 2^-24 rounds to 1 in f32, so the weight is exactly 3; scaling each
+  // stage first, or summing in double, gives 3 + 2^-22.
+  CHECK(3.0f * 1.0f + 3.0f * 0x1p-24f == 3.0f + 0x1p-22f);
+  CHECK(static_cast<float>(3.0 * (1.0 + 0x1p-24)) == 3.0f + 0x1p-22f);
+  CHECK(w[17 * 8 + 4 + 2] == 3.0f);
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (i != 17 * 8 + 4 + 2) REQUIRE(w[i] == 0.0f);
+  }
 }
 
 TEST_CASE("the decoder refuses codebooks that do not cover the layer") {
-  const Codebooks codebooks(9, std::vector<float>(size_t{9} * 256 * 8, 0.0f));
+  const Codebooks codebooks(6, std::vector<float>(size_t{6} * 64 * 4, 0.0f));
   const RecordLayout layout = RecordLayout::compute(8, 8);
   AlignedBuffer record(layout.stride, 4096);
   SLUICE_CHECK_ERROR_CONTAINS(

@@ -55,7 +55,7 @@ TEST_CASE("every instruction set's batched search equals the scalar search") {
       std::vector<float> vectors(count * kRvqVecDim);
       for (float& x : vectors) x = normal(rng);
       for (size_t i = 0; i < count; i += 5)
-        std::copy(book.entry(int(i % 256)), book.entry(int(i % 256)) + kRvqVecDim,
+        std::copy(book.entry(int(i % kRvqEntries)), book.entry(int(i % kRvqEntries)) + kRvqVecDim,
                   &vectors[i * kRvqVecDim]);
       std::vector<uint8_t> expected(count);
       for (size_t i = 0; i < count; ++i)
@@ -88,13 +88,14 @@ TEST_CASE("NaN vectors get code 0 on every instruction set, beside ordinary ones
 
 TEST_CASE("ties take the lowest code") {
   std::vector<float> entries(kRvqEntries * kRvqVecDim, 5.0f);
-  // Codes 200 and 9 hold the same point; 3 and 130 sit at equal distance from 0.
+  // Codes 60 and 9 hold the same point; 3 and 50 sit at equal distance from
+  // 0. The later twin of each sits in another 8- and 16-lane group.
   for (int j = 0; j < kRvqVecDim; ++j)
-    entries[200 * kRvqVecDim + j] = entries[9 * kRvqVecDim + j] = 2.0f;
+    entries[60 * kRvqVecDim + j] = entries[9 * kRvqVecDim + j] = 2.0f;
   std::fill(entries.begin() + 3 * kRvqVecDim, entries.begin() + 4 * kRvqVecDim, 0.0f);
-  std::fill(entries.begin() + 130 * kRvqVecDim, entries.begin() + 131 * kRvqVecDim, 0.0f);
+  std::fill(entries.begin() + 50 * kRvqVecDim, entries.begin() + 51 * kRvqVecDim, 0.0f);
   entries[3 * kRvqVecDim] = 1.0f;
-  entries[130 * kRvqVecDim] = -1.0f;
+  entries[50 * kRvqVecDim] = -1.0f;
   const Codebook book(entries.data());
   float on_duplicate[kRvqVecDim];
   std::fill(on_duplicate, on_duplicate + kRvqVecDim, 2.0f);

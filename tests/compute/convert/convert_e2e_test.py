@@ -81,7 +81,11 @@ class ConvertTest(unittest.TestCase):
             manifest = json.load(f)
         with open(os.path.join(src, "config.json")) as f:
             config = json.load(f)
-        self.assertEqual(manifest["format_version"], 2)
+        self.assertEqual(manifest["format_version"], 3)
+        self.assertEqual({k: v for k, v in manifest["expert_quant"].items() if k != "kmeans"},
+                         {"method": "rvq", "stages": 2, "entries": 64, "vec_dim": 4, "index_bits": 6,
+                          "bits_per_weight": 3.0, "row_block": 32, "index_layout": "rowblock32.vector.split6",
+                          "scale": "f16_row_absmax", "codebook_sharing": "layer.matrix.stage"})
         self.assertEqual(manifest["arch"], config["model_type"])
         self.assertEqual(manifest["config"], config)
         self.assertEqual(sorted(n for n in os.listdir(out)),
@@ -98,11 +102,11 @@ class ConvertTest(unittest.TestCase):
             self.assertEqual(t["offset"] % 64, 0, t["name"])
             self.assertLessEqual(max(t["offset"] + t["bytes"], t["scale_offset"] + t["scale_bytes"]), trunk["bytes"])
         books = manifest["codebooks"]
-        self.assertEqual(books["count"], 9 * len(manifest["moe_layers"]))
+        self.assertEqual(books["count"], 6 * len(manifest["moe_layers"]))
         self.assertEqual(os.path.getsize(os.path.join(out, "codebooks.bin")), books["bytes"])
-        self.assertEqual(books["bytes"], books["count"] * 8192)
+        self.assertEqual(books["bytes"], books["count"] * 1024)
         for index, layer in enumerate(manifest["moe_layers"]):
-            self.assertEqual(layer["codebook_base"], 9 * index)
+            self.assertEqual(layer["codebook_base"], 6 * index)
             self.assertEqual(layer["experts"], config["num_experts"])
             stride = layer["record_stride"]
             self.assertEqual(stride % 4096, 0)
@@ -116,7 +120,7 @@ class ConvertTest(unittest.TestCase):
                 magic, version, layer_id, expert, book, rec_stride = struct.unpack_from("<IHHIII", record, 0)
                 payload_end, crc = struct.unpack_from("<II", record, 36)
                 self.assertEqual((magic, version, layer_id, expert, book, rec_stride),
-                                 (0x52584C53, 1, layer["layer"], e, layer["codebook_base"], stride))
+                                 (0x52584C53, 2, layer["layer"], e, layer["codebook_base"], stride))
                 self.assertEqual(crc, zlib.crc32(record[64:payload_end]))
         return manifest
 
@@ -261,6 +265,25 @@ class ConvertTest(unittest.TestCase):
         run = convert(self.olmoe, out)  # a finished container of another source
         self.assertNotEqual(run.returncode, 0)
         self.assertIn("different source", run.stderr)
+
+    def test_finished_container_of_an_older_format_is_refused_then_forced(self):
+        out, fresh = self.out("older"), self.out("older-fresh")
+        self.assertEqual(convert(self.olmoe, fresh).returncode, 0)
+        shutil.copytree(fresh, out)
+        path = os.path.join(out, "manifest.json")
+        with open(path) as f:
+            manifest = json.load(f)
+        manifest["format_version"] = 2  # the same source and parameters, the 8-weight layout
+        with open(path, "w") as f:
+            json.dump(manifest, f)
+        run = convert(self.olmoe, out)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn(f"{out}: holds a container of format_version 2 (this build writes 3); use --force",
+                      run.stderr)
+        run = convert(self.olmoe, out, "--force", "--json")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertFalse(json.loads(run.stdout)["already_complete"])
+        self.assertEqual(tree(out), tree(fresh))
 
     def test_head_quant_stores_only_the_lm_head_in_that_format(self):
         def formats(out):

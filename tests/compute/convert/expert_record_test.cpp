@@ -1,8 +1,7 @@
 // tests/compute/convert/expert_record_test.cpp: an encoded record decoded
-// here straight from the FORMAT.md text (byte offsets, index positions,
-// reconstruction formula): header fields, crc, padding rows, and the
-// reconstruction error on Gaussian weights (expected near the reference
-// engine's 19-20% for vq3).
+// here straight from the FORMAT.md text (byte offsets, the packing of the
+// 6-bit codes, reconstruction formula): header fields, crc, padding rows,
+// and the reconstruction error on Gaussian weights.
 #include "compute/convert/expert_record.h"
 
 #include <zlib.h>
@@ -23,6 +22,17 @@ namespace {
 
 uint32_t u32_at(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | uint32_t{p[3]} << 24; }
 uint16_t u16_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+
+// The code of (row r, vector v, stage s) in one matrix's index bytes, as
+// FORMAT.md's "Index bytes" spell it out: the 48-byte unit of (r / 32, v),
+// lane i = r % 16, half h = (r % 32) / 16.
+int format_code(const uint8_t* indices, uint32_t nv, uint32_t r, uint32_t v, int s) {
+  const uint8_t* unit = indices + (size_t{r / 32} * nv + v) * 48;
+  const uint32_t i = r % 16, h = r % 32 / 16;
+  const int lo = unit[16 * s + i] >> (4 * h) & 0xF;
+  const int hi = unit[32 + i] >> (4 * s + 2 * h) & 0x3;
+  return lo + 16 * hi;
+}
 
 struct Expert {
   uint32_t hidden, width;
@@ -54,7 +64,7 @@ LayerCodebooks train_for(const Expert& e, const RecordLayout& layout) {
 }
 
 TEST_CASE("a record decodes back by the FORMAT.md rules") {
-  const uint32_t hidden = 128, width = 40;  // 40 rows pad to 48; down has 5 vectors per row
+  const uint32_t hidden = 128, width = 40;  // 40 rows pad to 64; down has 10 vectors per row
   Expert e = gaussian_expert(hidden, width, 1);
   std::fill(e.w[0].begin() + 3 * hidden, e.w[0].begin() + 4 * hidden, 0.0f);  // gate row 3 all zero
   const RecordLayout layout = RecordLayout::compute(hidden, width);
@@ -64,7 +74,7 @@ TEST_CASE("a record decodes back by the FORMAT.md rules") {
                                            books, 7, 5, 63, record.data());
   const uint8_t* r = record.data();
   CHECK(u32_at(r) == 0x52584C53u);
-  CHECK(u16_at(r + 4) == 1);
+  CHECK(u16_at(r + 4) == 2);
   CHECK(u16_at(r + 6) == 7);
   CHECK(u32_at(r + 8) == 5);
   CHECK(u32_at(r + 12) == 63);
@@ -80,16 +90,16 @@ TEST_CASE("a record decodes back by the FORMAT.md rules") {
   const uint32_t rows[3] = {width, width, hidden}, cols[3] = {hidden, hidden, width};
   uint32_t scale_cursor = scales_off;
   for (int k = 0; k < 3; ++k) {
-    const uint32_t nv = cols[k] / 8, rows_padded = (rows[k] + 15) / 16 * 16;
+    const uint32_t nv = cols[k] / 4, rows_padded = (rows[k] + 31) / 32 * 32;
     CHECK(offsets[k] % 64 == 0);
     double err = 0, norm = 0;
     for (uint32_t row = 0; row < rows_padded; ++row) {
       const uint16_t scale = u16_at(r + scale_cursor + 2 * row);
-      auto index = [&](uint32_t v, int s) { return r[offsets[k] + ((row / 16) * nv * 3 + v * 3 + s) * 16 + row % 16]; };
+      auto index = [&](uint32_t v, int s) { return format_code(r + offsets[k], nv, row, v, s); };
       if (row >= rows[k]) {
         REQUIRE(scale == 0);
         for (uint32_t v = 0; v < nv; ++v) {
-          for (int s = 0; s < 3; ++s) REQUIRE(index(v, s) == 0);
+          for (int s = 0; s < 2; ++s) REQUIRE(index(v, s) == 0);
         }
         continue;
       }
@@ -97,10 +107,10 @@ TEST_CASE("a record decodes back by the FORMAT.md rules") {
       for (uint32_t c = 0; c < cols[k]; ++c) amax = std::max(amax, std::fabs(e.w[k][row * cols[k] + c]));
       REQUIRE(scale == f32_to_f16(amax));
       for (uint32_t v = 0; v < nv; ++v) {
-        for (int j = 0; j < 8; ++j) {
-          float sum = 0.0f;
-          for (int s = 0; s < 3; ++s) sum += books[k * 3 + s].entry(index(v, s))[j];
-          const double w = e.w[k][row * cols[k] + v * 8 + j];
+        for (int j = 0; j < 4; ++j) {
+          const float sum =
+              books[k * 2].entry(index(v, 0))[j] + books[k * 2 + 1].entry(index(v, 1))[j];
+          const double w = e.w[k][row * cols[k] + v * 4 + j];
           const double w_hat = f16_to_f32(scale) * sum;
           err += (w - w_hat) * (w - w_hat);
           norm += w * w;
@@ -126,18 +136,22 @@ TEST_CASE("encoding each stage takes the nearest code of the residual") {
   std::vector<float> u(e.w[2].size());
   std::vector<uint16_t> scales(m.rows);
   normalise_rows(e.w[2].data(), m.rows, m.cols, u.data(), scales.data(), "d");
+  int high_codes = 0;  // codes of 16 and up: their top bits sit in the shared bytes
   for (uint32_t row = 0; row < m.rows; ++row) {
     for (uint32_t v = 0; v < m.vectors_per_row(); ++v) {
-      float residual[8];
-      for (int j = 0; j < 8; ++j) residual[j] = u[row * m.cols + v * 8 + j];
-      for (int s = 0; s < 3; ++s) {
-        const Codebook& book = books[2 * 3 + s];
+      float residual[4];
+      for (int j = 0; j < 4; ++j) residual[j] = u[row * m.cols + v * 4 + j];
+      for (int s = 0; s < 2; ++s) {
+        const Codebook& book = books[2 * 2 + s];
         const int code = nearest_code_scalar(book, residual);
-        REQUIRE(record[layout.down_off + m.index_position(row, v, s)] == code);
-        for (int j = 0; j < 8; ++j) residual[j] -= book.entry(code)[j];
+        REQUIRE(format_code(record.data() + layout.down_off, m.vectors_per_row(), row, v, s) ==
+                code);
+        high_codes += code >= 16;
+        for (int j = 0; j < 4; ++j) residual[j] -= book.entry(code)[j];
       }
     }
   }
+  CHECK(high_codes > 0);
 }
 
 TEST_CASE("Gaussian experts reconstruct with about 20% relative error") {
@@ -158,7 +172,7 @@ TEST_CASE("Gaussian experts reconstruct with about 20% relative error") {
       all.insert(all.end(), u.begin(), u.end());
     }
     const auto stages = train_rvq(all, {static_cast<uint64_t>(k), 12, 2});
-    for (int s = 0; s < 3; ++s) books[k * 3 + s] = stages[s];
+    for (int s = 0; s < 2; ++s) books[k * 2 + s] = stages[s];
   }
   std::vector<uint8_t> record(layout.stride);
   for (uint32_t i = 0; i < experts.size(); ++i) {

@@ -50,15 +50,20 @@ def align(value, to):
     return (value + to - 1) // to * to
 
 
+def index_bytes(rows, cols):
+    """FORMAT.md "Index bytes": 48 bytes per row block of 32 and vector of 4."""
+    return align(rows, 32) // 32 * (cols // 4) * 48
+
+
 def record_geometry(hidden, width):
     """FORMAT.md "Expert records": the section offsets and the stride."""
     offsets, at = [], 64
     shapes = [(width, hidden), (width, hidden), (hidden, width)]
     for rows, cols in shapes:
         offsets.append(at)
-        at = align(at + align(rows, 16) * (cols // 8) * 3, 64)
+        at = align(at + index_bytes(rows, cols), 64)
     scales_off = at
-    payload_end = scales_off + sum(align(rows, 16) for rows, _ in shapes) * 2
+    payload_end = scales_off + sum(align(rows, 32) for rows, _ in shapes) * 2
     return offsets, scales_off, payload_end, align(payload_end, 4096)
 
 
@@ -71,7 +76,7 @@ def check_headers(test, container, manifest):
                 f.seek(e * stride)
                 record = f.read(stride)
                 fields = struct.unpack("<IHHIIIIIIIII", record[:44])
-                test.assertEqual(fields, (0x52584C53, 1, layer["layer"], e, layer["codebook_base"], stride,
+                test.assertEqual(fields, (0x52584C53, 2, layer["layer"], e, layer["codebook_base"], stride,
                                           *offsets, scales_off, payload_end, fields[11]))
                 test.assertEqual(fields[11], zlib.crc32(record[64:payload_end]))
                 test.assertEqual(record[44:64], bytes(20))
@@ -114,10 +119,18 @@ class SynthTest(unittest.TestCase):
         self.assertEqual(d["vocab_size"], vocab or want["vocab"])
         # 3 bits per weight of index bytes (§6), then headers, scales and alignment.
         h, w = want["hidden"], want["expert_width"]
-        self.assertEqual(3 * align(w, 16) * (h // 8) * 3, want["payload"])
+        self.assertEqual(2 * index_bytes(w, h) + index_bytes(h, w), want["payload"])
+        self.assertEqual(d["index_bits_per_weight"], 3.0)
         self.assertEqual(d["record_bytes"], record_geometry(h, w)[3])
         with open(os.path.join(out, "manifest.json")) as f:
             manifest = json.load(f)
+        self.assertEqual(manifest["format_version"], 3)
+        self.assertEqual(manifest["expert_quant"],  # FORMAT.md, with no k-means for random contents
+                         {"method": "rvq", "stages": 2, "entries": 64, "vec_dim": 4, "index_bits": 6,
+                          "bits_per_weight": 3.0, "row_block": 32, "index_layout": "rowblock32.vector.split6",
+                          "scale": "f16_row_absmax", "codebook_sharing": "layer.matrix.stage", "kmeans": None})
+        self.assertEqual(manifest["codebooks"]["count"], 6 * len(manifest["moe_layers"]))
+        self.assertEqual(manifest["codebooks"]["bytes"], manifest["codebooks"]["count"] * 1024)
         check_headers(self, out, manifest)
         dump = os.path.join(self.tmp, "logits.f32")
         run = sluice("run", out, "The river", "-n", "2", "--seed", "3", "--temp", "0.8", "--dump-logits", dump)
