@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicepy import SluiceError, container, families, k3, mla, mxfp4, routing, safetensors, vision  # noqa: E402
 from sluicepy.int8_activations import with_int8_activations  # noqa: E402
 from sluicepy.models import MoeModel  # noqa: E402
-from sluicepy.rvq_tables import INT8_TILES_FROM, ContainerExperts  # noqa: E402
+from sluicepy.rvq_tables import ContainerExperts  # noqa: E402
 
 _DESCRIPTION = """\
 Run OLMoE / Qwen3-MoE / DeepSeek-V3 / Kimi K2 / Mixtral / Kimi-Linear in f32 (Kimi K3 in
@@ -80,14 +80,15 @@ def with_engine_experts(model, path, f32_experts=False, decode_crossover=None, i
     unless f32_experts asks for f32 matmuls on the decoded weights; an expert
     that decode_crossover or more tokens of one call chose runs the engine's
     decode-once arithmetic (rvq_decoded.h) instead. With int8_activations its
-    quantized trunk matrices take int8 activations (quant.h), and decode-once
-    experts of INT8_TILES_FROM or more tokens the int8 tiles' arithmetic."""
+    quantized trunk matrices take int8 activations (quant.h), its tables int8
+    codes, and decode-once experts of rvq_tables.INT8_TILES_FROM or more tokens
+    the int8 tiles' arithmetic."""
     if not is_container(path):
         return model
     c = container.Container(path)
     if not f32_experts:
         model.expert_apply = ContainerExperts(c, decode_crossover, activation=getattr(model, "expert_activation", None),
-                                              int8_tiles_from=INT8_TILES_FROM if int8_activations else None)
+                                              int8_activations=int8_activations)
     if int8_activations:
         with_int8_activations(model, {name: t["format"] for name, t in c.trunk.items()})
     return model

@@ -83,7 +83,7 @@ RvqCodebooks::RvqCodebooks(const float* stage0, const float* stage1) {
 namespace detail {
 
 float rvq_build_group_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
-                             uint32_t v_end, int8_t* codes) {
+                             uint32_t v_end, int planes, int8_t* codes) {
   float exact[kRvqGroupVectors][kRvqStages][kRvqEntries];
   float amax = 0.0f;
   for (uint32_t v = v_begin; v < v_end; ++v) {
@@ -98,21 +98,28 @@ float rvq_build_group_scalar(const RvqCodebooks& codebooks, const float* x, uint
       }
     }
   }
-  const auto code_max = static_cast<float>(kRvqTableCodeMax);
-  const float inv = amax > 0.0f ? code_max / amax : 0.0f;
-  for (uint32_t v = v_begin; v < v_end; ++v) {
-    int8_t* out = codes + size_t{v} * kRvqTableVectorBytes;
+  const int32_t code_max = rvq_table_code_max(planes);
+  const float inv = amax > 0.0f ? static_cast<float>(code_max) / amax : 0.0f;
+  for (uint32_t v = v_begin; v < v_end; ++v)
     for (int s = 0; s < kRvqStages; ++s)
-      for (int c = 0; c < kRvqEntries; ++c)
-        out[c / 16 * 32 + s * 16 + c % 16] = static_cast<int8_t>(
-            round_clamped(exact[v - v_begin][s][c] * inv, kRvqTableCodeMax));
-  }
-  return amax > 0.0f ? amax / code_max : 0.0f;
+      for (int c = 0; c < kRvqEntries; ++c) {
+        const int32_t q = round_clamped(exact[v - v_begin][s][c] * inv, code_max);
+        int8_t* at =
+            codes + size_t{v} * planes * kRvqTablePlaneBytes + c / 16 * 32 + s * 16 + c % 16;
+        if (planes == 1) {
+          at[0] = static_cast<int8_t>(q);
+        } else {
+          at[0] = static_cast<int8_t>(static_cast<uint8_t>(q & 255));
+          at[kRvqTablePlaneBytes] = static_cast<int8_t>(q >> 8);
+        }
+      }
+  return amax > 0.0f ? amax / static_cast<float>(code_max) : 0.0f;
 }
 
 void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
                      const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y) {
   const uint32_t nv = m.shape.vectors_per_row();
+  const size_t planes = static_cast<size_t>(table.planes());
   for (size_t t = 0; t < tokens.size(); ++t) {
     const int8_t* codes = table.token_codes(tokens[t]);
     const float* scales = table.token_scales(tokens[t]);
@@ -124,7 +131,10 @@ void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
         for (uint32_t v = v0; v < std::min(nv, v0 + kRvqGroupVectors); ++v)
           for (int s = 0; s < kRvqStages; ++s) {
             const int c = m.shape.code(m.indices, r, v, s);
-            sum += codes[size_t{v} * kRvqTableVectorBytes + c / 16 * 32 + s * 16 + c % 16];
+            const int8_t* at =
+                codes + size_t{v} * planes * kRvqTablePlaneBytes + c / 16 * 32 + s * 16 + c % 16;
+            sum +=
+                planes == 1 ? at[0] : 256 * at[kRvqTablePlaneBytes] + static_cast<uint8_t>(at[0]);
           }
         acc = std::fma(scales[v0 / kRvqGroupVectors], static_cast<float>(sum), acc);
       }
@@ -135,7 +145,7 @@ void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
 
 }  // namespace detail
 
-void RvqTable::resize(uint32_t cols, uint32_t tokens) {
+void RvqTable::resize(uint32_t cols, uint32_t tokens, int planes) {
   if (cols == 0 || cols % kRvqColsMultiple != 0)
     fail("rvq table: {} inputs is not a positive multiple of {}", cols, kRvqColsMultiple);
   if (cols > kRvqMaxCols)
@@ -143,6 +153,7 @@ void RvqTable::resize(uint32_t cols, uint32_t tokens) {
   if (tokens == 0) fail("rvq table: no input vectors");
   cols_ = cols;
   tokens_ = tokens;
+  planes_ = planes;
   // Capacity never shrinks: a rebuild at the same or a smaller size allocates nothing.
   resize_discarding(codes_, tokens * codes_per_token());
   resize_discarding(scales_, size_t{tokens} * groups());
@@ -156,8 +167,9 @@ void RvqTable::build_groups(const RvqCodebooks& codebooks, const float* token_x,
     const auto v0 = static_cast<uint32_t>(g) * kRvqGroupVectors;
     const uint32_t v1 = std::min(nv, v0 + kRvqGroupVectors);
     scales_[size_t{token} * groups() + g] =
-        isa == Isa::kScalar ? detail::rvq_build_group_scalar(codebooks, token_x, v0, v1, codes)
-                            : detail::rvq_build_group_avx2(codebooks, token_x, v0, v1, codes);
+        isa == Isa::kScalar
+            ? detail::rvq_build_group_scalar(codebooks, token_x, v0, v1, planes_, codes)
+            : detail::rvq_build_group_avx2(codebooks, token_x, v0, v1, planes_, codes);
   }
 }
 
@@ -169,7 +181,7 @@ void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t col
 
 void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uint32_t cols,
                       uint32_t tokens, const Exec& exec, const RvqMatrixView* then) {
-  for (const RvqTableBuild& b : builds) b.table->resize(cols, tokens);
+  for (const RvqTableBuild& b : builds) b.table->resize(cols, tokens, rvq_table_planes(exec.trunk));
   if (builds.empty()) return;
   // Grains in (token, table, group) order, so the first token's grains come
   // first and request `then` while the rest build.

@@ -15,7 +15,7 @@
 namespace sluice::kernels::detail {
 
 float rvq_build_group_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
-                           uint32_t v_end, int8_t* codes) {
+                           uint32_t v_end, int planes, int8_t* codes) {
   alignas(32) float exact[kRvqGroupVectors][kRvqStages][kRvqEntries];
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 amax = _mm256_setzero_ps();
@@ -37,9 +37,10 @@ float rvq_build_group_avx2(const RvqCodebooks& codebooks, const float* x, uint32
   _mm256_store_ps(lanes, amax);
   float group_max = 0.0f;
   for (float l : lanes) group_max = std::max(group_max, l);
-  const auto code_max = static_cast<float>(kRvqTableCodeMax);
-  const __m256 inv = _mm256_set1_ps(group_max > 0.0f ? code_max / group_max : 0.0f);
-  const __m256i hi = _mm256_set1_epi32(kRvqTableCodeMax), lo = _mm256_set1_epi32(-kRvqTableCodeMax);
+  const int32_t code_max = rvq_table_code_max(planes);
+  const __m256 inv =
+      _mm256_set1_ps(group_max > 0.0f ? static_cast<float>(code_max) / group_max : 0.0f);
+  const __m256i hi = _mm256_set1_epi32(code_max), lo = _mm256_set1_epi32(-code_max);
   for (uint32_t v = v_begin; v < v_end; ++v)
     for (int s = 0; s < kRvqStages; ++s)
       for (int quarter = 0; quarter < kRvqEntries / 16; ++quarter) {
@@ -50,13 +51,21 @@ float rvq_build_group_avx2(const RvqCodebooks& codebooks, const float* x, uint32
         q1 = _mm256_max_epi32(_mm256_min_epi32(q1, hi), lo);
         // packs works per 128-bit lane: put the halves back in order.
         const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
-        const __m128i bytes =
-            _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + size_t{v} * kRvqTableVectorBytes +
-                                                     32 * quarter + 16 * s),
-                         bytes);
+        const __m128i first = _mm256_castsi256_si128(words),
+                      second = _mm256_extracti128_si256(words, 1);
+        int8_t* at = codes + size_t{v} * planes * kRvqTablePlaneBytes + 32 * quarter + 16 * s;
+        if (planes == 1) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm_packs_epi16(first, second));
+        } else {
+          const __m128i low_byte = _mm_set1_epi16(0xff);
+          _mm_storeu_si128(
+              reinterpret_cast<__m128i*>(at),
+              _mm_packus_epi16(_mm_and_si128(first, low_byte), _mm_and_si128(second, low_byte)));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(at + kRvqTablePlaneBytes),
+                           _mm_packs_epi16(_mm_srai_epi16(first, 8), _mm_srai_epi16(second, 8)));
+        }
       }
-  return group_max > 0.0f ? group_max / code_max : 0.0f;
+  return group_max > 0.0f ? group_max / static_cast<float>(code_max) : 0.0f;
 }
 
 namespace {
@@ -72,61 +81,98 @@ inline __m256i lookup(const __m256i quarters[4], __m256i low, __m256i bit4, __m2
   return _mm256_blendv_epi8(first, second, bit5);
 }
 
-// The codes of one row block's vector `v` looked up in `table` (one token's
-// codes): bytes of rows 0-15 in `low_rows`, rows 16-31 in `high_rows`, stage
-// 0 in lane 0 and stage 1 in lane 1 (FORMAT.md's unit layout as it comes).
-inline void lookup_vector(const uint8_t* unit, const int8_t* table, __m256i& low_rows,
-                          __m256i& high_rows) {
+// One row block's codes of one vector, as its 48-byte unit gives them:
+// each code's low 4 bits for rows 0-15 (`first`) and 16-31 (`second`), stage
+// 0 in lane 0 and stage 1 in lane 1, and in `highs` each lane's byte i holding
+// its stage's high-bit pairs of rows i and 16 + i in bits 0-3.
+struct UnitCodes {
+  __m256i first, second, highs;
+};
+inline UnitCodes unit_codes_of(const uint8_t* unit) {
   const __m256i nibble = _mm256_set1_epi8(15);
-  const __m256i lane_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
   const __m256i lows = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit));
-  const __m256i low_first = _mm256_and_si256(lows, nibble);
-  const __m256i low_second = _mm256_and_si256(_mm256_srli_epi16(lows, 4), nibble);
-  // Each lane's byte i: its stage's two high-bit pairs (rows i and 16 + i) in bits 0-3.
-  const __m256i highs = _mm256_srlv_epi32(
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 32))),
-      lane_shift);
+  return {_mm256_and_si256(lows, nibble), _mm256_and_si256(_mm256_srli_epi16(lows, 4), nibble),
+          _mm256_srlv_epi32(_mm256_broadcastsi128_si256(
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 32))),
+                            _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4))};
+}
+
+// One byte plane of a table vector's codes looked up for a unit: bytes of
+// rows 0-15 in `low_rows`, rows 16-31 in `high_rows`, stage 0 in lane 0.
+inline void lookup_plane(const UnitCodes& u, const int8_t* plane, __m256i& low_rows,
+                         __m256i& high_rows) {
   __m256i quarters[4];
   for (int q = 0; q < 4; ++q)
-    quarters[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(table + 32 * q));
-  low_rows = lookup(quarters, low_first, _mm256_slli_epi16(highs, 7), _mm256_slli_epi16(highs, 6));
+    quarters[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plane + 32 * q));
+  low_rows =
+      lookup(quarters, u.first, _mm256_slli_epi16(u.highs, 7), _mm256_slli_epi16(u.highs, 6));
   high_rows =
-      lookup(quarters, low_second, _mm256_slli_epi16(highs, 5), _mm256_slli_epi16(highs, 4));
+      lookup(quarters, u.second, _mm256_slli_epi16(u.highs, 5), _mm256_slli_epi16(u.highs, 4));
 }
 
-// 16 int16 sums (lane 0 stage 0, lane 1 stage 1) of 8 rows to their 8 f32 totals.
-inline __m256 stage_totals(__m256i sums) {
-  const __m128i both = _mm_add_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-  return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(both));
+// Sign-extending and zero-extending widenings of a lookup's even and odd bytes.
+inline __m256i even_signed(__m256i b) {
+  return _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8);
+}
+inline __m256i odd_signed(__m256i b) {
+  return _mm256_srai_epi16(b, 8);
+}
+inline __m256i even_unsigned(__m256i b) {
+  return _mm256_and_si256(b, _mm256_set1_epi16(0xff));
+}
+inline __m256i odd_unsigned(__m256i b) {
+  return _mm256_srli_epi16(b, 8);
 }
 
-// One row block's 32 outputs for one token: per group, each vector's
-// lookups widen to int16 sums of even and odd rows (at most 32 · 127 each);
-// a group ends in one fma per row. Adding two vectors' lookups in bytes
-// before widening (codes of ±63) measured no faster: the loop waits on memory.
+// 16 int16 sums (lane 0 stage 0, lane 1 stage 1) of 8 rows to their 8 int32 totals.
+inline __m256i stage_totals(__m256i sums) {
+  const __m128i both =
+      _mm_add_epi16(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+  return _mm256_cvtepi16_epi32(both);
+}
+
+// One row block's 32 outputs for one token with Planes byte planes: per
+// group, each vector's lookups widen to int16 sums of even and odd rows (at
+// most 32 · 255 for a low plane, 32 · 128 for a signed one); a group ends in
+// one fma per row. Adding two vectors' int8 lookups in bytes before widening
+// (codes of ±63) measured no faster: the loop waits on memory.
+template <int Planes>
 void block_rows(const uint8_t* block, uint32_t nv, const int8_t* codes, const float* scales,
                 float out[kRowBlock]) {
-  __m256 even_low = _mm256_setzero_ps(), odd_low = even_low;
-  __m256 even_high = even_low, odd_high = even_low;
+  constexpr size_t kVectorBytes = kRvqTablePlaneBytes * Planes;
+  // [plane][even low rows, odd low rows, even high rows, odd high rows]
+  __m256 acc[4];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
   for (uint32_t v0 = 0; v0 < nv; v0 += kRvqGroupVectors) {
     const uint32_t v1 = std::min(nv, v0 + kRvqGroupVectors);
-    __m256i sum_even_low = _mm256_setzero_si256(), sum_odd_low = sum_even_low;
-    __m256i sum_even_high = sum_even_low, sum_odd_high = sum_even_low;
+    __m256i sums[Planes][4];
+    for (auto& plane : sums)
+      for (__m256i& sum : plane) sum = _mm256_setzero_si256();
     for (uint32_t v = v0; v < v1; ++v) {
-      __m256i low, high;
-      lookup_vector(block + size_t{v} * kRvqUnitBytes, codes + size_t{v} * kRvqTableVectorBytes,
-                    low, high);
-      sum_even_low = _mm256_add_epi16(sum_even_low, _mm256_srai_epi16(_mm256_slli_epi16(low, 8), 8));
-      sum_odd_low = _mm256_add_epi16(sum_odd_low, _mm256_srai_epi16(low, 8));
-      sum_even_high =
-          _mm256_add_epi16(sum_even_high, _mm256_srai_epi16(_mm256_slli_epi16(high, 8), 8));
-      sum_odd_high = _mm256_add_epi16(sum_odd_high, _mm256_srai_epi16(high, 8));
+      const UnitCodes u = unit_codes_of(block + size_t{v} * kRvqUnitBytes);
+      const int8_t* table = codes + size_t{v} * kVectorBytes;
+      for (int p = 0; p < Planes; ++p) {
+        __m256i low, high;
+        lookup_plane(u, table + p * kRvqTablePlaneBytes, low, high);
+        // A two-plane table's low plane holds unsigned bytes.
+        const bool unsigned_bytes = Planes == 2 && p == 0;
+        sums[p][0] =
+            _mm256_add_epi16(sums[p][0], unsigned_bytes ? even_unsigned(low) : even_signed(low));
+        sums[p][1] =
+            _mm256_add_epi16(sums[p][1], unsigned_bytes ? odd_unsigned(low) : odd_signed(low));
+        sums[p][2] =
+            _mm256_add_epi16(sums[p][2], unsigned_bytes ? even_unsigned(high) : even_signed(high));
+        sums[p][3] =
+            _mm256_add_epi16(sums[p][3], unsigned_bytes ? odd_unsigned(high) : odd_signed(high));
+      }
     }
     const __m256 d = _mm256_set1_ps(scales[v0 / kRvqGroupVectors]);
-    even_low = _mm256_fmadd_ps(d, stage_totals(sum_even_low), even_low);
-    odd_low = _mm256_fmadd_ps(d, stage_totals(sum_odd_low), odd_low);
-    even_high = _mm256_fmadd_ps(d, stage_totals(sum_even_high), even_high);
-    odd_high = _mm256_fmadd_ps(d, stage_totals(sum_odd_high), odd_high);
+    for (int k = 0; k < 4; ++k) {
+      __m256i total = stage_totals(sums[Planes - 1][k]);
+      if constexpr (Planes == 2)
+        total = _mm256_add_epi32(_mm256_slli_epi32(total, 8), stage_totals(sums[0][k]));
+      acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(total), acc[k]);
+    }
   }
   // Rows 2i and 2i + 1 back in order.
   auto interleave = [](__m256 even, __m256 odd, float* to) {
@@ -134,8 +180,8 @@ void block_rows(const uint8_t* block, uint32_t nv, const int8_t* codes, const fl
     _mm256_storeu_ps(to, _mm256_permute2f128_ps(first, second, 0x20));
     _mm256_storeu_ps(to + 8, _mm256_permute2f128_ps(first, second, 0x31));
   };
-  interleave(even_low, odd_low, out);
-  interleave(even_high, odd_high, out + 16);
+  interleave(acc[0], acc[1], out);
+  interleave(acc[2], acc[3], out + 16);
 }
 
 }  // namespace
@@ -148,7 +194,10 @@ void rvq_rows_avx2(const RvqTable& table, std::span<const uint32_t> tokens, cons
     const uint32_t row0 = b * kRowBlock, rows = std::min<uint32_t>(kRowBlock, m.shape.rows - row0);
     for (size_t t = 0; t < tokens.size(); ++t) {
       alignas(32) float out[kRowBlock];
-      block_rows(block, nv, table.token_codes(tokens[t]), table.token_scales(tokens[t]), out);
+      if (table.planes() == 1)
+        block_rows<1>(block, nv, table.token_codes(tokens[t]), table.token_scales(tokens[t]), out);
+      else
+        block_rows<2>(block, nv, table.token_codes(tokens[t]), table.token_scales(tokens[t]), out);
       for (uint32_t r = 0; r < rows; ++r)
         y[t * m.shape.rows + row0 + r] = f16_to_f32(m.scales[row0 + r]) * out[r];
     }
@@ -263,24 +312,19 @@ void tile_tokens(const float* tile, const RvqMatrixView& m, uint32_t row_begin, 
   }
 }
 
-
 // Vector positions whose codes are unpacked at a time.
 constexpr uint32_t kSpan = 16;
 
 // The 64 codes of one row block's vector from its 48-byte unit:
 // codes[s][r] for the block's rows r.
 inline void unit_codes(const uint8_t* unit, uint8_t (*codes)[kRowBlock]) {
-  const __m256i nibble = _mm256_set1_epi8(15), pair = _mm256_set1_epi8(3);
-  const __m256i lows = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit));
-  const __m256i highs = _mm256_srlv_epi32(
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 32))),
-      _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+  const UnitCodes u = unit_codes_of(unit);
+  const __m256i pair = _mm256_set1_epi8(3);
   // Rows 0-15 and 16-31, each with stage 0 in lane 0 and stage 1 in lane 1.
-  const __m256i first = _mm256_or_si256(
-      _mm256_and_si256(lows, nibble), _mm256_slli_epi16(_mm256_and_si256(highs, pair), 4));
-  const __m256i second =
-      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lows, 4), nibble),
-                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(highs, 2), pair), 4));
+  const __m256i first =
+      _mm256_or_si256(u.first, _mm256_slli_epi16(_mm256_and_si256(u.highs, pair), 4));
+  const __m256i second = _mm256_or_si256(
+      u.second, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u.highs, 2), pair), 4));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[0]),
                       _mm256_permute2x128_si256(first, second, 0x20));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[1]),
@@ -299,7 +343,8 @@ void for_each_span(const RvqMatrixView& m, uint32_t row_begin, uint32_t row_end,
     const uint32_t first = std::max(row_begin, b0), last = std::min(row_end, b0 + kRowBlock);
     for (uint32_t v0 = 0; v0 < nv; v0 += kSpan) {
       const uint32_t span = std::min(kSpan, nv - v0);
-      for (uint32_t c = 0; c < span; ++c) unit_codes(block + size_t{v0 + c} * kRvqUnitBytes, codes[c]);
+      for (uint32_t c = 0; c < span; ++c)
+        unit_codes(block + size_t{v0 + c} * kRvqUnitBytes, codes[c]);
       for (uint32_t r = first; r < last; ++r) row(codes, v0, span, r);
     }
   }
@@ -311,21 +356,19 @@ void rvq_decode_rows_avx2(const RvqCodebooks& codebooks, const RvqMatrixView& m,
                           uint32_t row_end, uint32_t panel_rows, float* tile) {
   const uint32_t cols = m.shape.cols, tile_rows = row_end - row_begin;
   const float* books[kRvqStages] = {codebooks.entries(0), codebooks.entries(1)};
-  for_each_span(m, row_begin, row_end,
-                [&](const uint8_t (*codes)[kRvqStages][kRowBlock], uint32_t v0, uint32_t span,
-                    uint32_t r) {
-                  const TilePanelRow to =
-                      tile_panel_row(tile, tile_rows, cols, panel_rows, r - row_begin);
-                  const uint32_t lane = r % kRowBlock, full_positions = cols / 16;
-                  for (uint32_t c = 0; c < span; ++c) {
-                    const uint32_t v = v0 + c, position = v / 4;
-                    const __m128 w = _mm_add_ps(
-                        _mm_load_ps(books[0] + codes[c][0][lane] * kRvqVecDim),
-                        _mm_load_ps(books[1] + codes[c][1][lane] * kRvqVecDim));
-                    float* at = to.first + size_t{position} * to.step + v % 4 * kRvqVecDim;
-                    _mm_storeu_ps(position < full_positions ? at : at - to.tail_shift, w);
-                  }
-                });
+  for_each_span(
+      m, row_begin, row_end,
+      [&](const uint8_t(*codes)[kRvqStages][kRowBlock], uint32_t v0, uint32_t span, uint32_t r) {
+        const TilePanelRow to = tile_panel_row(tile, tile_rows, cols, panel_rows, r - row_begin);
+        const uint32_t lane = r % kRowBlock, full_positions = cols / 16;
+        for (uint32_t c = 0; c < span; ++c) {
+          const uint32_t v = v0 + c, position = v / 4;
+          const __m128 w = _mm_add_ps(_mm_load_ps(books[0] + codes[c][0][lane] * kRvqVecDim),
+                                      _mm_load_ps(books[1] + codes[c][1][lane] * kRvqVecDim));
+          float* at = to.first + size_t{position} * to.step + v % 4 * kRvqVecDim;
+          _mm_storeu_ps(position < full_positions ? at : at - to.tail_shift, w);
+        }
+      });
 }
 
 void rvq_tile_matmul_avx2(const float* tile, const RvqMatrixView& m, uint32_t row_begin,
@@ -392,21 +435,21 @@ void rvq_decode_rows_int8_avx2(const RvqCodebooks& codebooks, const RvqMatrixVie
                                uint32_t row_begin, uint32_t row_end, int8_t* tile) {
   const uint32_t cols = m.shape.cols, stride = int8_tile_stride(cols);
   const int8_t* books[kRvqStages] = {codebooks.byte_entries(0), codebooks.byte_entries(1)};
-  for_each_span(m, row_begin, row_end,
-                [&](const uint8_t (*codes)[kRvqStages][kRowBlock], uint32_t v0, uint32_t span,
-                    uint32_t r) {
-                  const uint32_t lane = r % kRowBlock;
-                  int8_t* to = tile + size_t{r - row_begin} * stride + size_t{v0} * kRvqVecDim;
-                  for (uint32_t c = 0; c < span; ++c) {
-                    int32_t e0, e1;
-                    std::memcpy(&e0, books[0] + codes[c][0][lane] * kRvqVecDim, sizeof e0);
-                    std::memcpy(&e1, books[1] + codes[c][1][lane] * kRvqVecDim, sizeof e1);
-                    // Byte sums: the total lies within ±126 whatever the order.
-                    const int32_t w = _mm_cvtsi128_si32(
-                        _mm_add_epi8(_mm_cvtsi32_si128(e0), _mm_cvtsi32_si128(e1)));
-                    std::memcpy(to + c * kRvqVecDim, &w, sizeof w);
-                  }
-                });
+  for_each_span(
+      m, row_begin, row_end,
+      [&](const uint8_t(*codes)[kRvqStages][kRowBlock], uint32_t v0, uint32_t span, uint32_t r) {
+        const uint32_t lane = r % kRowBlock;
+        int8_t* to = tile + size_t{r - row_begin} * stride + size_t{v0} * kRvqVecDim;
+        for (uint32_t c = 0; c < span; ++c) {
+          int32_t e0, e1;
+          std::memcpy(&e0, books[0] + codes[c][0][lane] * kRvqVecDim, sizeof e0);
+          std::memcpy(&e1, books[1] + codes[c][1][lane] * kRvqVecDim, sizeof e1);
+          // Byte sums: the total lies within ±126 whatever the order.
+          const int32_t w =
+              _mm_cvtsi128_si32(_mm_add_epi8(_mm_cvtsi32_si128(e0), _mm_cvtsi32_si128(e1)));
+          std::memcpy(to + c * kRvqVecDim, &w, sizeof w);
+        }
+      });
   if (stride > cols)
     for (uint32_t r = 0; r < row_end - row_begin; ++r)
       std::memset(tile + size_t{r} * stride + cols, 0, stride - cols);

@@ -17,12 +17,12 @@ namespace sluice::kernels::detail {
 
 // Table path (rvq.h). One group of one token's table: the codes of vectors
 // [v_begin, v_end) (at most kRvqGroupVectors, v_begin a multiple of it) of
-// input x, written at codes + v_begin · kRvqTableVectorBytes in the table's
-// layout, and the group's scale d_g returned.
+// input x in `planes` byte planes, written in the table's layout (codes is
+// the token's first byte), and the group's scale d_g returned.
 float rvq_build_group_scalar(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
-                             uint32_t v_end, int8_t* codes);
+                             uint32_t v_end, int planes, int8_t* codes);
 float rvq_build_group_avx2(const RvqCodebooks& codebooks, const float* x, uint32_t v_begin,
-                           uint32_t v_end, int8_t* codes);
+                           uint32_t v_end, int planes, int8_t* codes);
 
 // Outputs of row blocks [block_begin, block_end) for table tokens `tokens`:
 // y[i × rows + r] for the real (unpadded) rows r only.

@@ -1,7 +1,7 @@
 # scripts/sluicepy/rvq_tables.py: the engine's RVQ expert arithmetic
-# (compute/kernels/rvq.h: f32 tables, int8 codes with one scale per 128 inputs,
-# exact integer group sums; rvq_decoded.h: f32 decoded weights, or integer
-# weights and int8 inputs), modelled bit for bit in numpy so the reference
+# (compute/kernels/rvq.h: f32 tables, int8 or int16 codes with one scale per
+# 128 inputs, exact integer group sums; rvq_decoded.h: f32 decoded weights, or
+# integer weights and int8 inputs), modelled bit for bit in numpy so the reference
 # computes what the engine does. Reads a container only through
 # sluicepy.container; never writes anything.
 import numpy as np
@@ -12,9 +12,9 @@ from .int8_activations import BLOCK, quantize_groups
 
 STAGES, VEC_DIM = _container.STAGES, _container.VEC_DIM
 # compute/kernels/rvq.h's kRvqGroupVectors (vectors per table scale: 128 inputs)
-# and kRvqTableCodeMax.
+# and rvq_table_code_max(): int8 codes with int8 activations, int16 with f32 ones.
 GROUP_VECTORS = 32
-CODE_MAX = 127
+CODE_MAX_INT8, CODE_MAX_F32 = 127, 32767
 _INT32_MIN = -2 ** 31
 # The kernels' rounding (compute/kernels/rounding.h) takes f32 products of
 # this magnitude or more as outside int32.
@@ -46,12 +46,13 @@ def _groups(nv):
     return -(-nv // GROUP_VECTORS)
 
 
-def table_codes(x, books):
-    """x: [cols] f32, books: [2, 64, 4] f32 -> (codes int64 [nv, 2, 64], d f32 [groups]).
+def table_codes(x, books, code_max):
+    """x: [cols] f32, books: [2, 64, 4] f32, code_max: Q (CODE_MAX_INT8 or
+    CODE_MAX_F32) -> (codes int64 [nv, 2, 64], d f32 [groups]).
 
     f[v][s][c] = ((x4v*C_s[c][0] + x4v+1*C_s[c][1]) + x4v+2*C_s[c][2]) + x4v+3*C_s[c][3]
-    in f32; per group g of 32 vectors, a_g = max|f| (NaNs ignored), d_g = a_g/127,
-    inv_g = 127/a_g (both 0 when a_g is 0), q = clamp(rint(f*inv_g), +-127) with a NaN
+    in f32; per group g of 32 vectors, a_g = max|f| (NaNs ignored), d_g = a_g/Q,
+    inv_g = Q/a_g (both 0 when a_g is 0), q = clamp(rint(f*inv_g), +-Q) with a NaN
     or out-of-int32 product as -2^31 before the clamp."""
     xv = np.asarray(x, dtype=np.float32).reshape(-1, VEC_DIM)
     nv = xv.shape[0]
@@ -65,14 +66,14 @@ def table_codes(x, books):
     padded[:nv] = magnitudes
     amax = padded.reshape(_groups(nv), -1).max(axis=1)
     with np.errstate(divide="ignore"):
-        scales = np.where(amax > 0, amax / np.float32(CODE_MAX), np.float32(0)).astype(np.float32)
-        inverses = np.where(amax > 0, np.float32(CODE_MAX) / amax, np.float32(0)).astype(np.float32)
+        scales = np.where(amax > 0, amax / np.float32(code_max), np.float32(0)).astype(np.float32)
+        inverses = np.where(amax > 0, np.float32(code_max) / amax, np.float32(0)).astype(np.float32)
     per_vector = np.repeat(inverses, GROUP_VECTORS)[:nv, None, None]
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = exact * per_vector
         in_range = np.abs(scaled) < _INT32_LIMIT
     rounded = np.where(in_range, np.rint(np.where(in_range, scaled, 0)), _INT32_MIN).astype(np.int64)
-    return np.clip(rounded, -CODE_MAX, CODE_MAX), scales
+    return np.clip(rounded, -code_max, code_max), scales
 
 
 def matvec(codes, scales, indices, row_scales):
@@ -156,16 +157,18 @@ class ContainerExperts:
     """Applies a container's experts the way the engine does: per token, one table
     per matrix from that token's input, then integer lookups."""
 
-    def __init__(self, c, decode_crossover=None, activation=None, int8_tiles_from=None):
+    def __init__(self, c, decode_crossover=None, activation=None, int8_activations=False):
         """decode_crossover: from this many tokens per expert and call on, model
         the decode-once path (rvq_decode_crossover()) instead of the tables; None
         models the tables only, which is what the engine runs today. activation:
-        f(gate, up) in f32 (K3's SiTU); None: silu(gate) * up. int8_tiles_from:
-        with int8 activations, INT8_TILES_FROM: decode-once calls of that many
-        tokens or more take the int8 tiles' arithmetic."""
+        f(gate, up) in f32 (K3's SiTU); None: silu(gate) * up. int8_activations:
+        the engine's default mode, with int8 table codes, and decode-once calls of
+        INT8_TILES_FROM tokens or more taking the int8 tiles' arithmetic; else
+        int16 codes and f32 decoded tiles."""
         self.c = c
         self.decode_crossover = decode_crossover
-        self.int8_tiles_from = int8_tiles_from
+        self.int8_tiles_from = INT8_TILES_FROM if int8_activations else None
+        self.code_max = CODE_MAX_INT8 if int8_activations else CODE_MAX_F32
         self.activation = activation or (lambda gate, up: silu(gate) * up)
         self._cache = {}
         self._integer_cache = {}  # (layer, expert, kind) -> integer_weights(), built once
@@ -185,7 +188,7 @@ class ContainerExperts:
             return decoded_int8_matvec(*self._integer_cache[key], scales, x)
         if decoded:
             return decoded_matvec(books, idx, scales, x)
-        codes, table_scales = table_codes(x, books)
+        codes, table_scales = table_codes(x, books, self.code_max)
         return matvec(codes, table_scales, idx, scales)
 
     def __call__(self, layer, expert, rows):

@@ -1,6 +1,6 @@
 # tests/scripts/test_rvq_model.py: scripts/sluicepy/rvq_tables.py models the
 # engine's RVQ expert kernels bit for bit, so the reference computes what the
-# engine does: the tables (their int8 codes and group scales, then the rows),
+# engine does: the tables (their int8 or int16 codes and group scales, then the rows),
 # the decode-once path in f32 and, with int8 activations from INT8_TILES_FROM
 # tokens, its integer tiles. The kernels run in
 # tests/compute/kernels/rvq_model_dump.cpp (path: argv[1]) at every instruction
@@ -35,10 +35,19 @@ def case(rows, cols, tokens, seed):
     return books, indices, scales, x
 
 
-def kernel_layout(codes):
-    """Model codes [nv, 2, 64] -> token_codes()'s bytes: q[v][s][c] at
-    v·128 + (c/16)·32 + s·16 + c%16 (compute/kernels/rvq.h)."""
-    return codes.reshape(-1, 2, 4, 16).transpose(0, 2, 1, 3).reshape(-1).astype(np.int8)
+# Table precisions by activations mode (the dump's file names) and their code max.
+PRECISIONS = {"int8": rvq_tables.CODE_MAX_INT8, "f32": rvq_tables.CODE_MAX_F32}
+
+
+def kernel_layout(codes, code_max):
+    """Model codes [nv, 2, 64] -> token_codes()'s bytes: byte plane p of q[v][s][c]
+    at (v·planes + p)·128 + (c/16)·32 + s·16 + c%16 (compute/kernels/rvq.h); one
+    plane of int8 codes, or the low (unsigned) and high (signed) bytes of int16 ones."""
+    quarters = codes.reshape(-1, 2, 4, 16).transpose(0, 2, 1, 3).reshape(codes.shape[0], 1, 128)
+    if code_max == rvq_tables.CODE_MAX_INT8:
+        return quarters.reshape(-1).astype(np.int8)
+    planes = np.concatenate([quarters & 255, quarters >> 8], axis=1)  # >> floors: q = 256·high + low
+    return planes.reshape(-1).astype(np.uint8).view(np.int8)
 
 
 def run_kernels(directory, isa, rows, books, indices, scales, x):
@@ -56,9 +65,12 @@ def run_kernels(directory, isa, rows, books, indices, scales, x):
         return None
     if done.returncode != 0:
         raise AssertionError(f"rvq_model_dump {isa}: {done.returncode}\n{done.stderr}")
+    names = ["decoded-f32", "decoded-int8"] + [f"{p}-{n}" for p in PRECISIONS for n in ("tables", "scales")]
     out = {name: np.fromfile(os.path.join(directory, f"{isa}-{name}.f32"), dtype=np.float32).reshape(tokens, -1)
-           for name in ("tables", "decoded-f32", "decoded-int8", "scales")}
-    out["codes"] = np.fromfile(os.path.join(directory, f"{isa}-codes.i8"), dtype=np.int8).reshape(tokens, -1)
+           for name in names}
+    for p in PRECISIONS:
+        out[f"{p}-codes"] = np.fromfile(os.path.join(directory, f"{isa}-{p}-codes.i8"),
+                                        dtype=np.int8).reshape(tokens, -1)
     return out
 
 
@@ -66,20 +78,23 @@ class KernelTest(unittest.TestCase):
     def check(self, rows, cols, tokens, seed):
         books, indices, scales, x = case(rows, cols, tokens, seed)
         used, row_scales = indices[:rows], scales[:rows].astype(np.float32)
-        codes, table_scales, tables, decoded = [], [], [], []
-        for t in range(tokens):
-            q, d = rvq_tables.table_codes(x[t], books)
-            codes.append(kernel_layout(q))
-            table_scales.append(d)
-            tables.append(rvq_tables.matvec(q, d, used, row_scales))
-            decoded.append(rvq_tables.decoded_matvec(books, used, row_scales, x[t]))
+        model = {}
+        for p, code_max in PRECISIONS.items():
+            codes, table_scales, tables = [], [], []
+            for t in range(tokens):
+                q, d = rvq_tables.table_codes(x[t], books, code_max)
+                codes.append(kernel_layout(q, code_max))
+                table_scales.append(d)
+                tables.append(rvq_tables.matvec(q, d, used, row_scales))
+            model.update({f"{p}-codes": np.array(codes), f"{p}-scales": np.array(table_scales),
+                          f"{p}-tables": np.array(tables)})
+        decoded = [rvq_tables.decoded_matvec(books, used, row_scales, x[t]) for t in range(tokens)]
         if tokens >= rvq_tables.INT8_TILES_FROM:
             weights, sigma = rvq_tables.integer_weights(books, used)
             int8 = [rvq_tables.decoded_int8_matvec(weights, sigma, row_scales, x[t]) for t in range(tokens)]
         else:  # below the threshold int8 activations leave the experts in f32
             int8 = decoded
-        model = {"codes": np.array(codes), "scales": np.array(table_scales), "tables": np.array(tables),
-                 "decoded-f32": np.array(decoded), "decoded-int8": np.array(int8)}
+        model.update({"decoded-f32": np.array(decoded), "decoded-int8": np.array(int8)})
         ran = 0
         with helpers.scratch() as d:
             for isa in ISAS:
@@ -103,9 +118,13 @@ class KernelTest(unittest.TestCase):
         # The int8 arithmetic differs from the f32 one, or the check above proves nothing about it.
         self.assertFalse(np.array_equal(model["decoded-int8"], model["decoded-f32"]))
         # Codes reach ±127 and some group's scale is 0 (token 0's first group), or the
-        # clamp and the zero scale went untested.
-        self.assertEqual(np.abs(model["codes"].astype(np.int32)).max(), 127)
-        self.assertEqual(model["scales"][0, 0], 0)
+        # clamp and the zero scale went untested; int16 codes have negative low bytes
+        # (a plane split with a borrow) and reach the high plane's extremes.
+        self.assertEqual(np.abs(model["int8-codes"].astype(np.int32)).max(), 127)
+        self.assertEqual(model["int8-scales"][0, 0], 0)
+        self.assertEqual(model["f32-scales"][0, 0], 0)
+        high = model["f32-codes"].reshape(-1, 2, 128)[:, 1]
+        self.assertEqual((int(high.min()), int(high.max())), (-128, 127))
 
     def test_below_the_threshold_int8_activations_change_nothing(self):
         self.check(rows=17, cols=136, tokens=rvq_tables.INT8_TILES_FROM - 1, seed=2)
@@ -141,31 +160,35 @@ class ModelTest(unittest.TestCase):
                 twice += int(np.sum((c.astype(np.float64) + float(sign * a) * float(b)).astype(np.float32) != want))
         self.assertGreater(twice, 0)  # the cases do reach the double rounding
 
-    def test_table_codes_are_the_entries_in_steps_of_a_127th_of_the_group_max(self):
+    def test_table_codes_are_the_entries_in_steps_of_a_qth_of_the_group_max(self):
         rng = np.random.default_rng(6)
         books = (rng.standard_normal((2, 64, 4)) * np.array([0.3, 0.1])[:, None, None]).astype(np.float32)
         x = rng.standard_normal(1040).astype(np.float32)
         x[128:256] *= 50  # groups of very different scales
-        codes, scales = rvq_tables.table_codes(x, books)
-        self.assertEqual(codes.shape, (260, 2, 64))
-        self.assertEqual(scales.shape, (9,))  # 8 groups of 32 vectors and one of 1
         exact = np.einsum("vj,scj->vsc", x.reshape(-1, 4).astype(np.float64), books.astype(np.float64))
-        for g, d in enumerate(scales.astype(np.float64)):
-            entries = exact[32 * g:32 * g + 32]
-            amax = np.abs(entries).max()
-            self.assertAlmostEqual(d, amax / 127, delta=amax * 1e-6)
-            self.assertEqual(np.abs(codes[32 * g:32 * g + 32]).max(), 127)
-            self.assertLessEqual(np.abs(codes[32 * g:32 * g + 32] * d - entries).max(), d / 2 + amax * 1e-6)
+        for q in PRECISIONS.values():
+            codes, scales = rvq_tables.table_codes(x, books, q)
+            self.assertEqual(codes.shape, (260, 2, 64))
+            self.assertEqual(scales.shape, (9,))  # 8 groups of 32 vectors and one of 1
+            for g, d in enumerate(scales.astype(np.float64)):
+                entries = exact[32 * g:32 * g + 32]
+                amax = np.abs(entries).max()
+                self.assertAlmostEqual(d, amax / q, delta=amax * 1e-6)
+                self.assertEqual(np.abs(codes[32 * g:32 * g + 32]).max(), q)
+                self.assertLessEqual(np.abs(codes[32 * g:32 * g + 32] * d - entries).max(), d / 2 + amax * 1e-6)
 
     def test_every_path_is_close_to_the_exact_product(self):
         books, indices, scales, x = case(rows=40, cols=264, tokens=1, seed=7)
         used, row_scales = indices[:40], scales[:40].astype(np.float32)
         w = (books[0][used[:, :, 0]].astype(np.float64) + books[1][used[:, :, 1]]).reshape(40, 264)
         exact = row_scales * (w @ x[0].astype(np.float64))
-        codes, d = rvq_tables.table_codes(x[0], books)
-        # Each of a group's 2 × 32 lookups is off by at most half its step.
-        table_bound = row_scales * (32 * d.astype(np.float64)).sum() * 1.001
-        self.assertTrue(np.all(np.abs(rvq_tables.matvec(codes, d, used, row_scales) - exact) <= table_bound))
+        for q in PRECISIONS.values():
+            codes, d = rvq_tables.table_codes(x[0], books, q)
+            # Each of a group's 2 × 32 lookups is off by at most half its step; the
+            # f32 table entries by a few roundings each.
+            table_bound = row_scales * ((32 * d.astype(np.float64)).sum() * 1.001 + 1e-6 * np.abs(exact).max())
+            table = rvq_tables.matvec(codes, d, used, row_scales)
+            self.assertTrue(np.all(np.abs(table - exact) <= table_bound))
         decoded = rvq_tables.decoded_matvec(books, used, row_scales, x[0])
         np.testing.assert_allclose(decoded, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
         weights, sigma = rvq_tables.integer_weights(books, used)

@@ -51,7 +51,7 @@ TEST_CASE("OLMoE: whole-vector q/k norms, every layer MoE, formats by role") {
   CHECK(plan.arch == "olmoe");
   REQUIRE(plan.moe_layers.size() == 2);
   CHECK(plan.moe_layers[1].layer == 1);
-  CHECK(plan.moe_layers[1].codebook_base == 9);
+  CHECK(plan.moe_layers[1].codebook_base == 6);
   CHECK(plan.moe_layers[0].expert_width == 64);
   CHECK(find(plan, "model.layers.0.self_attn.k_proj.weight")->shape == std::vector<uint64_t>{64, 128});
   CHECK(find(plan, "model.layers.0.self_attn.q_norm.weight")->shape == std::vector<uint64_t>{128});
@@ -79,7 +79,7 @@ TEST_CASE("Qwen3: explicit head_dim, per-head norms, dense layers into the trunk
   plan = plan_model(config, "config.json");
   REQUIRE(plan.moe_layers.size() == 2);
   CHECK(plan.moe_layers[1].layer == 2);
-  CHECK(plan.moe_layers[1].codebook_base == 9);
+  CHECK(plan.moe_layers[1].codebook_base == 6);
   CHECK(find(plan, "model.layers.1.mlp.gate.weight") == nullptr);
   const auto* dense = find(plan, "model.layers.1.mlp.down_proj.weight");
   REQUIRE(dense != nullptr);

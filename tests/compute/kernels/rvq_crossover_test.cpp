@@ -82,10 +82,10 @@ TEST_CASE("SLUICE_RVQ_CROSSOVER pins the crossover; a bad value is an error nami
     CHECK(rvq_decode_crossover(exec, 64, 32) == 7);
   }
   {
-    const testing::PinnedEnvironment pin("SLUICE_RVQ_CROSSOVER", "17");  // kRvqCrossoverMax: tables up to 16 tokens
-    CHECK(rvq_decode_crossover(exec, 64, 32) == 17);
+    const testing::PinnedEnvironment pin("SLUICE_RVQ_CROSSOVER", "65");  // kRvqCrossoverMax: tables up to 64 tokens
+    CHECK(rvq_decode_crossover(exec, 64, 32) == 65);
   }
-  for (const char* bad : {"0", "abc", "-3", "4x", "18", "12345678"}) {
+  for (const char* bad : {"0", "abc", "-3", "4x", "66", "12345678"}) {
     CAPTURE(bad);
     const testing::PinnedEnvironment pin("SLUICE_RVQ_CROSSOVER", bad);
     CHECK_THROWS_WITH_AS(rvq_decode_crossover(exec, 64, 32),

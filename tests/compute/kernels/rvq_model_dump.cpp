@@ -6,10 +6,11 @@
 // Usage: rvq_model_dump DIR ISA. Reads DIR/shape ("rows cols tokens"),
 // books.f32 (2 stages × 64 entries × 4), indices.u8 (the container's layout),
 // scales.f16 (rows padded to 32) and x.f32 (tokens × cols); writes
-// DIR/ISA-tables.f32, ISA-decoded-f32.f32 and ISA-decoded-int8.f32 (tokens ×
-// rows each), and the table itself: ISA-codes.i8 (each token's token_codes(),
-// in their layout) and ISA-scales.f32 (each token's group scales). Exits 77
-// (skipped) when this CPU cannot run ISA.
+// DIR/ISA-decoded-f32.f32 and ISA-decoded-int8.f32 (tokens × rows each), and
+// for the tables of each activations mode A (int8: int8 codes, f32: int16
+// codes) ISA-A-tables.f32 (tokens × rows), ISA-A-codes.i8 (each token's
+// token_codes(), in their layout) and ISA-A-scales.f32 (each token's group
+// scales). Exits 77 (skipped) when this CPU cannot run ISA.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -85,21 +86,26 @@ int main(int argc, char** argv) try {
   std::vector<float> y(size_t{tokens} * rows);
   const std::string prefix = dir + "/" + isa_name(isa);
 
-  RvqTable table;
-  table.build(codebooks, x.data(), cols, tokens, Exec{isa, nullptr});
-  std::vector<int8_t> codes;
-  std::vector<float> table_scales;
-  for (uint32_t t = 0; t < tokens; ++t) {
-    codes.insert(codes.end(), table.token_codes(t), table.token_codes(t) + table.codes_per_token());
-    table_scales.insert(table_scales.end(), table.token_scales(t),
-                        table.token_scales(t) + table.groups());
-  }
-  write(prefix + "-codes.i8", codes);
-  write(prefix + "-scales.f32", table_scales);
   std::vector<uint32_t> all(tokens);
   std::iota(all.begin(), all.end(), 0u);
-  rvq_matmul(table, all, matrix, y.data(), Exec{isa, nullptr});
-  write(prefix + "-tables.f32", y);
+  for (const auto activations : {TrunkActivations::kInt8, TrunkActivations::kF32}) {
+    const Exec exec{isa, nullptr, activations};
+    const std::string tables = prefix + "-" + trunk_activations_name(activations);
+    RvqTable table;
+    table.build(codebooks, x.data(), cols, tokens, exec);
+    std::vector<int8_t> codes;
+    std::vector<float> table_scales;
+    for (uint32_t t = 0; t < tokens; ++t) {
+      codes.insert(codes.end(), table.token_codes(t),
+                   table.token_codes(t) + table.codes_per_token());
+      table_scales.insert(table_scales.end(), table.token_scales(t),
+                          table.token_scales(t) + table.groups());
+    }
+    write(tables + "-codes.i8", codes);
+    write(tables + "-scales.f32", table_scales);
+    rvq_matmul(table, all, matrix, y.data(), exec);
+    write(tables + "-tables.f32", y);
+  }
 
   rvq_matmul_decoded(codebooks, matrix, x.data(), tokens, y.data(),
                      Exec{isa, nullptr, TrunkActivations::kF32});

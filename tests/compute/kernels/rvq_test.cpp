@@ -1,7 +1,7 @@
 // RVQ LUT matvec against a dequantize-then-multiply reference written from
-// FORMAT.md, against rvq.h's documented int8-code arithmetic bit for bit at
-// every instruction set, and across thread counts, batching and shapes that
-// cover odd sizes, partial row blocks and partial 128-input groups.
+// FORMAT.md, against rvq.h's documented int8- and int16-code arithmetic bit
+// for bit at every instruction set, and across thread counts, batching and
+// shapes that cover odd sizes, partial row blocks and partial 128-input groups.
 #include "compute/kernels/rvq.h"
 
 #include <doctest/doctest.h>
@@ -64,13 +64,14 @@ struct Fixture {
 };
 
 // The f32 table of one token in rvq.h's documented order (this file is built
-// without FMA), its int8 codes and their per-group scales, written from rvq.h.
+// without FMA), its codes of at most `code_max` and their per-group scales,
+// written from rvq.h.
 struct DocumentedTable {
   std::vector<float> exact;  // [v][s][c]
   std::vector<int32_t> codes;
   std::vector<float> scales;  // d_g
 
-  DocumentedTable(const Fixture& f, const float* x)
+  DocumentedTable(const Fixture& f, const float* x, float code_max)
       : exact(size_t{f.nv} * 2 * 64), codes(exact.size()) {
     for (uint32_t v = 0; v < f.nv; ++v)
       for (int s = 0; s < 2; ++s)
@@ -85,8 +86,8 @@ struct DocumentedTable {
       float amax = 0.0f;
       for (size_t i = size_t{v0} * 128; i < size_t{v1} * 128; ++i)
         if (std::fabs(exact[i]) > amax) amax = std::fabs(exact[i]);
-      scales.push_back(amax > 0.0f ? amax / 127.0f : 0.0f);
-      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      scales.push_back(amax > 0.0f ? amax / code_max : 0.0f);
+      const float inv = amax > 0.0f ? code_max / amax : 0.0f;
       for (size_t i = size_t{v0} * 128; i < size_t{v1} * 128; ++i)
         codes[i] = static_cast<int32_t>(std::nearbyint(exact[i] * inv));
     }
@@ -123,6 +124,21 @@ void reference_row(const Fixture& f, const float* x, uint32_t r, double& y, doub
   magnitude *= scale;
 }
 
+// Both precisions: int8 activations take int8 codes, f32 ones int16 codes.
+struct Precision {
+  TrunkActivations activations;
+  float code_max;
+};
+const Precision kPrecisions[] = {{TrunkActivations::kInt8, 127.0f},
+                                 {TrunkActivations::kF32, 32767.0f}};
+
+// Code q[v][s][c] of a table's token, read as rvq.h lays it out.
+int table_code(const RvqTable& table, uint32_t token, uint32_t v, int s, int c) {
+  const int8_t* at =
+      table.token_codes(token) + size_t{v} * table.planes() * 128 + c / 16 * 32 + s * 16 + c % 16;
+  return table.planes() == 1 ? at[0] : 256 * at[128] + static_cast<uint8_t>(at[0]);
+}
+
 std::vector<float> run_all(const Fixture& f, const Exec& exec) {
   RvqCodebooks books(f.stage(0), f.stage(1));
   RvqTable table;
@@ -146,51 +162,55 @@ const uint32_t kCols[] = {8, 16, 24, 136, 520, 784, 1024, 1032};
 
 }  // namespace
 
-TEST_CASE("rvq matvec equals the documented int8-code arithmetic at every ISA and thread count") {
+TEST_CASE("rvq matvec equals the documented arithmetic at every ISA, precision and thread count") {
   uint32_t seed = 1;
   for (uint32_t rows : kRows)
-    for (uint32_t cols : kCols) {
-      const Fixture f(rows, cols, 2, seed++);
-      std::vector<float> documented(size_t{f.tokens} * rows);
-      for (uint32_t t = 0; t < f.tokens; ++t) {
-        const DocumentedTable table(f, f.x.data() + t * cols);
-        for (uint32_t r = 0; r < rows; ++r) documented[t * rows + r] = table.row(f, r);
-      }
-      for (Isa isa : testing::isas_under_test())
-        for (size_t threads : {1, 2, 3}) {
-          CAPTURE(rows);
-          CAPTURE(cols);
-          CAPTURE(isa_name(isa));
-          CAPTURE(threads);
-          ThreadPool pool(threads);
-          std::vector<float> y = run_all(f, Exec{isa, &pool});
-          for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
-          y.resize(documented.size());
-          CHECK(same_bits(y, documented));
+    for (uint32_t cols : kCols)
+      for (const Precision& precision : kPrecisions) {
+        const Fixture f(rows, cols, 2, seed++);
+        std::vector<float> documented(size_t{f.tokens} * rows);
+        for (uint32_t t = 0; t < f.tokens; ++t) {
+          const DocumentedTable table(f, f.x.data() + t * cols, precision.code_max);
+          for (uint32_t r = 0; r < rows; ++r) documented[t * rows + r] = table.row(f, r);
         }
-    }
+        for (Isa isa : testing::isas_under_test())
+          for (size_t threads : {1, 2, 3}) {
+            CAPTURE(rows);
+            CAPTURE(cols);
+            CAPTURE(precision.code_max);
+            CAPTURE(isa_name(isa));
+            CAPTURE(threads);
+            ThreadPool pool(threads);
+            std::vector<float> y = run_all(f, Exec{isa, &pool, precision.activations});
+            for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
+            y.resize(documented.size());
+            CHECK(same_bits(y, documented));
+          }
+      }
 }
 
-TEST_CASE("rvq matvec stays within the int8 codes' error of dequantize-then-multiply") {
+TEST_CASE("rvq matvec stays within its codes' error of dequantize-then-multiply") {
   uint32_t seed = 100;
-  for (uint32_t cols : kCols) {
-    const Fixture f(40, cols, 1, seed++);
-    const DocumentedTable table(f, f.x.data());
-    const std::vector<float> y = run_all(f, Exec{best_isa(), nullptr});
-    for (uint32_t r = 0; r < f.rows; ++r) {
-      double ref = 0.0, magnitude = 0.0;
-      reference_row(f, f.x.data(), r, ref, magnitude);
-      // Each of a group's 2·nv_g codes is off by at most half its step d_g;
-      // the f32 table by 4 roundings per entry; the group sums and the final
-      // conversions by a few more.
-      double step_error = 0.0;
-      for (uint32_t v0 = 0; v0 < f.nv; v0 += 32)
-        step_error += 2.0 * (std::min(f.nv, v0 + 32) - v0) * 0.5 * table.scales[v0 / 32];
-      step_error *= f16_to_f32(f.scales[r]);
-      const double bound = step_error * 1.001 + 12.0 * std::ldexp(1.0, -24) * magnitude;
-      CHECK(std::fabs(y[r] - ref) <= bound);
+  for (uint32_t cols : kCols)
+    for (const Precision& precision : kPrecisions) {
+      CAPTURE(precision.code_max);
+      const Fixture f(40, cols, 1, seed++);
+      const DocumentedTable table(f, f.x.data(), precision.code_max);
+      const std::vector<float> y = run_all(f, Exec{best_isa(), nullptr, precision.activations});
+      for (uint32_t r = 0; r < f.rows; ++r) {
+        double ref = 0.0, magnitude = 0.0;
+        reference_row(f, f.x.data(), r, ref, magnitude);
+        // Each of a group's 2·nv_g codes is off by at most half its step d_g;
+        // the f32 table by 4 roundings per entry; the group sums and the final
+        // conversions by a few more.
+        double step_error = 0.0;
+        for (uint32_t v0 = 0; v0 < f.nv; v0 += 32)
+          step_error += 2.0 * (std::min(f.nv, v0 + 32) - v0) * 0.5 * table.scales[v0 / 32];
+        step_error *= f16_to_f32(f.scales[r]);
+        const double bound = step_error * 1.001 + 12.0 * std::ldexp(1.0, -24) * magnitude;
+        CHECK(std::fabs(y[r] - ref) <= bound);
+      }
     }
-  }
 }
 
 TEST_CASE("batched rvq equals one call per token, bit for bit, tokens in any order") {
@@ -218,13 +238,15 @@ TEST_CASE("batched rvq equals one call per token, bit for bit, tokens in any ord
 TEST_CASE(
     "rvq over 1 to 9 tokens equals the documented arithmetic per token, many chunks included") {
   uint32_t seed = 300;
-  for (const auto& [rows, cols] : {std::pair{1100u, 136u}, std::pair{2063u, 24u},
-                                   std::pair{77u, 520u}, std::pair{130u, 784u}})
+  for (const auto& [rows, cols] :
+       {std::pair{1100u, 136u}, std::pair{2063u, 24u}, std::pair{77u, 520u}, std::pair{130u, 784u}})
     for (uint32_t tokens = 1; tokens <= 9; ++tokens) {
+      // Alternating precisions: the row bodies' token loop does not depend on them.
+      const Precision& precision = kPrecisions[tokens % 2];
       const Fixture f(rows, cols, tokens, seed++);
       std::vector<float> documented(size_t{tokens} * rows);
       for (uint32_t t = 0; t < tokens; ++t) {
-        const DocumentedTable table(f, f.x.data() + size_t{t} * cols);
+        const DocumentedTable table(f, f.x.data() + size_t{t} * cols, precision.code_max);
         for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = table.row(f, r);
       }
       for (Isa isa : testing::isas_under_test())
@@ -234,7 +256,7 @@ TEST_CASE(
           CAPTURE(isa_name(isa));
           CAPTURE(threads);
           ThreadPool pool(threads);
-          std::vector<float> y = run_all(f, Exec{isa, &pool});
+          std::vector<float> y = run_all(f, Exec{isa, &pool, precision.activations});
           for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
           y.resize(documented.size());
           CHECK(same_bits(y, documented));
@@ -252,16 +274,18 @@ TEST_CASE("every rvq row body equals the documented arithmetic over multi-chunk 
   uint32_t seed = 500;
   for (const auto& [rows, cols] : {std::pair{2400u, 48u}, std::pair{1500u, 200u}})
     for (uint32_t tokens = 1; tokens <= 5; ++tokens) {
+      const Precision& precision = kPrecisions[tokens % 2];
       const Fixture f(rows, cols, tokens, seed++);
       RvqCodebooks books(f.stage(0), f.stage(1));
       RvqTable table;
-      table.build(books, f.x.data(), f.cols, tokens, Exec{Isa::kScalar, nullptr});
+      table.build(books, f.x.data(), f.cols, tokens,
+                  Exec{Isa::kScalar, nullptr, precision.activations});
       std::vector<uint32_t> order(tokens);
       for (uint32_t t = 0; t < tokens; ++t) order[t] = tokens - 1 - t;  // not the identity
       const uint32_t begin = 3, end = f.rows_padded / 32;
       std::vector<float> documented(size_t{tokens} * rows, kSentinel);
       for (uint32_t i = 0; i < tokens; ++i) {
-        const DocumentedTable t(f, f.x.data() + size_t{order[i]} * cols);
+        const DocumentedTable t(f, f.x.data() + size_t{order[i]} * cols, precision.code_max);
         for (uint32_t r = begin * 32; r < rows; ++r) documented[size_t{i} * rows + r] = t.row(f, r);
       }
       for (const auto& [name, body] : bodies) {
@@ -290,38 +314,45 @@ TEST_CASE("a table built at one ISA gives the same bits when applied at another"
 }
 
 // Codes of a table built from x = (1, 0, 0, 0) are stage entries' first
-// elements: entries chosen so the group's max is 127 make the codes round them.
+// elements: entries chosen so the group's max is Q make the codes round them.
 TEST_CASE("codes round half to even and clamp, NaN and infinities included, at every ISA") {
   const float nan = std::numeric_limits<float>::quiet_NaN(),
               inf = std::numeric_limits<float>::infinity();
-  const float firsts[] = {0.5f, 1.5f, -2.5f, 2.4f, -0.5f, 127.0f, -126.6f, nan};
-  const int expected[] = {0, 2, -2, 2, 0, 127, -127, -127};
-  std::vector<float> books(2 * 64 * 4, 0.0f);
-  for (size_t i = 0; i < std::size(firsts); ++i) books[(64 + 3 + 5 * i) * 4] = firsts[i];  // stage 1
   const std::vector<float> x = {1.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f};
-  const RvqCodebooks codebooks(books.data(), books.data() + 64 * 4);
-  // The same with an infinite entry: inv is 0, so finite entries give 0 and
-  // the infinite one (0 · ∞, NaN) the lowest code.
-  std::vector<float> infinite = books;
-  infinite[(64 + 1) * 4] = inf;
-  const RvqCodebooks infinite_books(infinite.data(), infinite.data() + 64 * 4);
-  for (Isa isa : testing::isas_under_test()) {
-    CAPTURE(isa_name(isa));
-    RvqTable table;
-    table.build(codebooks, x.data(), 8, 1, Exec{isa, nullptr});
-    const int8_t* codes = table.token_codes(0);
-    for (uint32_t v = 0; v < 2; ++v)
-      for (size_t i = 0; i < std::size(firsts); ++i) {
-        CAPTURE(i);
-        const int c = static_cast<int>(3 + 5 * i);
-        CHECK(codes[v * 128 + c / 16 * 32 + 16 + c % 16] == expected[i]);
-      }
-    CHECK(table.token_scales(0)[0] == 1.0f);
-    table.build(infinite_books, x.data(), 8, 1, Exec{isa, nullptr});
-    codes = table.token_codes(0);
-    CHECK(codes[0 * 32 + 16 + 1] == -127);
-    CHECK(codes[0 * 32 + 16 + 3] == 0);
-    CHECK(std::isinf(table.token_scales(0)[0]));
+  for (const Precision& precision : kPrecisions) {
+    const float q = precision.code_max;
+    // A half below -255 crosses a high byte for int16 codes (-256: high -1, low 0).
+    const bool wide = q > 127.0f;
+    const float firsts[] = {0.5f, 1.5f, -2.5f, 2.4f, -0.5f, wide ? -255.5f : -100.5f, q,
+                            -(q - 0.4f), nan};
+    const int expected[] = {0, 2, -2, 2, 0, wide ? -256 : -100, static_cast<int>(q),
+                            -static_cast<int>(q), -static_cast<int>(q)};
+    std::vector<float> books(2 * 64 * 4, 0.0f);
+    for (size_t i = 0; i < std::size(firsts); ++i)
+      books[(64 + 3 + 5 * i) * 4] = firsts[i];  // stage 1
+    const RvqCodebooks codebooks(books.data(), books.data() + 64 * 4);
+    // The same with an infinite entry: inv is 0, so finite entries give 0 and
+    // the infinite one (0 · ∞, NaN) the lowest code.
+    std::vector<float> infinite = books;
+    infinite[(64 + 1) * 4] = inf;
+    const RvqCodebooks infinite_books(infinite.data(), infinite.data() + 64 * 4);
+    for (Isa isa : testing::isas_under_test()) {
+      CAPTURE(q);
+      CAPTURE(isa_name(isa));
+      const Exec exec{isa, nullptr, precision.activations};
+      RvqTable table;
+      table.build(codebooks, x.data(), 8, 1, exec);
+      for (uint32_t v = 0; v < 2; ++v)
+        for (size_t i = 0; i < std::size(firsts); ++i) {
+          CAPTURE(i);
+          CHECK(table_code(table, 0, v, 1, static_cast<int>(3 + 5 * i)) == expected[i]);
+        }
+      CHECK(table.token_scales(0)[0] == 1.0f);
+      table.build(infinite_books, x.data(), 8, 1, exec);
+      CHECK(table_code(table, 0, 0, 1, 1) == -static_cast<int>(q));
+      CHECK(table_code(table, 0, 0, 1, 3) == 0);
+      CHECK(std::isinf(table.token_scales(0)[0]));
+    }
   }
 }
 
@@ -333,28 +364,33 @@ TEST_CASE("tables built together equal each table built alone, at any thread cou
     other_books[i] = f.codebooks[(i * 7) % other_books.size()] * 0.5f;
   const RvqCodebooks books(f.stage(0), f.stage(1));
   const RvqCodebooks second(other_books.data(), other_books.data() + 64 * 4);
-  for (Isa isa : testing::isas_under_test()) {
-    RvqTable alone_first, alone_second;
-    alone_first.build(books, f.x.data(), f.cols, f.tokens, Exec{isa, nullptr});
-    alone_second.build(second, f.x.data(), f.cols, f.tokens, Exec{isa, nullptr});
-    for (size_t threads : {1, 2, 3, 5}) {
-      CAPTURE(isa_name(isa));
-      CAPTURE(threads);
-      ThreadPool pool(threads);
-      RvqTable together_first, together_second;
-      const RvqTableBuild builds[] = {{&together_first, &books}, {&together_second, &second}};
-      build_rvq_tables(builds, f.x.data(), f.cols, f.tokens, Exec{isa, &pool});
-      for (uint32_t t = 0; t < f.tokens; ++t) {
-        const size_t n = alone_first.codes_per_token();
-        const size_t groups = alone_first.groups() * sizeof(float);
-        CHECK(std::memcmp(together_first.token_codes(t), alone_first.token_codes(t), n) == 0);
-        CHECK(std::memcmp(together_second.token_codes(t), alone_second.token_codes(t), n) == 0);
-        CHECK(std::memcmp(together_first.token_scales(t), alone_first.token_scales(t), groups) == 0);
-        CHECK(std::memcmp(together_second.token_scales(t), alone_second.token_scales(t), groups) ==
-              0);
+  for (Isa isa : testing::isas_under_test())
+    for (const Precision& precision : kPrecisions) {
+      RvqTable alone_first, alone_second;
+      alone_first.build(books, f.x.data(), f.cols, f.tokens,
+                        Exec{isa, nullptr, precision.activations});
+      alone_second.build(second, f.x.data(), f.cols, f.tokens,
+                         Exec{isa, nullptr, precision.activations});
+      for (size_t threads : {1, 2, 3, 5}) {
+        CAPTURE(isa_name(isa));
+        CAPTURE(threads);
+        ThreadPool pool(threads);
+        RvqTable together_first, together_second;
+        const RvqTableBuild builds[] = {{&together_first, &books}, {&together_second, &second}};
+        build_rvq_tables(builds, f.x.data(), f.cols, f.tokens,
+                         Exec{isa, &pool, precision.activations});
+        for (uint32_t t = 0; t < f.tokens; ++t) {
+          const size_t n = alone_first.codes_per_token();
+          const size_t groups = alone_first.groups() * sizeof(float);
+          CHECK(std::memcmp(together_first.token_codes(t), alone_first.token_codes(t), n) == 0);
+          CHECK(std::memcmp(together_second.token_codes(t), alone_second.token_codes(t), n) == 0);
+          CHECK(std::memcmp(together_first.token_scales(t), alone_first.token_scales(t), groups) ==
+                0);
+          CHECK(std::memcmp(together_second.token_scales(t), alone_second.token_scales(t),
+                            groups) == 0);
+        }
       }
     }
-  }
 }
 
 TEST_CASE("an all-zero input gives exact zeros") {
