@@ -192,6 +192,8 @@ struct ExpertRun {
   bool shared_tables;
   bool by_matrix;  // all experts' gate, then all up, then each down: the shared table stays in L2
   bool decoded;    // no tables: rvq_decoded.h, as the engine runs when its crossover is 1
+  // The engine's default, int8 activations, takes int8 table codes; f32 ones int16.
+  TrunkActivations activations = TrunkActivations::kInt8;
 };
 
 class Bench {
@@ -259,7 +261,8 @@ class Bench {
     // A decode step's experts serve one token each: the engine takes the
     // decode-once path for them where its measured crossover is 1.
     auto engine_decodes = [&](Isa isa) {
-      return rvq_decode_crossover(Exec{isa, nullptr}, m.hidden, m.width) <= 1;
+      return rvq_decode_crossover(Exec{isa, nullptr, TrunkActivations::kInt8}, m.hidden,
+                                  m.width) <= 1;
     };
     std::vector<ExpertRun> runs;
     for (Isa isa : isas()) runs.push_back({"engine", isa, true, false, engine_decodes(isa)});
@@ -270,9 +273,11 @@ class Bench {
         runs.push_back({"decode once", options_.isa, false, false, true});
       runs.push_back({"tables per expert", options_.isa, false, false, false});
       runs.push_back({"gate all, up all, then downs", options_.isa, true, true, false});
+      runs.push_back({"int16 codes (f32 activations)", options_.isa, true, false, false,
+                      TrunkActivations::kF32});
     }
     for (const ExpertRun& run : runs) {
-      const Exec exec{run.isa, &pool_};
+      const Exec exec{run.isa, &pool_, run.activations};
       time_case(m, "rvq expert", fmt::format("3x[{}x{}] top-{}", m.width, m.hidden, m.top_k),
                 run.name, run.isa, expert_weights * m.top_k, expert_bytes * m.top_k, [&] {
                   const uint32_t first = next_expert;
@@ -313,7 +318,7 @@ class Bench {
     }
     const char* names[3] = {"rvq gate", "rvq up", "rvq down"};
     for (Isa isa : isas()) {
-      const Exec exec{isa, &pool_};
+      const Exec exec{isa, &pool_, TrunkActivations::kInt8};
       for (int kind = 0; kind < 3; ++kind) {
         const RvqMatrixShape s = bank.shapes[kind];
         RvqTable& table = kind == 2 ? down_table_ : kind == 0 ? gate_table_ : up_table_;
@@ -348,7 +353,7 @@ class Bench {
     const uint64_t expert_bytes =
         bank.packed_bytes(0) + bank.packed_bytes(1) + bank.packed_bytes(2);
     for (Isa isa : isas()) {
-      const Exec exec{isa, &pool_};
+      const Exec exec{isa, &pool_, TrunkActivations::kInt8};
       for (const uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 64u}) {
         build_gate_up(bank, x.data(), n, exec);
         const std::span<const uint32_t> tokens(all.data(), n);
