@@ -195,12 +195,12 @@ UsableRam read_usable_ram(const std::string& root) {
 namespace {
 
 // One token's RVQ lookup table over `cols` inputs (compute/kernels/rvq.h):
-// int8 codes per 4 columns × stage × entry, and an f32 scale per 128 columns.
-// Its build works in a fixed stack buffer per group.
+// codes per 4 columns × stage × entry, int16 (two byte planes) at most, and
+// an f32 scale per 128 columns. Its build works in a fixed stack buffer.
 uint64_t rvq_table_bytes_per_token(uint64_t cols) {
   const uint64_t vectors = cols / kRvqVecDim;
   const uint64_t groups = (vectors + kPlanTableGroupVectors - 1) / kPlanTableGroupVectors;
-  return vectors * kRvqStages * kRvqEntries + groups * sizeof(float);
+  return vectors * kRvqStages * kRvqEntries * sizeof(int16_t) + groups * sizeof(float);
 }
 
 // A decode-once f32 tile (compute/kernels/rvq_decoded.cpp): about 256 KiB of

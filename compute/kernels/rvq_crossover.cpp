@@ -174,20 +174,19 @@ uint32_t rvq_crossover_from(std::span<const uint32_t> candidates,
   return candidates.empty() ? 1 : candidates.back() + 1;
 }
 
-// Measured with `sluice bench kernels --threads 1` ("rvq prefill expert", OLMoE
-// shape) on an AMD EPYC with AVX-512: tables and decode-once cross near 6 to 8
-// tokens with AVX-512, near 2 with AVX2 gathers (at 1 on Zen 5, whose gathers
-// are slow), near 8 for scalar tables.
+// Measured with `sluice bench kernels --threads 1` ("rvq prefill expert",
+// OLMoE and Qwen3 shapes, format 3, int8 activations) on a Zen 3 core:
+// tables and int8 tiles cross between 16 and 32 tokens with AVX2 tables
+// (which AVX-512 machines run too), near 4 for scalar tables.
 uint32_t rvq_default_crossover(Isa isa) {
   switch (isa) {
     case Isa::kAvx512:
-      return 6;
     case Isa::kAvx2:
-      return 2;
+      return 24;
     case Isa::kScalar:
       break;
   }
-  return 8;
+  return 4;
 }
 
 std::string rvq_crossover_cache_path(Isa isa, TrunkActivations activations, uint32_t hidden,

@@ -39,8 +39,8 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const uint64_t routing = layers * (48 + 32 + 8 * top_k);
   const uint64_t widest = std::max(hidden, width);
   const uint64_t int8 = rows * widest + rows * (widest / 32) * 4;
-  // int8 codes per 4 columns × 2 stages × 64 entries, an f32 scale per 128 columns
-  const auto table = [](uint64_t cols) { return cols / 4 * 2 * 64 + (cols + 127) / 128 * 4; };
+  // int16 codes per 4 columns × 2 stages × 64 entries, an f32 scale per 128 columns
+  const auto table = [](uint64_t cols) { return cols / 4 * 2 * 64 * 2 + (cols + 127) / 128 * 4; };
   const auto tile = [](uint64_t cols) {
     return std::clamp<uint64_t>((uint64_t{256} << 10) / (cols * 4) / 32 * 32, 32, 64) * cols * 4;
   };

@@ -92,12 +92,12 @@ uint64_t expected_scratch(uint64_t ctx, uint64_t threads = 1, uint64_t sequences
   const uint64_t routing =
       4 * (48 + 32 + 4 * 8);  // per MoE layer: two vectors of top-k ids and weights
   const uint64_t int8 = rows * 64 + rows * 2 * 4;  // codes of the widest row, a scale per 32
-  // A token's table: int8 codes per 4 columns × 2 stages × 64 entries, and
-  // an f32 scale per 128 columns.
-  const uint64_t gate_up_table = (64 / 4) * 2 * 64 + 1 * 4;
+  // A token's table: int16 codes (f32 activations; int8 ones take half) per
+  // 4 columns × 2 stages × 64 entries, and an f32 scale per 128 columns.
+  const uint64_t gate_up_table = (64 / 4) * 2 * 64 * 2 + 1 * 4;
   const uint64_t shared =
       (rows * row_floats + 16) * 4 + rows * routing + int8 + 2 * rows * gate_up_table;
-  const uint64_t down_table = (32 / 4) * 2 * 64 + 1 * 4;
+  const uint64_t down_table = (32 / 4) * 2 * 64 * 2 + 1 * 4;
   const uint64_t tile = 64 * 64 * 4;  // 64 rows (the most) of 64 decoded columns
   // The int8 tiles' inputs: each row's 64 columns as one whole 128-column
   // group of bytes and its scale.
