@@ -19,7 +19,8 @@ namespace sluice::kernels {
 inline constexpr uint32_t kRvqInt8TilesFrom = 5;
 
 // Arithmetic (every instruction set, bit for bit; it differs from the table
-// path's int16 codes by rounding only, about 1e-6 relative):
+// path's int16 codes by rounding only, about 1e-5 relative, and from its int8
+// codes by about 1%):
 //
 //   weights  w[r][4v + j] = C0[i0][j] + C1[i1][j] in f32, the container's
 //            reconstruction (FORMAT.md) before the row scale.
