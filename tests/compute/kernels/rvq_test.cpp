@@ -154,6 +154,33 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Every token's outputs of the documented arithmetic, tokens × rows.
+std::vector<float> documented_outputs(const Fixture& f, float code_max) {
+  std::vector<float> out(size_t{f.tokens} * f.rows);
+  for (uint32_t t = 0; t < f.tokens; ++t) {
+    const DocumentedTable table(f, f.x.data() + size_t{t} * f.cols, code_max);
+    for (uint32_t r = 0; r < f.rows; ++r) out[size_t{t} * f.rows + r] = table.row(f, r);
+  }
+  return out;
+}
+
+// Every instruction set at each thread count gives the documented bits and
+// writes nothing past its outputs.
+void check_every_isa(const Fixture& f, const Precision& precision,
+                     std::initializer_list<size_t> thread_counts) {
+  const std::vector<float> documented = documented_outputs(f, precision.code_max);
+  for (Isa isa : testing::isas_under_test())
+    for (size_t threads : thread_counts) {
+      CAPTURE(isa_name(isa));
+      CAPTURE(threads);
+      ThreadPool pool(threads);
+      std::vector<float> y = run_all(f, Exec{isa, &pool, precision.activations});
+      for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
+      y.resize(documented.size());
+      CHECK(same_bits(y, documented));
+    }
+}
+
 // Odd sizes, partial and whole 32-row blocks, one to many 128-input groups
 // with a partial last one (cols 24, 136, 520, 1032) or none (784 is not:
 // 196 vectors = 6 groups and 4; 1024 is).
@@ -167,25 +194,10 @@ TEST_CASE("rvq matvec equals the documented arithmetic at every ISA, precision a
   for (uint32_t rows : kRows)
     for (uint32_t cols : kCols)
       for (const Precision& precision : kPrecisions) {
-        const Fixture f(rows, cols, 2, seed++);
-        std::vector<float> documented(size_t{f.tokens} * rows);
-        for (uint32_t t = 0; t < f.tokens; ++t) {
-          const DocumentedTable table(f, f.x.data() + t * cols, precision.code_max);
-          for (uint32_t r = 0; r < rows; ++r) documented[t * rows + r] = table.row(f, r);
-        }
-        for (Isa isa : testing::isas_under_test())
-          for (size_t threads : {1, 2, 3}) {
-            CAPTURE(rows);
-            CAPTURE(cols);
-            CAPTURE(precision.code_max);
-            CAPTURE(isa_name(isa));
-            CAPTURE(threads);
-            ThreadPool pool(threads);
-            std::vector<float> y = run_all(f, Exec{isa, &pool, precision.activations});
-            for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
-            y.resize(documented.size());
-            CHECK(same_bits(y, documented));
-          }
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(precision.code_max);
+        check_every_isa(Fixture(rows, cols, 2, seed++), precision, {1, 2, 3});
       }
 }
 
@@ -242,25 +254,9 @@ TEST_CASE(
        {std::pair{1100u, 136u}, std::pair{2063u, 24u}, std::pair{77u, 520u}, std::pair{130u, 784u}})
     for (uint32_t tokens = 1; tokens <= 9; ++tokens) {
       // Alternating precisions: the row bodies' token loop does not depend on them.
-      const Precision& precision = kPrecisions[tokens % 2];
-      const Fixture f(rows, cols, tokens, seed++);
-      std::vector<float> documented(size_t{tokens} * rows);
-      for (uint32_t t = 0; t < tokens; ++t) {
-        const DocumentedTable table(f, f.x.data() + size_t{t} * cols, precision.code_max);
-        for (uint32_t r = 0; r < rows; ++r) documented[size_t{t} * rows + r] = table.row(f, r);
-      }
-      for (Isa isa : testing::isas_under_test())
-        for (size_t threads : {1, 3}) {
-          CAPTURE(rows);
-          CAPTURE(tokens);
-          CAPTURE(isa_name(isa));
-          CAPTURE(threads);
-          ThreadPool pool(threads);
-          std::vector<float> y = run_all(f, Exec{isa, &pool, precision.activations});
-          for (size_t i = y.size() - 4; i < y.size(); ++i) CHECK(y[i] == kSentinel);
-          y.resize(documented.size());
-          CHECK(same_bits(y, documented));
-        }
+      CAPTURE(rows);
+      CAPTURE(tokens);
+      check_every_isa(Fixture(rows, cols, tokens, seed++), kPrecisions[tokens % 2], {1, 3});
     }
 }
 
@@ -323,10 +319,17 @@ TEST_CASE("codes round half to even and clamp, NaN and infinities included, at e
     const float q = precision.code_max;
     // A half below -255 crosses a high byte for int16 codes (-256: high -1, low 0).
     const bool wide = q > 127.0f;
-    const float firsts[] = {0.5f, 1.5f, -2.5f, 2.4f, -0.5f, wide ? -255.5f : -100.5f, q,
-                            -(q - 0.4f), nan};
-    const int expected[] = {0, 2, -2, 2, 0, wide ? -256 : -100, static_cast<int>(q),
-                            -static_cast<int>(q), -static_cast<int>(q)};
+    const float firsts[] = {0.5f, 1.5f,        -2.5f, 2.4f, -0.5f, wide ? -255.5f : -100.5f,
+                            q,    -(q - 0.4f), nan};
+    const int expected[] = {0,
+                            2,
+                            -2,
+                            2,
+                            0,
+                            wide ? -256 : -100,
+                            static_cast<int>(q),
+                            -static_cast<int>(q),
+                            -static_cast<int>(q)};
     std::vector<float> books(2 * 64 * 4, 0.0f);
     for (size_t i = 0; i < std::size(firsts); ++i)
       books[(64 + 3 + 5 * i) * 4] = firsts[i];  // stage 1
