@@ -152,7 +152,7 @@ struct RvqTableBuild {
 
 // Builds every table of `builds` from the same input x (a layer's gate and up
 // tables), each with the same bits as its own build(): one parallel region
-// over (table, token, group), since a group's codes need nothing outside it.
+// over (token, table, group), since a group's codes need nothing outside it.
 //
 // `then`, when given, is the matrix the caller reads right after: its index
 // bytes are requested into L2 grain by grain as the first token's tables

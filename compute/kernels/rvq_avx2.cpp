@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "compute/kernels/lanes_avx2.h"
 #include "compute/kernels/rvq_kernels.h"
 
 namespace sluice::kernels::detail {
