@@ -108,11 +108,10 @@ struct ScratchShape {
 //   blocks + the mixer's scratch (ModelConfig::mixer_scratch_floats)), the
 //   router's logits, attention scores heads × context, the routing of each
 //   row at each MoE layer, the int8 activations of one matmul (bytes);
-// - the gate and up RVQ tables of every row: int16 codes, 2 bytes per 8
-//   columns × 3 stages × 256 entries, and twice that again as byte planes
-//   (the AVX-512 layout, counted on every machine so that a budget means the
-//   same to sluice-io as to its clients); each table also keeps one token's
-//   f32 table;
+// - the gate and up RVQ tables of every row: int16 codes (f32 activations;
+//   int8 ones take half, counted at int16 so that a budget means the same to
+//   sluice-io as to its clients whatever their mode), 2 bytes per 4 columns ×
+//   2 stages × 64 entries, and an f32 scale per 128 columns;
 // - per thread: one expert's rows (rows × (2e + 3w)), its down table for
 //   kPlanTableTokensPerExpert rows, and a decode-once tile and the int8
 //   inputs of one decode-once call (rvq_decoded.cpp);
