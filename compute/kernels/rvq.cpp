@@ -104,8 +104,7 @@ float rvq_build_group_scalar(const RvqCodebooks& codebooks, const float* x, uint
     for (int s = 0; s < kRvqStages; ++s)
       for (int c = 0; c < kRvqEntries; ++c) {
         const int32_t q = round_clamped(exact[v - v_begin][s][c] * inv, code_max);
-        int8_t* at =
-            codes + size_t{v} * planes * kRvqTablePlaneBytes + c / 16 * 32 + s * 16 + c % 16;
+        int8_t* at = codes + table_code_offset(planes, v, s, c);
         if (planes == 1) {
           at[0] = static_cast<int8_t>(q);
         } else {
@@ -119,7 +118,7 @@ float rvq_build_group_scalar(const RvqCodebooks& codebooks, const float* x, uint
 void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
                      const RvqMatrixView& m, uint32_t block_begin, uint32_t block_end, float* y) {
   const uint32_t nv = m.shape.vectors_per_row();
-  const size_t planes = static_cast<size_t>(table.planes());
+  const int planes = table.planes();
   for (size_t t = 0; t < tokens.size(); ++t) {
     const int8_t* codes = table.token_codes(tokens[t]);
     const float* scales = table.token_scales(tokens[t]);
@@ -131,8 +130,7 @@ void rvq_rows_scalar(const RvqTable& table, std::span<const uint32_t> tokens,
         for (uint32_t v = v0; v < std::min(nv, v0 + kRvqGroupVectors); ++v)
           for (int s = 0; s < kRvqStages; ++s) {
             const int c = m.shape.code(m.indices, r, v, s);
-            const int8_t* at =
-                codes + size_t{v} * planes * kRvqTablePlaneBytes + c / 16 * 32 + s * 16 + c % 16;
+            const int8_t* at = codes + table_code_offset(planes, v, s, c);
             sum +=
                 planes == 1 ? at[0] : 256 * at[kRvqTablePlaneBytes] + static_cast<uint8_t>(at[0]);
           }
@@ -159,18 +157,15 @@ void RvqTable::resize(uint32_t cols, uint32_t tokens, int planes) {
   resize_discarding(scales_, size_t{tokens} * groups());
 }
 
-void RvqTable::build_groups(const RvqCodebooks& codebooks, const float* token_x, uint32_t token,
-                            size_t begin, size_t end, Isa isa) {
-  const uint32_t nv = cols_ / kRvqVecDim;
+void RvqTable::build_group(const RvqCodebooks& codebooks, const float* token_x, uint32_t token,
+                           size_t group, Isa isa) {
+  const auto v0 = static_cast<uint32_t>(group) * kRvqGroupVectors;
+  const uint32_t v1 = std::min(cols_ / kRvqVecDim, v0 + kRvqGroupVectors);
   int8_t* codes = codes_.data() + size_t{token} * codes_per_token();
-  for (size_t g = begin; g < end; ++g) {
-    const auto v0 = static_cast<uint32_t>(g) * kRvqGroupVectors;
-    const uint32_t v1 = std::min(nv, v0 + kRvqGroupVectors);
-    scales_[size_t{token} * groups() + g] =
-        isa == Isa::kScalar
-            ? detail::rvq_build_group_scalar(codebooks, token_x, v0, v1, planes_, codes)
-            : detail::rvq_build_group_avx2(codebooks, token_x, v0, v1, planes_, codes);
-  }
+  scales_[size_t{token} * groups() + group] =
+      isa == Isa::kScalar
+          ? detail::rvq_build_group_scalar(codebooks, token_x, v0, v1, planes_, codes)
+          : detail::rvq_build_group_avx2(codebooks, token_x, v0, v1, planes_, codes);
 }
 
 void RvqTable::build(const RvqCodebooks& codebooks, const float* x, uint32_t cols, uint32_t tokens,
@@ -191,8 +186,7 @@ void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uin
       const auto t = static_cast<uint32_t>(i / per_token);
       const size_t b = i % per_token / groups, g = i % groups;
       if (t == 0) prefetch_slice(then, i, per_token);
-      builds[b].table->build_groups(*builds[b].codebooks, x + size_t{t} * cols, t, g, g + 1,
-                                    exec.isa);
+      builds[b].table->build_group(*builds[b].codebooks, x + size_t{t} * cols, t, g, exec.isa);
     }
   });
 }

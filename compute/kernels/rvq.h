@@ -133,9 +133,9 @@ class RvqTable {
   friend void build_rvq_tables(std::span<const RvqTableBuild> builds, const float* x, uint32_t cols,
                                uint32_t tokens, const Exec& exec, const RvqMatrixView* then);
   void resize(uint32_t cols, uint32_t tokens, int planes);
-  // Builds groups [begin, end) of one token: entries, their max, and codes.
-  void build_groups(const RvqCodebooks& codebooks, const float* token_x, uint32_t token,
-                    size_t begin, size_t end, Isa isa);
+  // Builds one group of one token: its entries, their max, and codes.
+  void build_group(const RvqCodebooks& codebooks, const float* token_x, uint32_t token,
+                   size_t group, Isa isa);
 
   std::vector<int8_t> codes_;
   std::vector<float> scales_;

@@ -52,7 +52,7 @@ float rvq_build_group_avx2(const RvqCodebooks& codebooks, const float* x, uint32
         const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
         const __m128i first = _mm256_castsi256_si128(words),
                       second = _mm256_extracti128_si256(words, 1);
-        int8_t* at = codes + size_t{v} * planes * kRvqTablePlaneBytes + 32 * quarter + 16 * s;
+        int8_t* at = codes + table_code_offset(planes, v, s, 16 * quarter);
         if (planes == 1) {
           _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm_packs_epi16(first, second));
         } else {

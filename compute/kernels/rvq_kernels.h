@@ -15,7 +15,14 @@
 
 namespace sluice::kernels::detail {
 
-// Table path (rvq.h). One group of one token's table: the codes of vectors
+// Table path (rvq.h). Where plane 0's byte of code q[v][s][c] sits in a
+// token's codes (plane 1's is kRvqTablePlaneBytes further).
+inline size_t table_code_offset(int planes, uint32_t v, int s, int c) {
+  return size_t{v} * static_cast<size_t>(planes) * kRvqTablePlaneBytes +
+         static_cast<size_t>(c / 16 * 32 + s * 16 + c % 16);
+}
+
+// One group of one token's table: the codes of vectors
 // [v_begin, v_end) (at most kRvqGroupVectors, v_begin a multiple of it) of
 // input x in `planes` byte planes, written in the table's layout (codes is
 // the token's first byte), and the group's scale d_g returned.
