@@ -69,21 +69,31 @@ float rvq_build_group_avx2(const RvqCodebooks& codebooks, const float* x, uint32
 
 namespace {
 
+// b where mask's bit 7 is set, else a. GCC 12 rewrites _mm256_blendv_epi8
+// into a compare against zero and then the blend, one more instruction per
+// blend; the lookups below only ever need bit 7.
+inline __m256i blend_on_bit7(__m256i a, __m256i b, __m256i mask) {
+  __m256i blended;
+  asm("vpblendvb %3, %2, %1, %0" : "=x"(blended) : "x"(a), "x"(b), "x"(mask));
+  return blended;
+}
+
 // One stage's codes of one vector for 16 rows per lane looked up in a table
 // vector's four 16-entry quarters (lane 0 stage 0, lane 1 stage 1):
 // low holds each code's low 4 bits, bit4 and bit5 its higher bits in bit 7.
 inline __m256i lookup(const __m256i quarters[4], __m256i low, __m256i bit4, __m256i bit5) {
-  const __m256i first = _mm256_blendv_epi8(_mm256_shuffle_epi8(quarters[0], low),
-                                           _mm256_shuffle_epi8(quarters[1], low), bit4);
-  const __m256i second = _mm256_blendv_epi8(_mm256_shuffle_epi8(quarters[2], low),
-                                            _mm256_shuffle_epi8(quarters[3], low), bit4);
-  return _mm256_blendv_epi8(first, second, bit5);
+  const __m256i first = blend_on_bit7(_mm256_shuffle_epi8(quarters[0], low),
+                                      _mm256_shuffle_epi8(quarters[1], low), bit4);
+  const __m256i second = blend_on_bit7(_mm256_shuffle_epi8(quarters[2], low),
+                                       _mm256_shuffle_epi8(quarters[3], low), bit4);
+  return blend_on_bit7(first, second, bit5);
 }
 
 // One row block's codes of one vector, as its 48-byte unit gives them:
 // each code's low 4 bits for rows 0-15 (`first`) and 16-31 (`second`), stage
 // 0 in lane 0 and stage 1 in lane 1, and in `highs` each lane's byte i holding
-// its stage's high-bit pairs of rows i and 16 + i in bits 0-3.
+// its stage's high-bit pairs of rows i and 16 + i in bits 4-7 (bits 0-3 hold
+// other bits, which blendv never reads).
 struct UnitCodes {
   __m256i first, second, highs;
 };
@@ -91,36 +101,40 @@ inline UnitCodes unit_codes_of(const uint8_t* unit) {
   const __m256i nibble = _mm256_set1_epi8(15);
   const __m256i lows = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit));
   return {_mm256_and_si256(lows, nibble), _mm256_and_si256(_mm256_srli_epi16(lows, 4), nibble),
-          _mm256_srlv_epi32(_mm256_broadcastsi128_si256(
+          _mm256_sllv_epi32(_mm256_broadcastsi128_si256(
                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 32))),
-                            _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4))};
+                            _mm256_setr_epi32(4, 4, 4, 4, 0, 0, 0, 0))};
 }
 
 // One byte plane of a table vector's codes looked up for a unit: bytes of
 // rows 0-15 in `low_rows`, rows 16-31 in `high_rows`, stage 0 in lane 0.
+// blendv reads bit 7 alone, so byte adds move each high bit there: shifts
+// and pshufb share two of Zen 3's four vector pipes, and they were the
+// loop's limit.
 inline void lookup_plane(const UnitCodes& u, const int8_t* plane, __m256i& low_rows,
                          __m256i& high_rows) {
   __m256i quarters[4];
   for (int q = 0; q < 4; ++q)
     quarters[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plane + 32 * q));
-  low_rows =
-      lookup(quarters, u.first, _mm256_slli_epi16(u.highs, 7), _mm256_slli_epi16(u.highs, 6));
-  high_rows =
-      lookup(quarters, u.second, _mm256_slli_epi16(u.highs, 5), _mm256_slli_epi16(u.highs, 4));
+  const __m256i high_bit5 = u.highs, high_bit4 = _mm256_add_epi8(high_bit5, high_bit5);
+  const __m256i low_bit5 = _mm256_add_epi8(high_bit4, high_bit4);
+  const __m256i low_bit4 = _mm256_add_epi8(low_bit5, low_bit5);
+  low_rows = lookup(quarters, u.first, low_bit4, low_bit5);
+  high_rows = lookup(quarters, u.second, high_bit4, high_bit5);
 }
 
-// Sign-extending and zero-extending widenings of a lookup's even and odd bytes.
-inline __m256i even_signed(__m256i b) {
-  return _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8);
+// A lookup's even and odd bytes widened to int16, signed or (a two-plane
+// table's low plane) unsigned: maddubs multiplies by 1 and 0 on the
+// multiply pipes, where shifts would queue behind the lookups.
+template <bool Unsigned>
+inline __m256i even_bytes(__m256i b) {
+  const __m256i even = _mm256_set1_epi16(0x0001);
+  return Unsigned ? _mm256_maddubs_epi16(b, even) : _mm256_maddubs_epi16(even, b);
 }
-inline __m256i odd_signed(__m256i b) {
-  return _mm256_srai_epi16(b, 8);
-}
-inline __m256i even_unsigned(__m256i b) {
-  return _mm256_and_si256(b, _mm256_set1_epi16(0xff));
-}
-inline __m256i odd_unsigned(__m256i b) {
-  return _mm256_srli_epi16(b, 8);
+template <bool Unsigned>
+inline __m256i odd_bytes(__m256i b) {
+  const __m256i odd = _mm256_set1_epi16(0x0100);
+  return Unsigned ? _mm256_maddubs_epi16(b, odd) : _mm256_maddubs_epi16(odd, b);
 }
 
 // 16 int16 sums (lane 0 stage 0, lane 1 stage 1) of 8 rows to their 8 int32 totals.
@@ -133,8 +147,10 @@ inline __m256i stage_totals(__m256i sums) {
 // One row block's 32 outputs for one token with Planes byte planes: per
 // group, each vector's lookups widen to int16 sums of even and odd rows (at
 // most 32 · 255 for a low plane, 32 · 128 for a signed one); a group ends in
-// one fma per row. Adding two vectors' int8 lookups in bytes before widening
-// (codes of ±63) measured no faster: the loop waits on memory.
+// one fma per row. Per unit and plane the loop issues 8 pshufb, 6 blends, 4
+// maddubs and 3 shifts, which in cache take about 0.8 of the time the
+// memory needs for the unit's bytes (Zen 3). Adding two vectors' int8
+// lookups in bytes before widening (codes of ±63) measured no faster.
 template <int Planes>
 void block_rows(const uint8_t* block, uint32_t nv, const int8_t* codes, const float* scales,
                 float out[kRowBlock]) {
@@ -154,15 +170,16 @@ void block_rows(const uint8_t* block, uint32_t nv, const int8_t* codes, const fl
         __m256i low, high;
         lookup_plane(u, table + p * kRvqTablePlaneBytes, low, high);
         // A two-plane table's low plane holds unsigned bytes.
-        const bool unsigned_bytes = Planes == 2 && p == 0;
-        sums[p][0] =
-            _mm256_add_epi16(sums[p][0], unsigned_bytes ? even_unsigned(low) : even_signed(low));
-        sums[p][1] =
-            _mm256_add_epi16(sums[p][1], unsigned_bytes ? odd_unsigned(low) : odd_signed(low));
-        sums[p][2] =
-            _mm256_add_epi16(sums[p][2], unsigned_bytes ? even_unsigned(high) : even_signed(high));
-        sums[p][3] =
-            _mm256_add_epi16(sums[p][3], unsigned_bytes ? odd_unsigned(high) : odd_signed(high));
+        auto widen = [&]<bool Unsigned>() {
+          sums[p][0] = _mm256_add_epi16(sums[p][0], even_bytes<Unsigned>(low));
+          sums[p][1] = _mm256_add_epi16(sums[p][1], odd_bytes<Unsigned>(low));
+          sums[p][2] = _mm256_add_epi16(sums[p][2], even_bytes<Unsigned>(high));
+          sums[p][3] = _mm256_add_epi16(sums[p][3], odd_bytes<Unsigned>(high));
+        };
+        if (Planes == 2 && p == 0)
+          widen.template operator()<true>();
+        else
+          widen.template operator()<false>();
       }
     }
     const __m256 d = _mm256_set1_ps(scales[v0 / kRvqGroupVectors]);
@@ -318,12 +335,11 @@ constexpr uint32_t kSpan = 16;
 // codes[s][r] for the block's rows r.
 inline void unit_codes(const uint8_t* unit, uint8_t (*codes)[kRowBlock]) {
   const UnitCodes u = unit_codes_of(unit);
-  const __m256i pair = _mm256_set1_epi8(3);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
   // Rows 0-15 and 16-31, each with stage 0 in lane 0 and stage 1 in lane 1.
-  const __m256i first =
-      _mm256_or_si256(u.first, _mm256_slli_epi16(_mm256_and_si256(u.highs, pair), 4));
-  const __m256i second = _mm256_or_si256(
-      u.second, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u.highs, 2), pair), 4));
+  const __m256i first = _mm256_or_si256(u.first, _mm256_and_si256(u.highs, bits45));
+  const __m256i second =
+      _mm256_or_si256(u.second, _mm256_and_si256(_mm256_srli_epi16(u.highs, 2), bits45));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[0]),
                       _mm256_permute2x128_si256(first, second, 0x20));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[1]),
