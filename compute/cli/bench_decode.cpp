@@ -114,9 +114,12 @@ std::vector<router::TraceToken> load_routing(const std::string& flag, const Cont
 }
 
 // Memory bandwidth: the best of a few copies of a buffer far larger than the
-// caches. The two buffers take at most half the budget, so a run inside a
-// memory limit of its own budget is not killed by its measurement.
-size_t memory_buffer_bytes(uint64_t budget_bytes) { return std::min<uint64_t>(uint64_t{256} << 20, budget_bytes / 4); }
+// caches. The two buffers together take at most the plan's cache, which no
+// arm holds while the machine is measured, so a run inside a memory limit of
+// its own budget is not killed by its measurement. Half the budget was not
+// safe: at a tiny model's floor the process itself holds about half
+// (memory_budget_cgroup, 2 threads: peaks of 0.99 of the limit, one OOM kill).
+size_t memory_buffer_bytes(uint64_t cache_bytes) { return std::min<uint64_t>(uint64_t{256} << 20, cache_bytes / 2); }
 
 double memory_gbps(size_t bytes) {
   const size_t kBytes = bytes;
@@ -382,7 +385,7 @@ void run_decode(const DecodeFlags& flags) {
   const uint64_t cache_bytes = flags.compare ? ioworker::cache_bytes_for_slots(
                                                    container, slots, clients, mailbox_rows(flags))
                                              : plan.cache_bytes;
-  const size_t memory_buffer = memory_buffer_bytes(plan.budget_bytes);
+  const size_t memory_buffer = memory_buffer_bytes(plan.cache_bytes);
   if (!flags.routing.empty() &&
       (flags.compare || flags.lookahead > 0 || flags.compare_hold || flags.hold.value_or(0) > 0)) {
     fail(
