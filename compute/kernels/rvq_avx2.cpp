@@ -137,6 +137,16 @@ inline __m256i odd_bytes(__m256i b) {
   return Unsigned ? _mm256_maddubs_epi16(b, odd) : _mm256_maddubs_epi16(odd, b);
 }
 
+// A plane's lookups for rows 0-15 (low) and 16-31 (high) added to its int16
+// sums [even low rows, odd low rows, even high rows, odd high rows].
+template <bool Unsigned>
+inline void add_widened(__m256i low, __m256i high, __m256i sums[4]) {
+  sums[0] = _mm256_add_epi16(sums[0], even_bytes<Unsigned>(low));
+  sums[1] = _mm256_add_epi16(sums[1], odd_bytes<Unsigned>(low));
+  sums[2] = _mm256_add_epi16(sums[2], even_bytes<Unsigned>(high));
+  sums[3] = _mm256_add_epi16(sums[3], odd_bytes<Unsigned>(high));
+}
+
 // 16 int16 sums (lane 0 stage 0, lane 1 stage 1) of 8 rows to their 8 int32 totals.
 inline __m256i stage_totals(__m256i sums) {
   const __m128i both =
@@ -183,16 +193,10 @@ void block_rows(const uint8_t* block, uint32_t nv, const int8_t* codes, const fl
         __m256i low, high;
         lookup_plane(u, table + p * kRvqTablePlaneBytes, low, high);
         // A two-plane table's low plane holds unsigned bytes.
-        auto widen = [&]<bool Unsigned>() {
-          sums[p][0] = _mm256_add_epi16(sums[p][0], even_bytes<Unsigned>(low));
-          sums[p][1] = _mm256_add_epi16(sums[p][1], odd_bytes<Unsigned>(low));
-          sums[p][2] = _mm256_add_epi16(sums[p][2], even_bytes<Unsigned>(high));
-          sums[p][3] = _mm256_add_epi16(sums[p][3], odd_bytes<Unsigned>(high));
-        };
         if (Planes == 2 && p == 0)
-          widen.template operator()<true>();
+          add_widened<true>(low, high, sums[p]);
         else
-          widen.template operator()<false>();
+          add_widened<false>(low, high, sums[p]);
       }
     }
     const __m256 d = _mm256_set1_ps(scales[v0 / kRvqGroupVectors]);

@@ -319,20 +319,19 @@ TEST_CASE("codes round half to even and clamp, NaN and infinities included, at e
     const float q = precision.code_max;
     // A half below -255 crosses a high byte for int16 codes (-256: high -1, low 0).
     const bool wide = q > 127.0f;
-    const float firsts[] = {0.5f, 1.5f,        -2.5f, 2.4f, -0.5f, wide ? -255.5f : -100.5f,
-                            q,    -(q - 0.4f), nan};
-    const int expected[] = {0,
-                            2,
-                            -2,
-                            2,
-                            0,
-                            wide ? -256 : -100,
-                            static_cast<int>(q),
-                            -static_cast<int>(q),
-                            -static_cast<int>(q)};
+    const int top = static_cast<int>(q);
+    // Each entry's first element and the code it must round to.
+    const struct {
+      float first;
+      int code;
+    } cases[] = {{0.5f, 0},   {1.5f, 2},
+                 {-2.5f, -2}, {2.4f, 2},
+                 {-0.5f, 0},  {wide ? -255.5f : -100.5f, wide ? -256 : -100},
+                 {q, top},    {-(q - 0.4f), -top},
+                 {nan, -top}};
     std::vector<float> books(2 * 64 * 4, 0.0f);
-    for (size_t i = 0; i < std::size(firsts); ++i)
-      books[(64 + 3 + 5 * i) * 4] = firsts[i];  // stage 1
+    for (size_t i = 0; i < std::size(cases); ++i)
+      books[(64 + 3 + 5 * i) * 4] = cases[i].first;  // stage 1
     const RvqCodebooks codebooks(books.data(), books.data() + 64 * 4);
     // The same with an infinite entry: inv is 0, so finite entries give 0 and
     // the infinite one (0 · ∞, NaN) the lowest code.
@@ -346,9 +345,9 @@ TEST_CASE("codes round half to even and clamp, NaN and infinities included, at e
       RvqTable table;
       table.build(codebooks, x.data(), 8, 1, exec);
       for (uint32_t v = 0; v < 2; ++v)
-        for (size_t i = 0; i < std::size(firsts); ++i) {
+        for (size_t i = 0; i < std::size(cases); ++i) {
           CAPTURE(i);
-          CHECK(table_code(table, 0, v, 1, static_cast<int>(3 + 5 * i)) == expected[i]);
+          CHECK(table_code(table, 0, v, 1, static_cast<int>(3 + 5 * i)) == cases[i].code);
         }
       CHECK(table.token_scales(0)[0] == 1.0f);
       table.build(infinite_books, x.data(), 8, 1, exec);
