@@ -106,12 +106,18 @@ uint64_t ModelConfig::mixer_scratch_floats() const {
 }
 
 uint64_t ModelConfig::attention_worker_floats(uint32_t context, uint64_t rows) const {
-  if (mixer != MixerKind::kGqa) return 0;
+  // KDA: one head's inputs, output and decays for every row, and the chunked
+  // form's scratch (compute/model/kda.h: chunks of 64 tokens); each mixer
+  // keeps its own, so they add up.
+  const uint64_t chunk = 64, d = kda.head_dim;
+  const uint64_t kda_head = kda_layers() > 0 ? rows * 7 * d + 3 * chunk * (d + chunk) : 0;
+  // MLA: one head's read-outs and value outputs for a pass's tokens.
+  if (mixer != MixerKind::kGqa) return kda_head + rows * (uint64_t{mla.kv_lora_rank} + mla.v_dim);
   // A pass's scores (compute/model/attention.h's tokens_per_pass keeps them
   // within heads × context), one kv head's group of queries and outputs for
   // every row, and their causal counts.
   const uint64_t group = gqa.heads / std::max<uint32_t>(gqa.kv_heads, 1);
-  return uint64_t{gqa.heads} * context + rows * (2 * group * gqa.head_dim + group);
+  return kda_head + uint64_t{gqa.heads} * context + rows * (2 * group * gqa.head_dim + group);
 }
 
 uint64_t ModelConfig::shared_attention_floats(uint32_t context) const {

@@ -223,8 +223,8 @@ struct ModelConfig {
   // Widest per-token activations of the mixer: queries and attention output.
   uint64_t mixer_scratch_floats() const;
   // Attention's scratch per thread of the pool (GQA splits its kv heads over
-  // the pool) for `rows` query tokens at once over `context` positions, and
-  // the scratch of attention that runs on one thread (MLA's scores).
+  // it, MLA its heads) for `rows` query tokens at once over `context`
+  // positions, and the scratch the threads share (MLA's scores).
   uint64_t attention_worker_floats(uint32_t context, uint64_t rows) const;
   uint64_t shared_attention_floats(uint32_t context) const;
   // The attention softmax scale.

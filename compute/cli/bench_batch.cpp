@@ -145,9 +145,7 @@ ArmRun run_arm(const BatchFlags& flags, const Arm& arm, uint64_t cache_bytes,
   routing.finish();
   run.guesses = routing.guesses();
   const ForwardTimes& after = engine.transformer().times();
-  run.times = {after.kda - times_before.kda, after.attention - times_before.attention,
-               after.moe - times_before.moe, after.dense - times_before.dense,
-               after.lm_head - times_before.lm_head};
+  run.times = after - times_before;
   return run;
 }
 

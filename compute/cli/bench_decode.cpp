@@ -26,6 +26,7 @@
 #include "compute/model/sampler.h"
 #include "ioworker/memory_plan.h"
 #include "proto/container.h"
+#include "proto/model_config.h"
 #include "proto/error.h"
 #include "router/lookahead.h"
 #include "router/trace.h"
@@ -185,8 +186,7 @@ PhaseFigures difference(const Counters& a, const Counters& b, double seconds) {
   f.read_depth = b.cache.read_depth;
   f.read_seconds = b.cache.read_seconds_total - a.cache.read_seconds_total;
   f.read_busy_seconds = b.cache.read_busy_seconds - a.cache.read_busy_seconds;
-  f.times = {b.times.kda - a.times.kda, b.times.attention - a.times.attention, b.times.moe - a.times.moe,
-             b.times.dense - a.times.dense, b.times.lm_head - a.times.lm_head};
+  f.times = b.times - a.times;
   return f;
 }
 
@@ -262,15 +262,18 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
 }
 
 // Where a token's time goes. The MoE blocks' time includes the wait for
-// records; "experts" is that time less the wait (router, routed and shared
-// experts' compute). "other" is what no counter covers (embedding, sampling).
+// records and the shared experts; "routed_experts" is that time less both
+// (router and routed experts' compute). "attention" is the family's softmax
+// mixer (the output's "attention_kind"). "other" is what no counter covers (sampling).
 nlohmann::json per_token_json(const PhaseFigures& f, uint32_t tokens) {
   const double n = tokens ? tokens : 1;
   const ForwardTimes& t = f.times;
-  const double covered = t.kda + t.attention + t.moe + t.dense + t.lm_head;
-  return {{"kda", t.kda / n},
+  const double covered = t.embedding + t.kda + t.attention + t.moe + t.dense + t.lm_head;
+  return {{"embedding", t.embedding / n},
+          {"kda", t.kda / n},
           {"attention", t.attention / n},
-          {"experts", std::max(0.0, t.moe - f.wait_seconds) / n},
+          {"routed_experts", std::max(0.0, t.moe - f.wait_seconds - t.shared_experts) / n},
+          {"shared_experts", t.shared_experts / n},
           {"waiting_on_reads", f.wait_seconds / n},
           {"dense_ffn", t.dense / n},
           {"lm_head", t.lm_head / n},
@@ -375,6 +378,7 @@ Machine measure_machine(const Container& container, const DecodeFlags& flags, si
 void run_decode(const DecodeFlags& flags) {
   if (flags.repeat == 0) fail("--repeat 0: run each arm at least once");
   const Container container = Container::open(flags.model);
+  const ModelConfig model_config = ModelConfig::from_json(container.arch(), container.config());
   // The plan sizes the arms' segment, so the process stays inside --budget;
   // with --compare-lookahead the chunk-wide mailboxes come on top of the
   // slots the budget buys, so every arm caches what `sluice run` would.
@@ -446,6 +450,7 @@ void run_decode(const DecodeFlags& flags) {
                           {"repeat", flags.repeat},
                           {"warm", flags.warm},
                           {"routing", flags.routing.empty() ? "model" : flags.routing},
+                          {"attention_kind", model_config.mixer == MixerKind::kGqa ? "gqa" : "mla"},
                           {"queue_depth", flags.readers},
                           {"disk",
                            {{"record_bytes", container.largest_record_stride()},

@@ -158,6 +158,23 @@ void int8_rows_scalar(const QuantMatrixView& m, const Int8Activations& x, uint32
   }
 }
 
+void transposed_rows_scalar(const QuantMatrixView& m, uint32_t first_row, uint32_t count, const float* c,
+                            size_t c_stride, uint32_t tokens, float* out, size_t out_stride, uint32_t col_begin,
+                            uint32_t col_end) {
+  const uint32_t groups = m.groups();
+  for (uint32_t t = 0; t < tokens; ++t) {
+    float* o = out + t * out_stride;
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint32_t r = first_row + i;
+      const uint8_t* row = m.data + size_t{r} * m.row_bytes();
+      for (uint32_t k = col_begin; k < col_end; ++k) {
+        const float coefficient = c[t * c_stride + i] * f16_to_f32(m.scales[size_t{r} * groups + k / kQuantGroup]);
+        o[k] = std::fma(coefficient, weight(m, row, k), o[k]);
+      }
+    }
+  }
+}
+
 void f32_rows_scalar(const float* w, uint32_t cols, const float* x, uint32_t row_begin, uint32_t row_end,
                      float* y) {
   for (uint32_t r = row_begin; r < row_end; ++r) {
@@ -205,6 +222,20 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
     else
       detail::quant_rows_scalar(m, x, tokens, r0, r1, y);
   });
+}
+
+void quant_transposed_matmul(const QuantMatrixView& m, uint32_t first_row, uint32_t count, const float* c,
+                             size_t c_stride, uint32_t tokens, float* out, size_t out_stride, Isa isa) {
+  check(m);
+  if (first_row > m.rows || count > m.rows - first_row)
+    fail("quant transposed matmul: rows [{}, {}) of a {}-row matrix", first_row, size_t{first_row} + count, m.rows);
+  if (isa == Isa::kScalar) {
+    detail::transposed_rows_scalar(m, first_row, count, c, c_stride, tokens, out, out_stride, 0, m.cols);
+    return;
+  }
+  detail::transposed_rows_avx2(m, first_row, count, c, c_stride, tokens, out, out_stride);
+  const uint32_t vector_end = m.cols / 32 * 32;  // the AVX2 body's whole blocks
+  detail::transposed_rows_scalar(m, first_row, count, c, c_stride, tokens, out, out_stride, vector_end, m.cols);
 }
 
 void f32_matvec(const float* w, uint32_t rows, uint32_t cols, const float* x, float* y,

@@ -83,6 +83,17 @@ void quant_matmul(const QuantMatrixView& m, const float* x, uint32_t tokens, flo
 // format is read once per row and the scale once per group.
 void quant_dequantize_row(const QuantMatrixView& m, uint32_t row, float* out);
 
+// The transposed product over a run of rows: for t < tokens and k < cols,
+//   out[t·out_stride + k] += Σ_{i < count} c[t·c_stride + i] · w[first_row + i][k],
+// for products whose coefficients index the rows (MLA's absorbed query,
+// q̄ = W_UKᵀ q_nope, from kv_b_proj's key rows as stored). Every instruction
+// set, bit for bit: s = out[k]; for i ascending:
+//   s = fma(c_i · f16_to_f32(scale of row first_row + i, group of k), f32(q), s)
+// (the coefficient's product rounded first), then out[k] = s. So the result
+// never depends on how rows, columns or tokens are blocked.
+void quant_transposed_matmul(const QuantMatrixView& m, uint32_t first_row, uint32_t count, const float* c,
+                             size_t c_stride, uint32_t tokens, float* out, size_t out_stride, Isa isa);
+
 // y[r] = Σ_k w[r][k] x[k], w row-major rows × cols f32.
 //   scalar  y = 0; for k ascending: y += w[k] * x[k] (mul then add).
 //   avx2    a[l] = fma(w[8i + l], x[8i + l], a[l]) for i ascending (x and w beyond

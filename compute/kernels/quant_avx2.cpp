@@ -108,6 +108,49 @@ void quant_rows_avx2(const QuantMatrixView& m, const float* x, uint32_t tokens, 
 
 namespace {
 
+// Columns k..k+31 of a row as four vectors of eight, k a multiple of 32.
+template <QuantFormat F>
+void load_w32(const uint8_t* row, uint32_t k, __m256 w[4]) {
+  if constexpr (F == QuantFormat::kQ4G128) {
+    // One load for the 32 nibbles: low nibbles are the even columns.
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k / 2));
+    const __m128i nibble = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    const __m128i lo = _mm_and_si128(bytes, nibble);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+    const __m128i first = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);
+    const __m128i second = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight);
+    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first));
+    w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8)));
+    w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second));
+    w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8)));
+  } else {
+    for (int j = 0; j < 4; ++j) w[j] = load_w<F>(row, k + 8 * j);
+  }
+}
+
+// Columns k..k+31 of T tokens' outputs, kept in registers over every row.
+template <QuantFormat F, int T>
+void transposed_block(const QuantMatrixView& m, uint32_t first_row, uint32_t count, const float* c,
+                      size_t c_stride, uint32_t t0, float* out, size_t out_stride, uint32_t k) {
+  const uint32_t groups = m.groups(), group = k / kQuantGroup;
+  const size_t row_bytes = m.row_bytes();
+  __m256 acc[T][4];
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < 4; ++j) acc[t][j] = _mm256_loadu_ps(out + (t0 + t) * out_stride + k + 8 * j);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t r = first_row + i;
+    const float scale = f16c_to_f32(m.scales[size_t{r} * groups + group]);
+    __m256 w[4];
+    load_w32<F>(m.data + size_t{r} * row_bytes, k, w);
+    for (int t = 0; t < T; ++t) {
+      const __m256 coefficient = _mm256_set1_ps(c[(t0 + t) * c_stride + i] * scale);
+      for (int j = 0; j < 4; ++j) acc[t][j] = _mm256_fmadd_ps(coefficient, w[j], acc[t][j]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + (t0 + t) * out_stride + k + 8 * j, acc[t][j]);
+}
+
 template <int R>
 void f32_tile(const float* w, uint32_t cols, const float* x, uint32_t r0, float* y) {
   __m256 acc[R];
@@ -134,6 +177,18 @@ void f32_rows_avx2(const float* w, uint32_t cols, const float* x, uint32_t row_b
   uint32_t r = row_begin;
   for (; r + 4 <= row_end; r += 4) f32_tile<4>(w, cols, x, r, y);
   for (; r < row_end; ++r) f32_tile<1>(w, cols, x, r, y);
+}
+
+void transposed_rows_avx2(const QuantMatrixView& m, uint32_t first_row, uint32_t count, const float* c,
+                          size_t c_stride, uint32_t tokens, float* out, size_t out_stride) {
+  with_format(m.format, [&]<QuantFormat F>() {
+    // Two tokens at a time: eight accumulators and four weight vectors fit the registers.
+    for (uint32_t k = 0; k + 32 <= m.cols; k += 32) {
+      uint32_t t = 0;
+      for (; t + 2 <= tokens; t += 2) transposed_block<F, 2>(m, first_row, count, c, c_stride, t, out, out_stride, k);
+      if (t < tokens) transposed_block<F, 1>(m, first_row, count, c, c_stride, t, out, out_stride, k);
+    }
+  });
 }
 
 namespace {

@@ -90,6 +90,14 @@ void quant_rows_avx2(const QuantMatrixView& m, const float* x, uint32_t tokens, 
 void quant_rows_avx512(const QuantMatrixView& m, const float* x, uint32_t tokens, uint32_t row_begin,
                        uint32_t row_end, float* y);
 
+// quant_transposed_matmul's bodies; columns [col_begin, col_end), col_begin a
+// multiple of 32 for the vector one.
+void transposed_rows_scalar(const QuantMatrixView& m, uint32_t first_row, uint32_t count, const float* c,
+                            size_t c_stride, uint32_t tokens, float* out, size_t out_stride, uint32_t col_begin,
+                            uint32_t col_end);
+void transposed_rows_avx2(const QuantMatrixView& m, uint32_t first_row, uint32_t count, const float* c,
+                          size_t c_stride, uint32_t tokens, float* out, size_t out_stride);
+
 void f32_rows_scalar(const float* w, uint32_t cols, const float* x, uint32_t row_begin, uint32_t row_end,
                      float* y);
 void f32_rows_avx2(const float* w, uint32_t cols, const float* x, uint32_t row_begin, uint32_t row_end,

@@ -4,34 +4,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compute/kernels/delta_rule.h"
 #include "proto/error.h"
 
 namespace sluice {
 
-void kda_recurrent(const KdaHeadInputs& in, uint32_t tokens, uint32_t d, float* state, float* out) {
-  std::vector<float> predicted(d);
+void kda_recurrent(const KdaHeadInputs& in, uint32_t tokens, uint32_t d, float* state, float* out,
+                   std::vector<float>& scratch, kernels::Isa isa) {
+  scratch.resize(2 * size_t{d});
+  float* decay = scratch.data();
+  float* predicted = decay + d;
   for (uint32_t t = 0; t < tokens; ++t) {
-    const float* q = in.q + size_t{t} * d;
-    const float* k = in.k + size_t{t} * d;
-    const float* v = in.v + size_t{t} * d;
-    const float* g = in.g + size_t{t} * d;
-    for (uint32_t c = 0; c < d; ++c) {
-      const float decay = std::exp(g[c]);
-      for (uint32_t j = 0; j < d; ++j) state[size_t{c} * d + j] *= decay;
-    }
-    std::fill(predicted.begin(), predicted.end(), 0.0f);
-    for (uint32_t c = 0; c < d; ++c) {
-      for (uint32_t j = 0; j < d; ++j) predicted[j] += state[size_t{c} * d + j] * k[c];
-    }
-    const float beta = in.beta[t];
-    for (uint32_t c = 0; c < d; ++c) {
-      for (uint32_t j = 0; j < d; ++j) state[size_t{c} * d + j] += k[c] * (beta * (v[j] - predicted[j]));
-    }
-    float* o = out + size_t{t} * d;
-    std::fill(o, o + d, 0.0f);
-    for (uint32_t c = 0; c < d; ++c) {
-      for (uint32_t j = 0; j < d; ++j) o[j] += state[size_t{c} * d + j] * q[c];
-    }
+    const size_t at = size_t{t} * d;
+    for (uint32_t c = 0; c < d; ++c) decay[c] = std::exp(in.g[at + c]);
+    kernels::delta_rule_step(state, d, {decay, in.k + at, in.q + at, in.v + at, in.beta[t]}, predicted, out + at, isa);
   }
 }
 

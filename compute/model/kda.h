@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/kernels/dispatch.h"
+
 namespace sluice {
 
 inline constexpr uint32_t kKdaChunk = 64;
@@ -25,9 +27,11 @@ struct KdaHeadInputs {
 };
 
 // For each token: S ← diag(exp g) S; r = Sᵀk; S ← S + k ⊗ β(v − r);
-// o = Sᵀq. `state` is d × d (rows: key channel), updated in place; `out`
-// is [tokens][d].
-void kda_recurrent(const KdaHeadInputs& in, uint32_t tokens, uint32_t d, float* state, float* out);
+// o = Sᵀq (kernels::delta_rule_step, the same bits at every instruction
+// set). `state` is d × d (rows: key channel), updated in place; `out` is
+// [tokens][d]; `scratch` is reused.
+void kda_recurrent(const KdaHeadInputs& in, uint32_t tokens, uint32_t d, float* state, float* out,
+                   std::vector<float>& scratch, kernels::Isa isa);
 
 // The chunked form of the same for tokens ≤ kKdaChunk (§4.3's W, U, V', A
 // and T = (I + M)⁻¹ diag(β) by forward substitution). `scratch` is reused.

@@ -1,12 +1,13 @@
 // compute/model/kda_mixer.cpp: the Kimi Delta Attention layers (§4.3): the
 // projections, the short causal convolutions with their carried inputs, the
 // decay and write-strength gates, L2 normalisation as fla places its
-// epsilon, the recurrence (kda.h), the gated output norm. State per layer is
-// fixed: each head's d × d matrix and the convolutions' last inputs; it is
-// cleared whenever a sequence starts at position 0.
+// epsilon, the recurrence (kda.h), the gated output norm, the heads split
+// over the pool. State per layer is fixed: each head's d × d matrix and the
+// convolutions' last inputs; it is cleared whenever a sequence starts at position 0.
 #include <algorithm>
 #include <cmath>
 
+#include "compute/kernels/thread_pool.h"
 #include "compute/model/kda.h"
 #include "compute/model/mixer.h"
 #include "compute/model/ops.h"
@@ -27,6 +28,11 @@ void l2_normalize(float* x, uint32_t n, float scale) {
 }
 
 class KdaMixer final : public Mixer {
+  // One head's gathered inputs, output and the recurrence's scratch.
+  struct HeadScratch {
+    std::vector<float> q, k, v, g, beta, out, work;
+  };
+
  public:
   KdaMixer(const ModelConfig& config, const ModelWeights& weights, kernels::Exec exec)
       : config_(config), kda_(config.kda), weights_(weights), exec_(exec), index_(config.layers, kNone) {
@@ -54,41 +60,56 @@ class KdaMixer final : public Mixer {
     convolve(w.v_conv, v_, carried + size_t{2} * (kda_.conv_kernel - 1) * p, tokens);
     gates(w, normed, tokens);
 
-    // Per head: gather [tokens][d], normalise, run the recurrence.
+    attn_.resize(rows);
+    // Heads are independent: the pool splits them, each worker with its own scratch.
+    const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
+    if (head_scratch_.size() < workers) head_scratch_.resize(workers);
+    auto run_heads = [&](size_t worker, size_t begin, size_t end) {
+      for (size_t h = begin; h < end; ++h) one_head(w, recurrent, static_cast<uint32_t>(h), tokens, head_scratch_[worker]);
+    };
+    if (workers > 1)
+      exec_.pool->parallel_for_workers(heads, 1, run_heads);
+    else
+      run_heads(0, 0, heads);
+    w.o.apply(attn_.data(), tokens, out, exec_);
+  }
+
+  // Head h of every token: gather [tokens][d], normalise, run the
+  // recurrence (the chunked form for several tokens), then the gated output
+  // norm RMSNorm(o_h) ⊙ σ(γ_h) into the head's columns of attn_.
+  void one_head(const KdaWeights& w, float* recurrent, uint32_t h, uint32_t tokens, HeadScratch& s) {
+    const uint32_t d = kda_.head_dim, p = kda_.width();
     const float query_scale = 1.0f / std::sqrt(static_cast<float>(d));
     const size_t head_rows = size_t{tokens} * d;
-    hq_.resize(head_rows), hk_.resize(head_rows), hv_.resize(head_rows), hg_.resize(head_rows);
-    hbeta_.resize(tokens), ho_.resize(head_rows), attn_.resize(rows);
-    for (uint32_t h = 0; h < heads; ++h) {
-      for (uint32_t t = 0; t < tokens; ++t) {
-        const size_t from = size_t{t} * p + size_t{h} * d, to = size_t{t} * d;
-        std::copy_n(&q_[from], d, &hq_[to]);
-        std::copy_n(&k_[from], d, &hk_[to]);
-        std::copy_n(&v_[from], d, &hv_[to]);
-        std::copy_n(&decay_[from], d, &hg_[to]);
-        l2_normalize(&hq_[to], d, query_scale);
-        l2_normalize(&hk_[to], d, 1.0f);
-        hbeta_[t] = beta_[size_t{t} * heads + h];
-      }
-      float* s = recurrent + size_t{h} * d * d;
-      if (tokens == 1) {
-        kda_recurrent({hq_.data(), hk_.data(), hv_.data(), hg_.data(), hbeta_.data()}, 1, d, s, ho_.data());
-      } else {
-        for (uint32_t start = 0; start < tokens; start += kKdaChunk) {
-          const uint32_t n = std::min(kKdaChunk, tokens - start);
-          const size_t at = size_t{start} * d;
-          kda_chunk({&hq_[at], &hk_[at], &hv_[at], &hg_[at], &hbeta_[start]}, n, d, s, &ho_[at], scratch_);
-        }
-      }
-      // Gated output norm: RMSNorm(o_h) ⊙ σ(γ_h).
-      for (uint32_t t = 0; t < tokens; ++t) {
-        float* o = &attn_[size_t{t} * p + size_t{h} * d];
-        rms_norm(&ho_[size_t{t} * d], w.o_norm.data(), d, config_.rms_eps, o);
-        const float* gate = &gate_[size_t{t} * p + size_t{h} * d];
-        for (uint32_t c = 0; c < d; ++c) o[c] *= sigmoid(gate[c]);
+    s.q.resize(head_rows), s.k.resize(head_rows), s.v.resize(head_rows), s.g.resize(head_rows);
+    s.beta.resize(tokens), s.out.resize(head_rows);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const size_t from = size_t{t} * p + size_t{h} * d, to = size_t{t} * d;
+      std::copy_n(&q_[from], d, &s.q[to]);
+      std::copy_n(&k_[from], d, &s.k[to]);
+      std::copy_n(&v_[from], d, &s.v[to]);
+      std::copy_n(&decay_[from], d, &s.g[to]);
+      l2_normalize(&s.q[to], d, query_scale);
+      l2_normalize(&s.k[to], d, 1.0f);
+      s.beta[t] = beta_[size_t{t} * kda_.heads + h];
+    }
+    float* state = recurrent + size_t{h} * d * d;
+    if (tokens == 1) {
+      kda_recurrent({s.q.data(), s.k.data(), s.v.data(), s.g.data(), s.beta.data()}, 1, d, state, s.out.data(),
+                    s.work, exec_.isa);
+    } else {
+      for (uint32_t start = 0; start < tokens; start += kKdaChunk) {
+        const uint32_t n = std::min(kKdaChunk, tokens - start);
+        const size_t at = size_t{start} * d;
+        kda_chunk({&s.q[at], &s.k[at], &s.v[at], &s.g[at], &s.beta[start]}, n, d, state, &s.out[at], s.work);
       }
     }
-    w.o.apply(attn_.data(), tokens, out, exec_);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      float* o = &attn_[size_t{t} * p + size_t{h} * d];
+      rms_norm(&s.out[size_t{t} * d], w.o_norm.data(), d, config_.rms_eps, o);
+      const float* gate = &gate_[size_t{t} * p + size_t{h} * d];
+      for (uint32_t c = 0; c < d; ++c) o[c] *= sigmoid(gate[c]);
+    }
   }
 
   // Per KDA layer: heads × d × d, then 3 × (kernel − 1) × p; nothing grows with position.
@@ -98,6 +119,7 @@ class KdaMixer final : public Mixer {
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
+
 
   // x[t][c] ← silu(Σ_j w[c][j] · in_{t−K+1+j}[c]): tap K−1 multiplies the
   // current token; inputs before the chunk come from `carried` (the last
@@ -153,7 +175,7 @@ class KdaMixer final : public Mixer {
   std::vector<uint32_t> index_;  // model layer → KDA layer, kNone for others
   uint32_t layers_ = 0;
   std::vector<float> q_, k_, v_, sequence_, low_rank_, decay_, beta_, gate_, attn_;
-  std::vector<float> hq_, hk_, hv_, hg_, hbeta_, ho_, scratch_;
+  std::vector<HeadScratch> head_scratch_;
 };
 
 }  // namespace

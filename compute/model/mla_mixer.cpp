@@ -2,12 +2,15 @@
 // form (architectures.md §3.4). A sequence's cache holds, per layer and position, the
 // normed latent and the rotated shared rope key, never expanded keys or
 // values: kv_b_proj's key half is folded into the query and its value half
-// applied to the attention-weighted latent. Without rotary dims (Kimi-
-// Linear's NoPE layers) the rope part is cached and dotted unrotated.
+// applied to the attention-weighted latent, both from its stored rows and
+// split over the pool by head. Without rotary dims (Kimi-Linear's NoPE
+// layers) the rope part is cached and dotted unrotated.
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "compute/kernels/attend.h"
+#include "compute/kernels/thread_pool.h"
 #include "compute/model/attention.h"
 #include "compute/model/mixer.h"
 #include "compute/model/ops.h"
@@ -35,8 +38,8 @@ class MlaMixer final : public Mixer {
   void forward(uint32_t layer, const float* normed, uint32_t tokens, uint32_t first_position,
                MixerState& cache, float* out) override {
     const MlaWeights& w = weights_.layers[layer].mla;
-    const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, rope = m_.rope_dim, nope = m_.nope_dim;
-    const uint32_t qk = m_.qk_dim(), v_dim = m_.v_dim, cached = m_.cached_width();
+    const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, nope = m_.nope_dim;
+    const uint32_t qk = m_.qk_dim(), cached = m_.cached_width();
     queries(w, normed, tokens);
     kva_.resize(size_t{tokens} * cached);
     w.kv_a.apply(normed, tokens, kva_.data(), exec_);
@@ -49,67 +52,16 @@ class MlaMixer final : public Mixer {
       rope_.rotate(row + latent, position);
       for (uint32_t h = 0; h < heads; ++h) rope_.rotate(&q_[(size_t{t} * heads + h) * qk + nope], position);
     }
-
-    // q̄[t][h] = W_UK[h]ᵀ q_nope[t][h]: one head's key half dequantized once per chunk.
-    absorbed_.assign(size_t{tokens} * heads * latent, 0.0f);
-    key_half_.resize(size_t{nope} * latent);
-    for (uint32_t h = 0; h < heads; ++h) {
-      for (uint32_t i = 0; i < nope; ++i) w.kv_b.row(h * (nope + v_dim) + i, &key_half_[size_t{i} * latent]);
-      for (uint32_t t = 0; t < tokens; ++t) {
-        const float* q_nope = &q_[(size_t{t} * heads + h) * qk];
-        float* q_bar = &absorbed_[(size_t{t} * heads + h) * latent];
-        for (uint32_t i = 0; i < nope; ++i) {
-          const float* k_row = &key_half_[size_t{i} * latent];
-          for (uint32_t j = 0; j < latent; ++j) q_bar[j] += q_nope[i] * k_row[j];
-        }
-      }
-    }
-
-    // Both halves of kv_b_proj are applied as f32 weights (the reference
-    // models the same), dequantized once per chunk.
-    value_half_.resize(size_t{heads} * v_dim * latent);
-    for (uint32_t h = 0; h < heads; ++h) {
-      for (uint32_t i = 0; i < v_dim; ++i) {
-        w.kv_b.row(h * (nope + v_dim) + nope + i, &value_half_[(size_t{h} * v_dim + i) * latent]);
-      }
-    }
-    attn_.resize(size_t{tokens} * heads * v_dim);
-    // Every head of every token reads the same latents: positions outside,
-    // the rows (token, head) of a pass inside, so each cached entry is read
-    // once per pass; each row's scores and weights are the bits it gets alone.
+    absorb(w, tokens);
+    attn_.resize(size_t{tokens} * heads * m_.v_dim);
+    // Every head of every token reads the same latents: a pass's rows (token,
+    // head) share each read of a cached entry, and each row's scores and
+    // weights are the bits it gets alone.
     const uint32_t batch = tokens_per_pass(heads, heads, context_, first_position, tokens);
     for (uint32_t t0 = 0; t0 < tokens; t0 += batch) {
-      const uint32_t rows = std::min(batch, tokens - t0) * heads;
-      const uint32_t longest = first_position + t0 + rows / heads;
-      counts_.resize(rows);
-      for (uint32_t r = 0; r < rows; ++r) counts_[r] = first_position + t0 + r / heads + 1;
-      scores_.resize(size_t{rows} * longest);
-      for (uint32_t s = 0; s < longest; ++s) {
-        const float* c = entry(cache, layer, s);
-        for (uint32_t r = 0; r < rows; ++r) {
-          if (s >= counts_[r]) continue;
-          const size_t row = size_t{t0} * heads + r;  // (token, head) of the chunk
-          const float* q_bar = &absorbed_[row * latent];
-          const float* q_rope = &q_[row * qk + nope];
-          scores_[size_t{r} * longest + s] =
-              (kernels::lane_dot(q_bar, c, latent, exec_.isa) +
-               kernels::lane_dot(q_rope, c + latent, rope, exec_.isa)) *
-              scale_;
-        }
-      }
-      for (uint32_t r = 0; r < rows; ++r)
-        softmax_weights(&scores_[size_t{r} * longest], counts_[r]);
-      read_out_.assign(size_t{rows} * latent, 0.0f);
-      kernels::attention_values(scores_.data(), longest, counts_, entry(cache, layer, 0),
-                                cache.row_floats(), latent, read_out_.data(), exec_.isa);
-      // o[t][h] = W_UV[h] u[t][h]: the value half of head h's rows.
-      for (uint32_t r = 0; r < rows; ++r) {
-        const uint32_t h = r % heads;
-        float* o = &attn_[(size_t{t0} * heads + r) * v_dim];
-        for (uint32_t i = 0; i < v_dim; ++i)
-          o[i] = kernels::lane_dot(&value_half_[(size_t{h} * v_dim + i) * latent],
-                                   &read_out_[size_t{r} * latent], latent, exec_.isa);
-      }
+      const uint32_t pass_tokens = std::min(batch, tokens - t0);
+      attend_pass(cache, layer, first_position, t0, pass_tokens);
+      project_values(w, t0, pass_tokens);
     }
     if (m_.output_gate) {
       // K3: the concatenated heads ⊙ σ(g_proj x) before o_proj (k3.md §2.3).
@@ -126,6 +78,98 @@ class MlaMixer final : public Mixer {
   }
 
  private:
+  // Per worker of the pool: one head's read-outs and value outputs for a
+  // pass's tokens, gathered so that its value rows are read once per pass.
+  struct ValueScratch {
+    std::vector<float> inputs, outputs;
+  };
+
+  // body(worker, begin, end) over [0, count), split over the pool when there is one.
+  template <typename Body>
+  void over_pool(uint32_t count, Body&& body) {
+    if (exec_.pool == nullptr || count < 2) {
+      body(size_t{0}, size_t{0}, size_t{count});
+      return;
+    }
+    const size_t grain = std::max<size_t>(1, count / (4 * exec_.pool->size()));
+    exec_.pool->parallel_for_workers(count, grain, body);
+  }
+
+  // Each (token, head) row's query as attention dots it with a cached
+  // [latent | rope key] entry: q̄ = W_UKᵀ q_nope, straight from kv_b_proj's
+  // stored key rows (never rebuilt as f32), then the rotated rope query.
+  void absorb(const MlaWeights& w, uint32_t tokens) {
+    const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, nope = m_.nope_dim, rope = m_.rope_dim;
+    const uint32_t qk = m_.qk_dim(), cached = m_.cached_width();
+    packed_.assign(size_t{tokens} * heads * cached, 0.0f);
+    over_pool(heads, [&](size_t, size_t begin, size_t end) {
+      for (size_t h = begin; h < end; ++h) {
+        w.kv_b.apply_transposed(static_cast<uint32_t>(h) * (nope + m_.v_dim), nope, &q_[h * qk], size_t{heads} * qk,
+                                tokens, &packed_[h * cached], size_t{heads} * cached, exec_.isa);
+        for (uint32_t t = 0; t < tokens; ++t) {
+          const float* q_rope = &q_[(size_t{t} * heads + h) * qk + nope];
+          std::copy(q_rope, q_rope + rope, &packed_[(size_t{t} * heads + h) * cached + latent]);
+        }
+      }
+    });
+  }
+
+  // Softmax attention of the pass's rows over the cached entries, each
+  // worker taking a run of rows (and reading the cache once for them), into
+  // read_out_: each row's attention-weighted latent.
+  void attend_pass(MixerState& cache, uint32_t layer, uint32_t first_position, uint32_t t0, uint32_t pass_tokens) {
+    const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, cached = m_.cached_width();
+    const uint32_t rows = pass_tokens * heads, longest = first_position + t0 + pass_tokens;
+    counts_.resize(rows);
+    for (uint32_t r = 0; r < rows; ++r) counts_[r] = first_position + t0 + r / heads + 1;
+    scores_.resize(size_t{rows} * longest);
+    read_out_.assign(size_t{rows} * latent, 0.0f);
+    const float* entries = entry(cache, layer, 0);
+    const size_t stride = cache.row_floats();
+    const float* queries = &packed_[size_t{t0} * heads * cached];
+    over_pool(rows, [&](size_t, size_t begin, size_t end) {
+      const std::span<const uint32_t> counts(counts_.data() + begin, end - begin);
+      float* scores = &scores_[begin * longest];
+      kernels::attention_scores(queries + begin * cached, counts, entries, stride, cached, scale_, scores, longest,
+                                exec_.isa);
+      for (size_t r = begin; r < end; ++r) softmax_weights(&scores_[r * longest], counts_[r]);
+      kernels::attention_values(scores, longest, counts, entries, stride, latent, &read_out_[begin * latent],
+                                exec_.isa);
+    });
+  }
+
+  // o[t][h] = W_UV[h] u[t][h]: head h's value rows of kv_b_proj applied as
+  // stored, with f32 inputs in either activation mode (the reference's model
+  // of these products, and a small share of the layer's weights).
+  void project_values(const MlaWeights& w, uint32_t t0, uint32_t pass_tokens) {
+    const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, nope = m_.nope_dim, v_dim = m_.v_dim;
+    const kernels::Exec one_thread{exec_.isa, nullptr, kernels::TrunkActivations::kF32};
+    const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
+    if (value_scratch_.size() < workers) value_scratch_.resize(workers);
+    over_pool(heads, [&](size_t worker, size_t begin, size_t end) {
+      ValueScratch& s = value_scratch_[worker];
+      for (size_t h = begin; h < end; ++h) {
+        const uint32_t first_row = static_cast<uint32_t>(h) * (nope + v_dim) + nope;
+        if (pass_tokens == 1) {
+          w.kv_b.apply_rows(first_row, v_dim, &read_out_[h * latent], 1, &attn_[(size_t{t0} * heads + h) * v_dim],
+                            one_thread);
+          continue;
+        }
+        s.inputs.resize(size_t{pass_tokens} * latent);
+        s.outputs.resize(size_t{pass_tokens} * v_dim);
+        for (uint32_t t = 0; t < pass_tokens; ++t) {
+          const float* u = &read_out_[(size_t{t} * heads + h) * latent];
+          std::copy(u, u + latent, &s.inputs[size_t{t} * latent]);
+        }
+        w.kv_b.apply_rows(first_row, v_dim, s.inputs.data(), pass_tokens, s.outputs.data(), one_thread);
+        for (uint32_t t = 0; t < pass_tokens; ++t) {
+          const float* o = &s.outputs[size_t{t} * v_dim];
+          std::copy(o, o + v_dim, &attn_[((size_t{t0} + t) * heads + h) * v_dim]);
+        }
+      }
+    });
+  }
+
   void queries(const MlaWeights& w, const float* normed, uint32_t tokens) {
     q_.resize(size_t{tokens} * m_.heads * m_.qk_dim());
     if (w.q_a.empty()) {
@@ -154,9 +198,10 @@ class MlaMixer final : public Mixer {
   float scale_;
   std::vector<uint32_t> slot_;  // model layer → cache slot
   uint32_t slots_ = 0;
-  std::vector<float> q_, q_latent_, kva_, absorbed_, key_half_, value_half_, attn_, read_out_, gate_;
+  std::vector<float> q_, q_latent_, kva_, packed_, attn_, read_out_, gate_;
   std::vector<float> scores_;
   std::vector<uint32_t> counts_;
+  std::vector<ValueScratch> value_scratch_;
 };
 
 }  // namespace

@@ -99,6 +99,12 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
   std::vector<int32_t> ids;
   for (const Segment& segment : segments)
     ids.insert(ids.end(), segment.tokens.begin(), segment.tokens.end());
+  auto mark = std::chrono::steady_clock::now();
+  const auto lap = [&mark](double& into) {
+    const auto now = std::chrono::steady_clock::now();
+    into += std::chrono::duration<double>(now - mark).count();
+    mark = now;
+  };
   for (uint32_t t = 0; t < count; ++t) {
     if (ids[t] < 0 || static_cast<uint32_t>(ids[t]) >= config_.vocab) {
       fail("token id {} is outside the vocabulary (size {})", ids[t], config_.vocab);
@@ -106,15 +112,10 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
     weights_.embed.row(static_cast<uint32_t>(ids[t]), &x_[size_t{t} * hidden]);
   }
   if (!media_rows.empty()) splice_media(ids, media_rows);
+  lap(times_.embedding);
 
   routing_.assign(count, {});
   size_t moe_index = 0;
-  auto mark = std::chrono::steady_clock::now();
-  const auto lap = [&mark](double& into) {
-    const auto now = std::chrono::steady_clock::now();
-    into += std::chrono::duration<double>(now - mark).count();
-    mark = now;
-  };
   proj_.resize(size_t{count} * hidden);
   for (uint32_t layer = 0; layer < config_.layers; ++layer) {
     const LayerWeights& lw = weights_.layers[layer];
@@ -292,7 +293,11 @@ void Transformer::moe(uint32_t layer, uint32_t tokens, size_t moe_index) {
     }
   }
   add_routed(config_, lw, routed_.data(), tokens, x_.data(), proj_, exec_);
-  if (!lw.shared_gate.empty()) swiglu(lw.shared_gate, lw.shared_up, lw.shared_down, tokens);
+  if (!lw.shared_gate.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    swiglu(lw.shared_gate, lw.shared_up, lw.shared_down, tokens);
+    times_.shared_experts += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 }
 
 void Transformer::hold_next_layer(uint32_t layer) {

@@ -28,12 +28,19 @@
 
 namespace sluice {
 
-// Seconds spent in each part of the forward passes so far (three clock reads
-// a layer): the mixers (with their input norm), the MoE blocks (router,
-// routed experts including any wait for their records, shared expert), the
+// Seconds spent in each part of the forward passes so far (a few clock
+// reads a layer): the embedding lookup, the mixers (with their input norm),
+// the MoE blocks (router, routed experts including any wait for their
+// records, shared expert; `shared_experts` is the last part of `moe`), the
 // dense FFNs, and the final norm with the LM head.
 struct ForwardTimes {
-  double kda = 0, attention = 0, moe = 0, dense = 0, lm_head = 0;
+  double embedding = 0, kda = 0, attention = 0, moe = 0, shared_experts = 0, dense = 0, lm_head = 0;
+
+  ForwardTimes operator-(const ForwardTimes& earlier) const {
+    return {embedding - earlier.embedding, kda - earlier.kda,         attention - earlier.attention,
+            moe - earlier.moe,             shared_experts - earlier.shared_experts, dense - earlier.dense,
+            lm_head - earlier.lm_head};
+  }
 };
 
 class Transformer {

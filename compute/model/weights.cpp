@@ -2,6 +2,7 @@
 // shapes come from the tensor inventory; nothing here spells a tensor name.
 #include "compute/model/weights.h"
 
+#include <cmath>
 #include <map>
 
 #include "proto/error.h"
@@ -60,6 +61,39 @@ void Linear::apply(const float* x, uint32_t tokens, float* y, const kernels::Exe
     return;
   }
   kernels::quant_matmul(view_, x, tokens, y, exec);
+}
+
+void Linear::apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
+                        const kernels::Exec& exec) const {
+  if (first > rows_ || count > rows_ - first)
+    fail("tensor {}: rows [{}, {}) out of range ({} rows)", tensor_->name(), first, size_t{first} + count, rows_);
+  if (tensor_->format() == TrunkFormat::kF32) {
+    const auto* w = reinterpret_cast<const float*>(tensor_->data()) + size_t{first} * cols_;
+    for (uint32_t t = 0; t < tokens; ++t)
+      kernels::f32_matvec(w, count, cols_, x + size_t{t} * cols_, y + size_t{t} * count, exec);
+    return;
+  }
+  kernels::QuantMatrixView block = view_;
+  block.rows = count;
+  block.data += size_t{first} * view_.row_bytes();
+  block.scales += size_t{first} * view_.groups();
+  kernels::quant_matmul(block, x, tokens, y, exec);
+}
+
+void Linear::apply_transposed(uint32_t first, uint32_t count, const float* c, size_t c_stride, uint32_t tokens,
+                              float* out, size_t out_stride, kernels::Isa isa) const {
+  if (tensor_->format() != TrunkFormat::kF32) {
+    kernels::quant_transposed_matmul(view_, first, count, c, c_stride, tokens, out, out_stride, isa);
+    return;
+  }
+  if (first > rows_ || count > rows_ - first)
+    fail("tensor {}: rows [{}, {}) out of range ({} rows)", tensor_->name(), first, size_t{first} + count, rows_);
+  const auto* w = reinterpret_cast<const float*>(tensor_->data());
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t i = 0; i < count; ++i) {
+      const float* row = w + size_t{first + i} * cols_;
+      for (uint32_t k = 0; k < cols_; ++k) out[t * out_stride + k] = std::fma(c[t * c_stride + i], row[k], out[t * out_stride + k]);
+    }
 }
 
 void Linear::row(uint32_t row, float* out) const {

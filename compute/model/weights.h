@@ -29,7 +29,16 @@ class Linear {
   bool empty() const { return !tensor_; }
   // y (tokens × rows) = x (tokens × cols) · Wᵀ
   void apply(const float* x, uint32_t tokens, float* y, const kernels::Exec& exec) const;
-  // Row `row` as f32 (embedding lookup, transposed products).
+  // Rows [first, first + count) as a matrix of their own (one head's block):
+  // y (tokens × count) = x (tokens × cols) · W[first, first + count)ᵀ.
+  void apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
+                  const kernels::Exec& exec) const;
+  // The transposed product over rows [first, first + count):
+  // out[t·out_stride + k] += Σ_i c[t·c_stride + i] · W[first + i][k]
+  // (kernels::quant_transposed_matmul), on the calling thread.
+  void apply_transposed(uint32_t first, uint32_t count, const float* c, size_t c_stride, uint32_t tokens,
+                        float* out, size_t out_stride, kernels::Isa isa) const;
+  // Row `row` as f32 (embedding lookup).
   void row(uint32_t row, float* out) const;
   size_t bytes() const;
 

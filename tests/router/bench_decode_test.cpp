@@ -66,13 +66,18 @@ TEST_CASE("bench decode compares lookahead off and on over interleaved rounds") 
     CHECK(median.at("decode_tok_per_s").get<double>() > 0.0);
     CHECK(median.at("bytes_read_per_token").get<double>() > 0.0);
     // Where a token's time went: every part is reported; this model has
-    // attention layers and an LM head but no KDA layer.
+    // attention layers, routed experts and an LM head but no KDA layer and
+    // no shared expert.
     const auto& parts = median.at("decode_seconds_per_token");
-    for (const char* part : {"kda", "attention", "experts", "waiting_on_reads", "dense_ffn", "lm_head", "other"}) {
+    for (const char* part : {"embedding", "kda", "attention", "routed_experts", "shared_experts", "waiting_on_reads",
+                             "dense_ffn", "lm_head", "other"}) {
       CHECK(parts.at(part).get<double>() >= 0.0);
     }
     CHECK(parts.at("kda").get<double>() == 0.0);
+    CHECK(parts.at("shared_experts").get<double>() == 0.0);
     CHECK(parts.at("attention").get<double>() > 0.0);
+    CHECK(parts.at("routed_experts").get<double>() > 0.0);
+    CHECK(parts.at("embedding").get<double>() > 0.0);
     CHECK(parts.at("lm_head").get<double>() > 0.0);
   }
   CHECK(arms[0].at("median").at("decode_speedup_vs_first_arm").get<double>() == 1.0);

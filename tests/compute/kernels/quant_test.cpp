@@ -384,3 +384,55 @@ TEST_CASE("quant matvec refuses an empty or missing matrix") {
   CHECK_THROWS_AS(quant_matvec(QuantMatrixView{}, x.data(), y.data(), Exec{}), Error);
   CHECK_THROWS_AS(f32_matvec(x.data(), 0, 4, x.data(), y.data(), Exec{}), Error);
 }
+
+TEST_CASE("transposed matmul: every instruction set gives quant.h's fused order bit for bit, near the exact sum") {
+  for (QuantFormat fmt : kFormats)
+    for (uint32_t cols : {512u, 200u, 37u})
+      for (uint32_t tokens : {1u, 2u, 5u}) {
+        CAPTURE(format_name(fmt));
+        CAPTURE(cols);
+        CAPTURE(tokens);
+        const uint32_t rows = 24, first = 5, count = 13, c_stride = 17, out_stride = cols + 3;
+        const Fixture f(fmt, rows, cols, 1, 900 + cols + tokens);
+        std::mt19937 rng(cols * 7 + tokens);
+        std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+        std::vector<float> c(size_t{tokens} * c_stride), start(size_t{tokens} * out_stride);
+        for (float& v : c) v = unit(rng);
+        for (float& v : start) v = unit(rng);
+        for (Isa isa : isas()) {
+          CAPTURE(isa_name(isa));
+          std::vector<float> out = start;
+          quant_transposed_matmul(f.view(), first, count, c.data(), c_stride, tokens, out.data(), out_stride, isa);
+          bool documented = true, near = true, untouched = true;
+          for (uint32_t t = 0; t < tokens; ++t) {
+            for (uint32_t k = 0; k < out_stride; ++k) {
+              const size_t at = size_t{t} * out_stride + k;
+              if (k >= cols) {
+                untouched = untouched && same_bits(out[at], start[at]);
+                continue;
+              }
+              float s = start[at];
+              double exact = start[at], magnitude = std::fabs(start[at]);
+              for (uint32_t i = 0; i < count; ++i) {
+                const float coefficient = c[t * c_stride + i] * f.scale(first + i, k / 128);
+                s = std::fma(coefficient, f.integer(first + i, k), s);
+                exact += double{c[t * c_stride + i]} * f.weight(first + i, k);
+                magnitude += std::fabs(double{c[t * c_stride + i]} * f.weight(first + i, k));
+              }
+              documented = documented && same_bits(out[at], s);
+              near = near && std::fabs(out[at] - exact) <= 4 * count * std::ldexp(1.0, -24) * magnitude;
+            }
+          }
+          CHECK(documented);
+          CHECK(near);
+          CHECK(untouched);
+        }
+      }
+}
+
+TEST_CASE("transposed matmul refuses rows past the matrix") {
+  const Fixture f(QuantFormat::kQ8G128, 8, 128, 1, 5);
+  std::vector<float> c(8), out(128);
+  CHECK_THROWS_AS(quant_transposed_matmul(f.view(), 4, 5, c.data(), 8, 1, out.data(), 128, Isa::kScalar), Error);
+  CHECK_THROWS_AS(quant_transposed_matmul(f.view(), 9, 0, c.data(), 8, 1, out.data(), 128, Isa::kScalar), Error);
+}

@@ -63,8 +63,9 @@ TEST_CASE("chunked KDA equals the recurrence for chunk sizes 1, 4, 16, 64 from a
   for (float& x : start) x = normal(rng);
 
   std::vector<float> reference_state = start, reference_out(size_t{tokens} * d);
+  std::vector<float> recurrent_scratch;
   kda_recurrent({s.q.data(), s.k.data(), s.v.data(), s.g.data(), s.beta.data()}, tokens, d, reference_state.data(),
-                reference_out.data());
+                reference_out.data(), recurrent_scratch, kernels::Isa::kScalar);
   float output_scale = 0.0f;
   for (float x : reference_out) output_scale = std::max(output_scale, std::abs(x));
   REQUIRE(output_scale > 0.1f);  // the comparison below is not of zeros
@@ -87,7 +88,8 @@ TEST_CASE("the recurrence decays first, then writes the delta, then reads the up
   const float q[2] = {1.0f, 0.5f}, k[2] = {1.0f, 1.0f}, v[2] = {2.0f, -1.0f};
   const float g[2] = {std::log(0.5f), std::log(0.25f)}, beta[2] = {0.5f, 1.0f};
   float state = 4.0f, out[2];
-  kda_recurrent({q, k, v, g, beta}, 2, 1, &state, out);
+  std::vector<float> scratch;
+  kda_recurrent({q, k, v, g, beta}, 2, 1, &state, out, scratch, kernels::Isa::kScalar);
   // Token 0: S = 2; r = 2; S = 2 + 0.5·(2 − 2) = 2; o = 2.
   // Token 1: S = 0.5; r = 0.5; S = 0.5 + 1·(−1 − 0.5) = −1; o = −0.5.
   CHECK(out[0] == doctest::Approx(2.0f));
