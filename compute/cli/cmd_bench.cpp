@@ -117,18 +117,21 @@ double median(std::vector<double> values) {
 void add_bench_replay(CLI::App& bench);  // bench_replay.cpp
 void add_bench_decode(CLI::App& bench);  // bench_decode.cpp
 void add_bench_batch(CLI::App& bench);   // bench_batch.cpp
+void add_bench_mixer(CLI::App& bench);   // bench_mixer.cpp
 
 void add_bench_command(CLI::App& app) {
   CLI::App* bench =
       app.add_subcommand("bench",
                          "measure this machine and a container: kernels, io, replay "
-                         "(cache policy), decode (lookahead), batch (sequences together)");
+                         "(cache policy), decode (lookahead), batch (sequences together), mixer (attention and KDA "
+                         "at a context length)");
   bench->require_subcommand(1);
   add_bench_kernels(*bench);
   add_bench_io(*bench);
   add_bench_replay(*bench);
   add_bench_decode(*bench);
   add_bench_batch(*bench);
+  add_bench_mixer(*bench);
 }
 
 }  // namespace sluice::cli

@@ -34,6 +34,38 @@ inline float dot(const float* a, const float* b, uint32_t n) {
   return fold16_halves(lo, hi);
 }
 
+// The four dots of two queries with two rows at once, each in dot()'s lanes
+// and order: eight independent sums keep the adders busy, where one dot's two
+// wait on each other, and each loaded vector serves two products.
+inline void dot2x2(const float* a0, const float* a1, const float* b0, const float* b1, uint32_t n, float out[4]) {
+  __m256 acc[8];
+  for (__m256& v : acc) v = _mm256_setzero_ps();
+  const auto step = [&](__m256 x0, __m256 x1, __m256 y0, __m256 y1, int half) {
+    acc[0 + half] = _mm256_add_ps(acc[0 + half], _mm256_mul_ps(x0, y0));
+    acc[2 + half] = _mm256_add_ps(acc[2 + half], _mm256_mul_ps(x0, y1));
+    acc[4 + half] = _mm256_add_ps(acc[4 + half], _mm256_mul_ps(x1, y0));
+    acc[6 + half] = _mm256_add_ps(acc[6 + half], _mm256_mul_ps(x1, y1));
+  };
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t at = i + 8 * half;
+      step(_mm256_loadu_ps(a0 + at), _mm256_loadu_ps(a1 + at), _mm256_loadu_ps(b0 + at), _mm256_loadu_ps(b1 + at),
+           half);
+    }
+  }
+  if (i < n) {
+    for (int half = 0; half < 2; ++half) {
+      const __m256i mask = lanes_below(n - i, 8 * half);
+      const uint32_t at = i + 8 * half;
+      step(_mm256_maskload_ps(a0 + at, mask), _mm256_maskload_ps(a1 + at, mask), _mm256_maskload_ps(b0 + at, mask),
+           _mm256_maskload_ps(b1 + at, mask), half);
+    }
+  }
+  // (query 0, row 0), (query 0, row 1), (query 1, row 0), (query 1, row 1)
+  for (int d = 0; d < 4; ++d) out[d] = fold16_halves(acc[2 * d], acc[2 * d + 1]);
+}
+
 // Columns [i, i + 8·R) of one query's outputs over rows [p0, p1).
 template <int R>
 inline void weighted_rows(const float* w, const float* v, size_t v_stride, uint32_t p0, uint32_t p1,
@@ -58,8 +90,37 @@ float lane_dot_avx2(const float* a, const float* b, uint32_t n) {
 void attention_scores_avx2(const float* q, const uint32_t* counts, uint32_t queries,
                            uint32_t longest, const float* k, size_t k_stride, uint32_t n,
                            float scale, float* scores, size_t score_stride) {
-  scores_loop([](const float* a, const float* b, uint32_t len) { return dot(a, b, len); }, q,
-              counts, queries, longest, k, k_stride, n, scale, scores, score_stride);
+  // Pairs of rows against pairs of queries that both reach them; every
+  // other (query, row) one dot at a time. A score is the same bits either way.
+  uint32_t p = 0;
+  for (; p + 2 <= longest; p += 2) {
+    for (uint32_t ahead = p + kPrefetchAhead; ahead < std::min(longest, p + kPrefetchAhead + 2); ++ahead)
+      prefetch_row(k + ahead * k_stride, n);
+    const float* k0 = k + p * k_stride;
+    const float* k1 = k0 + k_stride;
+    const auto one_by_one = [&](uint32_t g) {
+      if (p < counts[g]) scores[g * score_stride + p] = dot(q + size_t{g} * n, k0, n) * scale;
+      if (p + 1 < counts[g]) scores[g * score_stride + p + 1] = dot(q + size_t{g} * n, k1, n) * scale;
+    };
+    uint32_t g = 0;
+    for (; g + 2 <= queries; g += 2) {
+      if (p + 1 >= counts[g] || p + 1 >= counts[g + 1]) {
+        one_by_one(g);
+        one_by_one(g + 1);
+        continue;
+      }
+      float four[4];
+      dot2x2(q + size_t{g} * n, q + size_t{g + 1} * n, k0, k1, n, four);
+      scores[g * score_stride + p] = four[0] * scale;
+      scores[g * score_stride + p + 1] = four[1] * scale;
+      scores[(g + 1) * score_stride + p] = four[2] * scale;
+      scores[(g + 1) * score_stride + p + 1] = four[3] * scale;
+    }
+    if (g < queries) one_by_one(g);
+  }
+  for (; p < longest; ++p)
+    for (uint32_t g = 0; g < queries; ++g)
+      if (p < counts[g]) scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
 }
 
 void attention_values_avx2(const float* weights, size_t weight_stride, const uint32_t* counts,
