@@ -375,7 +375,7 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   plan.context = request.context;
   plan.trunk_bytes = inputs.resident_bytes;
   plan.sequence_state_bytes =
-      (config.state_floats_per_token() * request.context + config.state_floats_fixed()) *
+      (config.state_floats_per_token(request.half_latents) * request.context + config.state_floats_fixed()) *
       sizeof(float);
   plan.sequences = std::max<uint32_t>(request.scratch.sequences, 1);
   plan.saved_states = request.saved_states;

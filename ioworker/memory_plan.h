@@ -160,6 +160,7 @@ struct PlanRequest {
   std::optional<uint64_t> budget_bytes;  // as given by --budget
   bool force = false;                    // --force: take a given budget above the usable memory
   bool images = false;                   // prompts with images: the vision tower is resident too
+  bool half_latents = true;              // MLA caches halves (int8 trunk activations; f32 ones cache f32)
   // The segment the cache lives in (read by the Container overload only).
   uint32_t max_clients = ioworker::WorkerOptions{}.max_clients;
   uint32_t mailbox_rows = ioworker::WorkerOptions{}.mailbox_rows;

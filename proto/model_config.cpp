@@ -81,9 +81,13 @@ uint32_t ModelConfig::kda_layers() const {
   return static_cast<uint32_t>(std::count(layer_is_kda.begin(), layer_is_kda.end(), true));
 }
 
-uint64_t ModelConfig::state_floats_per_token() const {
-  const uint64_t per_layer =
-      mixer == MixerKind::kGqa ? uint64_t{2} * gqa.kv_heads * gqa.head_dim : uint64_t{mla.cached_width()};
+uint64_t ModelConfig::state_floats_per_token(bool half_latents) const {
+  // MLA caches its entries as halves, two to a float, with int8 trunk
+  // activations (compute/model/mla_mixer.cpp).
+  const uint64_t width = mla.cached_width();
+  const uint64_t per_layer = mixer == MixerKind::kGqa ? uint64_t{2} * gqa.kv_heads * gqa.head_dim
+                             : half_latents          ? (width + 1) / 2
+                                                     : width;
   return per_layer * (layers - kda_layers());
 }
 
@@ -111,8 +115,11 @@ uint64_t ModelConfig::attention_worker_floats(uint32_t context, uint64_t rows) c
   // keeps its own, so they add up.
   const uint64_t chunk = 64, d = kda.head_dim;
   const uint64_t kda_head = kda_layers() > 0 ? rows * 7 * d + 3 * chunk * (d + chunk) : 0;
-  // MLA: one head's read-outs and value outputs for a pass's tokens.
-  if (mixer != MixerKind::kGqa) return kda_head + rows * (uint64_t{mla.kv_lora_rank} + mla.v_dim);
+  // MLA: one head's read-outs and value outputs for a pass's tokens, a block
+  // of 32 widened entries and its rows' counts (compute/model/mla_mixer.cpp).
+  if (mixer != MixerKind::kGqa)
+    return kda_head + rows * (uint64_t{mla.kv_lora_rank} + mla.v_dim) + 32 * uint64_t{mla.cached_width()} +
+           rows * mla.heads;
   // A pass's scores (compute/model/attention.h's tokens_per_pass keeps them
   // within heads × context), one kv head's group of queries and outputs for
   // every row, and their causal counts.

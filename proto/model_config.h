@@ -216,8 +216,9 @@ struct ModelConfig {
   uint32_t moe_layers() const;
   uint32_t kda_layers() const;
   bool is_kda(uint32_t layer) const { return layer < layer_is_kda.size() && layer_is_kda[layer]; }
-  // f32 values the mixers keep per token of context, over all layers.
-  uint64_t state_floats_per_token() const;
+  // f32 values the mixers keep per token of context, over all layers; with
+  // half_latents (int8 trunk activations) MLA keeps two halves to a float.
+  uint64_t state_floats_per_token(bool half_latents = true) const;
   // f32 values of per-sequence state whatever the context (KDA).
   uint64_t state_floats_fixed() const;
   // Widest per-token activations of the mixer: queries and attention output.

@@ -244,6 +244,7 @@ PlanRequest plan_shape(size_t threads) {
   PlanRequest shape;
   shape.scratch.threads = static_cast<uint32_t>(
       kernels::resolve_thread_count(threads > 0 ? std::optional<size_t>(threads) : std::nullopt));
+  shape.half_latents = kernels::trunk_activations_from_environment() == kernels::TrunkActivations::kInt8;
   return shape;
 }
 

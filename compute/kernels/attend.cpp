@@ -6,6 +6,7 @@
 
 #include "compute/kernels/attend_kernels.h"
 #include "compute/kernels/lanes.h"
+#include "proto/f16.h"
 
 namespace sluice::kernels {
 
@@ -19,6 +20,8 @@ float lane_dot_scalar(const float* a, const float* b, uint32_t n) {
   for (uint32_t l = 0; i + l < n; ++l) lanes[l] += a[i + l] * b[i + l];
   return fold16(lanes);
 }
+
+constexpr float kLargestHalf = 65504.0f;
 
 uint32_t longest(std::span<const uint32_t> counts) {
   return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
@@ -76,6 +79,28 @@ void attention_values(const float* weights, size_t weight_stride, std::span<cons
     float* o = out + size_t{g} * n;
     for (uint32_t p = 0; p < counts[g]; ++p)
       for (uint32_t i = 0; i < n; ++i) o[i] += w[p] * v[p * v_stride + i];
+  }
+}
+
+void to_half(const float* in, uint32_t n, uint16_t* out, Isa isa) {
+  uint32_t i = 0;
+  if (isa != Isa::kScalar) {  // AVX-512 machines run the AVX2 body
+    i = n / 8 * 8;
+    detail::to_half_avx2(in, i, out);
+  }
+  for (; i < n; ++i) out[i] = f32_to_f16(std::clamp(in[i], -kLargestHalf, kLargestHalf));
+}
+
+void from_half(const uint16_t* in, size_t in_stride, uint32_t rows, uint32_t n, float* out, Isa isa) {
+  for (uint32_t r = 0; r < rows; ++r) {
+    const uint16_t* row = in + r * in_stride;
+    float* o = out + size_t{r} * n;
+    uint32_t i = 0;
+    if (isa != Isa::kScalar) {
+      i = n / 8 * 8;
+      detail::from_half_avx2(row, i, o);
+    }
+    for (; i < n; ++i) o[i] = f16_to_f32(row[i]);
   }
 }
 

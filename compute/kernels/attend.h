@@ -1,6 +1,7 @@
 // compute/kernels/attend.h: the dot products and weighted sums of attention
 // over cached rows that sit a fixed stride apart (a KV cache's keys, values
-// or MLA's latents), at every instruction set with the same bits, so that
+// or MLA's latents) and the f16 form rows are cached in, at every
+// instruction set with the same bits, so that
 // attention's cost grows with the context at the vector units' speed. Several
 // queries share each pass over the rows: a kv head's group of query heads,
 // and in prefill every token of a chunk, each with its own causal count.
@@ -38,5 +39,13 @@ void attention_scores(const float* q, std::span<const uint32_t> counts, const fl
 // Adds each query's weighted sum of its first counts[g] value rows to its n outputs.
 void attention_values(const float* weights, size_t weight_stride, std::span<const uint32_t> counts,
                       const float* v, size_t v_stride, uint32_t n, float* out, Isa isa);
+
+// Cached rows stored as IEEE halves (MLA's latents), converted exactly as
+// proto/f16.h does at every instruction set: to_half rounds to nearest even
+// after clamping to ±65504 (a value past f16's range is cached as its
+// largest finite value, never as infinity); from_half is exact.
+void to_half(const float* in, uint32_t n, uint16_t* out, Isa isa);
+// rows × n halves, a row every in_stride halves, into rows × n floats.
+void from_half(const uint16_t* in, size_t in_stride, uint32_t rows, uint32_t n, float* out, Isa isa);
 
 }  // namespace sluice::kernels

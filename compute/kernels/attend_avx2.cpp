@@ -123,6 +123,19 @@ void attention_scores_avx2(const float* q, const uint32_t* counts, uint32_t quer
       if (p < counts[g]) scores[g * score_stride + p] = dot(q + size_t{g} * n, k + p * k_stride, n) * scale;
 }
 
+void to_half_avx2(const float* in, uint32_t n, uint16_t* out) {
+  const __m256 largest = _mm256_set1_ps(65504.0f), smallest = _mm256_set1_ps(-65504.0f);
+  for (uint32_t i = 0; i < n; i += 8) {
+    const __m256 x = _mm256_max_ps(smallest, _mm256_min_ps(largest, _mm256_loadu_ps(in + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+void from_half_avx2(const uint16_t* in, uint32_t n, float* out) {
+  for (uint32_t i = 0; i < n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+}
+
 void attention_values_avx2(const float* weights, size_t weight_stride, const uint32_t* counts,
                            uint32_t queries, uint32_t longest, const float* v, size_t v_stride,
                            uint32_t n, float* out) {

@@ -19,6 +19,9 @@ void attention_values_avx2(const float* weights, size_t weight_stride, const uin
                            uint32_t queries, uint32_t longest, const float* v, size_t v_stride,
                            uint32_t n, float* out);
 
+void to_half_avx2(const float* in, uint32_t n, uint16_t* out);
+void from_half_avx2(const uint16_t* in, uint32_t n, float* out);
+
 float lane_dot_avx512(const float* a, const float* b, uint32_t n);
 void attention_scores_avx512(const float* q, const uint32_t* counts, uint32_t queries,
                              uint32_t longest, const float* k, size_t k_stride, uint32_t n,

@@ -1,7 +1,8 @@
 // compute/model/mla_mixer.cpp: multi-head latent attention in its absorbed
 // form (architectures.md §3.4). A sequence's cache holds, per layer and position, the
-// normed latent and the rotated shared rope key, never expanded keys or
-// values: kv_b_proj's key half is folded into the query and its value half
+// normed latent and the rotated shared rope key (as IEEE halves with int8
+// trunk activations, half the bytes; in f32 on the exact f32 path; sums are
+// f32 either way), never expanded keys or values: kv_b_proj's key half is folded into the query and its value half
 // applied to the attention-weighted latent, both from its stored rows and
 // split over the pool by head. Without rotary dims (Kimi-Linear's NoPE
 // layers) the rope part is cached and dotted unrotated.
@@ -28,6 +29,7 @@ class MlaMixer final : public Mixer {
         rope_(config.rope, context),
         context_(context),
         scale_(config.attention_scale()),
+        half_cache_(exec.trunk == kernels::TrunkActivations::kInt8),
         slot_(config.layers, UINT32_MAX) {
     // Only this mixer's layers hold a cache (Kimi-Linear interleaves KDA).
     for (uint32_t i = 0; i < config.layers; ++i) {
@@ -43,13 +45,18 @@ class MlaMixer final : public Mixer {
     queries(w, normed, tokens);
     kva_.resize(size_t{tokens} * cached);
     w.kv_a.apply(normed, tokens, kva_.data(), exec_);
+    entry_.resize(cached);
     for (uint32_t t = 0; t < tokens; ++t) {
       const uint32_t position = first_position + t;
-      float* row = entry(cache, layer, position);
       const float* a = &kva_[size_t{t} * cached];
-      rms_norm(a, w.kv_a_norm.data(), latent, m_.latent_norm_eps, row);
-      std::copy(a + latent, a + cached, row + latent);
-      rope_.rotate(row + latent, position);
+      rms_norm(a, w.kv_a_norm.data(), latent, m_.latent_norm_eps, entry_.data());
+      std::copy(a + latent, a + cached, entry_.data() + latent);
+      rope_.rotate(entry_.data() + latent, position);
+      float* row = cache.row(slot_[layer], checked(position));
+      if (half_cache_)
+        kernels::to_half(entry_.data(), cached, reinterpret_cast<CachedHalf*>(row), exec_.isa);
+      else
+        std::copy(entry_.begin(), entry_.end(), row);
       for (uint32_t h = 0; h < heads; ++h) rope_.rotate(&q_[(size_t{t} * heads + h) * qk + nope], position);
     }
     absorb(w, tokens);
@@ -72,12 +79,26 @@ class MlaMixer final : public Mixer {
     w.o.apply(attn_.data(), tokens, out, exec_);
   }
 
-  // [slot][position][latent | rope key]
+  // [slot][position][latent | rope key], f32 or two halves to a float.
   MixerState make_state() const override {
-    return MixerState(slots_, context_, m_.cached_width(), 0);
+    const uint32_t width = m_.cached_width();
+    return MixerState(slots_, context_, half_cache_ ? (width + kHalvesPerFloat - 1) / kHalvesPerFloat : width, 0);
   }
 
  private:
+  // MixerState rows are floats; a half cache reads and writes them through
+  // a type that may alias them.
+  using CachedHalf [[gnu::may_alias]] = uint16_t;
+  static constexpr uint32_t kHalvesPerFloat = 2;
+  // Positions widened at a time: 72 KiB of f32 at DeepSeek-V3's 576-wide entries.
+  static constexpr uint32_t kBlockPositions = 32;
+
+  // Per worker of the pool: a block of widened entries and its rows' counts.
+  struct AttendScratch {
+    std::vector<float> block;
+    std::vector<uint32_t> counts;
+  };
+
   // Per worker of the pool: one head's read-outs and value outputs for a
   // pass's tokens, gathered so that its value rows are read once per pass.
   struct ValueScratch {
@@ -115,8 +136,11 @@ class MlaMixer final : public Mixer {
   }
 
   // Softmax attention of the pass's rows over the cached entries, each
-  // worker taking a run of rows (and reading the cache once for them), into
-  // read_out_: each row's attention-weighted latent.
+  // worker taking a run of rows, into read_out_: each row's attention-
+  // weighted latent. The workers widen the cached halves a block of
+  // positions at a time into their own scratch, once for all their rows; a
+  // row's scores, weights and sums are the bits the whole context at once
+  // gives (positions ascending).
   void attend_pass(MixerState& cache, uint32_t layer, uint32_t first_position, uint32_t t0, uint32_t pass_tokens) {
     const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, cached = m_.cached_width();
     const uint32_t rows = pass_tokens * heads, longest = first_position + t0 + pass_tokens;
@@ -124,17 +148,42 @@ class MlaMixer final : public Mixer {
     for (uint32_t r = 0; r < rows; ++r) counts_[r] = first_position + t0 + r / heads + 1;
     scores_.resize(size_t{rows} * longest);
     read_out_.assign(size_t{rows} * latent, 0.0f);
-    const float* entries = entry(cache, layer, 0);
+    float* rows_f32 = cache.row(slot_[layer], 0);
+    const auto* halves = reinterpret_cast<const CachedHalf*>(rows_f32);
     const size_t stride = cache.row_floats();
     const float* queries = &packed_[size_t{t0} * heads * cached];
-    over_pool(rows, [&](size_t, size_t begin, size_t end) {
-      const std::span<const uint32_t> counts(counts_.data() + begin, end - begin);
-      float* scores = &scores_[begin * longest];
-      kernels::attention_scores(queries + begin * cached, counts, entries, stride, cached, scale_, scores, longest,
-                                exec_.isa);
+    const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
+    if (attend_scratch_.size() < workers) attend_scratch_.resize(workers);
+    over_pool(rows, [&](size_t worker, size_t begin, size_t end) {
+      AttendScratch& s = attend_scratch_[worker];
+      s.block.resize(size_t{kBlockPositions} * cached);
+      s.counts.resize(end - begin);
+      // body(first, entries, entries_stride) for the block of positions from
+      // `first`, its entries as f32 (widened, or the f32 cache's own rows),
+      // s.counts each row's positions within it.
+      const auto over_blocks = [&](auto&& body) {
+        for (uint32_t first = 0; first < longest; first += kBlockPositions) {
+          const uint32_t count = std::min(kBlockPositions, longest - first);
+          for (size_t r = begin; r < end; ++r)
+            s.counts[r - begin] = counts_[r] > first ? std::min(count, counts_[r] - first) : 0;
+          if (!half_cache_) {
+            body(first, rows_f32 + first * stride, stride);
+            continue;
+          }
+          const size_t half_stride = stride * kHalvesPerFloat;
+          kernels::from_half(halves + first * half_stride, half_stride, count, cached, s.block.data(), exec_.isa);
+          body(first, s.block.data(), size_t{cached});
+        }
+      };
+      over_blocks([&](uint32_t first, const float* entries, size_t entries_stride) {
+        kernels::attention_scores(queries + begin * cached, s.counts, entries, entries_stride, cached, scale_,
+                                  &scores_[begin * longest + first], longest, exec_.isa);
+      });
       for (size_t r = begin; r < end; ++r) softmax_weights(&scores_[r * longest], counts_[r]);
-      kernels::attention_values(scores, longest, counts, entries, stride, latent, &read_out_[begin * latent],
-                                exec_.isa);
+      over_blocks([&](uint32_t first, const float* entries, size_t entries_stride) {
+        kernels::attention_values(&scores_[begin * longest + first], longest, s.counts, entries, entries_stride,
+                                  latent, &read_out_[begin * latent], exec_.isa);
+      });
     });
   }
 
@@ -185,9 +234,9 @@ class MlaMixer final : public Mixer {
     w.q_b.apply(q_latent_.data(), tokens, q_.data(), exec_);
   }
 
-  float* entry(MixerState& cache, uint32_t layer, uint32_t position) const {
+  uint32_t checked(uint32_t position) const {
     if (position >= context_) fail("position {} is past the context length {}", position, context_);
-    return cache.row(slot_[layer], position);
+    return position;
   }
 
   const MlaConfig& m_;
@@ -196,11 +245,14 @@ class MlaMixer final : public Mixer {
   RopeTable rope_;
   uint32_t context_;
   float scale_;
+  // Entries cached as halves with int8 activations; f32 on the exact path.
+  bool half_cache_;
   std::vector<uint32_t> slot_;  // model layer → cache slot
   uint32_t slots_ = 0;
-  std::vector<float> q_, q_latent_, kva_, packed_, attn_, read_out_, gate_;
+  std::vector<float> q_, q_latent_, kva_, entry_, packed_, attn_, read_out_, gate_;
   std::vector<float> scores_;
   std::vector<uint32_t> counts_;
+  std::vector<AttendScratch> attend_scratch_;
   std::vector<ValueScratch> value_scratch_;
 };
 

@@ -1,14 +1,17 @@
 # scripts/sluicepy/int8_activations.py: the engine's int8 trunk activations
 # (compute/kernels/quant.h), modelled in the reference: the input of every
 # product with a grouped (q8g128, q6g128, q4g128) trunk matrix is quantized per group of 128
-# columns (the weights' group) in f32 exactly as the engine does. Changes no weight and no other product.
+# columns (the weights' group) in f32 exactly as the engine does, and MLA's cache holds
+# halves (sluicepy/mla.py). Changes no weight and no other product.
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
+from . import mla
+
 BLOCK = 128
-# Matrices the engine reads row by row (Linear::row, never quant_matmul): MLA's
-# kv_b is applied in its absorbed form, on f32 rows.
+# Matrices whose products take f32 inputs in either mode: MLA's kv_b, applied
+# in its absorbed form from its stored rows (compute/model/mla_mixer.cpp).
 ROW_READ_SUFFIXES = ("kv_b_proj.weight",)
 
 
@@ -71,7 +74,7 @@ def with_int8_activations(model, trunk_formats):
     inner = model.forward
 
     def forward(*args, **kwargs):
-        with _QuantizedInputs(weights):
+        with _QuantizedInputs(weights), mla.cached_as_halves():
             return inner(*args, **kwargs)
 
     model.forward = forward

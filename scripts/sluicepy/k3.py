@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from . import SluiceError, families, kda, mxfp4
+from .mla import as_cached
 
 ARCH = "kimi_k3"
 PREFIX = "language_model."
@@ -351,8 +352,8 @@ class K3Model:
             q = x @ w[p + "q_proj.weight"].T
         q = q.view(steps, heads, nope + rope)
         kv_a = x @ w[p + "kv_a_proj_with_mqa.weight"].T
-        compressed = rms_norm(kv_a[:, :latent], w[p + "kv_a_layernorm.weight"], self.eps)
-        rope_key = kv_a[:, latent:]  # NoPE: cached and dotted unrotated
+        compressed = as_cached(rms_norm(kv_a[:, :latent], w[p + "kv_a_layernorm.weight"], self.eps))
+        rope_key = as_cached(kv_a[:, latent:])  # NoPE: cached and dotted unrotated
         if "latent" in cache:
             compressed = torch.cat([cache["latent"], compressed])
             rope_key = torch.cat([cache["rope"], rope_key])

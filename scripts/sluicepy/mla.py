@@ -2,7 +2,10 @@
 # (architectures.md §3.4) in two forms over the same weights: EXPANDED (what HF
 # caches: full keys and values per head; the oracle) and ABSORBED (what the
 # engine caches: the latent and the rotated rope key). Never mixes the two caches.
+# Both start from the engine's cached latent and rope key (halves with int8 activations).
 # Kimi-Linear's NoPE variant (§4.4): the rope dims are kept, cached and scored unrotated.
+import contextlib
+
 import torch
 
 from . import rope
@@ -12,6 +15,30 @@ EXPANDED, ABSORBED = "expanded", "absorbed"
 FORMS = (EXPANDED, ABSORBED)
 # q_a_layernorm / kv_a_layernorm are built with the RMSNorm class default, not rms_norm_eps.
 LATENT_NORM_EPS = 1e-6
+HALF_MAX = 65504.0
+
+
+_half_cache = [False]
+
+
+@contextlib.contextmanager
+def cached_as_halves():
+    """While active, as_cached models the engine with int8 trunk activations, whose MLA
+    cache holds IEEE halves; with f32 activations (the exact path) it caches f32."""
+    _half_cache[0] = True
+    try:
+        yield
+    finally:
+        _half_cache[0] = False
+
+
+def as_cached(t):
+    """What the engine's cache keeps of a latent or rope key: under cached_as_halves,
+    IEEE halves saturated at f16's largest finite value (compute/model/mla_mixer.cpp),
+    the sums staying in t's dtype; otherwise t itself."""
+    if not _half_cache[0]:
+        return t
+    return t.clamp(-HALF_MAX, HALF_MAX).to(torch.float16).to(t.dtype)
 
 
 class Mla:
@@ -47,7 +74,7 @@ class Mla:
             cos, sin = rope.cos_sin(positions, self.inv_freq, self.multiplier)
             q_rope = self.rotate(q_rope, cos, sin)
             k_rope = self.rotate(k_rope[:, None], cos, sin)[:, 0]
-        return q[:, :, :self.nope], q_rope, latent, k_rope
+        return q[:, :, :self.nope], q_rope, as_cached(latent), as_cached(k_rope)
 
     def _kv_b(self, i):
         """kv_b_proj as [H, n + v, R]: per head the key half, then the value half."""

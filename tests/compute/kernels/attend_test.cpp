@@ -1,16 +1,19 @@
 // attend.h at every instruction set against its arithmetic written out here
 // (16 lanes of rounded products, the fold; weighted sums in position order),
 // bit for bit, over odd lengths, strides and query groups; nothing written
-// outside the outputs; and each result near the exact value.
+// outside the outputs; each result near the exact value; and the half
+// conversions against proto/f16.h.
 #include "compute/kernels/attend.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "proto/f16.h"
 #include "tests/compute/kernels/isas_under_test.h"
 
 using namespace sluice;
@@ -135,4 +138,41 @@ TEST_CASE("attention_values: each query's weighted rows added to its outputs in 
           for (size_t i = 0; i < out.size(); ++i) all_same = all_same && same_bits(out[i], want[i]);
           CHECK(all_same);
         }
+}
+
+TEST_CASE("rows to and from halves: proto/f16.h's rounding at every instruction set, saturated at 65504") {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values;
+  for (float scale : {1.0f, 1e-3f, 1e-5f, 1e-7f, 300.0f, 3e4f})
+    for (int i = 0; i < 64; ++i) values.push_back(normal(rng) * scale);
+  // Exactly halfway between two halves (ties to even), either side of the
+  // largest finite half, and infinities.
+  for (float tie : {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 6.1035156e-05f * 1.5f})
+    values.push_back(tie), values.push_back(-tie);
+  for (float big : {65504.0f, 65519.0f, 65520.0f, 1e6f, -1e6f, INFINITY, -INFINITY}) values.push_back(big);
+  while (values.size() % 8 != 3) values.push_back(normal(rng));  // a tail past the vector body
+  const auto n = static_cast<uint32_t>(values.size());
+  for (Isa isa : testing::isas_under_test()) {
+    CAPTURE(isa_name(isa));
+    std::vector<uint16_t> halves(n + 1, 0xabcd);
+    to_half(values.data(), n, halves.data(), isa);
+    bool rounded = halves[n] == 0xabcd, finite = true;
+    for (uint32_t i = 0; i < n; ++i) {
+      const float clamped = std::min(65504.0f, std::max(-65504.0f, values[i]));
+      rounded = rounded && halves[i] == f32_to_f16(clamped);
+      finite = finite && std::isfinite(f16_to_f32(halves[i]));
+    }
+    CHECK(rounded);
+    CHECK(finite);
+    // Two rows a stride apart, read back exactly.
+    std::vector<uint16_t> rows(2 * (n + 5));
+    std::copy(halves.begin(), halves.begin() + n, rows.begin());
+    std::copy(halves.begin(), halves.begin() + n, rows.begin() + n + 5);
+    std::vector<float> back(2 * n + 1, -7.0f);
+    from_half(rows.data(), n + 5, 2, n, back.data(), isa);
+    bool exact = back[2 * n] == -7.0f;
+    for (uint32_t i = 0; i < 2 * n; ++i) exact = exact && same_bits(back[i], f16_to_f32(halves[i % n]));
+    CHECK(exact);
+  }
 }
