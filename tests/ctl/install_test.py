@@ -71,6 +71,7 @@ EXAMPLES = [
                                          '-n 3 --prompt-tokens 4 --temp 0.8 --seed 3 --json'),
     ('sluice bench batch MODEL.sluice', 'sluice bench batch {m} --budget {budget} --sequences 1,2 -n 2 '
                                         '--prompt-tokens 3 --repeat 1 --json'),
+    ('sluice bench mixer MODEL.sluice', 'sluice bench mixer {m} --context 2,6 -n 2 --seconds 0.01 --threads 1 --json'),
     ('sluice-up MODEL.sluice', 'sluice-up {m} --budget {budget} --instance {i}'),
     ('sluice run MODEL.sluice "PROMPT" --attach', 'sluice run {m} "The river" -n 4 --attach {i}'),
     ('sluice stats', 'sluice stats --attach {i} --json && sluice stats --attach {i}'),
