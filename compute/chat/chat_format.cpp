@@ -43,6 +43,7 @@ class JinjaChatFormat final : public ChatFormat {
   }
 
   const ReplyFormat& reply_format() const override { return reply_; }
+  bool thinks() const override { return reply_.thinks(); }
 
   bool opens_reasoning(std::span<const TokenId> prompt) const override {
     if (!reply_.thinks()) return false;
@@ -84,6 +85,7 @@ class XtmlChatFormat final : public ChatFormat {
     return tokenize_xtml(tokenizer_, rendered);
   }
   const ReplyFormat& reply_format() const override { return reply_; }
+  bool thinks() const override { return true; }  // every K3 reply may open a think element
   bool opens_reasoning(std::span<const TokenId> prompt) const override {
     return xtml_opens_reasoning(tokenizer_, prompt);
   }

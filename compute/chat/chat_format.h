@@ -29,6 +29,9 @@ class ChatFormat {
   // The prompt ids; text that came from messages never becomes a control token.
   virtual std::vector<tokenizer::TokenId> tokenize(const Rendered& rendered) const = 0;
   virtual const ReplyFormat& reply_format() const = 0;
+  // Whether the model has a thinking mode whose reasoning the reply parser
+  // tells apart (think markers, or XTML's think element).
+  virtual bool thinks() const = 0;
   // Whether `prompt` leaves the reply inside reasoning (a pre-opened <think>
   // or XTML think element).
   virtual bool opens_reasoning(std::span<const tokenizer::TokenId> prompt) const = 0;

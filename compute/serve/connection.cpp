@@ -1,11 +1,11 @@
 // compute/serve/connection.cpp: finds a request's socket among this process's
-// descriptors by its local and remote ports, then polls it for a hang-up.
-// Linux only (/proc/self/fd, POLLRDHUP).
+// descriptors by both of its ends, address and port, then polls it for a
+// hang-up. Linux only (/proc/self/fd, POLLRDHUP).
 #include "compute/serve/connection.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,24 +17,37 @@
 namespace sluice::serve {
 namespace {
 
-int port_of(const sockaddr_storage& address) {
-  if (address.ss_family == AF_INET)
-    return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
-  if (address.ss_family == AF_INET6)
-    return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
-  return -1;
+// One end of a connection as cpp-httplib reports it: the numeric host that
+// getnameinfo writes (as httplib itself calls it) and the port.
+struct Endpoint {
+  std::string address;
+  int port = -1;
+};
+
+bool same_endpoint(const sockaddr_storage& socket_address, socklen_t size, const Endpoint& end) {
+  if (socket_address.ss_family != AF_INET && socket_address.ss_family != AF_INET6) return false;
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&socket_address), size, host, sizeof(host),
+                    port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return false;
+  return end.address == host && end.port == std::atoi(port);
 }
 
-bool socket_matches(int fd, int local_port, int remote_port) {
-  sockaddr_storage local{}, remote{};
-  socklen_t local_size = sizeof(local), remote_size = sizeof(remote);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0) return false;
-  if (port_of(local) != local_port) return false;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_size) != 0) return false;
-  return port_of(remote) == remote_port;
+bool socket_matches(int fd, const Endpoint& local, const Endpoint& remote) {
+  sockaddr_storage address{};
+  socklen_t size = sizeof(address);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0 ||
+      !same_endpoint(address, size, local))
+    return false;
+  size = sizeof(address);
+  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0 &&
+         same_endpoint(address, size, remote);
 }
 
-int find_socket(int local_port, int remote_port) {
+int find_socket(const httplib::Request& request) {
+  const Endpoint local{request.local_addr, request.local_port};
+  const Endpoint remote{request.remote_addr, request.remote_port};
+  if (local.port < 0 || remote.port < 0) return -1;
   DIR* dir = ::opendir("/proc/self/fd");
   if (dir == nullptr) return -1;
   int found = -1;
@@ -42,7 +55,7 @@ int find_socket(int local_port, int remote_port) {
     char* end = nullptr;
     const long fd = std::strtol(entry->d_name, &end, 10);
     if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
-    if (socket_matches(static_cast<int>(fd), local_port, remote_port)) {
+    if (socket_matches(static_cast<int>(fd), local, remote)) {
       found = static_cast<int>(fd);
       break;
     }
@@ -54,7 +67,7 @@ int find_socket(int local_port, int remote_port) {
 }  // namespace
 
 std::function<bool()> peer_gone_check(const httplib::Request& request) {
-  const int fd = find_socket(request.local_port, request.remote_port);
+  const int fd = find_socket(request);
   if (fd < 0) return [] { return false; };
   // The descriptor stays this connection's while the handler runs: the
   // server closes it only after the handler (and its content provider)
@@ -66,7 +79,7 @@ std::function<bool()> peer_gone_check(const httplib::Request& request) {
 }
 
 void discard_unread_body(const httplib::Request& request, size_t limit) {
-  const int fd = find_socket(request.local_port, request.remote_port);
+  const int fd = find_socket(request);
   if (fd < 0) return;
   size_t left = std::min<uint64_t>(limit, request.get_header_value<uint64_t>("Content-Length"));
   char buffer[16384];

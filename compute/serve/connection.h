@@ -1,7 +1,7 @@
 // compute/serve/connection.h: whether the client of a request is still
 // there. cpp-httplib hands a handler no socket, so the connection's socket is
-// found by its two addresses. It is polled, and read only to drop the rest of
-// a body the server refused; it is never closed here.
+// found by both of its ends (address and port of each). It is polled, and
+// read only to drop the rest of a body the server refused; never closed here.
 #pragma once
 
 #include <functional>

@@ -1,7 +1,8 @@
-// compute/serve/generate.cpp: the two routes that generate. A request is
-// checked, rendered and tokenized here, then handed to the scheduler; the
-// reply is one JSON body or an SSE stream shaped as OpenAI sends it (role
-// first, one finish_reason, the usage chunk when asked, [DONE] last).
+// compute/serve/generate.cpp: the OpenAI routes that generate, and what every
+// generating route shares: a chat request rendered, tokenized and given its
+// constraint (chat_job), then checked against the context and handed to the
+// scheduler (submit). The reply here is one JSON body or an SSE stream shaped
+// as OpenAI sends it (role first, one finish_reason, usage when asked, [DONE]).
 #include <httplib.h>
 
 #include <ctime>
@@ -207,8 +208,7 @@ std::shared_ptr<const chat::TokenGrammar> Server::lazy_tool_call_grammar(
   return chat::lazy_tool_call_grammar(format, tools, request.parallel_tool_calls, frame);
 }
 
-void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
-  const ChatRequest request = parse_chat_request(parse_body(req.body), random_seed());
+JobSpec Server::chat_job(const ChatRequest& request) const {
   JobSpec spec;
   render_chat(request, spec);
   spec.settings = request.settings;
@@ -235,7 +235,12 @@ void Server::chat_completions(const httplib::Request& req, httplib::Response& re
   } else if (choice != "none") {
     spec.grammar = lazy_tool_call_grammar(request, frame);
   }
-  generate(req, res, std::move(spec), true, "");
+  return spec;
+}
+
+void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  const ChatRequest request = parse_chat_request(parse_body(req.body), random_seed());
+  generate(req, res, chat_job(request), true, "");
 }
 
 void Server::completions(const httplib::Request& req, httplib::Response& res) {
@@ -306,9 +311,9 @@ void gather(chat::Reply& reply, const Job::Event& event) {
 
 }  // namespace
 
-void Server::generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
-                      const std::string& echo) {
-  const GenerationSettings settings = spec.settings;
+std::shared_ptr<Job> Server::submit(const httplib::Request& req, httplib::Response& res,
+                                    JobSpec spec, bool chat) {
+  const GenerationSettings& settings = spec.settings;
   for (const auto& [token, bias] : settings.logit_bias) {
     if (static_cast<uint32_t>(token) >= engine_.config().vocab)
       bad_param(fmt::format("logit_bias.{}", token), "token id {} is outside the vocabulary of {}",
@@ -328,14 +333,19 @@ void Server::generate(const httplib::Request& req, httplib::Response& res, JobSp
   const uint32_t room = context - static_cast<uint32_t>(spec.prompt.size()) + 1;
   spec.max_tokens = std::min(settings.max_tokens.value_or(room), room);
   spec.client_gone = peer_gone_check(req);
-  std::shared_ptr<Job> job;
   try {
-    job = scheduler_->submit(std::move(spec));
+    return scheduler_->submit(std::move(spec));
   } catch (const ApiError& e) {
     if (e.status == 429)
       res.set_header("Retry-After", std::to_string(scheduler_->retry_after_seconds()));
     throw;
   }
+}
+
+void Server::generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
+                      const std::string& echo) {
+  const GenerationSettings settings = spec.settings;
+  const std::shared_ptr<Job> job = submit(req, res, std::move(spec), chat);
   const ReplyShape shape{random_id(chat ? "chatcmpl-" : "cmpl-"), options_.model_id,
                          static_cast<int64_t>(std::time(nullptr)), chat};
 

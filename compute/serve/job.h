@@ -48,6 +48,7 @@ struct JobSpec {
 
 struct JobResult {
   std::string finish_reason;  // "stop", "length", "tool_calls" or "cancelled"
+  std::string stop_sequence;  // the stop string that ended it ("stop"); else empty
   uint32_t prompt_tokens = 0;
   uint32_t cached_tokens = 0;  // prompt tokens reused from an earlier request
   uint32_t completion_tokens = 0;
@@ -66,14 +67,17 @@ class Job {
     enum class Kind { kText, kReasoning, kToolCall, kToolArguments, kDone, kError };
     Event(Kind kind, std::string text = {}, size_t tool_index = 0, std::string id = {},
           std::string name = {})
-        : kind(kind), text(std::move(text)), tool_index(tool_index), id(std::move(id)),
+        : kind(kind),
+          text(std::move(text)),
+          tool_index(tool_index),
+          id(std::move(id)),
           name(std::move(name)) {}
     Kind kind;
     // kText: released content; kReasoning: reasoning; kToolArguments: a
     // piece of a call's arguments; kError: the message.
     std::string text;
-    size_t tool_index;  // kToolCall, kToolArguments
-    std::string id, name;   // kToolCall: announced once, before its arguments
+    size_t tool_index;     // kToolCall, kToolArguments
+    std::string id, name;  // kToolCall: announced once, before its arguments
   };
 
   explicit Job(JobSpec spec) : spec_(std::move(spec)) {}
@@ -111,6 +115,7 @@ class ReplyStream {
   // Flushes what is held back (nothing after a stop string).
   void finish();
   bool stopped() const { return filter_.stopped(); }
+  const std::string& stop_string() const { return filter_.matched(); }
 
  private:
   void content(const std::string& text);

@@ -372,6 +372,7 @@ bool Scheduler::advance(Slot& slot, std::span<const float> logits) {
   }
   if (end || g.reply.stopped()) {
     result.finish_reason = "stop";
+    result.stop_sequence = g.reply.stop_string();
     return false;
   }
   if (result.completion_tokens == spec.max_tokens ||

@@ -1,7 +1,7 @@
-// compute/serve/server.cpp: the server's setup and every route but the two
-// that generate (generate.cpp): the key check, OpenAI-shaped errors for
-// anything cpp-httplib refuses itself (404, 413), models, health, metrics and
-// the page. Nothing here waits for the engine.
+// compute/serve/server.cpp: the server's setup and every route but those that
+// generate (generate.cpp, messages.cpp): the key check, errors in the route's
+// API shape for anything cpp-httplib refuses itself (404, 413), models,
+// health, metrics and the page. Nothing here waits for the engine.
 #include "compute/serve/server.h"
 
 #include <httplib.h>
@@ -12,6 +12,7 @@
 #include "compute/serve/api_error.h"
 #include "compute/serve/connection.h"
 #include "compute/serve/page.h"
+#include "compute/serve/routes.h"
 #include "proto/error.h"
 
 namespace sluice::serve {
@@ -29,9 +30,20 @@ bool same_key(const std::string& given, const std::string& expected) {
   return differ == 0;
 }
 
-void send_error(httplib::Response& res, const ApiError& error) {
+// In the shape of the API the request's path belongs to.
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
   res.status = error.status;
-  res.set_content(error.body().dump(), "application/json");
+  res.set_content(error.body(api_of(req.path)).dump(), "application/json");
+}
+
+// The key a request carries: OpenAI's clients send Authorization: Bearer,
+// Anthropic's x-api-key; either is accepted on every route.
+std::optional<std::string> given_key(const httplib::Request& req) {
+  const std::string bearer = "Bearer ";
+  const std::string header = req.get_header_value("Authorization");
+  if (header.starts_with(bearer)) return header.substr(bearer.size());
+  if (req.has_header("x-api-key")) return req.get_header_value("x-api-key");
+  return std::nullopt;
 }
 
 // End-of-turn tokens chat templates close an assistant turn with; the
@@ -47,18 +59,6 @@ std::vector<int32_t> end_of_turn_ids(const tokenizer::Tokenizer& tokenizer) {
     if (id && tokenizer.is_special(*id)) ids.push_back(*id);
   }
   return ids;
-}
-
-// The endpoint a request counts under in /metrics: its route, not its path
-// (model ids and stray paths would make unbounded label sets).
-std::string endpoint_label(const std::string& path) {
-  for (const char* route : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                            "/metrics", "/sluice/stats"}) {
-    if (path == route) return route;
-  }
-  if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
-  if (path == "/") return "/";
-  return "other";
 }
 
 }  // namespace
@@ -131,63 +131,52 @@ void Server::routes() {
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || req.path == "/health" || req.path == "/")
       return httplib::Server::HandlerResponse::Unhandled;
-    const std::string header = req.get_header_value("Authorization");
-    const std::string bearer = "Bearer ";
-    if (header.starts_with(bearer) && same_key(header.substr(bearer.size()), options_.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "authentication_error",
-                             header.empty() ? "no API key: send Authorization: Bearer KEY"
-                                            : "the API key is not valid",
-                             std::nullopt, "invalid_api_key"));
+    const std::optional<std::string> key = given_key(req);
+    if (key && same_key(*key, options_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(req, res,
+               ApiError(401, "authentication_error",
+                        key ? "the API key is not valid"
+                            : "no API key: send Authorization: Bearer KEY or x-api-key: KEY",
+                        std::nullopt, "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Errors cpp-httplib answers itself arrive here without a body.
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404) {
-      send_error(res, ApiError(404, "not_found_error",
-                               fmt::format("no route {} {}", req.method, req.path)));
+      send_error(
+          req, res,
+          ApiError(404, "not_found_error", fmt::format("no route {} {}", req.method, req.path)));
     } else if (res.status == 413) {
       // The body was not read: the connection cannot carry another request.
       discard_unread_body(req, kMaxDiscardedBody);
       res.set_header("Connection", "close");
-      send_error(res, ApiError(413, "invalid_request_error",
-                               fmt::format("the request body is larger than {} bytes",
-                                           options_.max_body_bytes)));
+      send_error(req, res,
+                 ApiError(413, "invalid_request_error",
+                          fmt::format("the request body is larger than {} bytes",
+                                      options_.max_body_bytes)));
     } else {
-      send_error(res,
+      send_error(req, res,
                  ApiError(res.status, "invalid_request_error", "the request could not be read"));
     }
   });
   http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {
         std::string message = "internal error";
         try {
           std::rethrow_exception(e);
         } catch (const ApiError& error) {
-          send_error(res, error);
+          send_error(req, res, error);
           return;
         } catch (const std::exception& error) {
           message = error.what();
         }
-        send_error(res, ApiError(500, "server_error", message));
+        send_error(req, res, ApiError(500, "server_error", message));
       });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_->count_request(endpoint_label(req.path), res.status);
+    metrics_->count_request(std::string(endpoint_label(req.path)), res.status);
   });
 
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->prometheus(), "text/plain; version=0.0.4");
-  });
-  http.Get("/sluice/stats", [this](const httplib::Request&, httplib::Response& res) {
-    auto stats = metrics_->stats_json();
-    stats["model"] = options_.model_id;
-    stats["context"] = engine_.transformer().context();
-    res.set_content(stats.dump(), "application/json");
-  });
   const auto model_object = [this] {
     return json{{"id", options_.model_id},
                 {"object", "model"},
@@ -201,25 +190,52 @@ void Server::routes() {
                   {"top_k", engine_.config().top_k},
                   {"chat_template", chat_format_ != nullptr}}}};
   };
-  http.Get("/v1/models", [model_object](const httplib::Request&, httplib::Response& res) {
-    res.set_content(json{{"object", "list"}, {"data", json::array({model_object()})}}.dump(),
-                    "application/json");
-  });
-  http.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    const std::string id = req.matches[1];
-    if (id != options_.model_id)
-      throw ApiError(404, "not_found_error", fmt::format("the model '{}' does not exist", id),
-                     "model", "model_not_found");
-    res.set_content(model_object().dump(), "application/json");
-  });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    chat_completions(req, res);
-  });
-  http.Post("/v1/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(std::string(page_html()), "text/html; charset=utf-8");
+  using Handler = httplib::Server::Handler;
+  using Req = httplib::Request;
+  using Res = httplib::Response;
+  install_routes(http, [this, model_object](const Route& route) -> Handler {
+    switch (route.id) {
+      case RouteId::kPage:
+        return [](const Req&, Res& res) {
+          res.set_content(std::string(page_html()), "text/html; charset=utf-8");
+        };
+      case RouteId::kHealth:
+        return
+            [](const Req&, Res& res) { res.set_content(R"({"status":"ok"})", "application/json"); };
+      case RouteId::kMetrics:
+        return [this](const Req&, Res& res) {
+          res.set_content(metrics_->prometheus(), "text/plain; version=0.0.4");
+        };
+      case RouteId::kStats:
+        return [this](const Req&, Res& res) {
+          auto stats = metrics_->stats_json();
+          stats["model"] = options_.model_id;
+          stats["context"] = engine_.transformer().context();
+          res.set_content(stats.dump(), "application/json");
+        };
+      case RouteId::kModels:
+        return [model_object](const Req&, Res& res) {
+          res.set_content(json{{"object", "list"}, {"data", json::array({model_object()})}}.dump(),
+                          "application/json");
+        };
+      case RouteId::kModel:
+        return [this, model_object](const Req& req, Res& res) {
+          const std::string id = req.matches[1];
+          if (id != options_.model_id)
+            throw ApiError(404, "not_found_error", fmt::format("the model '{}' does not exist", id),
+                           "model", "model_not_found");
+          res.set_content(model_object().dump(), "application/json");
+        };
+      case RouteId::kChatCompletions:
+        return [this](const Req& req, Res& res) { chat_completions(req, res); };
+      case RouteId::kCompletions:
+        return [this](const Req& req, Res& res) { completions(req, res); };
+      case RouteId::kMessages:
+        return [this](const Req& req, Res& res) { messages(req, res); };
+      case RouteId::kCountTokens:
+        return [this](const Req& req, Res& res) { count_tokens(req, res); };
+    }
+    fail("no handler for the route {} {}", route.method, route.pattern);
   });
 }
 

@@ -1,8 +1,10 @@
-// compute/serve/server.h: the public face of the serve room — an
-// OpenAI-compatible HTTP server (cpp-httplib) over one loaded engine:
-// /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics,
-// /sluice/stats and the web page at /. It renders and tokenizes on the HTTP
-// threads; only the scheduler's worker touches the engine.
+// compute/serve/server.h: the public face of the serve room — an HTTP server
+// (cpp-httplib) over one loaded engine speaking OpenAI's API
+// (/v1/chat/completions, /v1/completions, /v1/models) and Anthropic's
+// (/v1/messages, /v1/messages/count_tokens), with /health, /metrics,
+// /sluice/stats and the web page at / (the route table is routes.h). It
+// renders and tokenizes on the HTTP threads; only the scheduler's worker
+// touches the engine.
 #pragma once
 
 #include <atomic>
@@ -61,9 +63,19 @@ class Server {
   void routes();
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);
-  // The common path of both: context check, submit, then SSE or one body.
-  // `chat` picks the response shapes; `echo` is prepended to the text.
-  // `spec` holds the prompt, the settings and the chat fields.
+  // Anthropic's Messages API over the same chat_job and submit (messages.cpp).
+  void messages(const httplib::Request& req, httplib::Response& res);
+  void count_tokens(const httplib::Request& req, httplib::Response& res);
+  // A chat request rendered and constrained as its tools, tool_choice and
+  // response_format ask.
+  JobSpec chat_job(const ChatRequest& request) const;
+  // Checks the prompt against the vocabulary and the context, caps
+  // max_tokens by the room left, and queues the job (429 with Retry-After
+  // when the queue is full). `chat`: the prompt came from messages.
+  std::shared_ptr<Job> submit(const httplib::Request& req, httplib::Response& res, JobSpec spec,
+                              bool chat);
+  // The OpenAI routes' reply: SSE or one body. `chat` picks the response
+  // shapes; `echo` is prepended to the text.
   void generate(const httplib::Request& req, httplib::Response& res, JobSpec spec, bool chat,
                 const std::string& echo);
   // The prompt ids, each image's pad expanded, into `spec`.

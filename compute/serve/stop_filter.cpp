@@ -17,7 +17,13 @@ std::string StopFilter::push(const std::string& text) {
   // Released text never holds the start of a stop string, so a match can
   // only begin inside the pending text.
   size_t cut = std::string::npos;
-  for (const std::string& stop : stops_) cut = std::min(cut, pending_.find(stop));
+  for (const std::string& stop : stops_) {
+    const size_t at = pending_.find(stop);
+    if (at < cut) {
+      cut = at;
+      matched_ = stop;
+    }
+  }
   if (cut != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, cut);

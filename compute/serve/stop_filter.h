@@ -20,11 +20,14 @@ class StopFilter {
   // At the end of generation: whatever was held back (nothing after a stop).
   std::string finish();
   bool stopped() const { return stopped_; }
+  // The stop string that was found (the earliest in the text); empty before.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string pending_;  // received, not yet released
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace sluice::serve

@@ -1,5 +1,5 @@
 // tests/compute/serve/harness.mjs: what the node tests of `sluice serve`
-// share: the official openai client (exit 77 when it is not installed),
+// share: the official openai and Anthropic clients (exit 77 when one is not installed),
 // tiny containers made and converted in a scratch directory, servers started
 // on a free port and never left running when the test ends or is killed.
 import assert from "node:assert/strict";
@@ -30,16 +30,20 @@ process.on("exit", () => {
   fs.rmSync(scratch, { recursive: true, force: true });
 });
 
-// The openai package's default export, or exit 77 (skipped) without it.
-export async function load_openai() {
+// An npm package's default export from tests/npm, or exit 77 (skipped)
+// without it.
+async function load_client(name) {
   try {
     const require = createRequire(path.join(ROOT, "tests", "npm", "package.json"));
-    return (await import(require.resolve("openai"))).default;
+    return (await import(require.resolve(name))).default;
   } catch (e) {
-    console.log("SKIP: the openai npm package is not installed under tests/npm (run scripts/setup): " + e.message);
+    console.log(`SKIP: the ${name} npm package is not installed under tests/npm (run scripts/setup): ` + e.message);
     process.exit(77);
   }
 }
+
+export const load_openai = () => load_client("openai");
+export const load_anthropic = () => load_client("@anthropic-ai/sdk");
 
 export function run(argv, options = {}) {
   const done = spawnSync(argv[0], argv.slice(1), { encoding: "utf8", ...options });

