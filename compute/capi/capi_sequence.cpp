@@ -198,7 +198,13 @@ sluice_status sluice_generate(sluice_sequence* sequence, sluice_sampler* sampler
         m.engine(), m.tokenizer(), s.state(), tokens, s.logits, max_tokens, drawing->sampler(), m.end_ids(), false,
         [&](int32_t token, std::string_view piece, std::span<const float>) {
           if (token != sluice::kTextTail) last = token;
-          return callback == nullptr || callback(user_data, token, piece.data(), piece.size()) == 0;
+          if (callback == nullptr) return true;
+          struct InCallback {
+            bool& flag;
+            explicit InCallback(bool& f) : flag(f) { flag = true; }
+            ~InCallback() { flag = false; }
+          } inside(m.in_callback);
+          return callback(user_data, token, piece.data(), piece.size()) == 0;
         });
     s.have_logits = last.has_value() || stats.finish != sluice::FinishReason::kCancelled;
     s.pending = last;

@@ -65,7 +65,10 @@ class ModelObject final : public Object {
   // The ids a generation ends at (and a structured value is followed by).
   std::vector<int32_t> end_ids() const;
 
-  std::mutex lock;
+  // Recursive: a token callback may call sluice_last_error (and is refused
+  // anything else on this model, see in_callback) on the generating thread.
+  std::recursive_mutex lock;
+  bool in_callback = false;
   std::string path;
   std::string returned;  // the last string handed out
   std::optional<nlohmann::json> last_generation;
@@ -147,6 +150,10 @@ sluice_status call(const void* handle, const char* kind, Body&& body) {
     const std::lock_guard guard(found->model().lock);
     if (found->closed)
       return record(nullptr, SLUICE_ERROR_INVALID_HANDLE, std::string("the ") + kind + " handle is closed");
+    if (found->model().in_callback) {
+      return record(nullptr, SLUICE_ERROR_INVALID_ARGUMENT,
+                    std::string("the ") + kind + " was called from inside a token callback of its model");
+    }
     object = typed;
     body(*typed);
     return SLUICE_OK;

@@ -176,7 +176,8 @@ sluice_status sluice_sequence_step(sluice_sequence* sequence, sluice_sampler* sa
 /* Called with each generated token and the text it completed (possibly
  * empty; special tokens have none), then once with token -1 and the text
  * still held back at the end (usually empty). Return 0 to go on, anything
- * else to stop after this token. */
+ * else to stop after this token. From inside it, calls on the same model
+ * (but sluice_last_error) are refused with SLUICE_ERROR_INVALID_ARGUMENT. */
 typedef int (*sluice_token_callback)(void* user_data, int32_t token, const char* piece,
                                      size_t length);
 #define SLUICE_TEXT_TAIL (-1)

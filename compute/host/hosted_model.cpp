@@ -4,8 +4,6 @@
 
 #include <utility>
 
-#include "router/lookahead.h"
-
 namespace sluice {
 namespace {
 

@@ -43,6 +43,8 @@ typedef struct {
   char text[4096];
   size_t text_length;
   int tails;
+  sluice_model* probe; /* called from inside the callback: refused */
+  sluice_status probe_status;
 } Collected;
 
 static int collect(void* user_data, int32_t token, const char* piece, size_t length) {
@@ -51,6 +53,10 @@ static int collect(void* user_data, int32_t token, const char* piece, size_t len
     memcpy(c->text + c->text_length, piece, length);
     c->text_length += length;
     c->text[c->text_length] = '\0';
+  }
+  if (c->probe != NULL) {
+    const char* json = NULL;
+    c->probe_status = sluice_model_stats(c->probe, &json);
   }
   if (token == SLUICE_TEXT_TAIL) {
     c->tails++;
@@ -151,10 +157,15 @@ static void step_matches_generate(sluice_model* model, sluice_sampler* greedy, c
   size_t i;
   int end = 0;
   int32_t token = -1;
+  static int32_t too_many[1 << 16]; /* zeros: more than any tiny context holds */
   CHECK(sluice_sequence_new(model, &sequence) == SLUICE_OK);
   CHECK_FAILS(sluice_sequence_step(sequence, greedy, &token, &end), SLUICE_ERROR_FAILED, sequence, "feed");
   CHECK_FAILS(sluice_sequence_logits(sequence, &logits, &vocab), SLUICE_ERROR_FAILED, sequence, "feed");
   CHECK_FAILS(sluice_sequence_feed(sequence, NULL, 3), SLUICE_ERROR_INVALID_ARGUMENT, sequence, "tokens");
+  CHECK_FAILS(sluice_sequence_feed(sequence, too_many, sizeof too_many / sizeof *too_many), SLUICE_ERROR_FAILED,
+              sequence, "do not fit");
+  too_many[0] = -5;
+  CHECK_FAILS(sluice_sequence_feed(sequence, too_many, 1), SLUICE_ERROR_INVALID_ARGUMENT, sequence, "-5");
   CHECK(sluice_sequence_feed(sequence, prompt, prompt_count) == SLUICE_OK);
   CHECK(sluice_sequence_position(sequence, &position) == SLUICE_OK && position == prompt_count);
   for (i = 0; i < expected->count; ++i) {
@@ -258,8 +269,11 @@ static void samplers(sluice_model* model, sluice_sequence* sequence, const int32
   CHECK(sluice_sampler_seed(sampler, &seed) == SLUICE_OK && seed == 7);
   memset(&c, 0, sizeof c);
   c.stop_after = 2; /* the callback stops the generation */
+  c.probe = model;
   CHECK(sluice_generate(sequence, sampler, prompt, prompt_count, 10, collect, &c) == SLUICE_OK);
   CHECK(c.count == 2);
+  CHECK(c.probe_status == SLUICE_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(sluice_last_error(NULL), "inside a token callback") != NULL);
   CHECK(sluice_sampler_close(sampler) == SLUICE_OK);
   CHECK_FAILS(sluice_sampler_seed(sampler, &seed), SLUICE_ERROR_INVALID_HANDLE, sampler, "closed");
 

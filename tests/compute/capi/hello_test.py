@@ -43,13 +43,14 @@ class HelloTest(unittest.TestCase):
         shutil.rmtree(cls.scratch, ignore_errors=True)
 
     def pkg_config(self, *flags):
-        # --define-prefix: the prefix is where the .pc file was installed (the scratch DESTDIR).
+        # sluice.pc finds the prefix from its own place: here the scratch DESTDIR.
         env = dict(os.environ, PKG_CONFIG_PATH=self.pkgconfig)
-        return run(['pkg-config', '--define-prefix', *flags, 'sluice'], env=env).stdout.decode().split()
+        return run(['pkg-config', *flags, 'sluice'], env=env).stdout.decode().split()
 
     def test_the_header_library_and_pc_file_are_installed(self):
         includedir = self.pkg_config('--variable=includedir')[0]
         libdir = self.pkg_config('--variable=libdir')[0]
+        self.assertTrue(includedir.startswith(self.scratch), includedir)
         self.assertTrue(os.path.isfile(os.path.join(includedir, 'sluice.h')))
         self.assertTrue(os.path.islink(os.path.join(libdir, 'libsluice.so')))
         self.assertTrue(os.path.isfile(os.path.join(libdir, 'libsluice.so.0')))
