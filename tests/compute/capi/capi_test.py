@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 # tests/compute/capi/capi_test.py: libsluice against `sluice run` on tiny
-# containers of three families (GQA, MLA, KDA): the C driver's greedy tokens
-# equal run's, embedded and attached to a sluice-io; scripts/examples/
-# sluice_ctypes.py prints what run prints; the library exports exactly the
-# functions sluice.h declares, under the soname of its ABI.
+# containers of every family: the C driver's greedy tokens equal run's,
+# embedded, and attached to a sluice-io for a GQA and a KDA family;
+# scripts/examples/sluice_ctypes.py prints what run prints; the library
+# exports exactly the functions sluice.h declares, under its ABI's soname.
 import json
 import os
 import re
@@ -23,7 +23,7 @@ CAPI_TEST = os.environ['CAPI_TEST']
 LIBSLUICE = os.environ['LIBSLUICE']
 PROMPT = 'The river ran'
 TOKENS = 8
-FAMILIES = ('olmoe', 'deepseek_v3', 'kimi_linear')
+FAMILIES = ('olmoe', 'qwen3_moe', 'mixtral', 'deepseek_v3', 'kimi_k2', 'kimi_linear', 'kimi_k3')
 
 
 def run(argv, **kwargs):
