@@ -5,6 +5,7 @@
 // and a message. Nothing here may let an exception out.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
