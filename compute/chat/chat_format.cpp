@@ -5,6 +5,7 @@
 #include "compute/chat/chat_format.h"
 
 #include <fstream>
+#include <utility>
 
 #include "compute/chat/normalize.h"
 #include "compute/chat/xtml.h"
@@ -127,6 +128,22 @@ std::unique_ptr<ChatFormat> chat_format_for(const Container& container,
   return jinja_chat_format(
       ChatTemplate::parse(*container.chat_template(), container.dir() + " chat_template"),
       tokenizer, std::move(special_tokens));
+}
+
+ChatInput chat_input_from_request(nlohmann::ordered_json request, std::string_view where) {
+  ChatInput input;
+  if (request.is_object()) {
+    if (!request.contains("messages")) fail("{}: the object has no \"messages\"", where);
+    if (request.contains("tools")) input.tools = request["tools"];
+    if (request.contains("tool_choice")) input.tool_choice = request["tool_choice"];
+    if (request.contains("response_format")) input.response_format = request["response_format"];
+    if (request.contains("reasoning_effort"))
+      input.extra["reasoning_effort"] = request["reasoning_effort"];
+    request = nlohmann::ordered_json(request["messages"]);
+  }
+  if (!request.is_array()) fail("{}: expected an array of messages or a request object", where);
+  input.messages = std::move(request);
+  return input;
 }
 
 }  // namespace sluice::chat

@@ -48,6 +48,12 @@ class ChatFormat {
 std::unique_ptr<ChatFormat> chat_format_for(const Container& container,
                                             const tokenizer::Tokenizer& tokenizer);
 
+// A ChatInput from `request`: an array of OpenAI chat messages, or a
+// chat-completions request object with "messages" (and "tools",
+// "tool_choice", "response_format", "reasoning_effort"). Throws Error
+// beginning with `where` when it is neither.
+ChatInput chat_input_from_request(nlohmann::ordered_json request, std::string_view where);
+
 // The two formats, for tests and for chat_format_for.
 std::unique_ptr<ChatFormat> jinja_chat_format(ChatTemplate chat_template,
                                               const tokenizer::Tokenizer& tokenizer,

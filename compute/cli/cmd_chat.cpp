@@ -17,6 +17,7 @@
 #include "compute/cli/commands.h"
 #include "compute/cli/interrupt.h"
 #include "compute/cli/run_options.h"
+#include "compute/host/hosted_model.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
 #include "proto/error.h"
@@ -109,20 +110,19 @@ void run(const ChatArgs& args) {
   EngineFlags flags = args.engine;
   flags.images = has_vision_tower(args.model);  // /image may load it at any turn
   flags.saved_states = 1;                // /save and /load hold a copy of the state
-  EngineOptions options = flags.options();
-  options.prefill_progress = [](size_t, size_t) { return !InterruptScope::requested(); };
-  Engine engine(args.model, options);
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
-  engine.set_tokenizer_ids(tok.vocab_size());
+  RoutingOptions routing_options;
+  routing_options.lookahead = router::lookahead_from_environment();
+  HostedModel model(args.model, flags, routing_options,
+                    [](size_t, size_t) { return !InterruptScope::requested(); });
+  Engine& engine = model.engine();
+  const tokenizer::Tokenizer& tok = model.tokenizer();
+  RoutingSession& routing = model.routing();
   const auto format = chat::chat_format_for(engine.container(), tok);
   if (!format) {
     fail(
         "{}: the container has no chat template (tokenizer.chat_template is null in manifest.json)",
         args.model);
   }
-  RoutingOptions routing_options;
-  routing_options.lookahead = router::lookahead_from_environment();
-  RoutingSession routing(engine, routing_options);
   json extra = json::object();
   if (args.enable_thinking) extra["enable_thinking"] = *args.enable_thinking;
   ChatSession session(engine, tok, *format, extra);

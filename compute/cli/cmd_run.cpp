@@ -21,6 +21,7 @@
 #include "compute/cli/image_prompt.h"
 #include "compute/cli/interrupt.h"
 #include "compute/cli/run_options.h"
+#include "compute/host/hosted_model.h"
 #include "compute/kernels/dispatch.h"
 #include "compute/model/engine.h"
 #include "compute/model/routing_tap.h"
@@ -79,17 +80,15 @@ void run(const RunArgs& args) {
   EngineFlags flags = args.engine;
   flags.images = !args.images.empty();
   flags.saved_states = args.session.empty() ? 0 : 1;
-  EngineOptions options = flags.options();
-  options.prefill_progress = prefill_feedback(args.engine.chunk);
-  Engine engine(args.model, options);  // first: its errors say what a path that is no container is
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
-  engine.set_tokenizer_ids(tok.vocab_size());
   RoutingOptions routing_options;
   routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
   // Both outputs appear under their names only when the run ends well.
   PendingOutput trace_file(args.trace_out), dump_file(args.dump_logits);
   routing_options.trace_out = trace_file.temp_path();
-  RoutingSession routing(engine, routing_options);
+  HostedModel model(args.model, flags, routing_options, prefill_feedback(args.engine.chunk));
+  Engine& engine = model.engine();
+  const tokenizer::Tokenizer& tok = model.tokenizer();
+  RoutingSession& routing = model.routing();
   const bool resumed = !args.session.empty() && std::filesystem::exists(args.session);
   if (resumed) load_session(args.session, engine.container().identity(), engine.sequence());
   const uint32_t reused = engine.sequence().position();
@@ -99,9 +98,7 @@ void run(const RunArgs& args) {
     prompt = parse_token_ids(args.prompt_ids, "--prompt-ids");
   } else {
     if (args.prompt.empty()) usage_error("no prompt: give PROMPT (or - for stdin) or --prompt-ids");
-    prompt = tok.encode(args.prompt == "-" ? read_stdin() : args.prompt);
-    // A resumed session continues a sequence that already began.
-    if (reused == 0 && tok.add_bos() && tok.bos_id()) prompt.insert(prompt.begin(), *tok.bos_id());
+    prompt = prompt_ids(tok, args.prompt == "-" ? read_stdin() : args.prompt, reused == 0);
   }
   const ImagePrompt placed = place_images(engine, tok, std::move(prompt), args.images);
   prompt = placed.tokens;
@@ -129,36 +126,34 @@ void run(const RunArgs& args) {
     dump.open(dump_file.temp_path(), std::ios::binary | std::ios::trunc);
     if (!dump) fail("{}: cannot open for writing (--dump-logits)", args.dump_logits);
   }
-  tokenizer::StreamingDecoder decoder(tok, true);
   std::vector<int32_t> generated;
   std::string text;
   const bool stream = !args.json;
   const InterruptScope interrupt_scope(InterruptScope::Repeat::kOnce);
-  const GenerationStats stats =
-      engine.generate(prompt, args.max_tokens, sampling, {}, args.ignore_eos || dump.is_open(),
-                      [&](int32_t token, std::span<const float> logits) {
-                        if (dump.is_open()) write_row(dump, logits, args.dump_logits);
-                        generated.push_back(token);
-                        const std::string piece = decoder.push(token);
-                        text += piece;
-                        if (stream) {
-                          std::fwrite(piece.data(), 1, piece.size(), stdout);
-                          std::fflush(stdout);
-                        }
-                        return !InterruptScope::requested();
-                      },
-                      placed.rows);
-  const std::string tail = decoder.finish();
-  text += tail;
+  Sampler sampler = engine.make_sampler(sampling);
+  std::vector<float> logits(engine.config().vocab);
+  const GenerationStats stats = generate_text(
+      engine, tok, engine.sequence(), prompt, logits, args.max_tokens, sampler, {},
+      args.ignore_eos || dump.is_open(),
+      [&](int32_t token, std::string_view piece, std::span<const float> row) {
+        if (token != kTextTail) {
+          if (dump.is_open()) write_row(dump, row, args.dump_logits);
+          generated.push_back(token);
+        }
+        text += piece;
+        if (stream) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+        return !InterruptScope::requested();
+      },
+      placed.rows);
   // The reference's last row is the logits after the last generated token,
   // and a saved session must hold that token too.
   bool last_token_run = generated.empty();
   if (!generated.empty() && (dump.is_open() || !args.session.empty())) {
     if (engine.sequence().position() < context) {
-      std::vector<float> logits(engine.config().vocab);
-      engine.transformer().forward(engine.sequence(),
-                                   std::span<const int32_t>(&generated.back(), 1), logits, false);
-      check_logits_finite(logits, "the logits after the last generated token");
+      engine.advance(engine.sequence(), generated.back(), logits);
       if (dump.is_open()) write_row(dump, logits, args.dump_logits);
       last_token_run = true;
     } else if (dump.is_open()) {
@@ -181,27 +176,17 @@ void run(const RunArgs& args) {
 
   // The embedded router's guesses against the real routing, over every MoE layer.
   const shm::GuessStats guesses = routing.guesses();
-  const double decode_rate = stats.decode_seconds > 0 ? stats.generated_tokens / stats.decode_seconds : 0.0;
-  const double prefill_rate = stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0;
+  const nlohmann::json numbers = generation_json(stats, context);
   const std::string finish = finish_reason_name(stats.finish);
   const std::string finish_note = stats.context_full
                                       ? fmt::format(" (the context of {} is full)", context)
                                   : stats.finish == FinishReason::kCancelled ? " (interrupted)"
                                                                              : "";
   if (args.json) {
-    nlohmann::json out = {{"text", text},
-                          {"prompt_tokens", stats.prompt_tokens},
-                          {"tokens", generated},
-                          {"generated_tokens", stats.generated_tokens},
-                          {"prefill_seconds", stats.prefill_seconds},
-                          {"decode_seconds", stats.decode_seconds},
-                          {"tok_per_s", decode_rate},
-                          {"prefill_tok_per_s", prefill_rate},
-                          {"finish_reason", finish},
-                          {"context", context},
-                          {"context_full", stats.context_full},
-                          {"seed", sampling.seed},
-                          {"experts", experts_json(stats.experts)}};
+    nlohmann::json out = numbers;
+    out["text"] = text;
+    out["tokens"] = generated;
+    out["seed"] = sampling.seed;
     // What scripts/reference.py --decode-crossover and --f32-activations need to model this run.
     const kernels::Exec exec{kernels::isa_from_environment(), nullptr, kernels::trunk_activations_from_environment()};
     out["kernels"] = {{"isa", kernels::isa_name(exec.isa)},
@@ -220,14 +205,14 @@ void run(const RunArgs& args) {
     }
     fmt::print("{}\n", out.dump());
   } else {
-    fmt::print("{}\n", tail);
+    fmt::print("\n");
     std::fflush(stdout);  // the text ends before the summary on a shared terminal
     fmt::print(stderr,
                "sluice: {} tokens in {:.2f} s ({:.2f} tok/s); prompt {} tokens at {:.1f} tok/s; "
                "finish {}{}; seed {}; "
                "{}\n",
-               stats.generated_tokens, stats.decode_seconds, decode_rate, stats.prompt_tokens,
-               prefill_rate, finish, finish_note, sampling.seed, experts_summary(stats.experts));
+               stats.generated_tokens, stats.decode_seconds, numbers["tok_per_s"].get<double>(),
+               stats.prompt_tokens, numbers["prefill_tok_per_s"].get<double>(), finish, finish_note, sampling.seed, experts_summary(stats.experts));
     if (!args.session.empty()) {
       fmt::print(
           stderr, "sluice: session {}: {} tokens reused{}, {} new prefilled; {} tokens saved{}\n",

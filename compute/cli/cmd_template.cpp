@@ -67,25 +67,12 @@ void run(const TemplateOptions& o) {
         o.model);
   }
 
-  chat::ChatInput input;
-  json request = read_json_file(o.messages_file, "--messages");
-  if (request.is_object()) {  // a chat-completions request body
-    if (!request.contains("messages"))
-      fail("--messages {}: the object has no \"messages\"", o.messages_file);
-    if (request.contains("tools")) input.tools = request["tools"];
-    if (request.contains("tool_choice")) input.tool_choice = request["tool_choice"];
-    if (request.contains("response_format")) input.response_format = request["response_format"];
-    if (request.contains("reasoning_effort"))
-      input.extra["reasoning_effort"] = request["reasoning_effort"];
-    request = json(request["messages"]);
-  }
-  if (!request.is_array())
-    fail("--messages {}: expected an array of messages or a request object", o.messages_file);
+  chat::ChatInput input = chat::chat_input_from_request(
+      read_json_file(o.messages_file, "--messages"), fmt::format("--messages {}", o.messages_file));
   if (!o.tools_file.empty()) {
     input.tools = read_json_file(o.tools_file, "--tools");
     if (!input.tools.is_array()) fail("--tools {}: expected an array of tools", o.tools_file);
   }
-  input.messages = request;
   input.raw_messages = o.raw;
   input.add_generation_prompt = o.add_generation_prompt;
   if (o.enable_thinking) input.extra["enable_thinking"] = *o.enable_thinking;

@@ -9,45 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "compute/host/engine_setup.h"
 #include "compute/model/engine.h"
+#include "compute/host/hosted_model.h"
 #include "ioworker/memory_plan.h"
 
 namespace sluice::cli {
 
-// Where routed experts come from: by default an in-process cache (the same
-// worker sluice-io runs, over an anonymous segment, sized by the plan rule);
-// --attach joins a running sluice-io; --no-cache reads each record directly.
-struct EngineFlags {
-  uint32_t context = 0;
-  size_t threads = 0;
-  uint32_t chunk = 64;
-  bool verify = false;
-  std::string attach;
-  std::string budget;
-  bool force = false;  // a --budget above the usable memory
-  uint32_t readers = 4;
-  bool no_cache = false;
-  double read_timeout = 60;  // seconds: shm::Client::kDefaultReadTimeout
-  bool images = false;       // the prompt has images: the plan counts the vision tower (not a flag)
-  // What the command holds besides one sequence, for the plan (not flags):
-  // sequences decoded together (serve --parallel) and copies of a
-  // sequence's state kept at once (a session loaded or saved, serve's saved prompts).
-  uint32_t sequences = 1;
-  uint32_t saved_states = 0;
-  // The options for these flags. An attached session lives as long as the
-  // returned options (it detaches when they are destroyed).
-  EngineOptions options() const;
-};
+// EngineFlags, has_vision_tower() and plan_shape() are compute/host's.
+using sluice::EngineFlags;
 
 void add_engine_flags(CLI::App& cmd, EngineFlags& flags);
-// Whether the container's model has a vision tower: a command that may load
-// it at any turn (serve, chat's /image) plans for it from the start.
-bool has_vision_tower(const std::string& model_dir);
-// The plan's picture of this process: its threads (`threads` as --threads
-// gives it, 0: SLUICE_THREADS or every core) and its RVQ table layout; the
-// EngineFlags overload adds the chunk, sequences, saved states, --force and images.
-PlanRequest plan_shape(size_t threads);
-PlanRequest plan_shape(const EngineFlags& flags);
 // --seed lands in `seed`: -1 (the default) asks for a random one, which
 // resolve_seed() draws and the command prints so the run can be repeated.
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params, int64_t& seed);
@@ -80,7 +52,7 @@ class PendingOutput {
   bool committed_ = false;
 };
 
+// experts_json() is compute/host/hosted_model.h's.
 std::string experts_summary(const ExpertSourceStats& stats);
-nlohmann::json experts_json(const ExpertSourceStats& stats);
 
 }  // namespace sluice::cli

@@ -113,11 +113,37 @@ void Engine::step(std::span<SequenceState* const> sequences, std::span<const int
                       fmt::format("decode step of {} sequences", sequences.size()));
 }
 
+Sampler Engine::make_sampler(const SamplingParams& sampling) const {
+  SamplingParams params = sampling;
+  params.banned.insert(params.banned.end(), never_sampled_.begin(), never_sampled_.end());
+  return Sampler(params);
+}
+
+void Engine::advance(SequenceState& sequence, int32_t token, std::span<float> logits) {
+  if (sequence.position() >= transformer_->context())
+    fail("the context of {} is full: token {} cannot be run", transformer_->context(), token);
+  transformer_->forward(sequence, std::span<const int32_t>(&token, 1), logits, false);
+  check_logits_finite(logits, fmt::format("decode step at position {} (token {})", sequence.position() - 1, token));
+}
+
 GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_t> prompt,
                                  uint32_t max_tokens, const SamplingParams& sampling,
                                  std::span<const int32_t> stop_ids, bool ignore_eos,
                                  const TokenCallback& on_token, std::span<const float> media_rows) {
+  Sampler sampler = make_sampler(sampling);
+  std::vector<float> logits(config_.vocab);
+  return generate(sequence, prompt, max_tokens, sampler, stop_ids, ignore_eos, on_token, logits,
+                  media_rows);
+}
+
+GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_t> prompt,
+                                 uint32_t max_tokens, Sampler& sampler,
+                                 std::span<const int32_t> stop_ids, bool ignore_eos,
+                                 const TokenCallback& on_token, std::span<float> logits,
+                                 std::span<const float> media_rows) {
   if (prompt.empty()) fail("the prompt is empty: nothing to continue");
+  if (logits.size() != config_.vocab)
+    fail("generate: a logits row of {} floats for a vocabulary of {}", logits.size(), config_.vocab);
   const uint32_t room = transformer_->context() - sequence.position();
   if (prompt.size() > room) {
     fail(
@@ -125,29 +151,29 @@ GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_
         "maximum is {})",
         prompt.size(), room, transformer_->context(), config_.max_positions);
   }
-  SamplingParams params = sampling;
-  params.banned.insert(params.banned.end(), never_sampled_.begin(), never_sampled_.end());
-  Sampler sampler(params);
-  GenerationStats stats;
-  std::vector<float> logits(config_.vocab);
-  // Penalties see the whole sequence, a resumed session's earlier tokens included.
-  std::vector<int32_t> context(sequence.tokens().begin(), sequence.tokens().end());
-  context.insert(context.end(), prompt.begin(), prompt.end());
-
-  auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
   const bool prefilled = prefill(sequence, prompt, logits, media_rows);
-  stats.prompt_tokens = static_cast<uint32_t>(prompt.size());
-  stats.prefill_seconds = seconds_since(start);
-  if (!prefilled) {
+  const double prefill_seconds = seconds_since(start);
+  GenerationStats stats;
+  if (prefilled) {
+    stats = decode(sequence, logits, max_tokens, sampler, stop_ids, ignore_eos, on_token);
+  } else {
     stats.finish = FinishReason::kCancelled;
     stats.experts = source_->stats();
-    return stats;
   }
+  stats.prompt_tokens = static_cast<uint32_t>(prompt.size());
+  stats.prefill_seconds = prefill_seconds;
+  return stats;
+}
 
-  start = std::chrono::steady_clock::now();
+GenerationStats Engine::decode(SequenceState& sequence, std::span<float> logits, uint32_t max_tokens,
+                               Sampler& sampler, std::span<const int32_t> stop_ids, bool ignore_eos,
+                               const TokenCallback& on_token) {
+  GenerationStats stats;
+  const auto start = std::chrono::steady_clock::now();
   for (uint32_t i = 0; i < max_tokens; ++i) {
-    const int32_t token = sampler.sample(logits, context);
-    context.push_back(token);
+    // Penalties see the whole sequence, a resumed session's earlier tokens included.
+    const int32_t token = sampler.sample(logits, sequence.tokens());
     ++stats.generated_tokens;
     const bool stop = !ignore_eos && (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end() ||
                       std::find(config_.eos_ids.begin(), config_.eos_ids.end(), token) != config_.eos_ids.end());
@@ -164,8 +190,7 @@ GenerationStats Engine::generate(SequenceState& sequence, std::span<const int32_
       stats.context_full = true;
       break;
     }
-    transformer_->forward(sequence, std::span<const int32_t>(&token, 1), logits, false);
-    check_logits_finite(logits, fmt::format("decode step {} (after generated token {})", i + 1, token));
+    advance(sequence, token, logits);
   }
   stats.decode_seconds = seconds_since(start);
   stats.experts = source_->stats();

@@ -165,6 +165,26 @@ class Engine {
                            uint32_t max_tokens, const SamplingParams& sampling,
                            std::span<const int32_t> stop_ids, bool ignore_eos,
                            const TokenCallback& on_token, std::span<const float> media_rows = {});
+  // The same with a sampler that lives on after it (its random state and
+  // constraint carry over to the next call: the C API's sampler handle).
+  // `logits` (vocabulary-sized) is left holding the row the last token was drawn from.
+  GenerationStats generate(SequenceState& sequence, std::span<const int32_t> prompt,
+                           uint32_t max_tokens, Sampler& sampler,
+                           std::span<const int32_t> stop_ids, bool ignore_eos,
+                           const TokenCallback& on_token, std::span<float> logits,
+                           std::span<const float> media_rows = {});
+  // generate()'s decode loop alone: samples up to `max_tokens` tokens from
+  // `logits`, the row after `sequence`'s last token, running each through
+  // the model but the last (stats.prompt_tokens stays 0).
+  GenerationStats decode(SequenceState& sequence, std::span<float> logits, uint32_t max_tokens,
+                         Sampler& sampler, std::span<const int32_t> stop_ids, bool ignore_eos,
+                         const TokenCallback& on_token);
+  // Runs one token through `sequence` (a decode step), leaving its logits in
+  // `logits`: what generate() does with each token but the last, and what a
+  // caller saving the sequence after generating does with the last.
+  void advance(SequenceState& sequence, int32_t token, std::span<float> logits);
+  // A sampler of `sampling` that never draws never_sampled().
+  Sampler make_sampler(const SamplingParams& sampling) const;
 
  private:
   Container container_;
