@@ -38,7 +38,10 @@ VARIANTS = {
     "olmoe": {**_GENERIC, **_NORM_TOPK},
     "qwen3_moe": {**_GENERIC, **_NORM_TOPK},
     "mixtral": dict(_GENERIC),
-    "deepseek_v3": {**_GENERIC, **_NORM_TOPK, **_MLA_ROPE},
+    # Unrenormalised sigmoid weights sum to about twice one: the scaling is halved so the
+    # logits keep the base's size (and f32 rounding its 1e-4 bar; at 2.5 it reached 1.1e-4).
+    "deepseek_v3": {**_GENERIC, **_NORM_TOPK, **_MLA_ROPE,
+                    "norm_topk_prob_false": {"norm_topk_prob": False, "routed_scaling_factor": 1.25}},
     "kimi_k2": dict(_MLA_ROPE),
     # NoPE attention: rope_theta changes nothing, so its variants are not listed.
     "kimi_linear": {"rms_norm_eps_absent": _GENERIC["rms_norm_eps_absent"],
