@@ -143,8 +143,9 @@ std::vector<float> RopeConfig::inverse_frequencies() const {
     inverse[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dims));
   }
   if (!yarn) return inverse;
-  double low = std::floor(yarn_correction_dim(yarn->beta_fast, dims, theta, yarn->original_max_positions));
-  double high = std::ceil(yarn_correction_dim(yarn->beta_slow, dims, theta, yarn->original_max_positions));
+  double low = yarn_correction_dim(yarn->beta_fast, dims, theta, yarn->original_max_positions);
+  double high = yarn_correction_dim(yarn->beta_slow, dims, theta, yarn->original_max_positions);
+  if (yarn->truncate) low = std::floor(low), high = std::ceil(high);
   low = std::max(low, 0.0);
   high = std::min(high, double(dims) - 1.0);
   if (low == high) high += 0.001;
@@ -157,7 +158,11 @@ std::vector<float> RopeConfig::inverse_frequencies() const {
 
 double RopeConfig::amplitude() const {
   if (!yarn) return 1.0;
-  return yarn_mscale(yarn->factor, yarn->mscale) / yarn_mscale(yarn->factor, yarn->mscale_all_dim);
+  if (yarn->attention_factor) return *yarn->attention_factor;
+  if (yarn->mscale != 0.0f && yarn->mscale_all_dim != 0.0f) {
+    return yarn_mscale(yarn->factor, yarn->mscale) / yarn_mscale(yarn->factor, yarn->mscale_all_dim);
+  }
+  return yarn_mscale(yarn->factor, 1.0);
 }
 
 double RopeConfig::softmax_factor() const {

@@ -27,14 +27,18 @@ enum class RotaryPairing {
   kAdjacent,   // element 2i with 2i + 1 (the RoPE part of MLA)
 };
 
-// YaRN frequency blending (architectures.md §0.6).
+// YaRN frequency blending (architectures.md §0.6), its keys read as
+// transformers' _compute_yarn_parameters reads them: 0 stands for an absent
+// (or null, or 0) mscale / mscale_all_dim, as its truthiness tests do.
 struct Yarn {
   float factor = 1.0f;
   float original_max_positions = 0.0f;
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
-  float mscale = 1.0f;
+  float mscale = 0.0f;
   float mscale_all_dim = 0.0f;
+  std::optional<float> attention_factor;  // the cos/sin amplitude itself, when given
+  bool truncate = true;                   // floor/ceil the correction range's ends
 };
 
 struct RopeConfig {
@@ -45,7 +49,9 @@ struct RopeConfig {
   // The inverse frequency of each rotated pair in f32 as transformers
   // computes it, with YaRN's blend applied.
   std::vector<float> inverse_frequencies() const;
-  // What cos/sin are multiplied by (YaRN's mscale ratio; 1 without YaRN).
+  // What cos/sin are multiplied by: YaRN's attention_factor when given, else
+  // mscale(f, mscale) / mscale(f, mscale_all_dim) when both are set, else
+  // mscale(f, 1); 1 without YaRN.
   double amplitude() const;
   // What the attention softmax scale is multiplied by (YaRN's mscale² of
   // mscale_all_dim; 1 without YaRN).

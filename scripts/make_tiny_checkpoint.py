@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicepy import SluiceError, bpe, families, fp8, k3, mxfp4, routing_shape, safetensors  # noqa: E402
+from sluicepy import SluiceError, bpe, config_variants, families, fp8, k3, mxfp4, routing_shape, safetensors  # noqa: E402
 
 _DTYPES = {"bf16": ("BF16", "bfloat16"), "f16": ("F16", "float16"), "f32": ("F32", "float32")}
 
@@ -192,10 +192,13 @@ def shaped_weights(config, shapes, seed):
 
 
 def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=None, use_fp8=False,
-                    use_mxfp4=False, routing="random"):
+                    use_mxfp4=False, routing="random", variant=None):
     """Writes the checkpoint and returns its config. `use_fp8` stores the §0.9
     tensors as F8_E4M3 with F32 `_scale_inv` block scales (DeepSeek/K2 only);
-    `use_mxfp4` K3's routed experts as MXFP4."""
+    `use_mxfp4` K3's routed experts as MXFP4; `variant` edits the tiny config
+    as sluicepy/config_variants.py names it, before `overrides`."""
+    if family == k3.ARCH and variant is not None:
+        raise SluiceError(f"--variant: {k3.ARCH} has none (test_k3_agreement.py varies its keys)")
     if family == k3.ARCH:
         if routing != "random":
             raise SluiceError("--routing realistic: not for kimi_k3 (its attention residuals read every block)")
@@ -205,6 +208,8 @@ def make_checkpoint(family, out_dir, seed=0, dtype="bf16", shards=1, overrides=N
     if use_mxfp4:
         raise SluiceError(f"--mxfp4: only {k3.ARCH} ships MXFP4 experts")
     config = families.tiny_config(family)
+    if variant is not None:
+        config = config_variants.apply(config, family, variant)
     apply_sets(config, overrides or {})
     config["torch_dtype"] = _DTYPES[dtype][1]
     if use_fp8:
@@ -259,13 +264,16 @@ def main(argv=None):
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key with a JSON value (repeatable), e.g. --set num_experts=64; "
                              "a dotted key sets a nested one (kimi_k3: --set text_config.activation_situ_beta=1)")
+    parser.add_argument("--variant", metavar="NAME",
+                        help="one math-changing config key set or dropped, per family: "
+                             + "; ".join(f"{f}: {', '.join(config_variants.names(f))}" for f in families.FAMILIES))
     parser.add_argument("--routing", choices=("random", "realistic"), default="random",
                         help="realistic: embedding, LM head and routers shaped so that decode sampled at "
                              "temperature 1 routes with real routing's statistics (sluicepy/routing_shape.py)")
     args = parser.parse_args(argv)
     try:
         make_checkpoint(args.family, args.out_dir, args.seed, args.dtype, args.shards, parse_sets(args.set), args.fp8,
-                        args.mxfp4, args.routing)
+                        args.mxfp4, args.routing, args.variant)
     except SluiceError as e:
         print(f"make_tiny_checkpoint: error: {e}", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@
 #include "compute/convert/convert.h"
 #include "compute/kernels/thread_pool.h"
 #include "proto/error.h"
+#include "proto/model_config.h"
 
 namespace sluice::cli {
 
@@ -27,8 +28,10 @@ void add_convert_command(CLI::App& app) {
   flags->options.threads = static_cast<int>(kernels::available_cores());
   CLI::App* cmd = app.add_subcommand(
       "convert",
-      "Convert a Hugging Face checkpoint directory (olmoe or qwen3_moe) into a sluice container. "
-      "Rerunning after an interruption resumes at the first unfinished layer; manifest.json is written last.");
+      fmt::format("Convert a Hugging Face checkpoint directory (model_type {}) into a sluice container. "
+                  "Rerunning after an interruption resumes at the first unfinished layer; manifest.json is "
+                  "written last.",
+                  supported_architectures()));
   cmd->add_option("SRC_DIR", flags->options.source_dir, "checkpoint directory (config.json, *.safetensors)")
       ->required();
   cmd->add_option("OUT", flags->options.output_dir, "container directory to create or resume, e.g. model.sluice")

@@ -15,20 +15,33 @@ using families::kMaxExperts;
 using families::kMaxTopK;
 using families::kMaxWidth;
 
+// rope_scaling as transformers' _compute_yarn_parameters and DeepSeek-V3's
+// attention read it: rope_type before the legacy type; factor required;
+// original_max_position_embeddings absent: max_position_embeddings;
+// beta_fast/beta_slow absent, null or 0: 32/1 (its `or`); mscale and
+// mscale_all_dim count only when truthy; truncate null: false (its `if`).
 void read_yarn(const ConfigReader& r, ModelConfig& c) {
   const nlohmann::json* scaling = r.find("rope_scaling");
   if (scaling == nullptr) return;
   if (!scaling->is_object()) fail("{}: key rope_scaling must be an object, not {}", r.where(), scaling->dump());
   const ConfigReader s(*scaling, r.where() + " rope_scaling");
-  const std::string type = s.string("type").value_or(s.string("rope_type").value_or(""));
+  const std::string type = s.string("rope_type").value_or(s.string("type").value_or(""));
   if (type != "yarn") fail("{}: key rope_scaling.type = \"{}\" is not supported (only yarn)", r.where(), type);
+  if (!s.has("factor")) fail("{}: key rope_scaling.factor is missing (yarn requires it)", r.where());
+  s.refuse_unless("partial_rotary_factor", [](const nlohmann::json& v) { return v == 1.0; },
+                  "RoPE over part of the head is not implemented");
   Yarn y;
-  y.factor = s.number_or("factor", 1.0, 0.0, 1e6);
-  y.original_max_positions = static_cast<float>(s.count("original_max_position_embeddings", 1, families::kMaxPositions));
-  y.beta_fast = s.number_or("beta_fast", 32.0, 0.0, 1e6);
-  y.beta_slow = s.number_or("beta_slow", 1.0, 0.0, 1e6);
-  y.mscale = s.number_or("mscale", 1.0, 0.0, 1e6, false);
+  y.factor = s.number_or("factor", 1.0, 1.0, 1e6, false);
+  y.original_max_positions = static_cast<float>(
+      s.count_or("original_max_position_embeddings", c.max_positions, 1, families::kMaxPositions));
+  const auto or_default = [](float v, float fallback) { return v == 0.0f ? fallback : v; };
+  y.beta_fast = or_default(s.number_or("beta_fast", 32.0, 0.0, 1e6, false), 32.0f);
+  y.beta_slow = or_default(s.number_or("beta_slow", 1.0, 0.0, 1e6, false), 1.0f);
+  y.mscale = s.number_or("mscale", 0.0, 0.0, 1e6, false);
   y.mscale_all_dim = s.number_or("mscale_all_dim", 0.0, 0.0, 1e6, false);
+  if (s.has("attention_factor")) y.attention_factor = s.number_or("attention_factor", 1.0, 0.0, 1e6);
+  const auto truncate = scaling->find("truncate");
+  y.truncate = truncate == scaling->end() || (!truncate->is_null() && s.flag_or("truncate", true));
   c.rope.yarn = y;
 }
 
@@ -50,7 +63,12 @@ void read_mla(const ConfigReader& r, ModelConfig& c) {
   // HF builds q_a_layernorm and kv_a_layernorm with the class default eps.
   m.latent_norm_eps = 1e-6f;
   c.rope.dims = m.rope_dim;
-  c.rope.pairing = RotaryPairing::kAdjacent;
+  // DeepseekV3Config's rope_interleave (default true): rotate adjacent pairs,
+  // as the released weights are laid out; false rotates halves.
+  if (r.json().contains("rope_interleave") && r.json()["rope_interleave"].is_null()) {
+    fail("{}: key rope_interleave is null (transformers would rotate halves; write false for that)", r.where());
+  }
+  c.rope.pairing = r.flag_or("rope_interleave", true) ? RotaryPairing::kAdjacent : RotaryPairing::kHalfSplit;
   read_yarn(r, c);
 }
 

@@ -27,8 +27,6 @@ void refuse_later_releases(const ConfigReader& r, const ConfigReader& linear) {
   }
   r.refuse_unless("q_lora_rank", [](const nlohmann::json&) { return false; },
                   "Kimi-Linear's latent attention takes its query from one q_proj");
-  r.refuse_unless("mla_use_nope", [](const nlohmann::json& v) { return v == true; },
-                  "only the NoPE latent attention of Kimi-Linear is implemented");
 }
 
 void read_layer_pattern(const ConfigReader& r, const ConfigReader& linear, ModelConfig& c) {
@@ -94,9 +92,12 @@ void read_kimi_text(const ConfigReader& r, ModelConfig& c, bool k3) {
   const nlohmann::json* linear_json = r.find("linear_attn_config");
   if (linear_json == nullptr || !linear_json->is_object()) fail("{}: key linear_attn_config is missing", r.where());
   const ConfigReader linear(*linear_json, r.where() + " linear_attn_config");
+  // Absent, the class's mla_use_nope is false: latent attention with RoPE.
+  if (!r.flag_or("mla_use_nope", false)) {
+    fail("{}: key mla_use_nope is {}: only the NoPE latent attention of {} is implemented", r.where(),
+         r.has("mla_use_nope") ? "false" : "absent (the class default false)", k3 ? "Kimi K3" : "Kimi-Linear");
+  }
   if (k3) {
-    r.refuse_unless("mla_use_nope", [](const nlohmann::json& v) { return v == true; },
-                    "only the NoPE latent attention of Kimi K3 is implemented");
     read_k3_features(r, linear, c);
   } else {
     refuse_later_releases(r, linear);

@@ -139,6 +139,16 @@ def _rope(config):
     if not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] < 1:
         raise SluiceError("config.json: rope_scaling.factor must be a number >= 1")
     out = {k: scaling[k] for k in _ROPE_KEYS if scaling.get(k) is not None}
+    if "truncate" in scaling and scaling["truncate"] is None:
+        out["truncate"] = False  # HF's `if truncate:` on a present null
+    for key in ("attention_factor", "mscale", "mscale_all_dim", "beta_fast", "beta_slow"):
+        value = out.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
+                or (key == "attention_factor" and value == 0):
+            raise SluiceError(f"config.json: rope_scaling.{key} {value!r} is not supported "
+                              f"(a {'positive' if key == 'attention_factor' else 'non-negative'} number)")
+    if not isinstance(out.get("truncate", True), bool):
+        raise SluiceError(f"config.json: rope_scaling.truncate {out['truncate']!r} must be true or false")
     out.setdefault("original_max_position_embeddings", config["max_position_embeddings"])
     return float(theta), out
 
@@ -278,6 +288,9 @@ def _check_mla(c):
         _positive_int(c, "q_lora_rank")
     if c["qk_rope_head_dim"] % 2:
         raise SluiceError(f"config.json: qk_rope_head_dim {c['qk_rope_head_dim']} must be even for RoPE")
+    for key in ("rope_interleave", "norm_topk_prob", "tie_word_embeddings"):
+        if not isinstance(c[key], bool):
+            raise SluiceError(f"config.json: {key} must be true or false, it is {c[key]!r}")
     if c["scoring_func"] != "sigmoid":
         raise SluiceError(f"config.json: scoring_func {c['scoring_func']!r} is not supported (only sigmoid)")
     if c["topk_method"] != "noaux_tc":

@@ -17,7 +17,7 @@ def _correction_dim(rotations, dim, base, original_max):
 def yarn_range(scaling, dim, base):
     """(low, high) pair indices of the ramp: below low the frequency is kept,
     above high it is divided by the factor (HF truncates to integers by default)."""
-    beta_fast, beta_slow = scaling.get("beta_fast", 32), scaling.get("beta_slow", 1)
+    beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1  # 0 too, as HF's `or`
     low = _correction_dim(beta_fast, dim, base, scaling["original_max_position_embeddings"])
     high = _correction_dim(beta_slow, dim, base, scaling["original_max_position_embeddings"])
     if scaling.get("truncate", True):

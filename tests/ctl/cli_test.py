@@ -306,6 +306,11 @@ class CliTest(unittest.TestCase):
                     self.assertIn(option, done.stdout)
         self.assertNotIn('more to come', sluice('--help').stdout)
 
+    def test_convert_help_names_every_family(self):
+        shown = sluice('convert', '--help').stdout
+        for family in ('olmoe', 'qwen3_moe', 'mixtral', 'deepseek_v3', 'kimi_k2', 'kimi_linear', 'kimi_k3'):
+            self.assertIn(family, shown)
+
     def test_progress_on_a_terminal_only(self):
         long_prompt = ' '.join(['river'] * 40)
         status, shown = on_a_terminal([SLUICE, 'run', self.model, long_prompt, '-n', '1', '--chunk', '2'])

@@ -4,7 +4,10 @@
 // YaRN's frequencies and scale, and refusals naming the key.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numbers>
 
 #include "proto/error.h"
 #include "proto/model_config.h"
@@ -233,6 +236,10 @@ TEST_CASE("kimi_linear: 1-based KDA and MLA layer lists, NoPE latent attention, 
     CAPTURE(key);
     CHECK(doctest::String(error_of(bad).c_str()) == doctest::Contains(key));
   }
+  // Absent, mla_use_nope takes the class default false (attention with RoPE): refused too.
+  json absent = k;
+  absent.erase("mla_use_nope");
+  CHECK(doctest::String(error_of(absent).c_str()) == doctest::Contains("mla_use_nope is absent"));
   json gap = k;
   gap["linear_attn_config"]["full_attn_layers"] = json::array();
   CHECK(doctest::String(error_of(gap).c_str()) == doctest::Contains("layer 3 (1-based)"));
@@ -278,6 +285,79 @@ TEST_CASE("YaRN: which pairs keep, blend and divide their frequency, and the sof
   real["rope_scaling"]["factor"] = 40.0;
   real["rope_scaling"]["original_max_position_embeddings"] = 4096;
   CHECK(ModelConfig::from_json(real).attention_scale() == doctest::Approx(0.135234).epsilon(1e-5));
+}
+
+TEST_CASE("DeepSeek's rope_scaling keys as transformers reads them") {
+  const double mscale_40 = 0.1 * std::log(40.0) + 1.0;  // get_mscale(40): 1.3689
+  const auto with = [](const std::function<void(json&)>& edit) {
+    json config = deepseek_tiny();
+    edit(config);
+    return ModelConfig::from_json(config);
+  };
+  // mscale_all_dim without mscale: the amplitude is get_mscale(factor), not the ratio's 1.
+  ModelConfig c = with([](json& j) { j["rope_scaling"].erase("mscale"); });
+  CHECK(c.rope.amplitude() == doctest::Approx(mscale_40).epsilon(1e-6));
+  CHECK(c.attention_scale() == doctest::Approx(mscale_40 * mscale_40 / std::sqrt(48.0)).epsilon(1e-6));
+  // mscale without mscale_all_dim: get_mscale(factor) again (not get_mscale(40, 0.707) = 1.26), no softmax factor.
+  c = with([](json& j) {
+    j["rope_scaling"]["mscale"] = 0.707;
+    j["rope_scaling"].erase("mscale_all_dim");
+  });
+  CHECK(c.rope.amplitude() == doctest::Approx(mscale_40).epsilon(1e-6));
+  CHECK(c.attention_scale() == doctest::Approx(1.0 / std::sqrt(48.0)).epsilon(1e-6));
+  // Both set: the ratio.
+  c = with([](json& j) { j["rope_scaling"]["mscale"] = 0.707; });
+  CHECK(c.rope.amplitude() == doctest::Approx((0.0707 * std::log(40.0) + 1.0) / mscale_40).epsilon(1e-6));
+  // attention_factor is the amplitude itself; the softmax factor still comes from mscale_all_dim.
+  c = with([](json& j) { j["rope_scaling"]["attention_factor"] = 0.8; });
+  CHECK(c.rope.amplitude() == doctest::Approx(0.8).epsilon(1e-6));
+  CHECK(c.attention_scale() == doctest::Approx(mscale_40 * mscale_40 / std::sqrt(48.0)).epsilon(1e-6));
+  // truncate false: the correction range [max(-0.99, 0), 2.016] is not floored/ceiled to [0, 3].
+  c = with([](json& j) { j["rope_scaling"]["truncate"] = false; });
+  const double high = 16 * std::log(64 / (2 * std::numbers::pi)) / (2 * std::log(10000.0));
+  const std::vector<float> blended = c.rope.inverse_frequencies();
+  for (uint32_t i = 0; i < 8; ++i) {
+    const double plain = std::pow(10000.0, -2.0 * i / 16), ramp = std::clamp(i / high, 0.0, 1.0);
+    CHECK(blended[i] == doctest::Approx(plain / 40 * ramp + plain * (1 - ramp)).epsilon(1e-5));
+  }
+  // truncate null reads as false (transformers' `if truncate:`).
+  c = with([](json& j) { j["rope_scaling"]["truncate"] = nullptr; });
+  CHECK(c.rope.inverse_frequencies()[1] == doctest::Approx(blended[1]).epsilon(1e-6));
+  // Absent original_max_position_embeddings: max_position_embeddings; betas 0 or absent: 32 and 1.
+  c = with([](json& j) {
+    j["rope_scaling"].erase("original_max_position_embeddings");
+    j["rope_scaling"]["beta_fast"] = 0;
+    j["rope_scaling"].erase("beta_slow");
+  });
+  CHECK(c.rope.yarn->original_max_positions == 2560.0f);
+  CHECK(c.rope.yarn->beta_fast == 32.0f);
+  CHECK(c.rope.yarn->beta_slow == 1.0f);
+  // rope_type before the legacy type.
+  c = with([](json& j) {
+    j["rope_scaling"]["type"] = "linear";
+    j["rope_scaling"]["rope_type"] = "yarn";
+  });
+  CHECK(c.rope.yarn.has_value());
+  // rope_interleave: adjacent pairs by default and when true, halves when false.
+  CHECK(with([](json&) {}).rope.pairing == RotaryPairing::kAdjacent);
+  CHECK(with([](json& j) { j["rope_interleave"] = true; }).rope.pairing == RotaryPairing::kAdjacent);
+  CHECK(with([](json& j) { j["rope_interleave"] = false; }).rope.pairing == RotaryPairing::kHalfSplit);
+  // Values sluice cannot honour are refused by name.
+  for (auto [key, edit] : std::vector<std::pair<const char*, std::function<void(json&)>>>{
+           {"factor", [](json& j) { j["rope_scaling"].erase("factor"); }},
+           {"factor", [](json& j) { j["rope_scaling"]["factor"] = 0.5; }},
+           {"attention_factor", [](json& j) { j["rope_scaling"]["attention_factor"] = 0; }},
+           {"mscale", [](json& j) { j["rope_scaling"]["mscale"] = -1; }},
+           {"truncate", [](json& j) { j["rope_scaling"]["truncate"] = "no"; }},
+           {"partial_rotary_factor", [](json& j) { j["rope_scaling"]["partial_rotary_factor"] = 0.5; }},
+           {"rope_scaling.type", [](json& j) { j["rope_scaling"]["type"] = "dynamic"; }},
+           {"rope_interleave", [](json& j) { j["rope_interleave"] = nullptr; }},
+           {"rope_interleave", [](json& j) { j["rope_interleave"] = 1; }}}) {
+    json config = deepseek_tiny();
+    edit(config);
+    CAPTURE(config.dump());
+    CHECK(doctest::String(error_of(config).c_str()) == doctest::Contains(key));
+  }
 }
 
 TEST_CASE("bad configs are refused naming the key") {

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import helpers
-from sluicepy import families, mla, models, rope, routing
+from sluicepy import SluiceError, families, mla, models, rope, routing
 import reference
 
 PROMPT = [5, 17, 200, 3, 88, 41, 9, 300, 12, 77, 150, 6, 250, 33, 101, 64]
@@ -62,6 +62,25 @@ class YarnTest(unittest.TestCase):
         scaling = {"factor": 40.0, "original_max_position_embeddings": 64}
         self.assertAlmostEqual(rope.frequencies(16, 10000.0, scaling)[1], 0.1 * math.log(40) + 1, places=12)
         self.assertEqual(rope.softmax_mscale_squared(scaling), 1.0)
+
+    def test_yarn_keys_read_as_transformers_reads_them(self):
+        # Only mscale: get_mscale(factor), not get_mscale(factor, mscale); attention_factor is the amplitude.
+        only_mscale = {"factor": 40.0, "original_max_position_embeddings": 64, "mscale": 0.707}
+        self.assertAlmostEqual(rope.frequencies(16, 10000.0, only_mscale)[1], 0.1 * math.log(40) + 1, places=12)
+        self.assertEqual(rope.frequencies(16, 10000.0, dict(only_mscale, attention_factor=0.8))[1], 0.8)
+        # beta_fast / beta_slow of 0 take 32 / 1 (transformers' `or`); truncate false keeps the range's fractions.
+        zero = {"factor": 40.0, "original_max_position_embeddings": 64, "beta_fast": 0, "beta_slow": 0}
+        self.assertEqual(rope.yarn_range(zero, 16, 10000.0), (0, 3))
+        low, high = rope.yarn_range(dict(zero, truncate=False), 16, 10000.0)
+        self.assertEqual(low, 0)
+        self.assertAlmostEqual(high, 16 * math.log(64 / (2 * math.pi)) / (2 * math.log(10000.0)), places=12)
+        # A present null truncate is false; a zero attention_factor is refused by name.
+        config = families.tiny_config("deepseek_v3")
+        config["rope_scaling"]["truncate"] = None
+        self.assertIs(families.resolve(config)["rope_scaling"]["truncate"], False)
+        config["rope_scaling"]["attention_factor"] = 0
+        with self.assertRaisesRegex(SluiceError, "attention_factor"):
+            families.resolve(config)
 
     def test_adjacent_pairing_rotates_2i_with_2i_plus_1(self):
         x = torch.zeros(1, 1, 8, dtype=torch.float64)

@@ -258,6 +258,30 @@ class TinyCheckpointTest(unittest.TestCase):
             helpers.make_checkpoint(d, "olmoe", "--set", "tie_word_embeddings=true")
             self.assertNotIn("lm_head.weight", header_shapes(d))
 
+    def test_variants_set_or_drop_their_keys_and_nothing_else(self):
+        with helpers.scratch() as d:
+            helpers.make_checkpoint(d, "deepseek_v3", "--variant", "yarn_mscale_only")
+            config = json.load(open(os.path.join(d, "config.json")))
+            self.assertEqual(config["rope_scaling"], {"type": "yarn", "factor": 40.0,
+                                                      "original_max_position_embeddings": 64, "beta_fast": 32,
+                                                      "beta_slow": 1, "mscale": 0.707})
+        with helpers.scratch() as d:
+            helpers.make_checkpoint(d, "qwen3_moe", "--variant", "rope_theta_absent")
+            config = json.load(open(os.path.join(d, "config.json")))
+            self.assertNotIn("rope_theta", config)
+            self.assertEqual(config["norm_topk_prob"], True)
+        with helpers.scratch() as d:
+            helpers.make_checkpoint(d, "kimi_linear", "--variant", "tie_word_embeddings")
+            self.assertNotIn("lm_head.weight", header_shapes(d))
+
+    def test_a_variant_another_family_lacks_is_refused_by_name(self):
+        for family, variant in (("mixtral", "norm_topk_prob_false"), ("olmoe", "rope_interleave_false"),
+                                ("kimi_k3", "rms_norm_eps_absent")):
+            with helpers.scratch() as d, self.subTest(family=family):
+                result = helpers.run_script("make_tiny_checkpoint.py", family, d, "--variant", variant, check=False)
+                self.assertEqual(result.returncode, 1)
+                self.assertIn("--variant", result.stderr)
+
     def test_bad_set_is_refused_with_the_flag_named(self):
         with helpers.scratch() as d:
             result = helpers.run_script("make_tiny_checkpoint.py", "olmoe", d, "--set", "hidden_size", check=False)
