@@ -45,10 +45,6 @@ shm::MailboxShape mailbox_of(const CacheShape& shape, uint32_t rows) {
 
 }  // namespace
 
-shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows) {
-  return mailbox_of(cache_shape(container), rows);
-}
-
 CacheShape cache_shape(const Container& container) {
   check_container(container);
   return {container.largest_record_stride(), container.widest_moe_layer(), container.hidden_size(), container.top_k()};

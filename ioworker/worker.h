@@ -45,10 +45,6 @@ struct WorkerOptions {
   bool quiet = false;          // no "O_DIRECT refused" note on stderr
 };
 
-// The mailbox a client of this container publishes lookahead messages in:
-// `rows` rows of the hidden size, top-k expert ids per row.
-shm::MailboxShape mailbox_shape(const Container& container, uint32_t rows);
-
 // What a cache segment's size depends on, from a container or (for a plan
 // before any download) from a config.
 struct CacheShape {

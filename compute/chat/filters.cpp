@@ -226,7 +226,10 @@ Value apply_filter(Renderer& r, const std::string& name, Value input, CallArgs& 
     std::optional<Value> precision = a.take(0, "precision");
     if (!input.is_number()) throw EvalError("round filter needs a number");
     const double scale = std::pow(10.0, precision ? static_cast<double>(precision->as_int()) : 0.0);
-    return done(Value(std::round(input.as_float() * scale) / scale));
+    // Python's round, as jinja2 calls it: halves to even, and an int stays an int.
+    const double rounded = std::nearbyint(input.as_float() * scale) / scale;
+    if (input.kind() != Value::Kind::kFloat) return done(Value(static_cast<int64_t>(rounded)));
+    return done(Value(rounded));
   }
   if (name == "select" || name == "reject")
     return select_items(r, input, a, false, name == "select");

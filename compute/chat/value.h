@@ -38,7 +38,6 @@ class Text {
   size_t size() const { return bytes_.size(); }
   bool empty() const { return bytes_.empty(); }
   bool tainted_at(size_t i) const { return !taint_.empty() && taint_[i]; }
-  bool any_tainted() const { return !taint_.empty(); }
 
   void append(const Text& other);
   void append(std::string_view s, bool tainted);

@@ -3,7 +3,6 @@
 // file never writes container files itself.
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -69,8 +68,6 @@ void add_convert_command(CLI::App& app) {
           "checkpoint's tokenizer, or pass --no-tokenizer to convert without one",
           flags->options.source_dir);
     }
-    if (const char* delay = std::getenv("SLUICE_CONVERT_TEST_DELAY_MS"))
-      flags->options.test_delay_ms = std::atoi(delay);
     flags->options.lm_head_format = convert::parse_head_quant(flags->head_quant);
     auto progress = convert::make_stderr_progress(flags->quiet);
     const auto summary = convert::convert_checkpoint(flags->options, *progress);

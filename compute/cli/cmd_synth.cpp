@@ -3,7 +3,6 @@
 // here.
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -77,8 +76,6 @@ void add_synth_command(CLI::App& app) {
     }
     if (flags->options.output_dir.empty())
       usage_error("synth: OUT is required (or --print-config)");
-    if (const char* delay = std::getenv("SLUICE_SYNTH_TEST_DELAY_MS"))
-      flags->options.test_delay_ms = std::atoi(delay);
     if (flags->routing == "realistic") {
       flags->options.fit_routing = [flags](const ModelConfig& config) {
         return fit_routing_shape(config, flags->options.seed, flags->options.threads);

@@ -23,9 +23,6 @@ struct ConvertOptions {
   int kmeans_iterations = 12;
   bool force = false;             // start over instead of refusing foreign state
   TrunkFormat lm_head_format = kDefaultLmHeadFormat;  // --head-quant
-  // Test hook: pause this long after each finished MoE layer, so a test can
-  // kill the run between layers (SLUICE_CONVERT_TEST_DELAY_MS).
-  int test_delay_ms = 0;
 };
 
 // The LM head's format named by a --head-quant value, "q4", "q6" or "q8";

@@ -51,9 +51,8 @@ struct WeightBytes {
 };
 WeightBytes read_weight_bytes(const Checkpoint& checkpoint, const std::string& tensor);
 uint32_t crc32_of(const WeightBytes& bytes, uint32_t running);
-// What read_weights would return, from bytes read_weight_bytes gave.
-std::vector<float> decode_weights(const Checkpoint& checkpoint, const std::string& tensor, const WeightBytes& bytes);
-// The same into `w`, whose storage is reused when large enough.
+// What read_weights would return, from bytes read_weight_bytes gave, into
+// `w`, whose storage is reused when large enough.
 void decode_weights_into(const Checkpoint& checkpoint, const std::string& tensor,
                          const WeightBytes& bytes, std::vector<float>& w);
 // The stored tensors a weight is read from: itself, or an MXFP4 weight's packed and scale tensors.

@@ -189,7 +189,6 @@ Json run_conversion(const ConvertOptions& options, ConvertProgress& progress) {
       for (int k = 0; k < 3; ++k) stats[kKindNames[k]] = sums_json(errors[k]);
       stats["source_crc32"] = layer_source;
       write_file_atomically(stats_path.string(), stats.dump());
-      if (options.test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
     }
     resumed_layers += resumed;
     const auto stats = read_json_file(stats_path);

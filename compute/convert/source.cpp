@@ -239,12 +239,6 @@ uint32_t crc32_of(const WeightBytes& bytes, uint32_t running) {
   return running;
 }
 
-std::vector<float> decode_weights(const Checkpoint& checkpoint, const std::string& tensor, const WeightBytes& bytes) {
-  std::vector<float> w;
-  decode_weights_into(checkpoint, tensor, bytes, w);
-  return w;
-}
-
 void decode_weights_into(const Checkpoint& checkpoint, const std::string& tensor,
                          const WeightBytes& bytes, std::vector<float>& w) {
   const auto parts = stored_parts(checkpoint, tensor);

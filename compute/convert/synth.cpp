@@ -233,8 +233,6 @@ Json synth_container(const SynthOptions& options, ConvertProgress& progress) {
     }
     progress.phase(fmt::format("layer {}", layer.layer));
     write_bank(layer, options, path, progress);
-    if (options.test_delay_ms > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(options.test_delay_ms));
   }
 
   progress.phase("manifest");

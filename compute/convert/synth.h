@@ -32,9 +32,6 @@ struct SynthOptions {
   // --routing realistic: the routing shape fitted for the config (called
   // only when trunk.bin is still to be written); empty: plain random weights.
   std::function<RoutingShape(const ModelConfig&)> fit_routing;
-  // Test hook: pause this long after each finished bank, so a test can kill
-  // the run between banks (SLUICE_SYNTH_TEST_DELAY_MS).
-  int test_delay_ms = 0;
 };
 
 std::vector<std::string> synth_shape_names();

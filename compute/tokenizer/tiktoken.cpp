@@ -2,7 +2,7 @@
 // tokenizer_config.json's special-token names) into a Tokenizer. Every line is
 // checked and an error names the file and line; nothing is guessed or skipped
 // except blank lines, which tiktoken skips too.
-#include <array>
+#include <optional>
 #include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -10,6 +10,7 @@
 #include "compute/tokenizer/json_reader.h"
 #include "compute/tokenizer/tokenizer.h"
 #include "compute/tokenizer/tokenizer_impl.h"
+#include "proto/base64.h"
 #include "proto/error.h"
 
 namespace sluice::tokenizer {
@@ -20,37 +21,6 @@ using nlohmann::json;
 // tokenization_kimi.py's num_reserved_special_tokens: the ids right after
 // the ranks, each named by added_tokens_decoder or <|reserved_token_{id}|>.
 constexpr size_t kReservedSpecials = 256;
-
-constexpr std::array<int8_t, 256> kBase64Digits = [] {
-  std::array<int8_t, 256> d{};
-  d.fill(-1);
-  const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  for (int i = 0; i < 64; ++i) d[static_cast<uint8_t>(alphabet[i])] = static_cast<int8_t>(i);
-  return d;
-}();
-
-// Standard base64 with padding; false on any other character, a length that
-// is not a multiple of 4, or '=' anywhere but the last one or two places.
-bool decode_base64(std::string_view in, std::string& out) {
-  if (in.empty() || in.size() % 4 != 0) return false;
-  const size_t padding = in.ends_with("==") ? 2 : in.ends_with('=') ? 1 : 0;
-  for (size_t i = 0; i < in.size(); i += 4) {
-    uint32_t v = 0;
-    const size_t digits = i + 4 == in.size() ? 4 - padding : 4;
-    for (size_t k = 0; k < 4; ++k) {
-      int8_t d = 0;
-      if (k < digits) {
-        d = kBase64Digits[static_cast<uint8_t>(in[i + k])];
-        if (d < 0) return false;
-      }
-      v = (v << 6) | static_cast<uint32_t>(d);
-    }
-    out.push_back(static_cast<char>(v >> 16));
-    if (digits > 2) out.push_back(static_cast<char>((v >> 8) & 0xFF));
-    if (digits > 3) out.push_back(static_cast<char>(v & 0xFF));
-  }
-  return true;
-}
 
 struct RankLine {
   uint32_t line;    // 1-based, for messages
@@ -99,10 +69,12 @@ class RankFileReader {
       if (slot.line != 0)
         fail("{}:{}: rank {} was already given on line {}", name_, line_number, rank, slot.line);
       const size_t before = decoded.size();
-      if (!decode_base64(line.substr(0, space), decoded)) {
-        fail("{}:{}: token {} is not valid base64", name_, line_number,
-             shown(line.substr(0, space)));
+      std::string why;
+      const std::optional<std::string> token = decode_base64(line.substr(0, space), {}, &why);
+      if (!token) {
+        fail("{}:{}: token {} is not valid base64: {}", name_, line_number, shown(line.substr(0, space)), why);
       }
+      decoded += *token;
       slot = {line_number, static_cast<uint32_t>(before),
               static_cast<uint32_t>(decoded.size() - before)};
     }

@@ -104,14 +104,4 @@ std::vector<float> image_pixels(const DecodedImage& image, PatchGrid grid, uint3
   return out;
 }
 
-EncodedImage encode_image(const VisionTower& tower, const VisionConfig& config,
-                          const DecodedImage& image, uint32_t max_patches) {
-  EncodedImage encoded{image.width,
-                       image.height,
-                       grid_for_image(image.width, image.height, config.patch, max_patches),
-                       {}};
-  encoded.rows = tower.encode(image_pixels(image, encoded.grid, config.patch), encoded.grid);
-  return encoded;
-}
-
 }  // namespace sluice

@@ -44,17 +44,4 @@ PatchGrid grid_for_image(uint32_t width, uint32_t height, uint32_t patch,
 // (v/255 − 0.5)/0.5 per channel.
 std::vector<float> image_pixels(const DecodedImage& image, PatchGrid grid, uint32_t patch);
 
-// One image ready for a prompt (k3.md §4.3): its media block's size line
-// uses the original width × height, and its pad expands to rows.size() /
-// hidden positions whose input embeddings are `rows`, in merge order. This is
-// what the prompt encoder splices.
-struct EncodedImage {
-  uint32_t width = 0, height = 0;  // the source's, in pixels
-  PatchGrid grid;
-  std::vector<float> rows;  // grid.tokens() × text hidden
-  uint32_t positions() const { return grid.tokens(); }
-};
-EncodedImage encode_image(const VisionTower& tower, const VisionConfig& config,
-                          const DecodedImage& image, uint32_t max_patches = kMaxPatches);
-
 }  // namespace sluice

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "proto/base64.h"
 #include "proto/error.h"
 
 namespace sluice {
@@ -27,51 +28,6 @@ ImageDigest content_digest(const DecodedImage& image) {
   ImageDigest digest;
   sha256_digest(&ctx, digest.size(), digest.data());
   return digest;
-}
-
-int base64_value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+' || c == '-') return 62;  // the URL-safe alphabet too
-  if (c == '/' || c == '_') return 63;
-  return -1;
-}
-
-// Standard or URL-safe base64, padding optional; whitespace is not allowed.
-std::vector<uint8_t> base64_decode(std::string_view text, const std::string& where) {
-  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
-  if (text.size() % 4 == 1) fail("{}: the base64 data has a dangling character", where);
-  std::vector<uint8_t> out;
-  out.reserve(text.size() / 4 * 3 + 2);
-  uint32_t bits = 0;
-  int held = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const int v = base64_value(text[i]);
-    if (v < 0) fail("{}: byte {} of the base64 data is not base64", where, i);
-    bits = (bits << 6) | static_cast<uint32_t>(v);
-    held += 6;
-    if (held >= 8) {
-      held -= 8;
-      out.push_back(static_cast<uint8_t>(bits >> held));
-    }
-  }
-  return out;
-}
-
-const char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64_encode(std::span<const uint8_t> bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    const size_t n = std::min<size_t>(3, bytes.size() - i);
-    uint32_t v = uint32_t{bytes[i]} << 16;
-    if (n > 1) v |= uint32_t{bytes[i + 1]} << 8;
-    if (n > 2) v |= bytes[i + 2];
-    for (size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(v >> (18 - 6 * k)) & 63] : '=';
-  }
-  return out;
 }
 
 // The media type a data: URL names for a file, from its extension.
@@ -125,8 +81,11 @@ DecodedImage image_of_part(const json& part, const std::string& where, uint64_t 
       !header.ends_with(";base64")) {
     fail("{}: a data: URL must be data:image/TYPE;base64,DATA", at);
   }
-  const std::vector<uint8_t> bytes = base64_decode(std::string_view(text).substr(comma + 1), at);
-  return decode_image(bytes, at, max_pixels);
+  std::string why;
+  const std::optional<std::string> bytes =
+      decode_base64(std::string_view(text).substr(comma + 1), {.padding_required = false, .url_safe_too = true}, &why);
+  if (!bytes) fail("{}: the base64 data after the comma: {}", at, why);
+  return decode_image(std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()), at, max_pixels);
 }
 
 std::string image_file_data_url(const std::string& path) {
@@ -140,7 +99,7 @@ std::string image_file_data_url(const std::string& path) {
   if (!in.read(reinterpret_cast<char*>(bytes.data()), size))
     fail("{}: cannot read the image", path);
   decode_image(bytes, path);  // refused here, by its name, rather than later as a URL
-  return fmt::format("data:{};base64,{}", media_type_of(path), base64_encode(bytes));
+  return fmt::format("data:{};base64,{}", media_type_of(path), encode_base64(bytes));
 }
 
 json image_file_part(const std::string& path) {

@@ -36,7 +36,7 @@ int run_attached(const std::string& model, const Daemon& daemon, std::string* ou
 }  // namespace
 
 TEST_CASE("a client asking for --verify is refused by a daemon that does not verify") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   Daemon daemon;
   require_ready(daemon);
   ioworker::RpcClient client(daemon.socket());
@@ -51,13 +51,13 @@ TEST_CASE("a client asking for --verify is refused by a daemon that does not ver
   CHECK_FALSE(client.attach(container.identity(), false).verifies_records);
 
   std::string output;
-  CHECK(run_attached(testing::tiny_container_or_skip(), daemon, &output) == 1);
+  CHECK(run_attached(testing::tiny_container(), daemon, &output) == 1);
   CHECK_MESSAGE(output.find("does not check record crc32s") != std::string::npos, output);
 }
 
 TEST_CASE("a verifying daemon accepts --verify, and damaged records fail the attached run") {
   const std::string copy = testing::scratch_dir() + "/attach-verify.sluice";
-  std::filesystem::copy(testing::tiny_container_or_skip(), copy,
+  std::filesystem::copy(testing::tiny_container(), copy,
                         std::filesystem::copy_options::recursive);
   const Container container = Container::open(copy);
   // One payload byte of every record of the first MoE layer: whatever the
@@ -92,7 +92,7 @@ TEST_CASE("a verifying daemon accepts --verify, and damaged records fail the att
 }
 
 TEST_CASE("a prefetch list longer than any layer is refused, and the daemon keeps serving") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   Daemon daemon;
   require_ready(daemon);
   ioworker::RpcClient client(daemon.socket());

@@ -15,7 +15,7 @@ using namespace sluice::testing;
 
 namespace {
 
-json read_manifest() { return json::parse(read_text(tiny_container_or_skip() + "/manifest.json")); }
+json read_manifest() { return json::parse(read_text(tiny_container() + "/manifest.json")); }
 
 // trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx` and
 // `threads`; the plan
@@ -64,7 +64,7 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
 TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   const json manifest = read_manifest();
   std::string output;
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container(), "--ctx", "128", "--threads",
                        "1", "--json"},
                       &output) == 0);
   const json plan = json::parse(output);
@@ -73,7 +73,7 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   CHECK(tables < 4 * 1024 * 1024);  // header, stats, 16 clients, index, rings, mailbox of a tiny model
   CHECK(plan["floor_bytes"].get<uint64_t>() == expected_floor(manifest, 128, tables));
   std::string two_threads;
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container(), "--ctx", "128", "--threads",
                        "2", "--json"},
                       &two_threads) == 0);
   CHECK(json::parse(two_threads)["floor_bytes"].get<uint64_t>() ==
@@ -81,7 +81,7 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
   // serve --parallel 3: three sequences and three saved prompt states, three logits rows more,
   // and lookahead mailboxes of three rows (one per sequence of a step) for each of 16 clients.
   std::string served;
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ctx", "128", "--threads",
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container(), "--ctx", "128", "--threads",
                        "1", "--parallel", "3", "--json"},
                       &served) == 0);
   const uint64_t layers = manifest["config"]["num_hidden_layers"],
@@ -118,12 +118,12 @@ TEST_CASE("sluice plan --json: the floor and working set from the formula") {
 TEST_CASE(
     "sluice plan --budget above the usable memory: refused with the plan, taken with --force") {
   std::string output;
-  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "1000T"},
+  CHECK(run_command({sluice_bin(), "plan", tiny_container(), "--budget", "1000T"},
                     &output) == 1);
   CHECK(output.find("sluice: error: --budget 1000.00 TiB is above the usable memory") !=
         std::string::npos);
   CHECK(output.find("working set") != std::string::npos);
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "1000T",
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container(), "--budget", "1000T",
                        "--force", "--json"},
                       &output) == 0);
   const json plan = json::parse(output);
@@ -138,31 +138,31 @@ TEST_CASE("sluice plan --budget: used as given; under the floor refused with the
   // Without --ctx the plan sizes for the model's own context, at most 4096.
   const uint64_t ctx = std::min<uint64_t>(manifest["config"]["max_position_embeddings"].get<uint64_t>(), 4096);
   std::string output;
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--threads", "1", "--json"},
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container(), "--threads", "1", "--json"},
                       &output) == 0);
   const uint64_t floor = expected_floor(manifest, ctx, json::parse(output)["cache_tables_bytes"].get<uint64_t>());
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--threads", "1", "--budget",
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container(), "--threads", "1", "--budget",
                        std::to_string(floor + 4096), "--json"},
                       &output) == 0);
   const json plan = json::parse(output);
   CHECK(plan["budget_given"].get<bool>());
   CHECK(plan["budget_bytes"].get<uint64_t>() == floor + 4096);
 
-  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--threads", "1", "--budget",
+  CHECK(run_command({sluice_bin(), "plan", tiny_container(), "--threads", "1", "--budget",
                      std::to_string(floor - 1)},
                     &output) == 1);
   CHECK(output.find("sluice: error: --budget") != std::string::npos);
   CHECK(output.find("under the floor") != std::string::npos);
   CHECK(output.find("kv cache") != std::string::npos);
 
-  CHECK(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--budget", "3Q"}, &output) ==
+  CHECK(run_command({sluice_bin(), "plan", tiny_container(), "--budget", "3Q"}, &output) ==
         2);
   CHECK(output.find("sluice: error: --budget: bad size '3Q'") != std::string::npos);
 }
 
 TEST_CASE("sluice plan without --json prints the parts for people") {
   std::string output;
-  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip()}, &output) == 0);
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container()}, &output) == 0);
   for (const char* part : {"trunk + codebooks", "kv cache", "scratch", "minimum cache", "floor", "working set",
                            "usable memory", "budget", "cache"}) {
     CAPTURE(part);

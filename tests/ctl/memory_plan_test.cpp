@@ -204,7 +204,7 @@ TEST_CASE(
 }
 
 TEST_CASE("plan: the floor's minimum cache is a whole segment, so a budget at the floor starts a worker") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
   PlanRequest request;
   request.context = 256;
@@ -331,7 +331,7 @@ TEST_CASE(
 }
 
 TEST_CASE("plan: the cache never outgrows the container, and caches every expert when they fit") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
   const uint32_t records = static_cast<uint32_t>(container.record_count());
   const uint32_t max_clients = ioworker::WorkerOptions{}.max_clients;
@@ -359,7 +359,7 @@ TEST_CASE("plan: the cache never outgrows the container, and caches every expert
 }
 
 TEST_CASE("plan: the slot count is the one the worker makes of the cache") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
   PlanRequest at_256;
   at_256.context = 256;

@@ -22,8 +22,8 @@ SLUICE = os.environ.get('SLUICE_BIN', '')
 SLUICE_IO = os.environ.get('SLUICE_IO_BIN', '')
 
 
-def skip(why):
-    print('SKIP: ' + why)
+def skip_for_lack_of(capability, why):
+    print('CAPABILITY-SKIP: %s: %s' % (capability, why))
     sys.exit(77)
 
 
@@ -33,7 +33,7 @@ class User:
         made = subprocess.run(['useradd', '--system', '--no-create-home', '--shell', '/usr/sbin/nologin', name],
                               capture_output=True, text=True)
         if made.returncode != 0:
-            skip('useradd %s failed: %s' % (name, made.stderr.strip()))
+            skip_for_lack_of('useradd', 'useradd %s failed: %s' % (name, made.stderr.strip()))
         out = subprocess.run(['id', '-u', name], capture_output=True, text=True, check=True)
         self.uid = int(out.stdout)
         self.gid = int(subprocess.run(['id', '-g', name], capture_output=True, text=True, check=True).stdout)
@@ -109,10 +109,10 @@ class OtherUserTest(unittest.TestCase):
         cls.model = os.path.join(cls.scratch, 'tiny.sluice')
         made = subprocess.run([PYTHON, os.path.join(ROOT, 'scripts', 'make_tiny_checkpoint.py'), 'olmoe', checkpoint],
                               capture_output=True, text=True)
-        if made.returncode != 0:
-            skip('make_tiny_checkpoint.py failed: ' + made.stderr)
-        if subprocess.run([SLUICE, 'convert', checkpoint, cls.model], capture_output=True).returncode != 0:
-            skip('`sluice convert` cannot make the tiny container')
+        # A fixture that cannot be built is a failure, never a skip.
+        assert made.returncode == 0, 'make_tiny_checkpoint.py failed: ' + made.stderr
+        converted = subprocess.run([SLUICE, 'convert', checkpoint, cls.model], capture_output=True, text=True)
+        assert converted.returncode == 0, '`sluice convert` failed: ' + converted.stderr
         for base, dirs, files in os.walk(cls.scratch):
             for name in dirs + files:
                 os.chmod(os.path.join(base, name), 0o755)
@@ -213,8 +213,8 @@ class OtherUserTest(unittest.TestCase):
 
 if __name__ == '__main__':
     if os.geteuid() != 0:
-        skip('needs root to make the throwaway users')
+        skip_for_lack_of('root', 'needs root to make the throwaway users')
     for tool in ('useradd', 'userdel', 'setpriv'):
         if shutil.which(tool) is None:
-            skip(tool + ' is not installed')
+            skip_for_lack_of(tool, tool + ' is not installed')
     unittest.main()

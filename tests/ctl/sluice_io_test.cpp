@@ -42,7 +42,7 @@ void require_ready(Daemon& daemon) {
 }  // namespace
 
 TEST_CASE("sluice-io serves stats and attach, refuses another container, stops cleanly on SIGTERM") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   Daemon daemon;
   require_ready(daemon);
 
@@ -104,7 +104,7 @@ TEST_CASE("sluice-io serves stats and attach, refuses another container, stops c
   SUBCASE("a second daemon on a live socket is refused and leaves the first alone") {
     std::string output;
     const int status = testing::run_command(
-        {testing::sluice_io_bin(), testing::tiny_container_or_skip(), "--socket", daemon.socket(), "--instance",
+        {testing::sluice_io_bin(), testing::tiny_container(), "--socket", daemon.socket(), "--instance",
          daemon.instance() + "-two"},
         &output);
     CHECK(status == 1);
@@ -134,7 +134,7 @@ TEST_CASE("sluice-io refuses a budget under the floor, with the plan, and leaves
 }
 
 TEST_CASE("a client of a daemon killed mid-generation fails with a clear error") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   Daemon daemon;
   require_ready(daemon);
   ioworker::RpcClient rpc(daemon.socket());

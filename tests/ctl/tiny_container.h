@@ -1,7 +1,7 @@
 // tests/ctl/tiny_container.h: the tiny OLMoE container the control-plane tests
 // run against (scripts/make_tiny_checkpoint.py + `sluice convert`), and small
-// process helpers. Test-only; a test that needs the container exits 77 (meson's
-// "skipped") with the reason when the tools cannot make one.
+// process helpers. Test-only; a test that needs the container fails (exit 1,
+// with the reason) when the tools cannot make one: that is a regression, not a skip.
 #pragma once
 
 #include <string>
@@ -16,11 +16,11 @@ namespace sluice::testing {
 const std::string& scratch_dir();
 
 // Path of a converted tiny container, built once per test process.
-const std::string& tiny_container_or_skip();
+const std::string& tiny_container();
 // Builds another tiny container `name` of `family` (make_tiny_checkpoint.py
-// with `generator_args`, e.g. {"--set", "num_hidden_layers=4"}); skips the
+// with `generator_args`, e.g. {"--set", "num_hidden_layers=4"}); fails the
 // test when the tools cannot.
-std::string make_tiny_container_or_skip(const std::string& name, const std::vector<std::string>& generator_args,
+std::string make_tiny_container(const std::string& name, const std::vector<std::string>& generator_args,
                                         const std::string& family = "olmoe");
 
 // $SLUICE_BIN, and sluice-io (from $SLUICE_IO_BIN).

@@ -54,7 +54,7 @@ uint32_t zlib_crc(const std::string& bytes, uint32_t running = 0) {
 struct ContainerCopy {
   explicit ContainerCopy(const std::string& name) : dir(testing::scratch_dir() + "/" + name) {
     fs::remove_all(dir);
-    fs::copy(testing::tiny_container_or_skip(), dir, fs::copy_options::recursive);
+    fs::copy(testing::tiny_container(), dir, fs::copy_options::recursive);
   }
   ~ContainerCopy() {
     std::error_code ignored;

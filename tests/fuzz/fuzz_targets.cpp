@@ -266,13 +266,17 @@ std::vector<std::string> capnp_seeds() {
 }  // namespace
 
 const std::vector<Target>& targets() {
-  static const std::vector<Target> all = {
-      {"manifest", run_manifest, manifest_seeds, true},
-      {"record_header", run_record, record_seeds, false},
-      {"safetensors", run_safetensors, safetensors_seeds, false},
-      {"tokenizer", run_tokenizer, tokenizer_seeds, true},
-      {"capnp", run_capnp, capnp_seeds, false},
-  };
+  static const std::vector<Target> all = [] {
+    std::vector<Target> targets = {
+        {"manifest", run_manifest, manifest_seeds, true},
+        {"record_header", run_record, record_seeds, false},
+        {"safetensors", run_safetensors, safetensors_seeds, false},
+        {"tokenizer", run_tokenizer, tokenizer_seeds, true},
+        {"capnp", run_capnp, capnp_seeds, false},
+    };
+    for (Target& target : text_targets()) targets.push_back(std::move(target));
+    return targets;
+  }();
   return all;
 }
 

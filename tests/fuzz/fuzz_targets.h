@@ -1,6 +1,8 @@
 // tests/fuzz/fuzz_targets.h: the fuzz targets, one per untrusted input the
 // engine parses: the manifest, expert record headers, safetensors headers,
-// tokenizer.json and the sluice-io Cap'n Proto messages. A target may refuse
+// tokenizer.json, the sluice-io Cap'n Proto messages, and (fuzz_text_targets.cpp)
+// chat templates, JSON schemas, tiktoken files, XTML conversations and HTTP
+// request bodies. A target may refuse
 // its input only with sluice::Error (or, for Cap'n Proto, kj::Exception); any
 // other exception, a crash or a sanitizer report is a finding. Test-only.
 #pragma once
@@ -22,6 +24,9 @@ struct Target {
 };
 
 const std::vector<Target>& targets();
+// The targets of fuzz_text_targets.cpp (templates, schemas, tiktoken, XTML,
+// request bodies), part of targets().
+std::vector<Target> text_targets();
 const Target* find_target(const std::string& name);
 
 }  // namespace sluice::fuzz

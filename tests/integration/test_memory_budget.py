@@ -9,7 +9,7 @@
 # floor, and floor + 1 working set, for those threads and sequences, as
 # written, not rounded to a page), exit 0 with no OOM kill and a peak charge
 # under the limit; a table of peak against budget is printed (exit 77, a
-# skip, where no child cgroup can be made).
+# capability skip, where no child cgroup can be made).
 import json
 import os
 import re
@@ -221,7 +221,7 @@ def killed_by_the_kernel_at_its_own_budget():
                     budget = -(-(plan["floor_bytes"] + sets * plan["working_set_bytes"]) // page) * page + page // 2 + 1
                     group = MemoryCgroup.make(budget)
                     if group is None:
-                        print("no child memory cgroup can be made here (cgroupfs not writable): skipped")
+                        print("CAPABILITY-SKIP: writable cgroupfs: no child memory cgroup can be made here")
                         sys.exit(77)
                     argv = [SLUICE, *args, "--budget", str(budget), "--threads", str(threads)]
                     try:

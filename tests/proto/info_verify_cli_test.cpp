@@ -91,8 +91,8 @@ TEST_CASE("sluice verify passes a sound container") {
   CHECK(d["records"] == fx.spec.layers * fx.spec.experts);
   CHECK(d["bytes"] == uint64_t{fx.spec.layers} * fx.spec.experts * fx.record_stride);
   CHECK(d["damaged"].empty());
-  CHECK(d["seconds"].get<double>() >= 0.0);
-  CHECK(d.contains("gb_per_s"));
+  CHECK(d["seconds"].is_number());
+  CHECK(d["gb_per_s"].is_number());
   const Run text = sluice("verify " + tmp.path());
   CHECK(text.status == 0);
   CHECK(text.out.find("all sound") != std::string::npos);

@@ -29,7 +29,7 @@ nlohmann::json run_json(const std::vector<std::string>& argv) {
 // Four MoE layers at the floor: a cache below one token's working set, where
 // guesses may fill cold slots (the shared tiny container has only two layers).
 const std::string& four_layer_container() {
-  static const std::string path = testing::make_tiny_container_or_skip("four", {"--set", "num_hidden_layers=4"});
+  static const std::string path = testing::make_tiny_container("four", {"--set", "num_hidden_layers=4"});
   return path;
 }
 

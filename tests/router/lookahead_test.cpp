@@ -37,7 +37,7 @@ PrefetchSink keep_in(Sent& sent) {
 }  // namespace
 
 TEST_CASE("the router guesses the next MoE layer and scores the guess when its real routing arrives") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   REQUIRE(container.moe_layers().size() >= 2);
   const Predictor predictor(container);
   const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
@@ -87,7 +87,7 @@ TEST_CASE("the router guesses the next MoE layer and scores the guess when its r
 
 TEST_CASE("two layers ahead: the next MoE layer and the one after are guessed, nearest first, the next scored") {
   const Container container =
-      Container::open(testing::make_tiny_container_or_skip("four", {"--set", "num_hidden_layers=4"}));
+      Container::open(testing::make_tiny_container("four", {"--set", "num_hidden_layers=4"}));
   REQUIRE(container.moe_layers().size() >= 3);
   const Predictor predictor(container);
   const uint32_t last = container.moe_layers().back().layer;
@@ -145,7 +145,7 @@ TEST_CASE("SLUICE_LOOKAHEAD_LAYERS takes 1 to 8 layers, one when unset, and name
 }
 
 TEST_CASE("two attached clients publishing at once each get guesses, scored against their own routing") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   REQUIRE(container.moe_layers().size() >= 2);
   const Predictor predictor(container);
   const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
@@ -225,7 +225,7 @@ TEST_CASE(
 
 TEST_CASE(
     "a batched decode step publishes every sequence's row and each gets guesses, scored per row") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   REQUIRE(container.moe_layers().size() >= 2);
   const Predictor predictor(container);
   const uint32_t first = container.moe_layers()[0].layer, second = container.moe_layers()[1].layer;
@@ -281,7 +281,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a batch wider than the mailbox publishes its first sequences") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   const Predictor predictor(container);
   const uint32_t layer = container.moe_layers()[0].layer, clients = 2, mailbox_rows = 2, batch = 3;
   auto segment = shm::Segment::create_anonymous(
@@ -402,17 +402,17 @@ void check_lookahead_bit_identity(const std::string& model) {
 
 TEST_CASE(
     "output is bit-identical with lookahead off, on, and with the router stopped mid-generation") {
-  check_lookahead_bit_identity(testing::tiny_container_or_skip());
+  check_lookahead_bit_identity(testing::tiny_container());
 }
 
 TEST_CASE(
     "Kimi-Linear's output is bit-identical with lookahead off, on, and stopped mid-generation") {
-  check_lookahead_bit_identity(testing::make_tiny_container_or_skip("kimi", {}, "kimi_linear"));
+  check_lookahead_bit_identity(testing::make_tiny_container("kimi", {}, "kimi_linear"));
 }
 
 TEST_CASE("output is bit-identical whichever eviction policy the cache runs, lookahead on") {
-  const Outcome lru = generate(testing::tiny_container_or_skip(), Mode::kOn, ioworker::EvictionPolicy::kLru);
-  const Outcome density = generate(testing::tiny_container_or_skip(), Mode::kOn, ioworker::EvictionPolicy::kDensity);
+  const Outcome lru = generate(testing::tiny_container(), Mode::kOn, ioworker::EvictionPolicy::kLru);
+  const Outcome density = generate(testing::tiny_container(), Mode::kOn, ioworker::EvictionPolicy::kDensity);
   REQUIRE(lru.tokens.size() == 16);
   CHECK(density.tokens == lru.tokens);
   CHECK(same_bits(density.logits, lru.logits));
@@ -489,7 +489,7 @@ BatchOutcome decode_two_together(const std::string& model, uint32_t lookahead) {
 TEST_CASE(
     "sequences decoded together get lookahead guesses, and their output is bit-identical with it "
     "off") {
-  const std::string model = testing::tiny_container_or_skip();
+  const std::string model = testing::tiny_container();
   const BatchOutcome off = decode_two_together(model, 0);
   const BatchOutcome on = decode_two_together(model, kDefaultLookahead);
   CHECK(same_bits(on.logits, off.logits));

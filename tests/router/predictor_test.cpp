@@ -59,15 +59,15 @@ void check_guesses_equal_routing(const std::string& model) {
 }  // namespace
 
 TEST_CASE("the predictor's top-K equals the real router's top-K on the real input: softmax routing") {
-  check_guesses_equal_routing(testing::tiny_container_or_skip());
+  check_guesses_equal_routing(testing::tiny_container());
 }
 
 TEST_CASE("the predictor's top-K equals the real router's top-K: sigmoid routing with bias and groups") {
-  check_guesses_equal_routing(testing::make_tiny_container_or_skip("deepseek", {"--seed", "3"}, "deepseek_v3"));
+  check_guesses_equal_routing(testing::make_tiny_container("deepseek", {"--seed", "3"}, "deepseek_v3"));
 }
 
 TEST_CASE("layers without a router and inputs of the wrong size are refused") {
-  const std::string& model = testing::tiny_container_or_skip();
+  const std::string& model = testing::tiny_container();
   const Container container = Container::open(model);
   const router::Predictor predictor(container);
   const uint32_t first = container.moe_layers().front().layer;

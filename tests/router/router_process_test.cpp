@@ -41,9 +41,44 @@ bool wait_for_log(const std::string& path, const std::string& text, double secon
 }
 
 std::vector<std::string> run_args(const std::string& socket, const std::string& logits, const char* lookahead) {
-  return {testing::sluice_bin(), "run", testing::tiny_container_or_skip(), "--attach", socket, "--prompt-ids",
+  return {testing::sluice_bin(), "run", testing::tiny_container(), "--attach", socket, "--prompt-ids",
           "7,3,9,1,4", "-n", "24", "--temp", "0.7", "--seed", "99", "--threads", "1", "--lookahead", lookahead,
           "--dump-logits", logits};
+}
+
+// Starts the client `argv`, waits until the router has read a routing message
+// the client published, stops the client there, SIGKILLs the router and lets
+// the client go on; returns the client's pid. A client that finished before
+// it could be stopped is run again.
+pid_t kill_router_mid_generation(testing::Daemon& daemon, pid_t router, const std::vector<std::string>& argv,
+                                 const std::string& log) {
+  const Container container = Container::open(testing::tiny_container());
+  ioworker::RpcClient rpc(daemon.socket());
+  auto segment = shm::Segment::attach(rpc.attach(container.identity()).segment_name, container.identity());
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const uint64_t before = shm::read_stats(*segment).lookahead.messages;
+    const pid_t client = testing::spawn(argv, log);
+    int status = 0;
+    pid_t changed = 0;
+    while ((changed = ::waitpid(client, &status, WNOHANG)) == 0 && shm::read_stats(*segment).lookahead.messages == before) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (changed == 0) {
+      ::kill(client, SIGSTOP);
+      REQUIRE(::waitpid(client, &status, WUNTRACED) == client);
+      if (WIFSTOPPED(status)) {
+        ::kill(router, SIGKILL);
+        REQUIRE(testing::wait_exit(router, 10) != -1);
+        ::kill(client, SIGCONT);
+        return client;
+      }
+    }
+    // The client ended before the router read it, or before it was stopped.
+    INFO(testing::read_text(log));
+    REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  FAIL("the client finished every time before the router read a routing message of it");
+  return -1;
 }
 
 }  // namespace
@@ -79,11 +114,11 @@ TEST_CASE("a router process prefetches for attached clients and its death change
   CHECK(s["prefetch_requests"].get<uint64_t>() > 0);
   CHECK_FALSE(s["router"]["layers"].empty());
 
-  // SIGKILL the router while a client generates: the client carries on.
-  const pid_t client = testing::spawn(run_args(daemon.socket(), dir + "/killed.f32", "6"), dir + "/killed.log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ::kill(router, SIGKILL);
-  CHECK(testing::wait_exit(router, 10) != -1);
+  // SIGKILL the router while a client generates: the client carries on. The
+  // client is stopped once the router has read one of its routing messages,
+  // so the kill lands mid-generation however fast or slow the machine is.
+  const pid_t client = kill_router_mid_generation(daemon, router, run_args(daemon.socket(), dir + "/killed.f32", "6"),
+                                                  dir + "/killed.log");
   const int status = testing::wait_exit(client, 120);
   INFO(testing::read_text(dir + "/killed.log"));
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
@@ -96,7 +131,7 @@ TEST_CASE("a router process prefetches for attached clients and its death change
 }
 
 TEST_CASE("a daemon started with --parallel 2 gets guesses for both rows of one attached client's decode step") {
-  const Container container = Container::open(testing::tiny_container_or_skip());
+  const Container container = Container::open(testing::tiny_container());
   REQUIRE(container.moe_layers().size() >= 2);
   testing::Daemon daemon({"--parallel", "2"});
   std::string why;

@@ -14,7 +14,7 @@
 using namespace sluice;
 
 TEST_CASE("sluice run --trace-out records the real routing of every token") {
-  const std::string& model = testing::tiny_container_or_skip();
+  const std::string& model = testing::tiny_container();
   const std::string trace = testing::scratch_dir() + "/trace.jsonl";
   std::string output;
   const int status = testing::run_command({testing::sluice_bin(), "run", model, "--prompt-ids", "3,1,4,1,5", "-n", "4",
@@ -67,7 +67,7 @@ TEST_CASE("sluice run --trace-out records the real routing of every token") {
 }
 
 TEST_CASE("an unwritable --trace-out is an error naming the file") {
-  const std::string& model = testing::tiny_container_or_skip();
+  const std::string& model = testing::tiny_container();
   std::string output;
   const int status = testing::run_command(
       {testing::sluice_bin(), "run", model, "--prompt-ids", "1", "-n", "1", "--trace-out", "/nonexistent/dir/t.jsonl"},

@@ -76,9 +76,9 @@ class TokenizerTest(unittest.TestCase):
         self.assertTrue(all(c.isprintable() and not c.isspace() for c in chars))
         self.assertEqual(chars[ord(" ")], "\u0120")  # 'Ġ', as in every GPT-2 style vocabulary
 
-    @unittest.skipUnless(shutil.which("node") and os.path.isdir(NODE_MODULES),
-                         "node or tests/npm/node_modules missing (scripts/setup installs them)")
     def test_independent_tokenizer_agrees(self):
+        self.assertTrue(shutil.which("node") and os.path.isdir(NODE_MODULES),
+                        "node or tests/npm/node_modules missing (scripts/setup installs them)")
         texts = [TEXT, "IT'S DON'T 1776 caf\u00e9 na\u00efve \u4e2d\u6587 \U0001F600 e\u0301",
                  "a<|im_end|>b<|endoftext|>c |||IP_ADDRESS||| <|padding|>"]
         for family in ("olmoe", "qwen3_moe"):

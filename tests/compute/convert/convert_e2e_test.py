@@ -6,14 +6,14 @@
 import json
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import zlib
+
+from kill_at_report import kill_at_report
 
 SLUICE = os.environ["SLUICE_BIN"]
 ROOT = os.environ["SLUICE_SOURCE_ROOT"]
@@ -198,27 +198,27 @@ class ConvertTest(unittest.TestCase):
         for key, files in trees.items():
             self.assertEqual(files, trees[("scalar", "1")], key)
 
-    def kill_when(self, out, ready, delay_ms="1500", src=None):
-        env = dict(os.environ, SLUICE_CONVERT_TEST_DELAY_MS=delay_ms)
-        proc = subprocess.Popen([SLUICE, "convert", src or self.slow, out, "-q", *FAST], env=env)
-        deadline = time.time() + 120
-        while not ready() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
+    def kill_at(self, out, report, src=None):
+        """Kills a conversion into `out` when it reports `report` (a phase of
+        its progress); a run that got to the end first is run again."""
+        for _ in range(5):
+            shutil.rmtree(out, ignore_errors=True)
+            killed = kill_at_report([SLUICE, "convert", src or self.slow, out, *FAST], report)
+            if killed and not os.path.exists(os.path.join(out, "manifest.json")):
+                return
+        self.fail(f"convert finished five times before it could be killed at {report!r}")
 
     def test_resume_after_kill_is_byte_identical(self):
         reference = self.out("resume-reference")
         self.assertEqual(convert(self.slow, reference).returncode, 0)
-        points = {  # label: (ready, layers the rerun must find finished at least)
-            "after-first-layer-file": (lambda out: os.path.exists(os.path.join(out, "experts-L000.bin")), 0),
-            "during-trunk": (lambda out: os.path.exists(os.path.join(out, ".convert", "state.json")), 0),
-            "after-second-layer": (lambda out: os.path.exists(os.path.join(out, ".convert", "layer-L001.json")), 2),
+        points = {  # label: (the progress phase to stop at, layers the rerun must find finished at least)
+            "during-trunk": ("trunk", 0),
+            "encoding-first-layer": ("layer 0: encoding", 0),
+            "after-second-layer": ("layer 2: reading", 2),
         }
-        for label, (ready, finished) in points.items():
+        for label, (report, finished) in points.items():
             out = self.out("resume-" + label)
-            self.kill_when(out, lambda: ready(out))
+            self.kill_at(out, report)
             run = convert(self.slow, out, "--json")
             self.assertEqual(run.returncode, 0, run.stderr)
             summary = json.loads(run.stdout)
@@ -232,7 +232,7 @@ class ConvertTest(unittest.TestCase):
         shutil.rmtree(src, ignore_errors=True)
         shutil.copytree(self.slow, src)
         out = self.out("resume-changed")
-        self.kill_when(out, lambda: os.path.exists(os.path.join(out, ".convert", "layer-L001.json")), src=src)
+        self.kill_at(out, "layer 2: reading", src=src)
         # New values for one expert of layer 0; header and size stay as they were.
         path = os.path.join(src, "model.safetensors")
         with open(path, "r+b") as f:
@@ -253,7 +253,7 @@ class ConvertTest(unittest.TestCase):
 
     def test_other_parameters_refused_then_forced(self):
         out = self.out("force")
-        self.kill_when(out, lambda: os.path.exists(os.path.join(out, "experts-L000.bin")))
+        self.kill_at(out, "layer 0: encoding")
         run = convert(self.slow, out, "--seed", "7")
         self.assertNotEqual(run.returncode, 0)
         self.assertIn("--force", run.stderr)

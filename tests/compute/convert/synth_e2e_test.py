@@ -12,13 +12,13 @@ import json
 import math
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import tempfile
-import time
 import unittest
 import zlib
+
+from kill_at_report import kill_at_report
 
 SLUICE = os.environ["SLUICE_BIN"]
 
@@ -194,14 +194,16 @@ class SynthTest(unittest.TestCase):
         args = ["--layers", "2", "--experts", "8", "--vocab", "1024"]
         reference, out = os.path.join(self.tmp, "ref.sluice"), os.path.join(self.tmp, "resumed.sluice")
         self.synth("qwen3-30b-a3b", reference, *args)
-        env = dict(os.environ, SLUICE_SYNTH_TEST_DELAY_MS="3000")
-        proc = subprocess.Popen([SLUICE, "synth", "qwen3-30b-a3b", out, "-q", *args], env=env)
-        first_bank = os.path.join(out, "experts-L000.bin")
-        deadline = time.time() + 120
-        while not os.path.exists(first_bank) and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        first_bank, second_bank = (os.path.join(out, f"experts-L00{i}.bin") for i in (0, 1))
+        # Killed when it reports the second bank: the first is whole, the second
+        # not yet (a run that got further first is run again).
+        for _ in range(5):
+            shutil.rmtree(out, ignore_errors=True)
+            killed = kill_at_report([SLUICE, "synth", "qwen3-30b-a3b", out, *args], "layer 1")
+            if killed and not os.path.exists(second_bank):  # written whole, then renamed
+                break
+        else:
+            self.fail("synth wrote the second bank five times before it could be killed")
         self.assertTrue(os.path.exists(first_bank))
         self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
         self.assertEqual(sluice("info", out).returncode, 1)  # refused: unfinished

@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
   if (const std::optional<kernels::Isa> named = testing::named_isa();
       named && !kernels::isa_supported(*named)) {
     std::printf(
-        "skipped: this CPU does not run the %s kernels, so this run would execute none of "
-        "their bodies\n",
+        "CAPABILITY-SKIP: %s: this CPU does not run these kernels, so this run would execute none "
+        "of their bodies\n",
         kernels::isa_name(*named));
     return 77;
   }

@@ -184,9 +184,13 @@ TEST_CASE("every line of the rank file is checked, and the error names the file 
         "bad.model:257: rank \"25x\" is not a non-negative integer");
   CHECK(load_error(good + "YWI= -256\n") ==
         "bad.model:257: rank \"-256\" is not a non-negative integer");
-  CHECK(load_error(good + "YW= 256\n") == "bad.model:257: token \"YW=\" is not valid base64");
-  CHECK(load_error(good + "Y*I= 256\n") == "bad.model:257: token \"Y*I=\" is not valid base64");
-  CHECK(load_error(good + "Y=I= 256\n") == "bad.model:257: token \"Y=I=\" is not valid base64");
+  CHECK(load_error(good + "YW= 256\n") ==
+        "bad.model:257: token \"YW=\" is not valid base64: 3 characters with their padding, not a multiple of 4");
+  CHECK(load_error(good + "YW 256\n") ==
+        "bad.model:257: token \"YW\" is not valid base64: 2 characters with their padding, not a multiple of 4");
+  CHECK(load_error(good + "Y*I= 256\n") == "bad.model:257: token \"Y*I=\" is not valid base64: byte 1 is not base64");
+  CHECK(load_error(good + "Y=I= 256\n") == "bad.model:257: token \"Y=I=\" is not valid base64: byte 1 is not base64");
+  CHECK(load_error(good + "Y-I= 256\n") == "bad.model:257: token \"Y-I=\" is not valid base64: byte 1 is not base64");
   CHECK(load_error(good + "YWI= 255\n") == "bad.model:257: rank 255 was already given on line 256");
   CHECK(load_error(good + "YWI= 257\n") ==
         "bad.model:257: rank 257 leaves the ids not dense: the file has 257 tokens, so its ranks "

@@ -105,9 +105,11 @@ TEST_CASE("anything but an inline image is refused, naming the part's URL") {
   CHECK(refusal(part_of("file:///etc/hostname")).starts_with(url + "not a data: URL"));
   CHECK(refusal(part_of("data:text/plain;base64,aGk=")).starts_with(url + "a data: URL must be"));
   CHECK(refusal(part_of("data:image/png,rawbytes")).starts_with(url + "a data: URL must be"));
-  CHECK(refusal(part_of("data:image/png;base64,aGk*")).starts_with(url + "byte 3 of the base64"));
-  CHECK(refusal(part_of("data:image/png;base64,a"))
-            .starts_with(url + "the base64 data has a dangling"));
+  CHECK(refusal(part_of("data:image/png;base64,aGk*")) == url + "the base64 data after the comma: byte 3 is not base64");
+  CHECK(refusal(part_of("data:image/png;base64,a")) == url + "the base64 data after the comma: a dangling character");
+  CHECK(refusal(part_of("data:image/png;base64,aGk+aG-=")) ==
+        url + "the base64 data after the comma: byte 6 mixes the URL-safe and standard alphabets");
+  CHECK(refusal(part_of("data:image/png;base64,aGk aGk=")) == url + "the base64 data after the comma: byte 3 is not base64");
   CHECK(refusal(part_of("data:image/png;base64,aGVsbG8=")).starts_with(url + "not an image"));
   CHECK(refusal(part_of("data:image/png;base64,")).starts_with(url + "empty"));
   CHECK(refusal({{"type", "image_url"}}) ==
