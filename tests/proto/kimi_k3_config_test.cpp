@@ -263,7 +263,8 @@ TEST_CASE("the real K3 (k3.md §1.2): experts of 3584 x 3072 in records of 12,40
   CHECK(trunk_inventory(c).size() == 2460);
   // The state: KDA 69 × 96 × 128² + conv 69 × 3 × 3 × 12288 fixed; MLA 24 × 576 per token (§7.3).
   CHECK(c.state_floats_fixed() == 69ull * (96 * 128 * 128 + 9 * 12288));
-  CHECK(c.state_floats_per_token() == 24 * 576);
+  CHECK(c.state_floats_per_token(false) == 24 * 576);
+  CHECK(c.state_floats_per_token() == 24 * 288);
   // The tower's and the projector's parameters (k3.md §4.1).
   uint64_t tower = 0, projector = 0;
   for (const TensorSpec& v : vision_inventory(c)) (v.name.rfind("mm_projector.", 0) == 0 ? projector : tower) += v.elements();

@@ -197,7 +197,9 @@ TEST_CASE("deepseek_v3: MLA, sigmoid grouped routing, shared expert, dense first
   CHECK(c.router.group_mask == GroupMask::kZero);
   CHECK(c.shared_width == 64);
   CHECK(c.layer_is_moe == std::vector<bool>{false, true, true, true});
-  CHECK(c.state_floats_per_token() == 4 * 80);
+  // Four MLA layers of 80-wide entries: f32, or two halves to a float (int8 activations).
+  CHECK(c.state_floats_per_token(false) == 4 * 80);
+  CHECK(c.state_floats_per_token() == 4 * 40);
   json k2 = deepseek_tiny();
   k2["model_type"] = "kimi_k2";
   k2["sluice_group_mask"] = "-inf";
@@ -222,7 +224,8 @@ TEST_CASE("kimi_linear: 1-based KDA and MLA layer lists, NoPE latent attention, 
   CHECK(c.router.weights_from_biased);
   CHECK(c.max_positions == 4096);
   // Per token only the MLA layer caches; KDA's state is fixed: heads × d² + 3 × 3 × width per layer.
-  CHECK(c.state_floats_per_token() == 40);
+  CHECK(c.state_floats_per_token(false) == 40);
+  CHECK(c.state_floats_per_token() == 20);
   CHECK(c.state_floats_fixed() == 3 * (4 * 32 * 32 + 3 * 3 * 128));
   k["sluice_moe_weights"] = "unbiased";
   CHECK_FALSE(ModelConfig::from_json(k).router.weights_from_biased);
