@@ -284,6 +284,13 @@ uint64_t text_trunk_bytes(const Container& container) {
   return end;
 }
 
+// An untied embedding stays on disk; its loader keeps a crc32 per row.
+void leave_embedding_on_disk(PlanInputs& inputs, const ModelConfig& config, uint64_t table_bytes) {
+  if (config.tie_embeddings) return;
+  inputs.embedding_disk_bytes = table_bytes;
+  inputs.resident_bytes = inputs.resident_bytes - table_bytes + uint64_t{config.vocab} * sizeof(uint32_t);
+}
+
 }  // namespace
 
 uint64_t plan_vision_bytes(const ModelConfig& config) {
@@ -297,6 +304,10 @@ PlanInputs plan_inputs(const Container& container, uint32_t max_clients, uint32_
   PlanInputs inputs;
   inputs.model = container.dir();
   inputs.resident_bytes = text_trunk_bytes(container) + container.codebooks_bytes();
+  const ModelConfig config = ModelConfig::from_json(container.arch(), container.config());
+  if (const TrunkTensorInfo* table = container.find_trunk_tensor(tensor_name(config, TensorRole::kEmbed))) {
+    leave_embedding_on_disk(inputs, config, table->bytes + table->scale_bytes);
+  }
   inputs.top_k = container.top_k();
   inputs.moe_layers = container.moe_layers().size();
   inputs.record_stride = container.largest_record_stride();
@@ -314,8 +325,11 @@ PlanInputs plan_inputs(const ModelConfig& config, const std::string& name, uint3
   PlanInputs inputs;
   inputs.model = name;
   const std::vector<MoeLayerSpec> moe = moe_inventory(config);
-  inputs.resident_bytes = trunk_file_bytes(trunk_inventory(config)) +
-                          moe.size() * kMatrixKinds.size() * kRvqStages * kCodebookBytes;
+  const std::vector<TensorSpec> trunk = trunk_inventory(config);
+  inputs.resident_bytes = trunk_file_bytes(trunk) + moe.size() * kMatrixKinds.size() * kRvqStages * kCodebookBytes;
+  for (const TensorSpec& t : trunk) {
+    if (t.role == TensorRole::kEmbed) leave_embedding_on_disk(inputs, config, trunk_tensor_bytes(t));
+  }
   inputs.top_k = config.top_k;
   inputs.moe_layers = moe.size();
   if (!moe.empty()) {
@@ -374,6 +388,7 @@ MemoryPlan plan_memory(const PlanInputs& inputs, const ModelConfig& config, cons
   MemoryPlan plan;
   plan.context = request.context;
   plan.trunk_bytes = inputs.resident_bytes;
+  plan.embedding_disk_bytes = inputs.embedding_disk_bytes;
   plan.sequence_state_bytes =
       (config.state_floats_per_token(request.half_latents) * request.context + config.state_floats_fixed()) *
       sizeof(float);
@@ -505,7 +520,11 @@ std::string describe_plan(const MemoryPlan& plan) {
     out += fmt::format("  {:<20} {:>12}{}\n", label, format_bytes(bytes), note.empty() ? "" : "  " + note);
   };
   out += fmt::format("floor at context {}:\n", plan.context);
-  line("trunk + codebooks", plan.trunk_bytes);
+  line("trunk + codebooks", plan.trunk_bytes,
+       plan.embedding_disk_bytes == 0
+           ? ""
+           : fmt::format("(the embedding table stays on disk, a row read per token: saves {})",
+                         format_bytes(plan.embedding_disk_bytes)));
   const uint32_t states = plan.sequences + plan.saved_states;
   line("kv cache", plan.kv_bytes,
        states == 1
@@ -558,6 +577,7 @@ std::string describe_plan(const MemoryPlan& plan) {
 nlohmann::json plan_to_json(const MemoryPlan& plan) {
   return {{"context", plan.context},
           {"trunk_bytes", plan.trunk_bytes},
+          {"embedding_disk_bytes", plan.embedding_disk_bytes},
           {"kv_bytes", plan.kv_bytes},
           {"sequence_state_bytes", plan.sequence_state_bytes},
           {"sequences", plan.sequences},

@@ -41,7 +41,10 @@ uint64_t plan_process_bytes(const ModelConfig& config);
 struct MemoryPlan {
   uint32_t context = 0;
   // The floor: everything but the cache, plus the smallest cache that works.
-  uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin, both resident
+  uint64_t trunk_bytes = 0;      // trunk.bin + codebooks.bin resident, less embedding_disk_bytes
+  // An untied embedding table left in trunk.bin and read a row per token
+  // (compute/model/embedding.h): what that saves (its row sums are in trunk_bytes).
+  uint64_t embedding_disk_bytes = 0;
   uint64_t kv_bytes = 0;  // the mixers' state of every sequence and saved state (PlanRequest)
   uint64_t sequence_state_bytes =
       0;  // one sequence's: (ctx × floats per token + fixed floats) × 4 (ModelConfig)
@@ -124,7 +127,8 @@ uint64_t plan_vision_bytes(const ModelConfig& config);
 // What the plan needs from a container's manifest.
 struct PlanInputs {
   std::string model;            // names the container in errors
-  uint64_t resident_bytes = 0;  // trunk.bin + codebooks.bin
+  uint64_t resident_bytes = 0;  // trunk.bin + codebooks.bin, less what stays on disk
+  uint64_t embedding_disk_bytes = 0;  // see MemoryPlan
   uint64_t top_k = 0;
   uint64_t moe_layers = 0;
   uint64_t record_stride = 0;   // the largest of any MoE layer

@@ -210,6 +210,14 @@ DaemonStats RpcClient::stats() {
   out.readers = in.getReaders();
   out.uptime_seconds = in.getUptimeSeconds();
   out.sessions = in.getSessions();
+  out.startup_seconds = in.getStartupSeconds();
+  out.resident_seconds = in.getResidentSeconds();
+  out.populate = in.getPopulate().cStr();
+  out.huge_pages = in.getHugePages().cStr();
+  out.huge_bytes = in.getHugeBytes();
+  out.registered = in.getRegistered();
+  out.register_seconds = in.getRegisterSeconds();
+  out.page_faults = in.getPageFaults();
   return out;
 }
 

@@ -50,6 +50,12 @@ struct DaemonStats {
   uint32_t readers = 0;
   double uptime_seconds = 0;
   uint32_t sessions = 0;
+  // Start-up and page faults since (the Stats message's fields of those names).
+  double startup_seconds = 0, resident_seconds = 0, register_seconds = 0;
+  std::string populate, huge_pages;
+  uint64_t huge_bytes = 0;
+  bool registered = false;
+  uint64_t page_faults = 0;
 };
 
 // Not thread-safe: one kj event loop runs on the thread that created the

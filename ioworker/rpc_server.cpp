@@ -208,6 +208,15 @@ class Service final : public rpc::SluiceIo::Server {
     out.setReaders(info_.readers);
     out.setUptimeSeconds(std::chrono::duration<double>(Clock::now() - started_).count());
     out.setSessions(static_cast<uint32_t>(sessions_.pids.size()));
+    const Startup& startup = worker_.startup();
+    out.setStartupSeconds(startup.seconds);
+    out.setResidentSeconds(startup.residency.seconds);
+    out.setPopulate(startup.residency.populate);
+    out.setHugePages(startup.residency.huge_pages());
+    out.setHugeBytes(startup.residency.huge_bytes);
+    out.setRegistered(worker_.registered_buffers());
+    out.setRegisterSeconds(startup.register_seconds);
+    out.setPageFaults(worker_.page_faults_since_startup());
     return kj::READY_NOW;
   }
 

@@ -74,6 +74,7 @@ int run(const Options& options) {
   worker_options.verify_crc = options.verify;
   worker_options.max_clients = options.max_clients;
   worker_options.mailbox_rows = options.parallel;
+  worker_options.progress = true;
   ioworker::Worker worker(container, worker_options);
   // Bound once the worker serves: a client that finds the socket is answered
   // at once, however long the segment took to build.
@@ -89,6 +90,12 @@ int run(const Options& options) {
                          : fmt::format("floor + {} working sets", plan.working_sets),
       format_bytes(cache_bytes), options.readers, worker.backend_name(),
       worker.direct_io() ? "O_DIRECT" : "buffered reads (O_DIRECT refused)"));
+  const ioworker::Startup& startup = worker.startup();
+  log_line(fmt::format("start-up {:.2f} s: slots resident in {:.2f} s ({}), {}; {}", startup.seconds,
+                       startup.residency.seconds, startup.residency.populate, startup.residency.huge_pages(),
+                       worker.registered_buffers()
+                           ? fmt::format("registered with io_uring in {:.2f} s", startup.register_seconds)
+                           : std::string("slots not registered")));
 
   ioworker::DaemonInfo info;
   info.instance = options.instance;

@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "ioworker/depth_tuner.h"
 #include "ioworker/eviction.h"
@@ -34,6 +37,7 @@ constexpr uint64_t kReapIntervalNs = 100'000'000;
 // io_uring's reads in flight grow from --readers up to this while the disk
 // rewards them (depth_tuner.h); reader threads stay at --readers.
 constexpr uint32_t kMaxUringDepth = 32;
+constexpr uint32_t kResidentThreads = 2;
 
 void check_container(const Container& container) {
   if (container.moe_layers().empty()) fail("{}: the container has no expert layers, nothing to cache", container.dir());
@@ -89,6 +93,7 @@ class Worker::Impl {
   std::unique_ptr<BankFiles> banks_;
   std::unique_ptr<ReadBackend> backend_;
   bool direct_io_ = false;
+  Startup startup_;
 
  private:
   enum class Outcome { kDone, kDropped, kStarved };
@@ -97,6 +102,9 @@ class Worker::Impl {
     uint64_t notify = 0;  // clients to wake
   };
 
+  // Every slot's pages allocated (and huge where shmem allows) before any
+  // read, so neither io_uring's registration nor a read nor a client faults.
+  void make_slots_resident(bool show);
   void run();
   void schedule();
   void drain_rings();
@@ -151,8 +159,13 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
       readers_(std::max<uint32_t>(options.readers, 1)) {
   const shm::Geometry geometry =
       plan_cache_geometry(container, options.cache_bytes, options.max_clients, options.mailbox_rows);
+  const auto started = std::chrono::steady_clock::now();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   segment_ = options.instance.empty() ? shm::Segment::create_anonymous(geometry, container.identity())
                                       : shm::Segment::create(options.instance, geometry, container.identity());
+  make_slots_resident(options.progress && ::isatty(STDERR_FILENO) == 1);
   evictor_ = std::make_unique<Evictor>(options.policy, options.seed, container, geometry.slot_count);
   hold_reserve_ = container.top_k();
   const uint64_t working_set = uint64_t{container.top_k()} * container.moe_layers().size();
@@ -165,7 +178,9 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
       banks_ = std::make_unique<BankFiles>(container, options.direct, options.quiet);
       const SlotMemory slots{segment_->slot_data(0), geometry.slot_count, geometry.slot_bytes};
       const uint32_t ceiling = std::max(readers_, kMaxUringDepth);
+      const auto registering = std::chrono::steady_clock::now();
       backend_ = make_uring_backend(container, *banks_, ceiling, slots, options.verify_crc, on_complete);
+      if (backend_->registered_buffers()) startup_.register_seconds = seconds_since(registering);
       depth_ = std::make_unique<DepthTuner>(readers_, ceiling);
       direct_io_ = banks_->all_direct();
     } catch (const Error& e) {
@@ -182,7 +197,22 @@ Worker::Impl::Impl(const Container& container, const WorkerOptions& options)
   }
   segment_->header().direct_io = direct_io_ ? 1 : 0;
   segment_->set_owner_state(shm::OwnerState::kServing);
+  startup_.seconds = seconds_since(started);
+  startup_.page_faults = shm::process_page_faults();
   scheduler_ = std::thread([this] { run(); });
+}
+
+void Worker::Impl::make_slots_resident(bool show) {
+  const shm::Geometry& g = segment_->geometry();
+  const uint64_t bytes = uint64_t{g.slot_count} * g.slot_bytes;
+  const auto progress = [](uint64_t done, uint64_t total) {
+    std::fprintf(stderr, "\rmaking the expert cache resident: %.1f of %.1f GiB", double(done) / double(1 << 30),
+                 double(total) / double(1 << 30));
+    if (done == total) std::fputc('\n', stderr);
+  };
+  // The kernel zeroing fresh pages is what this costs; kResidentThreads share it.
+  startup_.residency = shm::make_resident(segment_->slot_data(0), bytes, kResidentThreads,
+                                          show ? std::function<void(uint64_t, uint64_t)>(progress) : nullptr);
 }
 
 Worker::Impl::~Impl() {
@@ -594,6 +624,10 @@ uint64_t Worker::identity() const { return impl_->container_.identity(); }
 bool Worker::direct_io() const { return impl_->direct_io_; }
 const char* Worker::backend_name() const { return impl_->backend_->name(); }
 bool Worker::registered_buffers() const { return impl_->backend_->registered_buffers(); }
+const Startup& Worker::startup() const { return impl_->startup_; }
+uint64_t Worker::page_faults_since_startup() const {
+  return shm::process_page_faults() - impl_->startup_.page_faults;
+}
 void Worker::prefetch(uint32_t layer, std::span<const uint32_t> experts, PrefetchOrigin origin) {
   impl_->prefetch(layer, experts, origin);
 }

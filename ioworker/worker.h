@@ -13,6 +13,7 @@
 #include <string>
 
 #include "shm/layout.h"
+#include "shm/populate.h"
 #include "shm/segment.h"
 #include "shm/stats.h"
 
@@ -43,6 +44,16 @@ struct WorkerOptions {
   uint32_t mailbox_rows = 1;   // tokens per lookahead message: 1 (decode), or a prefill chunk
   uint64_t seed = 0x5eed;      // eviction sampling
   bool quiet = false;          // no "O_DIRECT refused" note on stderr
+  // Show the cache being made resident (its start-up) on stderr, when stderr is a terminal.
+  bool progress = false;
+};
+
+// What the worker's start-up did with its memory, for stats and bench.
+struct Startup {
+  shm::Residency residency;   // the slots made resident before the first read
+  double register_seconds = 0;  // io_uring's registration of the slots (0: not registered)
+  double seconds = 0;           // segment, residency, banks and backend, all of it
+  uint64_t page_faults = 0;     // the process's, when start-up ended (shm::process_page_faults)
 };
 
 // What a cache segment's size depends on, from a container or (for a plan
@@ -75,9 +86,10 @@ shm::Geometry plan_cache_geometry(const Container& container, uint64_t cache_byt
 
 class Worker {
  public:
-  // Creates the segment (named or anonymous), opens the banks (probing
-  // O_DIRECT once per bank; a refusal is said once on stderr and shown in
-  // stats) and starts the scheduler and the readers. `container` must
+  // Creates the segment (named or anonymous), makes its slots resident (huge
+  // pages where shmem has them; no read or compute faults on them later),
+  // opens the banks (probing O_DIRECT once per bank; a refusal is said once
+  // on stderr and shown in stats) and starts the scheduler and the readers. `container` must
   // outlive the worker.
   Worker(const Container& container, const WorkerOptions& options);
   // Stops the readers (waiting for reads in flight), marks the segment
@@ -94,6 +106,10 @@ class Worker {
   bool direct_io() const;
   const char* backend_name() const;  // "io_uring" or "threads"
   bool registered_buffers() const;   // io_uring reads into the slots registered once
+  const Startup& startup() const;
+  // The process's page faults since start-up ended (every thread's: in the
+  // embedded mode the compute client's too).
+  uint64_t page_faults_since_startup() const;
 
   // Queues reads of `experts` of `layer` that are not cached yet, behind every
   // demand read; dropped (and counted) when the queue is full or, when its

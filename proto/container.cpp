@@ -201,6 +201,22 @@ TrunkTensor Container::load_trunk_tensor(std::string_view name) const {
   return tensor;
 }
 
+void Container::read_trunk_rows(const TrunkTensorInfo& tensor, uint64_t first, uint64_t count, uint8_t* data,
+                                uint16_t* scales) const {
+  if (tensor.format == TrunkFormat::kF32) fail("trunk tensor \"{}\": f32, not stored in rows of groups", tensor.name);
+  if (first > tensor.rows || count > tensor.rows - first) {
+    fail("trunk tensor \"{}\": rows {}..{} out of range ({} rows)", tensor.name, first, first + count, tensor.rows);
+  }
+  const uint64_t row_bytes = trunk_row_bytes(tensor.format, tensor.padded_cols());
+  const uint64_t scale_row_bytes = tensor.groups_per_row() * sizeof(uint16_t);
+  try {
+    read_exact(*trunk_file_, tensor.offset + first * row_bytes, data, count * row_bytes);
+    read_exact(*trunk_file_, tensor.scale_offset + first * scale_row_bytes, scales, count * scale_row_bytes);
+  } catch (const Error& e) {
+    fail("trunk tensor \"{}\": rows {}..{}: {}", tensor.name, first, first + count, e.what());
+  }
+}
+
 void Container::read_record(uint32_t layer, uint32_t expert, void* buffer, bool verify_crc) const {
   if (auto problem = try_read_record(layer, expert, buffer, verify_crc)) {
     fail("layer {} expert {}: {}", layer, expert, *problem);

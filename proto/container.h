@@ -62,6 +62,14 @@ class Container {
   // Reads one trunk tensor (data and scales) into 64-byte aligned buffers;
   // throws Error naming the tensor if it is missing or cannot be read.
   TrunkTensor load_trunk_tensor(std::string_view name) const;
+  // Reads rows [first, first + count) of a grouped-format trunk tensor: their
+  // data into `data` (count × its row bytes) and their f16 group scales into
+  // `scales` (count × groups_per_row). Unchecked: the caller holds the sums
+  // (what the manifest's crc32 covers is the whole tensor). Throws Error
+  // naming the tensor for an f32 tensor, rows out of range, or a failed read.
+  // Safe to call from several threads at once.
+  void read_trunk_rows(const TrunkTensorInfo& tensor, uint64_t first, uint64_t count, uint8_t* data,
+                       uint16_t* scales) const;
 
   // Reads record (layer, expert) into `buffer` (4096-aligned, at least the
   // layer's record_stride bytes) with one read of the whole record, then

@@ -123,6 +123,17 @@ struct Stats {
   sessions @35 :UInt32;      # attachments not yet detached
   lookahead @36 :LookaheadStats;
   schedulerHeartbeatAgeSeconds @37 :Float64;  # since the worker's scheduler last ran (a stuck one ages)
+  # Start-up (ioworker/worker.h Startup): all of it, the slots made resident
+  # (how, and in which pages), their io_uring registration; then the
+  # daemon's page faults since.
+  startupSeconds @38 :Float64;
+  residentSeconds @39 :Float64;
+  populate @40 :Text;        # "MADV_POPULATE_WRITE" or "touched"
+  hugePages @41 :Text;       # shm::Residency::huge_pages()
+  hugeBytes @42 :UInt64;
+  registered @43 :Bool;      # slots registered with io_uring
+  registerSeconds @44 :Float64;
+  pageFaults @45 :UInt64;
 }
 
 interface SluiceIo {

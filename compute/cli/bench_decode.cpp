@@ -25,6 +25,8 @@
 #include "compute/model/routing_tap.h"
 #include "compute/model/sampler.h"
 #include "ioworker/memory_plan.h"
+#include "ioworker/worker.h"
+#include "shm/populate.h"
 #include "proto/container.h"
 #include "proto/model_config.h"
 #include "proto/error.h"
@@ -162,6 +164,8 @@ struct ArmResult {
   // The disk right after the run, at the depth its decode's reads ran.
   uint32_t disk_threads = 0;
   double disk_gbps_at_depth = 0;
+  ioworker::Startup startup;  // the embedded cache's
+  uint64_t decode_page_faults = 0;  // the process's, during the measured decode
 };
 
 struct Counters {
@@ -246,6 +250,7 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
   sampling.temperature = flags.temperature;
   sampling.seed = flags.seed;
   Sampler sampler(sampling);
+  const uint64_t faults_before = shm::process_page_faults();
   t0 = Clock::now();
   for (uint32_t n = 0; n < flags.tokens; ++n) {
     const int32_t next = sampler.sample(logits, result.tokens);
@@ -254,6 +259,8 @@ ArmResult run_arm(const DecodeFlags& flags, const Arm& arm, uint64_t cache_bytes
                                  false);
   }
   result.decode = difference(after_prefill, counters(), seconds_since(t0));
+  result.decode_page_faults = shm::process_page_faults() - faults_before;
+  if (cached->worker() != nullptr) result.startup = cached->worker()->startup();
   routing.finish();
   const shm::GuessStats guesses = routing.guesses();
   result.precision_at_1 = guesses.precision_at_1();
@@ -304,13 +311,16 @@ struct ArmSummary {
          wait_share = 0, compute_seconds_per_token = 0, prefill_seconds = 0, prefill_bytes = 0;
   double read_depth = 0;  // mean reads in flight while reading
   double disk_threads = 0, disk_gbps_at_depth = 0, read_seconds_per_token = 0, io_bound_ratio = 0;
+  double startup_seconds = 0, page_faults_per_token = 0;
   nlohmann::json seconds_per_token;  // per part, the median over runs
 };
 
 ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
   std::vector<double> rate, hits, bytes, wait, share, compute, prefill, prefill_bytes, depth;
-  std::vector<double> threads, gbps, read_time, bound;
+  std::vector<double> threads, gbps, read_time, bound, startup, faults;
   for (const ArmResult& r : runs) {
+    startup.push_back(r.startup.seconds);
+    faults.push_back(tokens ? double(r.decode_page_faults) / tokens : 0.0);
     const PhaseFigures& d = r.decode;
     rate.push_back(d.seconds > 0 ? tokens / d.seconds : 0.0);
     hits.push_back(d.requests ? double(d.hits) / double(d.requests) : 0.0);
@@ -348,6 +358,8 @@ ArmSummary summarize(const std::vector<ArmResult>& runs, uint32_t tokens) {
           median(gbps),
           median(read_time),
           median(bound),
+          median(startup),
+          median(faults),
           parts};
 }
 
@@ -469,6 +481,14 @@ void run_decode(const DecodeFlags& flags) {
         each.push_back(
             {{"prefill", phase_json(r.prefill, flags.prompt_tokens)},
              {"decode", phase_json(r.decode, flags.tokens)},
+             {"decode_page_faults", r.decode_page_faults},
+             {"startup",
+              {{"seconds", r.startup.seconds},
+               {"resident_seconds", r.startup.residency.seconds},
+               {"populate", r.startup.residency.populate},
+               {"huge_pages", r.startup.residency.huge_pages()},
+               {"huge_bytes", r.startup.residency.huge_bytes},
+               {"register_seconds", r.startup.register_seconds}}},
              {"disk_after_run", {{"threads", r.disk_threads}, {"o_direct_gbps", r.disk_gbps_at_depth}}}});
       }
       out["arms"].push_back(
@@ -500,6 +520,8 @@ void run_decode(const DecodeFlags& flags) {
              {"prefill_tok_per_s",
               m.prefill_seconds > 0 ? flags.prompt_tokens / m.prefill_seconds : 0.0},
              {"prefill_bytes_read", m.prefill_bytes},
+             {"startup_seconds", m.startup_seconds},
+             {"decode_page_faults_per_token", m.page_faults_per_token},
              {"decode_seconds_per_token", m.seconds_per_token}}},
            {"runs", each}});
     }
@@ -524,9 +546,10 @@ void run_decode(const DecodeFlags& flags) {
     }
     fmt::print(
         "; {:.0f}% of the step waiting, io_bound_ratio {:.2f} (disk {:.2f} GB/s at {} in flight); "
-        "prefill {:.2f} s, {:.1f} MB\n",
+        "prefill {:.2f} s, {:.1f} MB; cache start-up {:.2f} s ({}), {:.1f} page faults per decode token\n",
         100 * m.wait_share, m.io_bound_ratio, m.disk_gbps_at_depth, m.disk_threads, m.prefill_seconds,
-        m.prefill_bytes / 1e6);
+        m.prefill_bytes / 1e6, m.startup_seconds, runs[a].back().startup.residency.huge_pages(),
+        m.page_faults_per_token);
     fmt::print("    ms per token:");
     for (const auto& [part, seconds] : m.seconds_per_token.items()) fmt::print(" {} {:.1f}", part, 1e3 * seconds.get<double>());
     fmt::print("\n");

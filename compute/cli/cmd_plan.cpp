@@ -3,7 +3,7 @@
 // [--parallel N] [--session] [--json]`: the floor, working set and budget of
 // ioworker/memory_plan.h that a run with those flags uses, for a container
 // (reading its manifest only, never the trunk) or for a Hugging Face config
-// before any download.
+// before any download, and what a 32, 64 and 128 GiB machine would get.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -29,6 +29,49 @@ void print_breakdown(const nlohmann::json& model) {
   fmt::print("parameters       {:.3f} B in all, {:.3f} B routed experts, {:.3f} B active per token\n",
              model["params_total"].get<double>() / 1e9, model["params_routed_experts"].get<double>() / 1e9,
              model["params_active_per_token"].get<double>() / 1e9);
+}
+
+// The machines a user most often has, for the table of what each gets.
+constexpr uint64_t kMachineGiB[] = {32, 64, 128};
+
+// What a machine of each size in kMachineGiB gets: the budget the plan
+// chooses there and the cache it leaves, in the model's working sets.
+nlohmann::json machines_json(const Container* container, const ModelConfig& config, const std::string& name,
+                             uint32_t context, const PlanRequest& shape) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const uint64_t gib : kMachineGiB) {
+    const uint64_t ram = gib << 30;
+    const MemoryPlan plan = plan_for(container, config, name, "", context, ram, shape);
+    const bool fits = plan.floor_bytes <= ram / 8 * 7;
+    out.push_back({{"ram_bytes", ram},
+                   {"fits", fits},
+                   {"budget_bytes", plan.budget_bytes},
+                   {"working_sets_above_floor", plan.working_sets},
+                   {"all_experts", plan.all_experts},
+                   {"cache_bytes", fits ? plan.cache_bytes : 0},
+                   {"cache_working_sets",
+                    fits ? double(plan.cache_bytes) / double(plan.working_set_bytes) : 0.0}});
+  }
+  return out;
+}
+
+void print_machines(const nlohmann::json& machines, const MemoryPlan& plan) {
+  fmt::print("on a machine of (floor {}, working set {}):\n", format_bytes(plan.floor_bytes),
+             format_bytes(plan.working_set_bytes));
+  for (const nlohmann::json& m : machines) {
+    const uint64_t gib = m["ram_bytes"].get<uint64_t>() >> 30;
+    if (!m["fits"].get<bool>()) {
+      fmt::print("  {:>4} GiB  the floor does not fit under 7/8 of it\n", gib);
+      continue;
+    }
+    const uint32_t sets = m["working_sets_above_floor"].get<uint32_t>();
+    const std::string chosen = m["all_experts"].get<bool>() ? "every expert"
+                               : sets > 0 ? fmt::format("floor + {} working set{}", sets, sets == 1 ? "" : "s")
+                                          : std::string("the floor");
+    fmt::print("  {:>4} GiB  budget {} ({}), cache {} = {:.2f} working sets\n", gib,
+               format_bytes(m["budget_bytes"].get<uint64_t>()), chosen,
+               format_bytes(m["cache_bytes"].get<uint64_t>()), m["cache_working_sets"].get<double>());
+  }
 }
 
 }  // namespace
@@ -123,15 +166,19 @@ void add_plan_command(CLI::App& app) {
     const MemoryPlan plan = plan_for(container ? &*container : nullptr, config, name,
                                      options->budget, options->context, ram, shape);
     const nlohmann::json breakdown = model_breakdown(config);
+    const nlohmann::json machines =
+        machines_json(container ? &*container : nullptr, config, name, options->context, shape);
     if (options->json) {
       nlohmann::json out = plan_to_json(plan);
       out["arch"] = config.arch;
       out["model"] = breakdown;
       out["cold_bytes_per_token"] = plan.working_set_bytes;
+      out["machines"] = machines;
       fmt::print("{}\n", out.dump());
     } else {
       fmt::print("{}", describe_plan(plan));
       print_breakdown(breakdown);
+      print_machines(machines, plan);
     }
   });
 }

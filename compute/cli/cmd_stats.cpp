@@ -84,6 +84,14 @@ nlohmann::json to_json(const DaemonStats& s, const std::optional<DaemonStats>& p
           {"slots_ready", c.slots_ready},
           {"slots_pinned", c.slots_pinned},
           {"sessions", s.sessions},
+          {"startup", {{"seconds", s.startup_seconds},
+                       {"resident_seconds", s.resident_seconds},
+                       {"populate", s.populate},
+                       {"huge_pages", s.huge_pages},
+                       {"huge_bytes", s.huge_bytes},
+                       {"registered", s.registered},
+                       {"register_seconds", s.register_seconds}}},
+          {"page_faults_since_startup", s.page_faults},
           {"hits", c.hits},
           {"inflight_hits", c.inflight_hits},
           {"misses", c.misses},
@@ -147,6 +155,10 @@ std::string to_text(const DaemonStats& s, const std::optional<DaemonStats>& prev
   out += fmt::format("  memory      cache {}, budget {}\n", format_bytes(s.cache_bytes),
                      format_bytes(s.budget_bytes));
   out += fmt::format("  segment     /dev/shm/{}\n", fit(s.segment_name, kColumns - 23));
+  out += fmt::format("  start-up    {:.2f} s: resident {:.2f} s ({}), {}\n", s.startup_seconds,
+                     s.resident_seconds, s.populate,
+                     s.registered ? fmt::format("io_uring {:.2f} s", s.register_seconds) : "unregistered");
+  out += fmt::format("  pages       {}, {} faults since\n", s.huge_pages, s.page_faults);
   out += fmt::format("  hit rate    {:.1f}%: {} hits ({} still loading), {} misses\n",
                      100 * c.hit_rate(), c.hits, c.inflight_hits, c.misses);
   out += fmt::format("  reads       {} demand, {} prefetch, {} errors\n", c.demand_reads,

@@ -191,6 +191,7 @@ EngineOptions EngineFlags::options() const {
     worker.readers = flags.readers;
     worker.verify_crc = flags.verify;
     worker.quiet = true;
+    worker.progress = true;
     worker.mailbox_rows = shape.mailbox_rows;
     return CachedExpertSource::embedded(container, worker);
   };

@@ -109,7 +109,7 @@ void Transformer::run(std::span<const Segment> segments, std::span<float> logits
     if (ids[t] < 0 || static_cast<uint32_t>(ids[t]) >= config_.vocab) {
       fail("token id {} is outside the vocabulary (size {})", ids[t], config_.vocab);
     }
-    weights_.embed.row(static_cast<uint32_t>(ids[t]), &x_[size_t{t} * hidden]);
+    weights_.embed_row(static_cast<uint32_t>(ids[t]), &x_[size_t{t} * hidden]);
   }
   if (!media_rows.empty()) splice_media(ids, media_rows);
   lap(times_.embedding);

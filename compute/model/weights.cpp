@@ -148,6 +148,8 @@ Linear TensorLoader::linear_if(TensorRole role, uint32_t layer) {
   return has(role, layer) ? linear(role, layer) : Linear();
 }
 
+const std::string& TensorLoader::name(TensorRole role, uint32_t layer) const { return find(role, layer).name; }
+
 const TensorSpec& TensorLoader::find(TensorRole role, uint32_t layer) const {
   const auto it = specs_.find({layer, role});
   if (it == specs_.end()) fail("{}: the model has no tensor of role {} in layer {}", container_.dir(), int(role), layer);
@@ -157,7 +159,16 @@ const TensorSpec& TensorLoader::find(TensorRole role, uint32_t layer) const {
 ModelWeights ModelWeights::load(const Container& container, const ModelConfig& config) {
   ModelWeights w;
   TensorLoader t(container, trunk_inventory(config));
-  w.embed = t.linear(TensorRole::kEmbed);
+  // Untied, the embedding stays on disk: a row a token is all that decode reads of it.
+  if (t.has(TensorRole::kLmHead)) {
+    const TrunkTensorInfo* table = container.find_trunk_tensor(t.name(TensorRole::kEmbed));
+    if (table == nullptr) fail("{}: the trunk has no embedding table", container.dir());
+    if (table->rows != config.vocab || table->cols != config.hidden) {
+      fail("{}: tensor {} has shape [{}, {}], the config implies [{}, {}]", container.dir(), table->name, table->rows,
+           table->cols, config.vocab, config.hidden);
+    }
+    w.embed_rows = std::make_unique<DiskRows>(container, *table);
+  }
   w.final_norm = t.vector(TensorRole::kFinalNorm);
   w.final_res_norm = t.vector_if(TensorRole::kFinalResNorm, kNoLayer);
   w.final_res_proj = t.vector_if(TensorRole::kFinalResProj, kNoLayer);
@@ -221,8 +232,16 @@ ModelWeights ModelWeights::load(const Container& container, const ModelConfig& c
     }
     w.layers.push_back(std::move(layer));
   }
-  w.bytes = t.bytes() + codebooks.values().size() * sizeof(float);
+  w.bytes = t.bytes() + codebooks.values().size() * sizeof(float) + (w.embed_rows ? w.embed_rows->resident_bytes() : 0);
   return w;
+}
+
+void ModelWeights::embed_row(uint32_t token, float* out) const {
+  if (embed_rows) {
+    embed_rows->row(token, out);
+  } else {
+    lm_head.row(token, out);
+  }
 }
 
 }  // namespace sluice

@@ -13,6 +13,7 @@
 #include "compute/kernels/dispatch.h"
 #include "compute/kernels/quant.h"
 #include "compute/kernels/rvq.h"
+#include "compute/model/embedding.h"
 #include "proto/container.h"
 #include "proto/model_config.h"
 #include "proto/tensor_inventory.h"
@@ -60,6 +61,8 @@ class TensorLoader {
   Linear linear(TensorRole role, uint32_t layer = kNoLayer);
   Linear linear_if(TensorRole role, uint32_t layer);
   size_t bytes() const { return bytes_; }
+  // The stored name of a tensor of the inventory.
+  const std::string& name(TensorRole role, uint32_t layer = kNoLayer) const;
 
  private:
   const TensorSpec& find(TensorRole role, uint32_t layer) const;
@@ -121,12 +124,16 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Linear embed;
+  // The embedding of an untied model, on disk; null when tied (lm_head is it).
+  std::unique_ptr<DiskRows> embed_rows;
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;
   std::vector<float> final_res_norm, final_res_proj;  // K3's output mixture
   Linear lm_head;
-  size_t bytes = 0;
+  size_t bytes = 0;  // resident: the trunk loaded, less an on-disk embedding, plus its row sums
+
+  // Token `token`'s embedding as f32.
+  void embed_row(uint32_t token, float* out) const;
 
   static ModelWeights load(const Container& container, const ModelConfig& config);
 };

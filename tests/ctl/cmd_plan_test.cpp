@@ -17,7 +17,7 @@ namespace {
 
 json read_manifest() { return json::parse(read_text(tiny_container() + "/manifest.json")); }
 
-// trunk + codebooks + KV + scratch + 2 × top-k slots, for `ctx` and
+// trunk + codebooks (less the embedding) + KV + scratch + 2 × top-k slots, for `ctx` and
 // `threads`; the plan
 // adds the cache segment's own tables (checked against the worker in
 // memory_plan_test).
@@ -29,7 +29,15 @@ uint64_t expected_floor(const json& manifest, uint64_t ctx, uint64_t tables, uin
   const uint64_t width = config["intermediate_size"], vocab = config["vocab_size"];
   uint64_t stride = 0;
   for (const auto& layer : manifest["moe_layers"]) stride = std::max<uint64_t>(stride, layer["record_stride"]);
-  const uint64_t resident = uint64_t{manifest["trunk"]["bytes"]} + uint64_t{manifest["codebooks"]["bytes"]};
+  // The untied embedding stays on disk; its loader keeps a crc32 per row.
+  uint64_t embedding = 0;
+  for (const auto& tensor : manifest["trunk"]["tensors"]) {
+    if (tensor["name"] == "model.embed_tokens.weight")
+      embedding = uint64_t{tensor["bytes"]} + uint64_t{tensor["scale_bytes"]};
+  }
+  REQUIRE(embedding > 0);
+  const uint64_t resident =
+      uint64_t{manifest["trunk"]["bytes"]} + uint64_t{manifest["codebooks"]["bytes"]} - embedding + vocab * 4;
   const uint64_t kv = layers * ctx * kv_heads * head_dim * 2 * 4;
   const uint64_t rows = 64;
   // Per row: x, normed, proj, top-k expert outputs, routed, table input, the
@@ -168,4 +176,32 @@ TEST_CASE("sluice plan without --json prints the parts for people") {
     CAPTURE(part);
     CHECK(output.find(part) != std::string::npos);
   }
+}
+
+TEST_CASE("sluice plan shows what a 32, 64 and 128 GiB machine gets, as --ram would plan each") {
+  std::string output;
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--json"}, &output) == 0);
+  const json plan = json::parse(output);
+  const json& machines = plan["machines"];
+  REQUIRE(machines.size() == 3);
+  const uint64_t working_set = plan["working_set_bytes"];
+  for (size_t i = 0; i < machines.size(); ++i) {
+    const json& m = machines[i];
+    const uint64_t ram = m["ram_bytes"];
+    CHECK(ram == (uint64_t{32} << (30 + i)));
+    std::string alone;
+    REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip(), "--ram", std::to_string(ram), "--json"},
+                        &alone) == 0);
+    const json with_ram = json::parse(alone);
+    CHECK(m["budget_bytes"] == with_ram["budget_bytes"]);
+    CHECK(m["cache_bytes"] == with_ram["cache_bytes"]);
+    CHECK(m["fits"].get<bool>());
+    CHECK(m["budget_bytes"].get<uint64_t>() <= ram / 8 * 7);
+    CHECK(m["cache_working_sets"].get<double>() ==
+          doctest::Approx(double(m["cache_bytes"].get<uint64_t>()) / double(working_set)));
+  }
+  REQUIRE(run_command({sluice_bin(), "plan", tiny_container_or_skip()}, &output) == 0);
+  CHECK(output.find("on a machine of") != std::string::npos);
+  CHECK(output.find("128 GiB  budget") != std::string::npos);
+  CHECK(output.find("working sets") != std::string::npos);
 }

@@ -37,6 +37,13 @@ TEST_CASE("sluice stats reports a daemon's figures") {
     CAPTURE(key);
     CHECK(stats.contains(key));
   }
+  // Start-up made every slot resident before serving, and says how.
+  const json& startup = stats["startup"];
+  CHECK(startup["seconds"].get<double>() > 0);
+  CHECK(startup["resident_seconds"].get<double>() <= startup["seconds"].get<double>());
+  CHECK((startup["populate"] == "MADV_POPULATE_WRITE" || startup["populate"] == "touched"));
+  CHECK(startup["huge_pages"].get<std::string>().find(" pages") != std::string::npos);
+  CHECK(stats["page_faults_since_startup"].is_number_unsigned());
 
   REQUIRE(run_command({sluice_bin(), "stats", "--attach", daemon.socket()}, &output) == 0);
   CHECK(output.find("hit rate") != std::string::npos);
