@@ -82,7 +82,8 @@ void run(const RunArgs& args) {
   EngineOptions options = flags.options();
   options.prefill_progress = prefill_feedback(args.engine.chunk);
   Engine engine(args.model, options);  // first: its errors say what a path that is no container is
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  const TimedTokenizer timed_tokenizer = load_container_tokenizer(args.model);
+  const tokenizer::Tokenizer& tok = timed_tokenizer.tokenizer;
   engine.set_tokenizer_ids(tok.vocab_size());
   RoutingOptions routing_options;
   routing_options.lookahead = args.lookahead ? *args.lookahead : router::lookahead_from_environment();
@@ -201,6 +202,7 @@ void run(const RunArgs& args) {
                           {"context", context},
                           {"context_full", stats.context_full},
                           {"seed", sampling.seed},
+                          {"tokenizer", timed_tokenizer.report()},
                           {"experts", experts_json(stats.experts)}};
     // What scripts/reference.py --decode-crossover and --f32-activations need to model this run.
     const kernels::Exec exec{kernels::isa_from_environment(), nullptr, kernels::trunk_activations_from_environment()};

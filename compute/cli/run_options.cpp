@@ -386,6 +386,12 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
   return ids;
 }
 
+TimedTokenizer load_container_tokenizer(const std::string& model) {
+  const auto start = std::chrono::steady_clock::now();
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(model);
+  return {std::move(tok), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
 std::string read_stdin() {
   std::string text(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>{});
   if (std::cin.bad()) fail("reading stdin failed");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compute/model/engine.h"
+#include "compute/tokenizer/tokenizer.h"
 #include "ioworker/memory_plan.h"
 
 namespace sluice::cli {
@@ -55,6 +56,15 @@ uint64_t resolve_seed(int64_t seed);
 // --enable-thinking / --disable-thinking, which exclude each other: the
 // template's enable_thinking, left unset when neither is given.
 void add_thinking_flags(CLI::App& cmd, std::optional<bool>& enable_thinking);
+
+// A container's tokenizer and the seconds loading it took, which run and eval
+// report in --json as {"tokenizer": {"file": ..., "load_seconds": ...}}.
+struct TimedTokenizer {
+  tokenizer::Tokenizer tokenizer;
+  double load_seconds;
+  nlohmann::json report() const { return {{"file", tokenizer.loaded_from()}, {"load_seconds", load_seconds}}; }
+};
+TimedTokenizer load_container_tokenizer(const std::string& model);
 
 // "1,2,3" or "1 2 3"; anything else is a usage error naming `flag`.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& flag);
