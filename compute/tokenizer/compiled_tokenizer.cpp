@@ -76,6 +76,13 @@ uint32_t file_crc32(std::string_view file) {
   return crc32_bytes(file.data() + kHeaderBytes, file.size() - kHeaderBytes, head);
 }
 
+// Names a record in an error; formatted only when there is one.
+struct Where {
+  const char* kind;
+  uint32_t index;
+  std::string str() const { return fmt::format("{} {}", kind, index); }
+};
+
 // Reads the sections of a checked file; every accessor bounds-checks.
 class CompiledReader {
  public:
@@ -126,14 +133,14 @@ class CompiledReader {
     return v;
   }
   // A string of the arena; refuses a range outside it.
-  std::string_view text(uint32_t offset, uint32_t length, std::string_view what) const {
+  std::string_view text(uint32_t offset, uint32_t length, Where what) const {
     if (uint64_t{offset} + length > h_.arena_bytes)
-      damaged(fmt::format("{} spans bytes {}..{} of an arena of {}", what, offset, uint64_t{offset} + length,
+      damaged(fmt::format("{} spans bytes {}..{} of an arena of {}", what.str(), offset, uint64_t{offset} + length,
                           h_.arena_bytes));
     return file_.substr(arena_at_ + offset, length);
   }
-  TokenId id(uint32_t raw, std::string_view what) const {
-    if (raw >= h_.entries) damaged(fmt::format("{} is id {}, outside 0..{}", what, raw, h_.entries - 1));
+  TokenId id(uint32_t raw, Where what) const {
+    if (raw >= h_.entries) damaged(fmt::format("{} is id {}, outside 0..{}", what.str(), raw, h_.entries - 1));
     return static_cast<TokenId>(raw);
   }
 
@@ -165,9 +172,9 @@ void read_entries(const CompiledReader& r, Tokenizer::Impl& impl) {
     if (flags > (kPresent | kSpecial)) r.damaged(fmt::format("id {} has flags 0x{:x}", i, flags));
     if (!(flags & kPresent)) continue;
     auto& e = impl.entries[i];
-    const std::string what = fmt::format("id {}", i);
+    const Where what{"id", i};
     e.text = r.text(r.field(r.entries_at_, kEntryBytes, i, 0), r.field(r.entries_at_, kEntryBytes, i, 1), what);
-    if (!is_valid_utf8(e.text)) r.damaged(what + "'s text is not valid UTF-8");
+    if (!is_valid_utf8(e.text)) r.damaged(fmt::format("{}'s text is not valid UTF-8", what.str()));
     e.bytes = r.text(r.field(r.entries_at_, kEntryBytes, i, 2), r.field(r.entries_at_, kEntryBytes, i, 3), what);
     e.present = true;
     e.special = (flags & kSpecial) != 0;
@@ -181,21 +188,21 @@ void read_vocab(const CompiledReader& r, Tokenizer::Impl& impl) {
   if (ranks) ranks->reserve(h.vocab, 0);
   if (bpe) impl.model_vocab.reserve(h.vocab);
   for (uint32_t i = 0; i < h.vocab; ++i) {
-    const std::string what = fmt::format("vocabulary token {}", i);
+    const Where what{"vocabulary token", i};
     const TokenId id = r.id(r.field(r.vocab_at_, kVocabBytes, i, 4), what);
     const uint32_t flags = r.field(r.vocab_at_, kVocabBytes, i, 5);
-    if (flags > kByteLevel) r.damaged(fmt::format("{} has flags 0x{:x}", what, flags));
+    if (flags > kByteLevel) r.damaged(fmt::format("{} has flags 0x{:x}", what.str(), flags));
     const std::string_view bytes =
         r.text(r.field(r.vocab_at_, kVocabBytes, i, 2), r.field(r.vocab_at_, kVocabBytes, i, 3), what);
     if (ranks) {
-      if (id != static_cast<TokenId>(i)) r.damaged(fmt::format("{} has rank {}", what, id));
-      if (bytes.empty()) r.damaged(what + " has no bytes");
-      if (const auto earlier = ranks->add(bytes)) r.damaged(fmt::format("{} repeats rank {}", what, *earlier));
+      if (id != static_cast<TokenId>(i)) r.damaged(fmt::format("{} has rank {}", what.str(), id));
+      if (bytes.empty()) r.damaged(fmt::format("{} has no bytes", what.str()));
+      if (const auto earlier = ranks->add(bytes)) r.damaged(fmt::format("{} repeats rank {}", what.str(), *earlier));
       continue;
     }
     const std::string_view text =
         r.text(r.field(r.vocab_at_, kVocabBytes, i, 0), r.field(r.vocab_at_, kVocabBytes, i, 1), what);
-    if (!impl.model_vocab.emplace(std::string(text), id).second) r.damaged(what + " repeats a text");
+    if (!impl.model_vocab.emplace(std::string(text), id).second) r.damaged(fmt::format("{} repeats a text", what.str()));
     if (flags & kByteLevel) bpe->add_token(std::string(bytes), id);
   }
   if (ranks) {
@@ -205,7 +212,7 @@ void read_vocab(const CompiledReader& r, Tokenizer::Impl& impl) {
     return;
   }
   for (uint32_t i = 0; i < h.merges; ++i) {
-    const std::string what = fmt::format("merge {}", i);
+    const Where what{"merge", i};
     bpe->add_merge(r.id(r.field(r.merges_at_, kMergeBytes, i, 0), what),
                    r.id(r.field(r.merges_at_, kMergeBytes, i, 1), what),
                    r.id(r.field(r.merges_at_, kMergeBytes, i, 2), what));
@@ -215,36 +222,38 @@ void read_vocab(const CompiledReader& r, Tokenizer::Impl& impl) {
 void read_added(const CompiledReader& r, Tokenizer::Impl& impl) {
   std::vector<AddedToken> raw, normalized;
   for (uint32_t i = 0; i < r.header().added; ++i) {
-    const std::string what = fmt::format("added token {}", i);
+    const Where what{"added token", i};
     AddedToken t;
     t.id = r.id(r.field(r.added_at_, kAddedBytes, i, 0), what);
     t.content = r.text(r.field(r.added_at_, kAddedBytes, i, 1), r.field(r.added_at_, kAddedBytes, i, 2), what);
-    if (t.content.empty() || !is_valid_utf8(t.content)) r.damaged(what + " is empty or not valid UTF-8");
+    if (t.content.empty() || !is_valid_utf8(t.content)) r.damaged(fmt::format("{} is empty or not valid UTF-8", what.str()));
     const uint32_t flags = r.field(r.added_at_, kAddedBytes, i, 3);
-    if (flags >= 64) r.damaged(fmt::format("{} has flags 0x{:x}", what, flags));
+    if (flags >= 64) r.damaged(fmt::format("{} has flags 0x{:x}", what.str(), flags));
     t.special = flags & kAddedSpecial;
     t.normalized = flags & kNormalized;
     t.lstrip = flags & kLstrip;
     t.rstrip = flags & kRstrip;
     t.single_word = flags & kSingleWord;
-    if (!impl.entries[t.id].present) r.damaged(fmt::format("{} names id {}, which has no token", what, t.id));
+    if (!impl.entries[t.id].present) r.damaged(fmt::format("{} names id {}, which has no token", what.str(), t.id));
     (flags & kInNormalizedMatcher ? normalized : raw).push_back(std::move(t));
   }
   impl.raw_added = AddedTokenMatcher(std::move(raw));
   impl.normalized_added = AddedTokenMatcher(std::move(normalized));
   for (uint32_t i = 0; i < r.header().names; ++i) {
-    const std::string what = fmt::format("added token name {}", i);
+    const Where what{"added token name", i};
     const std::string_view content =
         r.text(r.field(r.names_at_, kNameBytes, i, 0), r.field(r.names_at_, kNameBytes, i, 1), what);
     const TokenId id = r.id(r.field(r.names_at_, kNameBytes, i, 2), what);
-    if (!impl.entries[id].present) r.damaged(fmt::format("{} names id {}, which has no token", what, id));
+    if (!impl.entries[id].present) r.damaged(fmt::format("{} names id {}, which has no token", what.str(), id));
     impl.added_vocab[std::string(content)] = id;
   }
 }
 
 std::optional<TokenId> header_token(const CompiledReader& r, bool has, int32_t id, const char* what) {
   if (!has) return std::nullopt;
-  return r.id(static_cast<uint32_t>(id), what);
+  if (id < 0 || static_cast<uint32_t>(id) >= r.header().entries)
+    r.damaged(fmt::format("the {} is id {}, outside 0..{}", what, id, r.header().entries - 1));
+  return id;
 }
 
 }  // namespace
@@ -264,8 +273,8 @@ std::unique_ptr<Tokenizer::Impl> read_compiled(std::string_view file, std::strin
   read_entries(r, *impl);
   read_vocab(r, *impl);
   read_added(r, *impl);
-  impl->bos = header_token(r, h.flags & kHasBos, h.bos, "bos");
-  impl->eos = header_token(r, h.flags & kHasEos, h.eos, "eos");
+  impl->bos = header_token(r, h.flags & kHasBos, h.bos, "bos token");
+  impl->eos = header_token(r, h.flags & kHasEos, h.eos, "eos token");
   if (impl->add_bos && !impl->bos) r.damaged("add_bos without a bos token");
   for (const auto& token : {impl->bos, impl->eos}) {
     if (token && !impl->entries[*token].present) r.damaged(fmt::format("bos or eos is id {}, which has no token", *token));
