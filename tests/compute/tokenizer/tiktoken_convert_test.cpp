@@ -96,7 +96,9 @@ TEST_CASE_FIXTURE(Checkpoint, "without tokenizer.json, tiktoken.model is copied,
 TEST_CASE_FIXTURE(Checkpoint, "with tokenizer.json beside it, tiktoken.model is left out") {
   const std::string out = dir + "/out";
   const auto manifest = convert(out);
+  // tokenizer_config.json was written for the ranks (its eos_token is a rank special), so
+  // tokenizer.json does not load with it and the container gets no compiled form.
   CHECK(manifest["tokenizer"]["files"] ==
-        nlohmann::json::array({"tokenizer.json", "tokenizer_config.json", "tokenizer.bin"}));
+        nlohmann::json::array({"tokenizer.json", "tokenizer_config.json"}));
   CHECK(!fs::exists(out + "/tiktoken.model"));
 }
