@@ -43,7 +43,8 @@ void eval(const EvalArgs& args) {
   EngineFlags flags = args.engine;
   flags.images = !args.images.empty();
   Engine engine(args.model, flags.options());
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(args.model);
+  const TimedTokenizer timed_tokenizer = load_container_tokenizer(args.model);
+  const tokenizer::Tokenizer& tok = timed_tokenizer.tokenizer;
   const std::vector<int32_t> text_ids = tok.encode(text);
   if (text_ids.size() < 2)
     fail("--text {}: needs at least two tokens to score, got {}", args.text_file, text_ids.size());
@@ -103,6 +104,7 @@ void eval(const EvalArgs& args) {
                                       {"scored", scored},
                                       {"mean_nll", nll / static_cast<double>(scored)},
                                       {"perplexity", perplexity},
+                                      {"tokenizer", timed_tokenizer.report()},
                                       {"experts", experts_json(stats)}}
                            .dump());
   } else {

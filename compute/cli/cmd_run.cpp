@@ -187,6 +187,7 @@ void run(const RunArgs& args) {
     out["text"] = text;
     out["tokens"] = generated;
     out["seed"] = sampling.seed;
+    out["tokenizer"] = model.tokenizer_report();
     // What scripts/reference.py --decode-crossover and --f32-activations need to model this run.
     const kernels::Exec exec{kernels::isa_from_environment(), nullptr, kernels::trunk_activations_from_environment()};
     out["kernels"] = {{"isa", kernels::isa_name(exec.isa)},

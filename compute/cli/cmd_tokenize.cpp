@@ -1,6 +1,7 @@
 // compute/cli/cmd_tokenize.cpp: `sluice tokenize` and `sluice detokenize`, the
 // tokenizer on the command line. Prints ids or text and nothing else on
 // stdout; never loads anything of a model but its tokenizer files.
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -47,9 +48,24 @@ void add_source_options(CLI::App* cmd, Source& source, const char* input_name,
       "beside it is read too)");
 }
 
+struct Opened {
+  Tokenizer tokenizer;
+  std::string input;    // the remaining INPUT argument
+  double load_seconds;  // reading and checking the tokenizer's files
+};
+
+Tokenizer load(const Source& source) {
+  if (!source.tokenizer_file.empty()) {
+    const std::string dir = std::filesystem::path(source.tokenizer_file).parent_path().string();
+    const std::string config = (dir.empty() ? std::string(".") : dir) + "/tokenizer_config.json";
+    const bool has_config = posix_file_system().exists(config);
+    return Tokenizer::load(source.tokenizer_file, has_config ? config : "");
+  }
+  return Tokenizer::load_from_container(source.args[0]);
+}
+
 // Resolves the tokenizer and returns it with the remaining INPUT argument.
-std::pair<Tokenizer, std::string> open(const Source& source, const char* input_name,
-                                       bool several_inputs) {
+Opened open(const Source& source, const char* input_name, bool several_inputs) {
   const size_t inputs_from = source.tokenizer_file.empty() ? 1 : 0;
   const size_t inputs = source.args.size() - std::min(source.args.size(), inputs_from);
   if (inputs == 0 || (!several_inputs && inputs > 1)) {
@@ -59,13 +75,10 @@ std::pair<Tokenizer, std::string> open(const Source& source, const char* input_n
   }
   std::string input = source.args[inputs_from];
   for (size_t i = inputs_from + 1; i < source.args.size(); ++i) input += " " + source.args[i];
-  if (inputs_from == 0) {
-    const std::string dir = std::filesystem::path(source.tokenizer_file).parent_path().string();
-    const std::string config = (dir.empty() ? std::string(".") : dir) + "/tokenizer_config.json";
-    const bool has_config = posix_file_system().exists(config);
-    return {Tokenizer::load(source.tokenizer_file, has_config ? config : ""), input};
-  }
-  return {Tokenizer::load_from_container(source.args[0]), input};
+  const auto start = std::chrono::steady_clock::now();
+  Tokenizer tokenizer = load(source);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {std::move(tokenizer), input, seconds};
 }
 
 std::string read_input(const std::string& arg) {
@@ -75,9 +88,22 @@ std::string read_input(const std::string& arg) {
   return text;
 }
 
-// Ids separated by commas and/or whitespace; brackets are ignored so the
-// output of `tokenize --json` can be piped straight back in.
+std::vector<TokenId> parse_id_list(const std::string& text);
+
+// Ids separated by commas and/or whitespace (brackets are ignored), or the
+// object `tokenize --json` prints, so its output can be piped straight back in.
 std::vector<TokenId> parse_ids(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{') return parse_id_list(text);
+  const auto object = nlohmann::json::parse(text, nullptr, false);
+  if (object.is_discarded() || !object.is_object() || !object.contains("ids") || !object["ids"].is_array())
+    usage_error("IDS: a JSON object must be `tokenize --json`'s, with an \"ids\" list");
+  std::string list;
+  for (const auto& id : object["ids"]) list += id.dump() + " ";
+  return parse_id_list(list);
+}
+
+std::vector<TokenId> parse_id_list(const std::string& text) {
   std::vector<TokenId> ids;
   std::string item;
   auto flush = [&] {
@@ -118,14 +144,16 @@ void add_tokenize_commands(CLI::App& app) {
   auto opts = std::make_shared<TokenizeOptions>();
   auto* tok = app.add_subcommand("tokenize", "Turn text into token ids (space separated on one line)");
   add_source_options(tok, opts->source, "TEXT", false);
-  tok->add_flag("--json", opts->json, "print a JSON list of ids");
+  tok->add_flag("--json", opts->json,
+                "print {\"ids\": [...], \"tokenizer\": {\"file\": the file it was loaded from, "
+                "\"load_seconds\": ...}}");
   tok->add_flag("--specials", opts->specials,
                 "recognise special-token text (e.g. <|im_end|>) as control tokens; without it TEXT is plain content");
   tok->add_flag("--verbose", opts->verbose, "print one 'id<TAB>token' line per token (token as a JSON string)");
   tok->add_flag("--bos", opts->bos, "put the tokenizer_config.json bos_token first");
   tok->callback([opts] {
     if (opts->json && opts->verbose) usage_error("--json and --verbose exclude each other");
-    auto [tokenizer, input] = open(opts->source, "TEXT", false);
+    auto [tokenizer, input, load_seconds] = open(opts->source, "TEXT", false);
     const std::string text = read_input(input);
     std::vector<TokenId> ids;
     if (opts->bos) {
@@ -136,7 +164,9 @@ void add_tokenize_commands(CLI::App& app) {
     const auto body = opts->specials ? tokenizer.encode_with_specials(text) : tokenizer.encode(text);
     ids.insert(ids.end(), body.begin(), body.end());
     if (opts->json) {
-      fmt::print("{}\n", nlohmann::json(ids).dump());
+      const nlohmann::json out = {
+          {"ids", ids}, {"tokenizer", {{"file", tokenizer.loaded_from()}, {"load_seconds", load_seconds}}}};
+      fmt::print("{}\n", out.dump());
     } else if (opts->verbose) {
       for (TokenId id : ids)
         fmt::print("{}\t{}\n", id, nlohmann::json(*tokenizer.id_to_token(id)).dump());
@@ -157,7 +187,7 @@ void add_tokenize_commands(CLI::App& app) {
   add_source_options(detok, dopts->source, "IDS", true);
   detok->add_flag("--skip-special", dopts->skip_special, "leave special tokens out of the text");
   detok->callback([dopts] {
-    auto [tokenizer, input] = open(dopts->source, "IDS", true);
+    auto [tokenizer, input, load_seconds] = open(dopts->source, "IDS", true);
     const std::string text = tokenizer.decode(parse_ids(read_input(input)), dopts->skip_special);
     std::fwrite(text.data(), 1, text.size(), stdout);
   });

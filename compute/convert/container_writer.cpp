@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "compute/convert/atomic_file.h"
+#include "compute/tokenizer/tokenizer.h"
 #include "proto/checksum.h"
 #include "proto/error.h"
 #include "proto/file_io.h"
@@ -23,9 +24,12 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
+constexpr const char* kCompiledTokenizerFile = "tokenizer.bin";
+
 bool is_container_file(const std::string& name) {
   return name == "manifest.json" || name == "trunk.bin" || name == "codebooks.bin" ||
          name == "tokenizer.json" || name == "tiktoken.model" || name == "tokenizer_config.json" ||
+         name == kCompiledTokenizerFile ||
          (name.starts_with("experts-L") && name.ends_with(".bin")) || name.ends_with(".tmp");
 }
 
@@ -85,7 +89,37 @@ Json trunk_tensors_json(const std::vector<TrunkEntry>& trunk, const fs::path& tr
   return tensors;
 }
 
-Json build_manifest(const ContainerParts& parts, uint32_t codebooks_crc32, const fs::path& out) {
+using NamedFiles = std::vector<std::pair<std::string, std::string>>;
+
+// The tokenizer files plus tokenizer.bin compiled from them (FORMAT.md), which
+// loads in milliseconds where a large tokenizer.json takes a second. A
+// tokenizer this build cannot load gets no compiled form: the container is
+// written as before and loading it reports what is wrong.
+NamedFiles with_compiled_tokenizer(const NamedFiles& files) {
+  const std::string* json = nullptr;
+  const std::string* ranks = nullptr;
+  const std::string* config = nullptr;
+  for (const auto& [name, bytes] : files) {
+    if (name == "tokenizer.json") json = &bytes;
+    if (name == "tiktoken.model") ranks = &bytes;
+    if (name == "tokenizer_config.json") config = &bytes;
+  }
+  NamedFiles out = files;
+  if (!json && !ranks) return out;
+  const std::string_view config_text = config ? std::string_view(*config) : std::string_view();
+  try {
+    const tokenizer::Tokenizer tok =
+        json ? tokenizer::Tokenizer::from_json(*json, "tokenizer.json", config_text, "tokenizer_config.json")
+             : tokenizer::Tokenizer::from_tiktoken(*ranks, "tiktoken.model", config_text, "tokenizer_config.json");
+    out.emplace_back(kCompiledTokenizerFile, tok.compile());
+  } catch (const Error& e) {
+    fmt::print(stderr, "warning: the tokenizer is stored without its compiled form: {}\n", e.what());
+  }
+  return out;
+}
+
+Json build_manifest(const ContainerParts& parts, const NamedFiles& tokenizer_files_in, uint32_t codebooks_crc32,
+                    const fs::path& out) {
   const Json tensors = trunk_tensors_json(parts.trunk, out / "trunk.bin");
   Json layers = Json::array();
   for (const auto& layer : parts.moe_layers) {
@@ -103,7 +137,7 @@ Json build_manifest(const ContainerParts& parts, uint32_t codebooks_crc32, const
          {"records_crc32", bank_records_crc32(out / file, layer.experts, layout.stride)}});
   }
   Json tokenizer_files = Json::array(), tokenizer_crcs = Json::array();
-  for (const auto& [name, bytes] : parts.tokenizer_files) {
+  for (const auto& [name, bytes] : tokenizer_files_in) {
     tokenizer_files.push_back(name);
     tokenizer_crcs.push_back(crc32_bytes(bytes.data(), bytes.size()));
   }
@@ -260,8 +294,8 @@ uint32_t CodebooksWriter::commit() {
 }
 
 void finish_container(const ContainerParts& parts, uint32_t codebooks_crc32, const fs::path& out) {
-  for (const auto& [name, bytes] : parts.tokenizer_files)
-    write_file_atomically((out / name).string(), bytes);
+  const NamedFiles tokenizer_files = with_compiled_tokenizer(parts.tokenizer_files);
+  for (const auto& [name, bytes] : tokenizer_files) write_file_atomically((out / name).string(), bytes);
   check_size(out / kTrunkFile, parts.trunk_bytes);
   check_size(out / kCodebooksFile, parts.moe_layers.size() * kCodebooksPerLayer * kCodebookBytes);
   for (const auto& layer : parts.moe_layers) {
@@ -269,7 +303,7 @@ void finish_container(const ContainerParts& parts, uint32_t codebooks_crc32, con
     check_size(out / bank_file_name(layer.layer), uint64_t{layer.experts} * layout.stride);
   }
   write_file_atomically((out / kManifestFile).string(),
-                        build_manifest(parts, codebooks_crc32, out).dump(2) + "\n");
+                        build_manifest(parts, tokenizer_files, codebooks_crc32, out).dump(2) + "\n");
 }
 
 }  // namespace sluice::convert

@@ -2,6 +2,7 @@
 // generation steps it shares with libsluice.
 #include "compute/host/hosted_model.h"
 
+#include <chrono>
 #include <utility>
 
 namespace sluice {
@@ -22,10 +23,16 @@ HostedModel::HostedModel(const std::string& path, const EngineFlags& flags,
     : flags_(flags),
       options_(engine_options(flags, std::move(prefill_progress))),
       engine_(path, options_),  // first: its errors say what a path that is no container is
-      tokenizer_(tokenizer::Tokenizer::load_from_container(path)),
+      tokenizer_(load_container_tokenizer(path)),
       lookahead_(routing.lookahead) {
-  engine_.set_tokenizer_ids(tokenizer_.vocab_size());
+  engine_.set_tokenizer_ids(tokenizer_.tokenizer.vocab_size());
   routing_.emplace(engine_, routing);
+}
+
+TimedTokenizer load_container_tokenizer(const std::string& model) {
+  const auto start = std::chrono::steady_clock::now();
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load_from_container(model);
+  return {std::move(tok), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
 std::vector<int32_t> prompt_ids(const tokenizer::Tokenizer& tokenizer, std::string_view text,

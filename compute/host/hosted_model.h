@@ -21,6 +21,15 @@
 
 namespace sluice {
 
+// A container's tokenizer and the seconds loading it took, which run and eval
+// report in --json as {"tokenizer": {"file": ..., "load_seconds": ...}}.
+struct TimedTokenizer {
+  tokenizer::Tokenizer tokenizer;
+  double load_seconds;
+  nlohmann::json report() const { return {{"file", tokenizer.loaded_from()}, {"load_seconds", load_seconds}}; }
+};
+TimedTokenizer load_container_tokenizer(const std::string& model);
+
 class HostedModel {
  public:
   // Throws Error naming the container, the budget or the daemon that is wrong.
@@ -30,7 +39,8 @@ class HostedModel {
   HostedModel& operator=(const HostedModel&) = delete;
 
   Engine& engine() { return engine_; }
-  const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
+  const tokenizer::Tokenizer& tokenizer() const { return tokenizer_.tokenizer; }
+  nlohmann::json tokenizer_report() const { return tokenizer_.report(); }
   RoutingSession& routing() { return *routing_; }
   const EngineFlags& flags() const { return flags_; }
   uint32_t lookahead() const { return lookahead_; }
@@ -39,7 +49,7 @@ class HostedModel {
   EngineFlags flags_;
   EngineOptions options_;  // holds an attached daemon session: outlives the engine
   Engine engine_;
-  tokenizer::Tokenizer tokenizer_;
+  TimedTokenizer tokenizer_;
   uint32_t lookahead_;
   std::optional<RoutingSession> routing_;
 };

@@ -39,6 +39,7 @@ class AddedTokenMatcher {
 
   bool empty() const { return tokens_.empty(); }
   const AddedToken& token(int index) const { return tokens_[static_cast<size_t>(index)]; }
+  const std::vector<AddedToken>& tokens() const { return tokens_; }
 
   // Splits valid UTF-8 `text` into segments covering it in order. Scanning
   // left to right, the longest token starting at the leftmost position wins.

@@ -96,6 +96,21 @@ std::optional<TokenId> BpeModel::find(std::string_view bytes) const {
   return it->second;
 }
 
+std::vector<std::array<TokenId, 3>> BpeModel::merges() const {
+  std::vector<const Slot*> used;
+  used.reserve(merge_count_);
+  for (const Slot& s : slots_) {
+    if (s.key != kEmpty) used.push_back(&s);
+  }
+  std::sort(used.begin(), used.end(), [](const Slot* a, const Slot* b) { return a->merge.rank < b->merge.rank; });
+  std::vector<std::array<TokenId, 3>> out;
+  out.reserve(used.size());
+  for (const Slot* s : used) {
+    out.push_back({static_cast<TokenId>(s->key >> 32), static_cast<TokenId>(s->key & 0xFFFFFFFFu), s->merge.merged});
+  }
+  return out;
+}
+
 const BpeModel::Merge* BpeModel::find_merge(TokenId left, TokenId right) const {
   if (slots_.empty()) return nullptr;
   const uint64_t key = pair_key(left, right);

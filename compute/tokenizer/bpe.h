@@ -37,6 +37,10 @@ class BpeModel {
   void add_merge(TokenId left, TokenId right, TokenId merged);
   std::optional<TokenId> find(std::string_view bytes) const;
   bool has_byte(uint8_t byte) const { return byte_ids_[byte] >= 0; }
+  bool ignore_merges() const { return ignore_merges_; }
+  // Every pair that has a merge, as {left, right, merged}, lowest rank first:
+  // adding them again in this order gives a model that encodes the same.
+  std::vector<std::array<TokenId, 3>> merges() const;
 
   // Appends the ids of one pre-tokenized piece. Throws Error when a byte of
   // the piece has no token of its own (a vocabulary without all 256 bytes).

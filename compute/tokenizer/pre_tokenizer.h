@@ -57,6 +57,7 @@ class PreTokenizer {
   // between them both become pieces). `text` may be rewritten when a step
   // prepends a space; pieces index the rewritten buffer.
   void split(std::u32string& text, std::vector<Piece>& pieces) const;
+  const std::vector<PreTokenizerStep>& steps() const { return steps_; }
 
  private:
   std::vector<PreTokenizerStep> steps_;

@@ -209,6 +209,7 @@ Tokenizer Tokenizer::from_tiktoken(std::string_view ranks, std::string_view rank
                                    std::string_view config_json, std::string_view config_name,
                                    TiktokenPattern pattern) {
   auto impl = std::make_unique<Impl>();
+  impl->source = ranks_name;
   impl->pre_tokenizer =
       PreTokenizer({{PreTokenizerStep::Kind::kSplit, split_pattern_of(pattern), false, false}});
   impl->kimi_chunks = pattern == TiktokenPattern::kKimi;

@@ -167,6 +167,8 @@ std::optional<std::string> Tokenizer::id_to_token(TokenId id) const {
   return impl_->entries[id].text;
 }
 
+const std::string& Tokenizer::loaded_from() const { return impl_->source; }
+
 size_t Tokenizer::vocab_size() const { return impl_->entries.size(); }
 
 bool Tokenizer::is_special(TokenId id) const {

@@ -68,6 +68,7 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_path, const std::string& 
                           FileSystem& fs) {
   const std::string text = read_file(fs, tokenizer_path);
   const std::string config = config_path.empty() ? std::string() : read_file(fs, config_path);
+  if (compiled_version(text) != 0) return from_compiled(text, tokenizer_path);
   if (is_json_tokenizer(tokenizer_path, text))
     return from_json(text, tokenizer_path, config, config_path);
   return from_tiktoken(text, tokenizer_path, config, config_path, TiktokenPattern::kKimi);
@@ -84,6 +85,13 @@ Tokenizer Tokenizer::load_from_container(const std::string& model_dir, FileSyste
   if (!fs.exists(model_dir)) fail("{}: no such model directory", model_dir);
   if (!fs.exists(model_dir + "/manifest.json")) {
     fail("{}: incomplete container: conversion did not finish (no manifest.json)", model_dir);
+  }
+  // The compiled form holds tokenizer_config.json's settings too; one of
+  // another version (a newer build's) leaves the files it was made from.
+  const std::string compiled_path = model_dir + "/tokenizer.bin";
+  if (fs.exists(compiled_path)) {
+    const std::string compiled = read_file(fs, compiled_path);
+    if (auto impl = read_compiled(compiled, compiled_path)) return Tokenizer(std::move(impl));
   }
   const std::string config = model_dir + "/tokenizer_config.json";
   const std::string config_path = fs.exists(config) ? config : "";

@@ -3,6 +3,7 @@
 // (tokenizer.cpp). Private to this folder; other rooms include tokenizer.h only.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -41,11 +42,22 @@ struct Tokenizer::Impl {
   std::optional<TokenId> eos;
   bool add_bos = false;
   bool kimi_chunks = false;  // cut long texts and runs as tokenization_kimi.py does
+  std::string source;        // the file it was loaded from, for reports
 
   // token_to_id: an added token's content, or a vocabulary token as
   // tokenizer.json spells it (byte-level characters).
   std::optional<TokenId> find_token(std::string_view token) const;
 };
+
+// tokenizer.bin's layout version (proto/FORMAT.md); compile() writes it.
+inline constexpr uint32_t kCompiledTokenizerVersion = 1;
+
+// A compiled tokenizer (compiled_tokenizer.cpp), every count, offset and size
+// checked; nullptr when the file is of another version. Throws Error naming
+// `name` when it is damaged.
+std::unique_ptr<Tokenizer::Impl> read_compiled(std::string_view file, std::string_view name);
+// The version a file's header claims, or 0 when it is not a compiled tokenizer.
+uint32_t compiled_version(std::string_view file);
 
 // Applies tokenizer_config.json's bos_token, eos_token and add_bos_token to
 // `impl`, whose tokens must already be loaded. Throws Error naming the file.

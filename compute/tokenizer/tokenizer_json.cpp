@@ -210,6 +210,7 @@ std::unique_ptr<Tokenizer::Impl> read_tokenizer_json(std::string_view tokenizer_
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_name,
                                std::string_view config_json, std::string_view config_name) {
   auto impl = read_tokenizer_json(tokenizer_json, tokenizer_name, config_json, config_name);
+  impl->source = tokenizer_name;
   // The parsed document is gone, but its million small blocks stay in the
   // allocator's arenas (51 MB of RSS for Qwen3's tokenizer) unless returned;
   // the memory plan counts only what the tokenizer keeps.

@@ -42,7 +42,7 @@ class XtmlCli(unittest.TestCase):
     def encode(self, text):
         done = subprocess.run([SLUICE, 'tokenize', self.model, text, '--json'], capture_output=True, text=True,
                               check=True)
-        return json.loads(done.stdout)
+        return json.loads(done.stdout)['ids']
 
     def template(self, messages, *flags):
         path = os.path.join(self.tmp.name, 'messages.json')

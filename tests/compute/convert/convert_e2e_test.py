@@ -90,8 +90,9 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual(manifest["config"], config)
         self.assertEqual(sorted(n for n in os.listdir(out)),
                          sorted(["manifest.json", "trunk.bin", "codebooks.bin", "tokenizer.json",
-                                 "tokenizer_config.json"] + [m["file"] for m in manifest["moe_layers"]]))
-        for name in manifest["tokenizer"]["files"]:
+                                 "tokenizer_config.json", "tokenizer.bin"] + [m["file"] for m in manifest["moe_layers"]]))
+        self.assertEqual(manifest["tokenizer"]["files"][-1], "tokenizer.bin")  # compiled, not copied
+        for name in manifest["tokenizer"]["files"][:-1]:
             with open(os.path.join(src, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
                 self.assertEqual(a.read(), b.read())
         with open(os.path.join(src, "tokenizer_config.json")) as f:

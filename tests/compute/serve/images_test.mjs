@@ -44,7 +44,7 @@ describe("sluice serve with images", () => {
     if (plain) assert.equal(await stop(plain), 0, "sluice serve exits 0 on SIGTERM: " + plain.log());
   });
 
-  const encode = (text) => JSON.parse(run([SLUICE, "tokenize", model, text, "--json"]));
+  const encode = (text) => JSON.parse(run([SLUICE, "tokenize", model, text, "--json"])).ids;
 
   it("expands an image to its positions and generates as `sluice run --image` does", async () => {
     const messages_path = path.join(scratch, "text-only.json");

@@ -57,7 +57,11 @@ struct Fixture {
 TEST_CASE_FIXTURE(Fixture, "tokenize prints ids; --specials decides whether markup is recognised") {
   CHECK(run("tokenize --tokenizer '" + tokenizer + "' 'hi!'").output == "256 33\n");
   CHECK(run("tokenize --tokenizer '" + tokenizer + "' --json 'hi<|end|>'").output.find("300") == std::string::npos);
-  CHECK(run("tokenize --tokenizer '" + tokenizer + "' --specials --json 'hi<|end|>'").output == "[256,300]\n");
+  const auto object = nlohmann::json::parse(
+      run("tokenize --tokenizer '" + tokenizer + "' --specials --json 'hi<|end|>'").output);
+  CHECK(object["ids"] == nlohmann::json::array({256, 300}));
+  CHECK(object["tokenizer"]["file"] == tokenizer);
+  CHECK(object["tokenizer"]["load_seconds"].get<double>() >= 0.0);
   CHECK(run("tokenize --tokenizer '" + tokenizer + "' --bos 'hi'").output == "300 256\n");
   CHECK(run("tokenize --tokenizer '" + tokenizer + "' --verbose ' hi'").output == "32\t\"\u0120\"\n256\t\"hi\"\n");
 }

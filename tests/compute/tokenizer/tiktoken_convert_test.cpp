@@ -81,12 +81,13 @@ TEST_CASE_FIXTURE(Checkpoint, "without tokenizer.json, tiktoken.model is copied,
   const std::string out = dir + "/out";
   const auto manifest = convert(out);
   CHECK(manifest["tokenizer"]["files"] ==
-        nlohmann::json::array({"tiktoken.model", "tokenizer_config.json"}));
+        nlohmann::json::array({"tiktoken.model", "tokenizer_config.json", "tokenizer.bin"}));
   CHECK(read_text(out + "/tiktoken.model") == ranks);
   CHECK(read_text(out + "/tokenizer_config.json") == config);
   CHECK(!fs::exists(out + "/tokenizer.json"));
 
   CHECK(Tokenizer::load_from_container(out).eos_id() == 258);
+  CHECK(Tokenizer::load_from_container(out).loaded_from() == out + "/tokenizer.bin");
   const auto [ok, ids] = run("'" + sluice + "' tokenize '" + out + "' --specials 'hi<|im_end|>'");
   CHECK(ok);
   CHECK(ids == "256 258\n");
@@ -95,6 +96,8 @@ TEST_CASE_FIXTURE(Checkpoint, "without tokenizer.json, tiktoken.model is copied,
 TEST_CASE_FIXTURE(Checkpoint, "with tokenizer.json beside it, tiktoken.model is left out") {
   const std::string out = dir + "/out";
   const auto manifest = convert(out);
+  // tokenizer_config.json was written for the ranks (its eos_token is a rank special), so
+  // tokenizer.json does not load with it and the container gets no compiled form.
   CHECK(manifest["tokenizer"]["files"] ==
         nlohmann::json::array({"tokenizer.json", "tokenizer_config.json"}));
   CHECK(!fs::exists(out + "/tiktoken.model"));

@@ -82,7 +82,7 @@ class ImageCli(unittest.TestCase):
     def encode(self, text):
         done = subprocess.run([SLUICE, 'tokenize', self.model, text, '--json'], capture_output=True, text=True,
                               check=True)
-        return json.loads(done.stdout)
+        return json.loads(done.stdout)['ids']
 
     def block(self, width, height):
         s = self.special

@@ -125,9 +125,9 @@ def main():
         png = os.path.join(work, "grid6x40.png")
         summary = json.loads(run(SLUICE, "run", model, "hello", "-n", "1", "--json", "--image", png).stdout)
         begin = json.loads(run(SLUICE, "tokenize", model, "--specials", "--json",
-                               "<|media_begin|>image 90x60<|media_content|>").stdout)
-        end = json.loads(run(SLUICE, "tokenize", model, "--specials", "--json", "<|media_end|>").stdout)
-        hello = json.loads(run(SLUICE, "tokenize", model, "--json", "hello").stdout)
+                               "<|media_begin|>image 90x60<|media_content|>").stdout)["ids"]
+        end = json.loads(run(SLUICE, "tokenize", model, "--specials", "--json", "<|media_end|>").stdout)["ids"]
+        hello = json.loads(run(SLUICE, "tokenize", model, "--json", "hello").stdout)["ids"]
         expected = len(begin) + 6 + len(end) + len(hello)
         print(f"text prompt with an image: {summary['prompt_tokens']} prompt tokens (expected {expected})")
         if summary["prompt_tokens"] != expected:
