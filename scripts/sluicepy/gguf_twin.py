@@ -10,9 +10,9 @@
 #   dimensions: Q4_K matrices, and an LM head of Q6_K (what llama-quantize
 #   gives Q3_K_M's output.weight) for a q8g128 head, Q4_K for a q4g128 one.
 # - deepseek2 (a deepseek_v3 container): the trunk copied as above (q4g128
-#   matrices Q4_0, q8g128 Q8_0; kv_b split into the per-head k_b and v_b that
-#   llama.cpp's absorbed MLA reads), the router and its scoring bias f32, the
-#   routed experts random Q3_K.
+#   matrices Q4_0, q8g128 Q8_0, the same weights bit for bit; kv_b split
+#   into the per-head k_b and v_b that llama.cpp's absorbed MLA reads), the
+#   router and its scoring bias f32, the routed experts random Q3_K.
 # Benchmark tooling only: it never changes the container.
 import json
 import os
@@ -22,7 +22,7 @@ import types
 import numpy as np
 
 from . import SluiceError
-from .container import Container
+from .container import GROUP, Container
 
 _PREFIX = "model.layers."
 # The f16 block scale `d` of random Q3_K experts: weights of about 0.02 for
@@ -146,8 +146,35 @@ def _twin_type(gguf, c, hf_name):
     return types[fmt]
 
 
+def _stored_blocks(c, hf_name):
+    """A q4g128 or q8g128 trunk matrix as Q4_0 or Q8_0 blocks holding the same
+    weights bit for bit (each 128-column group's f16 scale is the d of its four
+    32-weight blocks, the codes copied), or None for another format or a row
+    that is not whole groups."""
+    t, data, scale_data = c.trunk_stored(hf_name)
+    if t["format"] not in ("q4g128", "q8g128") or len(t["shape"]) != 2 or t["shape"][1] % GROUP:
+        return None
+    rows, cols = t["shape"]
+    scales = np.frombuffer(scale_data, dtype=np.uint8).reshape(rows, cols // GROUP, 1, 2)
+    d = np.broadcast_to(scales, (rows, cols // GROUP, GROUP // 32, 2)).reshape(rows, cols // 32, 2)
+    raw = np.frombuffer(data, dtype=np.uint8).reshape(rows, cols if t["format"] == "q8g128" else cols // 2)
+    if t["format"] == "q8g128":
+        qs = raw.reshape(rows, cols // 32, 32)
+    else:  # q4g128: byte b holds columns 2b (low nibble) and 2b + 1; Q4_0 pairs j and j + 16
+        codes = np.empty((rows, cols), dtype=np.uint8)
+        codes[:, 0::2], codes[:, 1::2] = raw & 0x0F, raw >> 4
+        codes = codes.reshape(rows, cols // 32, 32)
+        qs = codes[:, :, :16] | (codes[:, :, 16:] << 4)
+    return np.concatenate([d, qs], axis=2).reshape(rows, -1)
+
+
 def _copy_trunk(gguf, w, c, hf_name, gguf_name):
-    _add_values(gguf, w, gguf_name, c.trunk_tensor(hf_name), _twin_type(gguf, c, hf_name))
+    qtype = _twin_type(gguf, c, hf_name)
+    blocks = _stored_blocks(c, hf_name) if qtype is not None else None
+    if blocks is not None:
+        w.add_tensor(gguf_name, blocks, raw_dtype=qtype)
+    else:
+        _add_values(gguf, w, gguf_name, c.trunk_tensor(hf_name), qtype)
 
 
 def _random_experts(gguf, w, rng, prefix, experts, width, hidden, gate_d, down_d):
