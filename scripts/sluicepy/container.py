@@ -270,11 +270,11 @@ class Container:
                                   "hidden": hidden, "width": width, "layout": layout}
 
     # --- trunk --------------------------------------------------------------------
-    def trunk_tensor(self, name):
+    def trunk_stored(self, name):
+        """A trunk tensor's table entry, its stored bytes and its scale bytes."""
         t = self.trunk.get(name)
         if t is None:
             raise SluiceError(f"{self.path}: no trunk tensor {name}")
-        shape, fmt = t["shape"], t["format"]
         with open(self.trunk_file, "rb") as f:
             f.seek(t["offset"])
             data = f.read(t["bytes"])
@@ -282,6 +282,11 @@ class Container:
             scale_data = f.read(t["scale_bytes"])
         if len(data) != t["bytes"] or len(scale_data) != t["scale_bytes"]:
             raise SluiceError(f"{self.trunk_file}: short read of trunk tensor {name}")
+        return t, data, scale_data
+
+    def trunk_tensor(self, name):
+        t, data, scale_data = self.trunk_stored(name)
+        shape, fmt = t["shape"], t["format"]
         if fmt == "f32":
             return np.frombuffer(data, dtype="<f4").astype(np.float32).reshape(shape)
         rows, cols = shape
