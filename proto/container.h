@@ -28,6 +28,8 @@ class Container {
                         OpenMode bank_mode = OpenMode::kDirect);
 
   const std::string& dir() const { return dir_; }
+  // trunk.bin's path, for messages about what was read from it.
+  const std::string& trunk_path() const { return trunk_file_->path(); }
   const Manifest& manifest() const { return manifest_; }
   const std::string& arch() const { return manifest_.arch; }
   const nlohmann::json& config() const { return manifest_.config; }

@@ -49,7 +49,8 @@ DiskRows::DiskRows(const Container& container, const TrunkTensorInfo& tensor, ui
     uint16_t* block_scales = &scales[first * scale_count];
     container.read_trunk_rows(tensor, first, count, data.data(), block_scales);
     if (auto problem = trunk_values_problem(block_info(tensor, count), data.data(), block_scales)) {
-      fail("trunk tensor \"{}\" rows {}..{}: {}", tensor.name, first, first + count, *problem);
+      fail("{}: trunk tensor \"{}\" rows {}..{}: {}", container.trunk_path(), tensor.name, first, first + count,
+           *problem);
     }
     whole = crc32_bytes(data.data(), count * row_bytes, whole);
     for (uint64_t r = 0; r < count; ++r) {
@@ -59,8 +60,8 @@ DiskRows::DiskRows(const Container& container, const TrunkTensorInfo& tensor, ui
   }
   whole = crc32_bytes(scales.data(), scales.size() * sizeof(uint16_t), whole);
   if (whole != tensor.crc32) {
-    fail("{}: trunk tensor \"{}\": checksum mismatch (manifest says {:08x}, bytes sum to {:08x})", container.dir(),
-         tensor.name, tensor.crc32, whole);
+    fail("{}: trunk tensor \"{}\": checksum mismatch (manifest says {:08x}, bytes sum to {:08x})",
+         container.trunk_path(), tensor.name, tensor.crc32, whole);
   }
   data_ = AlignedBuffer(row_bytes, kTrunkAlign);
   scales_ = AlignedBuffer(scale_count * sizeof(uint16_t), kTrunkAlign);
@@ -76,7 +77,7 @@ void DiskRows::row(uint32_t row, float* out) const {
   const uint32_t sum = crc32_bytes(scales, scales_.size(), crc32_bytes(data_.data(), data_.size()));
   if (sum != row_crc_[row]) {
     fail("{}: trunk tensor \"{}\" row {}: checksum mismatch (at load {:08x}, now {:08x}): the file changed",
-         container_.dir(), tensor_.name, row, row_crc_[row], sum);
+         container_.trunk_path(), tensor_.name, row, row_crc_[row], sum);
   }
   kernels::quant_dequantize_row(view_, 0, out);
 }
