@@ -105,6 +105,8 @@ class MlaMixer final : public Mixer {
     std::vector<float> inputs, outputs;
   };
 
+  size_t workers() const { return exec_.pool != nullptr ? exec_.pool->size() : 1; }
+
   // body(worker, begin, end) over [0, count), split over the pool when there is one.
   template <typename Body>
   void over_pool(uint32_t count, Body&& body) {
@@ -152,18 +154,19 @@ class MlaMixer final : public Mixer {
     const auto* halves = reinterpret_cast<const CachedHalf*>(rows_f32);
     const size_t stride = cache.row_floats();
     const float* queries = &packed_[size_t{t0} * heads * cached];
-    const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
-    if (attend_scratch_.size() < workers) attend_scratch_.resize(workers);
+    // An f32 cache is read in place, as one block.
+    const uint32_t block = half_cache_ ? kBlockPositions : longest;
+    if (attend_scratch_.size() < workers()) attend_scratch_.resize(workers());
     over_pool(rows, [&](size_t worker, size_t begin, size_t end) {
       AttendScratch& s = attend_scratch_[worker];
-      s.block.resize(size_t{kBlockPositions} * cached);
+      if (half_cache_) s.block.resize(size_t{block} * cached);
       s.counts.resize(end - begin);
       // body(first, entries, entries_stride) for the block of positions from
       // `first`, its entries as f32 (widened, or the f32 cache's own rows),
       // s.counts each row's positions within it.
       const auto over_blocks = [&](auto&& body) {
-        for (uint32_t first = 0; first < longest; first += kBlockPositions) {
-          const uint32_t count = std::min(kBlockPositions, longest - first);
+        for (uint32_t first = 0; first < longest; first += block) {
+          const uint32_t count = std::min(block, longest - first);
           for (size_t r = begin; r < end; ++r)
             s.counts[r - begin] = counts_[r] > first ? std::min(count, counts_[r] - first) : 0;
           if (!half_cache_) {
@@ -193,8 +196,7 @@ class MlaMixer final : public Mixer {
   void project_values(const MlaWeights& w, uint32_t t0, uint32_t pass_tokens) {
     const uint32_t heads = m_.heads, latent = m_.kv_lora_rank, nope = m_.nope_dim, v_dim = m_.v_dim;
     const kernels::Exec one_thread{exec_.isa, nullptr, kernels::TrunkActivations::kF32};
-    const size_t workers = exec_.pool != nullptr ? exec_.pool->size() : 1;
-    if (value_scratch_.size() < workers) value_scratch_.resize(workers);
+    if (value_scratch_.size() < workers()) value_scratch_.resize(workers());
     over_pool(heads, [&](size_t worker, size_t begin, size_t end) {
       ValueScratch& s = value_scratch_[worker];
       for (size_t h = begin; h < end; ++h) {

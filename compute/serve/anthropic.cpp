@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "compute/serve/api_error.h"
+#include "compute/serve/body_fields.h"
 
 namespace sluice::serve {
 namespace {
@@ -15,28 +16,14 @@ namespace {
 constexpr size_t kMaxStopSequences = 64;
 constexpr uint64_t kMinThinkingBudget = 1024;  // as the API asks
 
-bool present(const json& body, const char* key) {
-  return body.contains(key) && !body[key].is_null();
-}
-
 const json& string_field(const json& object, const char* key, const std::string& where) {
   if (!object.contains(key) || !object[key].is_string())
     bad_param(where + "." + key, "missing or not a string");
   return object[key];
 }
 
-double number_in(const json& body, const char* key, double low, double high) {
-  const json& value = body[key];
-  if (!value.is_number()) bad_param(key, "expected a number, got {}", value.type_name());
-  const double x = value.get<double>();
-  if (!std::isfinite(x) || x < low || x > high)
-    bad_param(key, "{} is out of range [{}, {}]", value.dump(), low, high);
-  return x;
-}
-
 uint64_t whole_number(const json& value, const std::string& param, uint64_t low, uint64_t high) {
-  if (!value.is_number_integer() ||
-      (value.is_number_integer() && !value.is_number_unsigned() && value.get<int64_t>() < 0))
+  if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() < 0))
     bad_param(param, "expected a whole number, got {}", value.dump());
   const uint64_t x = value.get<uint64_t>();
   if (x < low || x > high) bad_param(param, "{} is out of range [{}, {}]", x, low, high);

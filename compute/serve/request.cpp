@@ -8,24 +8,12 @@
 #include <limits>
 
 #include "compute/serve/api_error.h"
+#include "compute/serve/body_fields.h"
 
 namespace sluice::serve {
 namespace {
 
 constexpr size_t kMaxStopStrings = 4;
-
-bool present(const json& body, const char* key) {
-  return body.contains(key) && !body[key].is_null();
-}
-
-double number_in(const json& body, const char* key, double low, double high) {
-  const json& value = body[key];
-  if (!value.is_number()) bad_param(key, "expected a number, got {}", value.type_name());
-  const double x = value.get<double>();
-  if (!std::isfinite(x) || x < low || x > high)
-    bad_param(key, "{} is out of range [{}, {}]", value.dump(), low, high);
-  return x;
-}
 
 bool boolean(const json& body, const char* key) {
   const json& value = body[key];

@@ -15,6 +15,8 @@ import tempfile
 import time
 import unittest
 
+from checked_run import run
+
 ROOT = os.environ['SLUICE_SOURCE_ROOT']
 PYTHON = os.environ.get('PYTHON', '/usr/bin/python3')
 SLUICE = os.environ['SLUICE_BIN']
@@ -24,14 +26,6 @@ LIBSLUICE = os.environ['LIBSLUICE']
 PROMPT = 'The river ran'
 TOKENS = 8
 FAMILIES = ('olmoe', 'qwen3_moe', 'mixtral', 'deepseek_v3', 'kimi_k2', 'kimi_linear', 'kimi_k3')
-
-
-def run(argv, **kwargs):
-    done = subprocess.run(argv, capture_output=True, timeout=240, **kwargs)
-    assert done.returncode == 0, '%s exited %d:\n%s%s' % (' '.join(argv), done.returncode,
-                                                       done.stdout.decode(errors='replace'),
-                                                       done.stderr.decode(errors='replace'))
-    return done
 
 
 def run_tokens(model, *flags):

@@ -10,17 +10,11 @@ import subprocess
 import tempfile
 import unittest
 
+from checked_run import run
+
 ROOT = os.environ['SLUICE_SOURCE_ROOT']
 PYTHON = os.environ.get('PYTHON', '/usr/bin/python3')
 SLUICE = os.environ['SLUICE_BIN']
-
-
-def run(argv, **kwargs):
-    done = subprocess.run(argv, capture_output=True, timeout=240, **kwargs)
-    assert done.returncode == 0, '%s exited %d:\n%s%s' % (' '.join(argv), done.returncode,
-                                                       done.stdout.decode(errors='replace'),
-                                                       done.stderr.decode(errors='replace'))
-    return done
 
 
 class HelloTest(unittest.TestCase):

@@ -16,24 +16,17 @@
 #include <vector>
 
 #include "compute/tokenizer/tokenizer.h"
+#include "tests/compute/tokenizer/bench_clock.h"
 
 namespace fs = std::filesystem;
 using sluice::tokenizer::Tokenizer;
 
+using sluice::testing::cpu_seconds;
+using sluice::testing::median;
+
 namespace {
 
 constexpr int kRuns = 9;
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Times {
   std::vector<double> wall, cpu;

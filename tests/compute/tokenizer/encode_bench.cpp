@@ -14,15 +14,11 @@
 #include <fmt/format.h>
 
 #include "compute/tokenizer/tokenizer.h"
+#include "tests/compute/tokenizer/bench_clock.h"
+
+using sluice::testing::cpu_seconds;
 
 namespace {
-
-// CPU time of this process: the machine is shared, so wall time overstates.
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
 
 std::string mixed_text(size_t target_bytes) {
   const std::vector<std::string> paragraphs = {

@@ -19,27 +19,19 @@
 #include <vector>
 
 #include "compute/tokenizer/tokenizer.h"
+#include "tests/compute/tokenizer/bench_clock.h"
 #include "tests/compute/tokenizer/tiny_tokenizer.h"
 
 namespace fs = std::filesystem;
 using sluice::tokenizer::TiktokenPattern;
 using sluice::tokenizer::Tokenizer;
 
+using sluice::testing::cpu_seconds;
+using sluice::testing::median;
+
 namespace {
 
 constexpr int kRuns = 9;
-
-// CPU time of this process: the machine is shared, so wall time overstates.
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // About 1 MB of the reference tests' strings (valid UTF-8 only).
 std::string varied_text() {
