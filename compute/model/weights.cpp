@@ -63,10 +63,14 @@ void Linear::apply(const float* x, uint32_t tokens, float* y, const kernels::Exe
   kernels::quant_matmul(view_, x, tokens, y, exec);
 }
 
-void Linear::apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
-                        const kernels::Exec& exec) const {
+void Linear::check_rows(uint32_t first, uint32_t count) const {
   if (first > rows_ || count > rows_ - first)
     fail("tensor {}: rows [{}, {}) out of range ({} rows)", tensor_->name(), first, size_t{first} + count, rows_);
+}
+
+void Linear::apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t tokens, float* y,
+                        const kernels::Exec& exec) const {
+  check_rows(first, count);
   if (tensor_->format() == TrunkFormat::kF32) {
     const auto* w = reinterpret_cast<const float*>(tensor_->data()) + size_t{first} * cols_;
     for (uint32_t t = 0; t < tokens; ++t)
@@ -82,12 +86,11 @@ void Linear::apply_rows(uint32_t first, uint32_t count, const float* x, uint32_t
 
 void Linear::apply_transposed(uint32_t first, uint32_t count, const float* c, size_t c_stride, uint32_t tokens,
                               float* out, size_t out_stride, kernels::Isa isa) const {
+  check_rows(first, count);
   if (tensor_->format() != TrunkFormat::kF32) {
     kernels::quant_transposed_matmul(view_, first, count, c, c_stride, tokens, out, out_stride, isa);
     return;
   }
-  if (first > rows_ || count > rows_ - first)
-    fail("tensor {}: rows [{}, {}) out of range ({} rows)", tensor_->name(), first, size_t{first} + count, rows_);
   const auto* w = reinterpret_cast<const float*>(tensor_->data());
   for (uint32_t t = 0; t < tokens; ++t)
     for (uint32_t i = 0; i < count; ++i) {

@@ -44,6 +44,9 @@ class Linear {
   size_t bytes() const;
 
  private:
+  // Throws Error naming the tensor unless rows [first, first + count) are its own.
+  void check_rows(uint32_t first, uint32_t count) const;
+
   std::optional<TrunkTensor> tensor_;
   kernels::QuantMatrixView view_;
   uint32_t rows_ = 0, cols_ = 0;
